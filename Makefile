@@ -1,0 +1,66 @@
+# gpupilot — the README's two commands are `make demo` and `make test`.
+# Each target bootstraps what it needs: a .venv with the project installed, and Debian's
+# `prometheus` package (prometheus + promtool) when missing and we are root.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help venv prometheus test lint typecheck unit demo bench clean protos dashboards rules-test
+
+help:
+	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
+	@echo "make test   lint, type checks, import contracts, promtool rule tests and pytest"
+	@echo "make bench  benchmarks, each beside its baseline, ratios printed"
+	@echo "make lint   ruff + mypy + import-linter only"
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "==> installing gpupilot and its development needs into $(VENV)"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+prometheus:
+	@if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then \
+		true; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "==> installing Debian's prometheus package (prometheus + promtool)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+		|| { echo "error: apt-get install prometheus failed; install it by hand and rerun"; exit 1; }; \
+		pkill -x prometheus 2>/dev/null || true; \
+	else \
+		echo "error: prometheus and promtool are needed; run 'sudo apt-get install prometheus' (Debian/Ubuntu) and rerun"; \
+		exit 1; \
+	fi
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check . || { echo "hint: run '$(BIN)/ruff format .'"; exit 1; }
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+rules-test: prometheus
+	promtool check rules rules/*.rules.yaml
+	promtool test rules rules/tests/*.test.yaml
+
+unit: venv prometheus
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: venv prometheus lint rules-test unit
+
+demo: venv prometheus
+	$(BIN)/python -m devkit.demo
+
+bench: venv prometheus
+	$(BIN)/python -m bench
+
+dashboards: venv
+	$(BIN)/python -m dashboards.build
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info .demo

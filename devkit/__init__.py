@@ -1,0 +1,1 @@
+"""Developer tooling shared by the tests, the demo and the benchmarks (not deployed)."""

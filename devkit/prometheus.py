@@ -1,0 +1,202 @@
+"""Run a real Prometheus (Debian's package) for tests, the demo and the benchmarks.
+
+``PrometheusServer`` starts ``prometheus`` on a free loopback port over a data directory (which may
+hold blocks backfilled with ``promtool tsdb create-blocks-from openmetrics``), with optional scrape
+targets and rule files, waits until ``/-/ready`` answers, and stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+class PrometheusError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def require_binaries() -> tuple[str, str]:
+    prom, tool = shutil.which("prometheus"), shutil.which("promtool")
+    if not prom or not tool:
+        raise PrometheusError(
+            "prometheus/promtool not found: run 'make test' as root or 'sudo apt-get install prometheus'"
+        )
+    return prom, tool
+
+
+@dataclass(frozen=True)
+class ScrapeJob:
+    name: str
+    targets: Sequence[str]
+    """``host:port`` of each target."""
+    interval: str = "15s"
+    scheme: str = "http"
+    honor_labels: bool = True
+    metrics_path: str = "/metrics"
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def backfill_openmetrics(source: Path, data_dir: Path, *, block_duration: str = "") -> None:
+    """Turn an OpenMetrics file (ending in ``# EOF``) into TSDB blocks under ``data_dir``."""
+    _, tool = require_binaries()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [tool, "tsdb", "create-blocks-from", "openmetrics"]
+    if block_duration:
+        cmd.append(f"--max-block-duration={block_duration}")
+    cmd += [str(source), str(data_dir)]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise PrometheusError(f"promtool create-blocks-from openmetrics {source} failed: {tail[0]}")
+
+
+class PrometheusServer:
+    """A real Prometheus on 127.0.0.1:<free port>. Use as a context manager."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        rule_files: Sequence[Path] = (),
+        scrape_jobs: Sequence[ScrapeJob] = (),
+        port: int | None = None,
+        scrape_interval: str = "15s",
+        evaluation_interval: str = "15s",
+        extra_args: Sequence[str] = (),
+        log_file: Path | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.rule_files = [Path(p).resolve() for p in rule_files]
+        self.scrape_jobs = list(scrape_jobs)
+        self.scrape_interval = scrape_interval
+        self.evaluation_interval = evaluation_interval
+        self.extra_args = list(extra_args)
+        self.log_file = log_file or data_dir.parent / f"prometheus-{self.port}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def config(self) -> dict[str, object]:
+        jobs = []
+        for job in self.scrape_jobs:
+            static: dict[str, object] = {"targets": list(job.targets)}
+            if job.labels:
+                static["labels"] = dict(job.labels)
+            entry: dict[str, object] = {
+                "job_name": job.name,
+                "scrape_interval": job.interval,
+                "scheme": job.scheme,
+                "metrics_path": job.metrics_path,
+                "honor_labels": job.honor_labels,
+                "static_configs": [static],
+            }
+            jobs.append(entry)
+        return {
+            "global": {
+                "scrape_interval": self.scrape_interval,
+                "evaluation_interval": self.evaluation_interval,
+            },
+            "rule_files": [str(p) for p in self.rule_files],
+            "scrape_configs": jobs,
+        }
+
+    def start(self, *, timeout: float = 60.0) -> PrometheusServer:
+        prom, _ = require_binaries()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.data_dir.parent / f"prometheus-{self.port}.yml"
+        cfg.write_text(yaml.safe_dump(self.config(), sort_keys=False))
+        cmd = [
+            prom,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={self.data_dir}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--storage.tsdb.retention.time=3650d",
+            "--web.enable-lifecycle",
+            "--log.level=warn",
+            *self.extra_args,
+        ]
+        log = self.log_file.open("ab")
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise PrometheusError(
+                    f"prometheus exited with {self._proc.returncode}; see {self.log_file}: {self._log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise PrometheusError(f"prometheus not ready after {timeout:.0f}s; see {self.log_file}")
+
+    def _log_tail(self) -> str:
+        try:
+            lines = self.log_file.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return lines[-1] if lines else ""
+
+    def reload(self) -> None:
+        """Re-read config and rule files (``/-/reload``)."""
+        cfg = self.data_dir.parent / f"prometheus-{self.port}.yml"
+        cfg.write_text(yaml.safe_dump(self.config(), sort_keys=False))
+        req = urllib.request.Request(f"{self.url}/-/reload", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+    def __enter__(self) -> PrometheusServer:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def running(data_dir: Path, **kwargs: object) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(data_dir, **kwargs)  # type: ignore[arg-type]
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

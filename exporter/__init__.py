@@ -1,0 +1,1 @@
+"""gpupilot exporter: NVML/GPM (or the simulator) → DCGM-compatible Prometheus metrics."""

@@ -1,0 +1,113 @@
+"""The metric contract: DCGM-compatible fields, their types and where they live.
+
+Names, types and units follow dcgm-exporter 4.5–4.8 (shared/reference/dcgm-exporter-compat.md).
+Counters keep their DCGM names (no ``_total``). ``level`` says where a field is published:
+
+* ``gpu``      — once per physical GPU, MIG or not (power, temperature, clocks, energy, PCIe, ECC…);
+                 dcgm-exporter repeats these on every MIG instance, so sums over-count there.
+* ``device``   — on a whole (non-MIG) GPU, and per MIG instance on a MIG GPU (framebuffer and
+                 profiling activity), so ``sum by (pod)`` is right for both.
+* ``whole``    — only on non-MIG GPUs (NVML returns NOT_SUPPORTED for MIG).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Level = Literal["gpu", "device", "whole"]
+Kind = Literal["gauge", "counter"]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    kind: Kind
+    level: Level
+    help: str
+
+
+FIELDS: tuple[FieldSpec, ...] = (
+    FieldSpec("DCGM_FI_DEV_SM_CLOCK", "gauge", "gpu", "SM clock frequency (in MHz)."),
+    FieldSpec("DCGM_FI_DEV_MEM_CLOCK", "gauge", "gpu", "Memory clock frequency (in MHz)."),
+    FieldSpec("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "gpu", "Memory temperature (in C)."),
+    FieldSpec("DCGM_FI_DEV_GPU_TEMP", "gauge", "gpu", "GPU temperature (in C)."),
+    FieldSpec("DCGM_FI_DEV_POWER_USAGE", "gauge", "gpu", "Power draw (in W)."),
+    FieldSpec(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "gpu", "Total energy consumption since boot (in mJ)."
+    ),
+    FieldSpec("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "gpu", "Total number of PCIe retries."),
+    FieldSpec("DCGM_FI_DEV_GPU_UTIL", "gauge", "whole", "GPU utilization (in %)."),
+    FieldSpec("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "whole", "Memory utilization (in %)."),
+    FieldSpec("DCGM_FI_DEV_ENC_UTIL", "gauge", "whole", "Encoder utilization (in %)."),
+    FieldSpec("DCGM_FI_DEV_DEC_UTIL", "gauge", "whole", "Decoder utilization (in %)."),
+    FieldSpec("DCGM_FI_DEV_FB_FREE", "gauge", "device", "Framebuffer memory free (in MiB)."),
+    FieldSpec("DCGM_FI_DEV_FB_USED", "gauge", "device", "Framebuffer memory used (in MiB)."),
+    FieldSpec("DCGM_FI_DEV_FB_RESERVED", "gauge", "device", "Framebuffer memory reserved (in MiB)."),
+    FieldSpec(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "counter",
+        "gpu",
+        "Total number of NVLink bandwidth counters for all lanes.",
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "gpu",
+        "Number of remapped rows for uncorrectable errors.",
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "gpu", "Number of remapped rows for correctable errors."
+    ),
+    FieldSpec("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "gpu", "Whether remapping of rows has failed."),
+    FieldSpec("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "gpu", "Total number of single-bit volatile ECC errors."),
+    FieldSpec("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "gpu", "Total number of double-bit volatile ECC errors."),
+    FieldSpec(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "gauge",
+        "device",
+        "Ratio of time the graphics engine is active (in %).",
+    ),
+    FieldSpec("DCGM_FI_PROF_SM_ACTIVE", "gauge", "device", "The ratio of cycles an SM has at least 1 warp assigned."),
+    FieldSpec(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "gauge",
+        "device",
+        "The ratio of number of warps resident on an SM.",
+    ),
+    FieldSpec(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "gauge",
+        "device",
+        "Ratio of cycles the tensor (HMMA) pipe is active.",
+    ),
+    FieldSpec(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "device",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+    ),
+    FieldSpec("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "gpu", "The rate of data transmitted over the PCIe bus."),
+    FieldSpec("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "gpu", "The rate of data received over the PCIe bus."),
+)
+
+XID_FIELD = FieldSpec("DCGM_FI_DEV_XID_ERRORS", "gauge", "gpu", "Value of the last XID error encountered.")
+
+BY_NAME: dict[str, FieldSpec] = {f.name: f for f in (*FIELDS, XID_FIELD)}
+
+GPU_LABELS: tuple[str, ...] = (
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "Hostname",
+    "DCGM_FI_DRIVER_VERSION",
+)
+"""Labels on every per-GPU series, in dcgm-exporter's names."""
+
+INSTANCE_LABELS: tuple[str, ...] = ("GPU_I_PROFILE", "GPU_I_ID")
+"""Added on per-MIG-instance series."""
+
+POD_LABELS: tuple[str, ...] = ("pod", "namespace", "container")
+"""Added when pod attribution is on and the device is allocated."""

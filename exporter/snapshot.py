@@ -1,0 +1,106 @@
+"""What one collection saw: immutable snapshots, the contract between backends and exposition.
+
+A backend (NVML or the simulator) returns a :class:`NodeSnapshot`; turning it into metric families
+is a pure function (:mod:`exporter.exposition`). Field values are keyed by DCGM field name
+(:mod:`exporter.fields`); a field a device does not support is simply absent, never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+_EMPTY: Mapping[str, float] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Identity of a physical GPU."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+    minor_number: int
+    model_name: str
+    pci_device_id: int
+    """PCI device id (``0x2330`` for H100 SXM 80GB); the key of the MIG geometry catalogue."""
+    driver_version: str
+    mig_enabled: bool
+    gpm_supported: bool
+    memory_total_mib: int = 0
+
+    @property
+    def device(self) -> str:
+        return f"nvidia{self.minor_number}"
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG device: a GPU instance with its (first) compute instance."""
+
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    """Profile name as the driver prints it (``1g.10gb``)."""
+    placement_start: int
+    placement_size: int
+    uuid: str
+    """MIG device UUID (``MIG-…``), what the device plugin hands to pods."""
+    values: Mapping[str, float] = field(default=_EMPTY)
+    """Per-instance fields (``level == "device"``): framebuffer, profiling activity."""
+    compute_processes: int | None = None
+    """Compute processes running on the instance; the idle signal where GPM is missing (Ampere)."""
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    code: int
+    timestamp: float
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    info: GpuInfo
+    values: Mapping[str, float] = field(default=_EMPTY)
+    """GPU-level fields, and on non-MIG GPUs the device-level ones too."""
+    instances: tuple[MigInstance, ...] = ()
+    xid_counts: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Xid events seen since the exporter started, by code (a counter per code)."""
+    last_xid: XidEvent | None = None
+    compute_processes: int | None = None
+
+
+@dataclass(frozen=True)
+class LostGpu:
+    """A GPU that was enumerated before but is gone now (fell off the bus, NVML_ERROR_GPU_IS_LOST)."""
+
+    index: int
+    uuid: str
+    pci_bus_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    taken_at: float
+    """Wall-clock time (Unix seconds) the collection finished."""
+    gpus: tuple[GpuSnapshot, ...]
+    lost: tuple[LostGpu, ...] = ()
+    field_errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Errors during this collection by kind (``field:DCGM_FI_DEV_POWER_USAGE``, ``gpm``, ``xid``…)."""
+    driver_version: str = ""
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """A container that holds a device, from kubelet's pod-resources API."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str = "nvidia.com/gpu"
+
+
+Allocations = Mapping[str, tuple[PodRef, ...]]
+"""Device id (GPU UUID or MIG UUID, sharing suffix stripped) → the containers holding it."""
