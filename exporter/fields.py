@@ -34,7 +34,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("DCGM_FI_DEV_GPU_TEMP", "gauge", "gpu", "GPU temperature (in C)."),
     FieldSpec("DCGM_FI_DEV_POWER_USAGE", "gauge", "gpu", "Power draw (in W)."),
     FieldSpec(
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "gpu", "Total energy consumption since boot (in mJ)."
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "counter",
+        "gpu",
+        "Total energy consumption since boot (in mJ).",
     ),
     FieldSpec("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "gpu", "Total number of PCIe retries."),
     FieldSpec("DCGM_FI_DEV_GPU_UTIL", "gauge", "whole", "GPU utilization (in %)."),
@@ -57,18 +60,27 @@ FIELDS: tuple[FieldSpec, ...] = (
         "Number of remapped rows for uncorrectable errors.",
     ),
     FieldSpec(
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "gpu", "Number of remapped rows for correctable errors."
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "counter",
+        "gpu",
+        "Number of remapped rows for correctable errors.",
     ),
     FieldSpec("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "gpu", "Whether remapping of rows has failed."),
-    FieldSpec("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "gpu", "Total number of single-bit volatile ECC errors."),
-    FieldSpec("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "gpu", "Total number of double-bit volatile ECC errors."),
+    FieldSpec(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter", "gpu", "Total number of single-bit volatile ECC errors."
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "gpu", "Total number of double-bit volatile ECC errors."
+    ),
     FieldSpec(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "gauge",
         "device",
         "Ratio of time the graphics engine is active (in %).",
     ),
-    FieldSpec("DCGM_FI_PROF_SM_ACTIVE", "gauge", "device", "The ratio of cycles an SM has at least 1 warp assigned."),
+    FieldSpec(
+        "DCGM_FI_PROF_SM_ACTIVE", "gauge", "device", "The ratio of cycles an SM has at least 1 warp assigned."
+    ),
     FieldSpec(
         "DCGM_FI_PROF_SM_OCCUPANCY",
         "gauge",
@@ -87,7 +99,9 @@ FIELDS: tuple[FieldSpec, ...] = (
         "device",
         "Ratio of cycles the device memory interface is active sending or receiving data.",
     ),
-    FieldSpec("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "gpu", "The rate of data transmitted over the PCIe bus."),
+    FieldSpec(
+        "DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "gpu", "The rate of data transmitted over the PCIe bus."
+    ),
     FieldSpec("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "gpu", "The rate of data received over the PCIe bus."),
 )
 

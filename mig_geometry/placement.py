@@ -85,9 +85,7 @@ def place(model: GpuModel, counts: Mapping[str, int]) -> PlacementResult:
     return PlacementResult(ordered)
 
 
-def _search(
-    wanted: list[Profile], i: int, used: int, acc: list[Placed], slices: int
-) -> list[Placed] | None:
+def _search(wanted: list[Profile], i: int, used: int, acc: list[Placed], slices: int) -> list[Placed] | None:
     if i == len(wanted):
         return list(acc)
     prof = wanted[i]

@@ -1,0 +1,1 @@
+"""gpupilot rightsizer: Prometheus history → idle MIG slices → better layouts → MIG Manager."""

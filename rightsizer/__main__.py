@@ -1,0 +1,5 @@
+import sys
+
+from rightsizer.cli import main
+
+sys.exit(main())

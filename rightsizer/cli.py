@@ -1,0 +1,54 @@
+"""``gpupilot-rightsizer``: validate, plan, apply, report, serve.
+
+Subcommands live in :mod:`rightsizer.commands` (one module each, imported only when used so that
+``validate`` does not pay for pandas or the Kubernetes client).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+COMMANDS: dict[str, str] = {
+    "validate": "check mig-parted configs against the MIG geometry catalogue",
+    "plan": "read Prometheus history and propose better MIG layouts (read-only)",
+    "apply": "apply a plan through the NVIDIA MIG Manager's node-label protocol",
+    "report": "write the weekly rightsizing report (HTML, Markdown, PNG charts)",
+    "serve": "run scheduled jobs: weekly report, periodic plan, guarded auto-apply",
+}
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpupilot-rightsizer",
+        description="Find idle MIG slices, compute better layouts and apply them safely.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    wanted = next((a for a in argv if a in COMMANDS), None)
+    for name, summary in COMMANDS.items():
+        sp = sub.add_parser(name, help=summary, description=summary)
+        if name == wanted:
+            module = importlib.import_module(f"rightsizer.commands.{name}")
+            module.add_arguments(sp)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(args_list)
+    args = parser.parse_args(args_list)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    module = importlib.import_module(f"rightsizer.commands.{args.command}")
+    code: int = module.run(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
