@@ -59,6 +59,9 @@ demo: venv prometheus
 bench: venv prometheus
 	$(BIN)/python -m bench
 
+protos: venv
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. exporter/podresources/api.proto
+
 dashboards: venv
 	$(BIN)/python -m dashboards.build
 

@@ -47,7 +47,7 @@ class MigInstance:
     placement_size: int
     uuid: str
     """MIG device UUID (``MIG-…``), what the device plugin hands to pods."""
-    values: Mapping[str, float] = field(default=_EMPTY)
+    values: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     """Per-instance fields (``level == "device"``): framebuffer, profiling activity."""
     compute_processes: int | None = None
     """Compute processes running on the instance; the idle signal where GPM is missing (Ampere)."""
@@ -62,7 +62,7 @@ class XidEvent:
 @dataclass(frozen=True)
 class GpuSnapshot:
     info: GpuInfo
-    values: Mapping[str, float] = field(default=_EMPTY)
+    values: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     """GPU-level fields, and on non-MIG GPUs the device-level ones too."""
     instances: tuple[MigInstance, ...] = ()
     xid_counts: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))

@@ -32,10 +32,24 @@ def canonical_profile(model: GpuModel, name: str, *, memory_mib: float | None = 
     compute = int(m.group("g"))
     media = bool(m.group("me"))
     mem_mib = memory_mib if memory_mib is not None else int(m.group("mem")) * 1024
-    mem_slices = memory_slices_for(mem_mib, model.memory_mib, slices=model.memory_slices)
+    # A name rounded up past the GPU's total (7g.143gb on 142.6 GiB) still means all slices.
+    mem_slices = min(
+        model.memory_slices, memory_slices_for(mem_mib, model.memory_mib, slices=model.memory_slices)
+    )
     candidates = [
         p
         for p in model.profiles
         if p.compute_slices == compute and p.media_extensions == media and p.memory_slices == mem_slices
     ]
-    return candidates[0] if len(candidates) == 1 else None
+    if len(candidates) != 1:
+        return None
+    found = candidates[0]
+    if memory_mib is None and not _close(mem_mib, found.memory_mib):
+        # ``1g.5gb`` on an 80GB part is another GPU's profile, not a driver's spelling of 1g.10gb.
+        return None
+    return found
+
+
+def _close(named_mib: float, profile_mib: float) -> bool:
+    """A printed size within rounding of the profile's (drivers print 39 for 39.5 GiB)."""
+    return abs(named_mib - profile_mib) <= max(1.5 * 1024, 0.05 * profile_mib)

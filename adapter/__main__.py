@@ -1,0 +1,7 @@
+"""``python -m adapter`` = ``gpupilot-adapter``."""
+
+import sys
+
+from adapter.cli import main
+
+sys.exit(main())

@@ -1,0 +1,338 @@
+"""Paths → answers for custom.metrics.k8s.io (v1beta2, v1beta1) and external.metrics.k8s.io
+(v1beta1), plus the endpoints every Kubernetes API server has (``/version``, ``/apis``, health).
+
+Pure with respect to HTTP: :func:`request_info` parses a path (also used to build the
+SubjectAccessReview), :meth:`MetricsApi.answer` returns (status, JSON body). Errors become
+``metav1.Status`` objects.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+from adapter import resources
+from adapter.discovery import Listing
+from adapter.errors import AdapterError, BadRequest, NotFound
+from adapter.quantity import format_quantity
+from adapter.selectors import Selector, parse_selector
+from adapter.values import ExternalValue, MetricValues, ObjectValue
+
+CUSTOM = "custom.metrics.k8s.io"
+EXTERNAL = "external.metrics.k8s.io"
+CUSTOM_VERSIONS = ("v1beta2", "v1beta1")
+VERSION_INFO = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0-gpupilot-adapter-0.1.0",
+    "gitCommit": "",
+    "gitTreeState": "clean",
+    "buildDate": "2026-11-29T00:00:00Z",
+    "goVersion": "python",
+    "compiler": "cpython",
+    "platform": "linux/amd64",
+}
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """The Kubernetes view of a request path, as a SubjectAccessReview wants it."""
+
+    path: str
+    is_resource: bool
+    group: str = ""
+    version: str = ""
+    namespace: str = ""
+    resource: str = ""
+    name: str = ""
+    subresource: str = ""
+
+    def resource_attributes(self) -> dict[str, str]:
+        attrs = {"verb": "get", "group": self.group, "version": self.version, "resource": self.resource}
+        for key in ("namespace", "name", "subresource"):
+            if getattr(self, key):
+                attrs[key] = getattr(self, key)
+        return attrs
+
+
+def _segments(path: str) -> list[str]:
+    return [unquote(p) for p in path.strip("/").split("/") if p]
+
+
+def request_info(path: str) -> RequestInfo:
+    parts = _segments(path)
+    if len(parts) < 4 or parts[0] != "apis" or parts[1] not in (CUSTOM, EXTERNAL):
+        return RequestInfo(path, False)
+    group, version, rest = parts[1], parts[2], parts[3:]
+    if group == EXTERNAL:
+        if len(rest) == 3 and rest[0] == "namespaces":
+            return RequestInfo(path, True, group, version, rest[1], rest[2])
+        return RequestInfo(path, False)
+    if len(rest) == 5 and rest[0] == "namespaces":
+        return RequestInfo(path, True, group, version, rest[1], rest[2], rest[3], rest[4])
+    if len(rest) == 4 and rest[0] == "namespaces" and rest[2] == "metrics":
+        return RequestInfo(path, True, group, version, rest[1], "metrics", rest[3])
+    if len(rest) == 3:
+        return RequestInfo(path, True, group, version, "", rest[0], rest[1], rest[2])
+    return RequestInfo(path, False)
+
+
+def status(code: int, reason: str, message: str, *, details: Json | None = None) -> Json:
+    body: Json = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = details
+    return body
+
+
+def rfc3339(ts: float) -> str:
+    return dt.datetime.fromtimestamp(int(ts), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def label_selector_object(selector: Selector) -> Json | None:
+    """A parsed selector as ``metav1.LabelSelector`` (None when empty, as the reference shows)."""
+    if selector.empty:
+        return None
+    labels: dict[str, str] = {}
+    exprs: list[Json] = []
+    ops = {"in": "In", "notin": "NotIn", "exists": "Exists", "!": "DoesNotExist", "!=": "NotIn"}
+    for r in selector.requirements:
+        if r.op == "=":
+            labels[r.key] = r.values[0]
+        else:
+            expr: Json = {"key": r.key, "operator": ops[r.op]}
+            if r.values:
+                expr["values"] = list(r.values)
+            exprs.append(expr)
+    out: Json = {}
+    if labels:
+        out["matchLabels"] = labels
+    if exprs:
+        out["matchExpressions"] = exprs
+    return out
+
+
+class MetricsApi:
+    def __init__(
+        self,
+        *,
+        values: MetricValues,
+        listing: Callable[[], Listing],
+        external_enabled: bool,
+        ready: Callable[[], list[tuple[str, bool]]],
+    ) -> None:
+        self._values = values
+        self._listing = listing
+        self.external_enabled = external_enabled
+        self._ready = ready
+
+    # -- entry point -----------------------------------------------------------------------------
+    def answer(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str]:
+        """(HTTP status, JSON object or plain text) for a GET."""
+        try:
+            return self._route(path, query)
+        except AdapterError as exc:
+            return exc.status, status(exc.status, exc.reason, str(exc))
+
+    def _route(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str]:
+        parts = _segments(path)
+        if path.rstrip("/") in ("/healthz", "/livez"):
+            return 200, "ok"
+        if path.rstrip("/") == "/readyz":
+            return self._readyz(verbose="verbose" in query)
+        if parts == ["version"]:
+            return 200, dict(VERSION_INFO)
+        if parts == ["api"]:
+            return 200, {
+                "kind": "APIVersions",
+                "apiVersion": "v1",
+                "versions": [],
+                "serverAddressByClientCIDRs": [],
+            }
+        if parts == ["apis"]:
+            return 200, self._group_list()
+        if len(parts) >= 2 and parts[0] == "apis" and parts[1] in self._groups():
+            group = parts[1]
+            if len(parts) == 2:
+                return 200, self._group(group)
+            version = parts[2]
+            if version not in self._versions(group):
+                raise NotFound(
+                    f"the server could not find the requested resource (version {version} of {group})"
+                )
+            if len(parts) == 3:
+                return 200, self._resource_list(group, version)
+            info = request_info(path)
+            if info.is_resource:
+                return 200, self._metric(info, query)
+        raise NotFound(f"the server could not find the requested resource ({path})")
+
+    def _readyz(self, *, verbose: bool) -> tuple[int, str]:
+        checks = self._ready()
+        lines = [f"[{'+' if ok else '-'}]{name} {'ok' if ok else 'failed'}" for name, ok in checks]
+        healthy = all(ok for _, ok in checks)
+        if healthy and not verbose:
+            return 200, "ok"
+        text = "\n".join([*lines, "readyz check passed" if healthy else "readyz check failed"]) + "\n"
+        return (200 if healthy else 500), text
+
+    # -- discovery --------------------------------------------------------------------------------
+    def _groups(self) -> tuple[str, ...]:
+        return (CUSTOM, EXTERNAL) if self.external_enabled else (CUSTOM,)
+
+    @staticmethod
+    def _versions(group: str) -> tuple[str, ...]:
+        return CUSTOM_VERSIONS if group == CUSTOM else ("v1beta1",)
+
+    def _group(self, group: str) -> Json:
+        versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in self._versions(group)]
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": group,
+            "versions": versions,
+            "preferredVersion": versions[0],
+        }
+
+    def _group_list(self) -> Json:
+        groups = []
+        for g in self._groups():
+            item = self._group(g)
+            item.pop("kind")
+            item.pop("apiVersion")
+            groups.append(item)
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+    def _resource_list(self, group: str, version: str) -> Json:
+        listing = self._listing()
+        entries: list[Json]
+        if group == CUSTOM:
+            entries = [
+                {
+                    "name": f"{resource.qualified}/{metric}",
+                    "singularName": "",
+                    "namespaced": resource.namespaced,
+                    "kind": "MetricValueList",
+                    "verbs": ["get"],
+                }
+                for resource, metric in listing.custom
+            ]
+        else:
+            entries = [
+                {
+                    "name": metric,
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "ExternalMetricValueList",
+                    "verbs": ["get"],
+                }
+                for metric in listing.external
+            ]
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}",
+            "resources": entries,
+        }
+
+    # -- values -----------------------------------------------------------------------------------
+    def _metric(self, info: RequestInfo, query: Mapping[str, str]) -> Json:
+        selector = parse_selector(query.get("labelSelector"))
+        if info.group == EXTERNAL:
+            ext = self._values.external(metric=info.resource, namespace=info.namespace, selector=selector)
+            return self._external_list(info.resource, ext)
+        metric_selector = parse_selector(query.get("metricLabelSelector"))
+        if info.resource == "metrics":  # namespaces/{ns}/metrics/{metric}: the namespace object
+            resource, namespace, name, metric = resources.NAMESPACES, "", info.namespace, info.name
+        else:
+            found = resources.lookup(info.resource)
+            if found is None:
+                raise NotFound(f"the server could not find the metric {info.subresource} for {info.resource}")
+            resource, namespace, name, metric = found, info.namespace, info.name, info.subresource
+            if resource.namespaced and not namespace:
+                raise BadRequest(
+                    f"{resource.qualified} are namespaced: use namespaces/<ns>/{resource.qualified}/…"
+                )
+            if not resource.namespaced and namespace:
+                raise BadRequest(f"{resource.qualified} are cluster-scoped: drop the namespaces/<ns>/ prefix")
+        result = self._values.for_objects(
+            metric=metric,
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            selector=selector,
+            metric_selector=metric_selector,
+        )
+        return self._custom_list(info.version, metric, result.values, metric_selector)
+
+    @staticmethod
+    def _described(v: ObjectValue) -> Json:
+        obj: Json = {"kind": v.resource.kind}
+        if v.namespace:
+            obj["namespace"] = v.namespace
+        obj["name"] = v.name
+        obj["apiVersion"] = v.resource.api_version
+        return obj
+
+    def _custom_list(self, version: str, metric: str, values: list[ObjectValue], msel: Selector) -> Json:
+        selector = label_selector_object(msel)
+        items: list[Json]
+        if version == "v1beta2":
+            items = [
+                {
+                    "describedObject": self._described(v),
+                    "metric": {"name": metric, "selector": selector},
+                    "timestamp": rfc3339(v.timestamp),
+                    "windowSeconds": v.window_seconds,
+                    "value": format_quantity(v.value),
+                }
+                for v in values
+            ]
+        else:
+            items = [
+                {
+                    "describedObject": self._described(v),
+                    "metricName": metric,
+                    "timestamp": rfc3339(v.timestamp),
+                    "window": v.window_seconds,
+                    "value": format_quantity(v.value),
+                    "selector": selector,
+                }
+                for v in values
+            ]
+        return {
+            "kind": "MetricValueList",
+            "apiVersion": f"{CUSTOM}/{version}",
+            "metadata": {},
+            "items": items,
+        }
+
+    @staticmethod
+    def _external_list(metric: str, values: list[ExternalValue]) -> Json:
+        items = [
+            {
+                "metricName": metric,
+                "metricLabels": dict(v.labels),
+                "timestamp": rfc3339(v.timestamp),
+                "window": v.window_seconds,
+                "value": format_quantity(v.value),
+            }
+            for v in values
+        ]
+        return {
+            "kind": "ExternalMetricValueList",
+            "apiVersion": f"{EXTERNAL}/v1beta1",
+            "metadata": {},
+            "items": items,
+        }

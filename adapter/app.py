@@ -1,0 +1,188 @@
+"""Wiring for ``serve``: settings → Prometheus client, config holder, pod source, discovery,
+authentication, authorisation and the HTTPS server. :class:`Adapter` starts and stops them all."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from adapter.api import MetricsApi
+from adapter.auth import Authenticator, Authorizer, RequestHeaderSettings, load_pem_certs
+from adapter.discovery import Discovery
+from adapter.errors import ConfigError
+from adapter.kube import KubeClient
+from adapter.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
+from adapter.prometheus import PrometheusClient
+from adapter.reload import ConfigHolder
+from adapter.selfmetrics import SelfMetrics
+from adapter.server import AdapterHTTPServer, App, serve_in_thread
+from adapter.settings import ServeSettings
+from adapter.tlsutil import self_signed_pair, server_context
+from adapter.values import MetricValues
+
+log = logging.getLogger(__name__)
+
+
+def _read(path: Path, flag: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _token(path: Path | None) -> str:
+    return _read(path, "--prometheus-bearer-token-file").decode().strip() if path else ""
+
+
+class Adapter:
+    def __init__(self, settings: ServeSettings) -> None:
+        self.settings = settings
+        self.metrics = SelfMetrics()
+        self.config = ConfigHolder(
+            settings.config_path,
+            on_result=lambda ok: self.metrics.config_reloads.labels("success" if ok else "failure").inc(),
+            on_change=self._config_changed,
+        )
+        self.metrics.config_loaded.set(self.config.loaded_at)
+        p = settings.prometheus
+        self.prometheus = PrometheusClient(
+            p.url,
+            timeout=p.timeout,
+            bearer_token=_token(p.bearer_token_file),
+            ca_file=str(p.ca_file or ""),
+            registry_metrics=self.metrics.prometheus,
+        )
+        auth = settings.auth
+        needs_kube = (
+            settings.pod_source == "kubernetes"
+            or auth.authorization_mode == "subjectaccessreview"
+            or bool(settings.kubeconfig)
+        )
+        self.kube = KubeClient(kubeconfig=settings.kubeconfig) if needs_kube else None
+        self.pods: PodSource | None = None
+        if settings.pod_source == "kubernetes":
+            assert self.kube is not None
+            self.pods = KubernetesPodSource(self.kube, age_gauge=self.metrics.pod_cache_age)
+        elif settings.pod_source == "prometheus":
+            prom_pods = PrometheusPodSource(self.prometheus, ttl=settings.pod_cache_seconds)
+            self.metrics.pod_cache_age.set_function(prom_pods.oldest_age)
+            self.pods = prom_pods
+        self.discovery = Discovery(
+            prometheus=self.prometheus,
+            config=self.config,
+            interval=settings.discovery_interval,
+            age_gauge=self.metrics.discovery_age,
+        )
+        self.values = MetricValues(
+            config=self.config,
+            prometheus=self.prometheus,
+            pods=self.pods,
+            max_value_age=settings.max_value_age,
+        )
+        self.api = MetricsApi(
+            values=self.values,
+            listing=lambda: self.discovery.listing,
+            external_enabled=settings.external_metrics,
+            ready=self._ready_checks,
+        )
+        self.authenticator, ca_pems = self._authenticator()
+        if auth.authorization_mode == "none":
+            log.warning(
+                "--authorization-mode none: every authenticated caller may read every metric; for local use only"
+            )
+        self.authorizer = Authorizer(mode=auth.authorization_mode, kube=self.kube, ttl=auth.cache_ttl)
+        cert, key = self._tls_files()
+        self.server = AdapterHTTPServer(
+            (settings.bind_address, settings.secure_port),
+            app=App(
+                api=self.api,
+                authenticator=self.authenticator,
+                authorizer=self.authorizer,
+                metrics=self.metrics,
+                always_allow_paths=frozenset(auth.always_allow_paths),
+            ),
+            ssl_context=server_context(cert_file=cert, key_file=key, client_ca_pems=ca_pems),
+        )
+
+    def _tls_files(self) -> tuple[Path, Path]:
+        tls = self.settings.tls
+        if tls.cert_file and tls.key_file:
+            return tls.cert_file, tls.key_file
+        if tls.self_signed_dir:
+            log.warning("serving a self-signed certificate from %s: for local use only", tls.self_signed_dir)
+            return self_signed_pair(tls.self_signed_dir)
+        raise ConfigError(
+            "TLS is required: pass --tls-cert-file and --tls-private-key-file "
+            "(or --self-signed-cert-dir DIR for local use)"
+        )
+
+    def _authenticator(self) -> tuple[Authenticator, list[bytes]]:
+        auth = self.settings.auth
+        rh_pem = (
+            _read(auth.requestheader_client_ca_file, "--requestheader-client-ca-file")
+            if auth.requestheader_client_ca_file
+            else b""
+        )
+        client_pem = _read(auth.client_ca_file, "--client-ca-file") if auth.client_ca_file else b""
+        allowed = auth.requestheader_allowed_names
+        if (not rh_pem or not client_pem) and self.kube is not None and not auth.authentication_skip_lookup:
+            published = self.kube.authentication_configmap()
+            if not rh_pem and published.requestheader_client_ca:
+                rh_pem = published.requestheader_client_ca.encode()
+                allowed = allowed or published.requestheader_allowed_names
+            if not client_pem and published.client_ca:
+                client_pem = published.client_ca.encode()
+        requestheader = None
+        if rh_pem:
+            requestheader = RequestHeaderSettings(
+                ca_certs=load_pem_certs(rh_pem, source="request-header CA"),
+                allowed_names=frozenset(allowed),
+                username_headers=auth.requestheader_username_headers,
+                group_headers=auth.requestheader_group_headers,
+                extra_prefixes=auth.requestheader_extra_headers_prefix,
+            )
+        client_cas = load_pem_certs(client_pem, source="client CA") if client_pem else ()
+        anonymous = requestheader is None and not client_cas and self.kube is None
+        if anonymous:
+            log.warning(
+                "no client CA, request-header CA or Kubernetes API: every caller is anonymous (local use only)"
+            )
+        authenticator = Authenticator(
+            requestheader=requestheader,
+            client_cas=client_cas,
+            kube=self.kube,
+            token_ttl=auth.cache_ttl,
+            allow_anonymous=anonymous,
+        )
+        return authenticator, [pem for pem in (rh_pem, client_pem) if pem]
+
+    def _config_changed(self) -> None:
+        self.metrics.config_loaded.set(self.config.loaded_at)
+        self.discovery.poke()
+
+    def _ready_checks(self) -> list[tuple[str, bool]]:
+        return [
+            ("config", True),
+            ("pod-source", self.pods is None or self.pods.synced()),
+        ]
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self) -> None:
+        self.discovery.start()
+        self.config.watch(self.settings.config_check_interval)
+        serve_in_thread(self.server)
+        log.info("serving on https://%s:%d", self.settings.bind_address, self.port)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.discovery.stop()
+        self.config.stop()
+        if self.pods is not None:
+            self.pods.close()
+        if self.kube is not None:
+            self.kube.close()
+        self.prometheus.close()

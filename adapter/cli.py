@@ -1,0 +1,277 @@
+"""``gpupilot-adapter``: ``serve`` (the custom/external metrics API server) and ``explain-hpa``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from adapter import explain
+from adapter.app import Adapter
+from adapter.config import load_config
+from adapter.errors import AdapterError, ConfigError
+from adapter.kube import KubeClient
+from adapter.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
+from adapter.prometheus import PrometheusClient
+from adapter.settings import AuthSettings, PrometheusSettings, ServeSettings, TlsSettings
+from adapter.values import MetricValues
+
+log = logging.getLogger("adapter")
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _add_prometheus(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--prometheus-url", required=True, help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL"
+    )
+    p.add_argument(
+        "--prometheus-timeout", type=float, default=5.0, help="seconds per Prometheus request (default 5)"
+    )
+    p.add_argument("--prometheus-bearer-token-file", type=Path, help="send this file's token to Prometheus")
+    p.add_argument("--prometheus-ca-file", type=Path, help="CA bundle for an https Prometheus URL")
+    p.add_argument(
+        "--config", type=Path, help="metric mapping file (YAML); default: the packaged default-config.yaml"
+    )
+    p.add_argument(
+        "--pod-source",
+        choices=("kubernetes", "prometheus", "none"),
+        default=None,
+        help="how label selectors become pods: a pods watch on the Kubernetes API (serve default), "
+        "kube-state-metrics' kube_pod_labels in Prometheus (explain-hpa default), or none",
+    )
+    p.add_argument("--kubeconfig", default="", help="kubeconfig file; default: in-cluster service account")
+    p.add_argument(
+        "--max-value-age",
+        type=float,
+        default=120.0,
+        help="seconds; values whose newest sample is older are not served (0 = no limit; default 120)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpupilot-adapter",
+        description="Serve Prometheus metrics to the HPA as custom.metrics.k8s.io / external.metrics.k8s.io.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("serve", help="run the HTTPS API server", description="Run the metrics API server.")
+    _add_prometheus(s)
+    s.add_argument(
+        "--bind-address",
+        default="0.0.0.0",  # noqa: S104 - pods listen on all interfaces
+        help="address to listen on (default 0.0.0.0)",
+    )
+    s.add_argument("--secure-port", type=int, default=6443, help="HTTPS port (default 6443)")
+    s.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM)")
+    s.add_argument("--tls-private-key-file", type=Path, help="serving key (PEM)")
+    s.add_argument(
+        "--self-signed-cert-dir",
+        type=Path,
+        help="local use only: create/reuse a self-signed pair in this folder",
+    )
+    s.add_argument("--client-ca-file", type=Path, help="CA for client certificates (user = CN, groups = O)")
+    s.add_argument(
+        "--requestheader-client-ca-file",
+        type=Path,
+        help="CA of the aggregation layer's proxy client certificate; only certificates it issued may set "
+        "X-Remote-User/Group/Extra-* (default: read from kube-system/extension-apiserver-authentication)",
+    )
+    s.add_argument(
+        "--requestheader-allowed-names",
+        type=_csv,
+        default=(),
+        help="comma-separated CNs allowed to pass user headers (empty = any CN from that CA)",
+    )
+    s.add_argument(
+        "--requestheader-username-headers",
+        type=_csv,
+        default=("X-Remote-User",),
+        help="default X-Remote-User",
+    )
+    s.add_argument(
+        "--requestheader-group-headers", type=_csv, default=("X-Remote-Group",), help="default X-Remote-Group"
+    )
+    s.add_argument(
+        "--requestheader-extra-headers-prefix",
+        type=_csv,
+        default=("X-Remote-Extra-",),
+        help="default X-Remote-Extra-",
+    )
+    s.add_argument(
+        "--authentication-skip-lookup",
+        action="store_true",
+        help="do not read kube-system/extension-apiserver-authentication for missing CA settings",
+    )
+    s.add_argument(
+        "--authorization-mode",
+        choices=("subjectaccessreview", "none"),
+        default="subjectaccessreview",
+        help="subjectaccessreview (default) asks the Kubernetes API; none allows every caller (local use only)",
+    )
+    s.add_argument(
+        "--auth-cache-ttl", type=float, default=10.0, help="seconds TokenReview/SAR answers are cached"
+    )
+    s.add_argument(
+        "--authorization-always-allow-paths",
+        type=_csv,
+        default=("/healthz", "/readyz", "/livez"),
+        help="paths served without authentication (default /healthz,/readyz,/livez)",
+    )
+    s.add_argument(
+        "--pod-cache-seconds",
+        type=float,
+        default=15.0,
+        help="prometheus pod source: reuse a namespace's pods this long",
+    )
+    s.add_argument(
+        "--discovery-interval", type=float, default=30.0, help="seconds between metric-list refreshes"
+    )
+    s.add_argument(
+        "--disable-external-metrics",
+        action="store_true",
+        help="do not serve external.metrics.k8s.io (when KEDA or another adapter owns it)",
+    )
+    s.add_argument(
+        "--config-check-interval",
+        type=float,
+        default=5.0,
+        help="seconds between config file checks (SIGHUP: now)",
+    )
+
+    e = sub.add_parser(
+        "explain-hpa",
+        help="show what an HPA would do now, metric by metric",
+        description="Fetch the values an autoscaling/v2 HPA would see and apply the HPA's algorithm.",
+    )
+    e.add_argument(
+        "-f",
+        "--filename",
+        type=Path,
+        required=True,
+        help="YAML file holding the HPA (and optionally its target)",
+    )
+    _add_prometheus(e)
+    e.add_argument(
+        "--current-replicas", type=int, help="current replica count (default: pods matching the selector)"
+    )
+    e.add_argument("--selector", help="scale target's label selector (default: from the target in the file)")
+    return parser
+
+
+def serve_settings(args: argparse.Namespace) -> ServeSettings:
+    if args.secure_port <= 0 or args.secure_port > 65535:
+        raise ConfigError(f"--secure-port {args.secure_port}: must be 1-65535")
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        raise ConfigError("--tls-cert-file and --tls-private-key-file go together")
+    return ServeSettings(
+        prometheus=PrometheusSettings(
+            url=args.prometheus_url,
+            timeout=args.prometheus_timeout,
+            bearer_token_file=args.prometheus_bearer_token_file,
+            ca_file=args.prometheus_ca_file,
+        ),
+        tls=TlsSettings(args.tls_cert_file, args.tls_private_key_file, args.self_signed_cert_dir),
+        auth=AuthSettings(
+            client_ca_file=args.client_ca_file,
+            requestheader_client_ca_file=args.requestheader_client_ca_file,
+            requestheader_allowed_names=tuple(args.requestheader_allowed_names),
+            requestheader_username_headers=tuple(args.requestheader_username_headers),
+            requestheader_group_headers=tuple(args.requestheader_group_headers),
+            requestheader_extra_headers_prefix=tuple(args.requestheader_extra_headers_prefix),
+            authentication_skip_lookup=args.authentication_skip_lookup,
+            authorization_mode=args.authorization_mode,
+            cache_ttl=args.auth_cache_ttl,
+            always_allow_paths=tuple(args.authorization_always_allow_paths),
+        ),
+        config_path=args.config,
+        bind_address=args.bind_address,
+        secure_port=args.secure_port,
+        kubeconfig=args.kubeconfig,
+        pod_source=args.pod_source or "kubernetes",
+        pod_cache_seconds=args.pod_cache_seconds,
+        discovery_interval=args.discovery_interval,
+        max_value_age=args.max_value_age,
+        external_metrics=not args.disable_external_metrics,
+        config_check_interval=args.config_check_interval,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    adapter = Adapter(serve_settings(args))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: adapter.config.request_reload())
+    adapter.start()
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        log.info("shutting down")
+        adapter.stop()
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    spec = explain.load_hpa(args.filename)
+    config = load_config(args.config)
+    token = args.prometheus_bearer_token_file.read_text().strip() if args.prometheus_bearer_token_file else ""
+    prometheus = PrometheusClient(
+        args.prometheus_url,
+        timeout=args.prometheus_timeout,
+        bearer_token=token,
+        ca_file=str(args.prometheus_ca_file or ""),
+    )
+    pods_source: PodSource | None
+    mode = args.pod_source or "prometheus"
+    if mode == "kubernetes":
+        k8s = KubernetesPodSource(KubeClient(kubeconfig=args.kubeconfig))
+        if not k8s.wait_synced(30):
+            raise ConfigError("the pod list from the Kubernetes API did not arrive within 30 s")
+        pods_source = k8s
+    elif mode == "prometheus":
+        pods_source = PrometheusPodSource(prometheus, ttl=60)
+    else:
+        pods_source = None
+    values = MetricValues(
+        config=lambda: config, prometheus=prometheus, pods=pods_source, max_value_age=args.max_value_age
+    )
+    selector, origin = explain.target_selector(spec, args.selector)
+    pods = pods_source.select(spec.namespace, selector) if pods_source is not None else []
+    result = explain.explain(
+        spec, values=values, selector=selector, current_replicas=args.current_replicas, pods=pods
+    )
+    print(explain.render(result))
+    print(
+        f"  (selector from {origin}; values from {args.prometheus_url}, newer than {args.max_value_age:g}s)"
+    )
+    if pods_source is not None:
+        pods_source.close()
+    prometheus.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return _serve(args) if args.command == "serve" else _explain(args)
+    except AdapterError as exc:
+        print(f"gpupilot-adapter {args.command}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, ConfigError) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

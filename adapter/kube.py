@@ -1,0 +1,209 @@
+"""The adapter's only door to the Kubernetes API (official ``kubernetes`` client).
+
+Three things: TokenReview (bearer tokens), SubjectAccessReview (authorisation), and a pods
+list+watch that keeps an in-memory index fresh (so a request never lists pods). Also reads the
+``kube-system/extension-apiserver-authentication`` ConfigMap, where the cluster publishes its
+request-header CA and allowed names. Failures become ``KubernetesUnavailable`` (temporary).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from adapter.errors import KubernetesUnavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReviewedUser:
+    name: str
+    uid: str
+    groups: tuple[str, ...]
+    extra: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    phase: str
+    ready: bool
+    deleting: bool
+
+
+@dataclass(frozen=True)
+class AuthenticationConfigMap:
+    """What ``kube-system/extension-apiserver-authentication`` publishes (PEM text, names)."""
+
+    requestheader_client_ca: str
+    requestheader_allowed_names: tuple[str, ...]
+    client_ca: str
+
+
+class KubeClient:
+    def __init__(self, *, kubeconfig: str = "", context: str = "") -> None:
+        try:
+            if kubeconfig:
+                api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                    config_file=kubeconfig, context=context or None
+                )
+            else:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+                api_client = client.ApiClient()
+        except (config.ConfigException, OSError) as exc:
+            hint = kubeconfig or "in-cluster service account"
+            raise KubernetesUnavailable(
+                f"Kubernetes client configuration ({hint}) failed: {exc}; pass --kubeconfig"
+            ) from exc
+        self._api_client = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._authn = client.AuthenticationV1Api(api_client)
+        self._authz = client.AuthorizationV1Api(api_client)
+
+    def token_review(self, token: str, *, audiences: tuple[str, ...] = ()) -> ReviewedUser | None:
+        body = client.V1TokenReview(
+            spec=client.V1TokenReviewSpec(token=token, audiences=list(audiences) or None)
+        )
+        try:
+            result = self._authn.create_token_review(body)
+        except (ApiException, HTTPError, OSError) as exc:
+            raise KubernetesUnavailable(f"TokenReview failed: {_why(exc)}") from exc
+        status = result.status
+        if status is None or not status.authenticated or status.user is None:
+            return None
+        user = status.user
+        extra = {k: tuple(v) for k, v in (user.extra or {}).items()}
+        return ReviewedUser(user.username or "", user.uid or "", tuple(user.groups or ()), extra)
+
+    def subject_access_review(
+        self,
+        *,
+        user: str,
+        groups: tuple[str, ...],
+        extra: Mapping[str, tuple[str, ...]],
+        uid: str,
+        resource: Mapping[str, str] | None,
+        non_resource: Mapping[str, str] | None,
+    ) -> tuple[bool, str]:
+        spec = client.V1SubjectAccessReviewSpec(
+            user=user,
+            groups=list(groups),
+            uid=uid or None,
+            extra={k: list(v) for k, v in extra.items()} or None,
+            resource_attributes=_resource_attributes(resource),
+            non_resource_attributes=client.V1NonResourceAttributes(**non_resource) if non_resource else None,
+        )
+        try:
+            result = self._authz.create_subject_access_review(client.V1SubjectAccessReview(spec=spec))
+        except (ApiException, HTTPError, OSError) as exc:
+            raise KubernetesUnavailable(f"SubjectAccessReview failed: {_why(exc)}") from exc
+        status = result.status
+        return bool(status and status.allowed), (status.reason or "") if status else ""
+
+    def authentication_configmap(self) -> AuthenticationConfigMap:
+        try:
+            cm = self._core.read_namespaced_config_map("extension-apiserver-authentication", "kube-system")
+        except (ApiException, HTTPError, OSError) as exc:
+            raise KubernetesUnavailable(
+                f"reading ConfigMap kube-system/extension-apiserver-authentication failed: {_why(exc)} "
+                "(bind Role extension-apiserver-authentication-reader to the adapter's ServiceAccount)"
+            ) from exc
+        data = cm.data or {}
+        names = json.loads(data.get("requestheader-allowed-names") or "[]")
+        return AuthenticationConfigMap(
+            requestheader_client_ca=data.get("requestheader-client-ca-file", ""),
+            requestheader_allowed_names=tuple(str(n) for n in names),
+            client_ca=data.get("client-ca-file", ""),
+        )
+
+    def watch_pods(
+        self,
+        *,
+        on_reset: Callable[[list[PodRecord]], None],
+        on_event: Callable[[str, PodRecord], None],
+        stop: threading.Event,
+        timeout_seconds: int = 300,
+    ) -> None:
+        """List all pods, then follow the watch, relisting after errors or 410 Gone, until ``stop``."""
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                listing: Any = self._core.list_pod_for_all_namespaces(_preload_content=False)
+                body = json.loads(listing.data)
+                on_reset([_pod(o) for o in body.get("items") or []])
+                version = (body.get("metadata") or {}).get("resourceVersion", "")
+                backoff = 0.5
+                while not stop.is_set():
+                    stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                        self._core.list_pod_for_all_namespaces,
+                        resource_version=version,
+                        timeout_seconds=timeout_seconds,
+                        allow_watch_bookmarks=True,
+                    )
+                    for event in stream:
+                        if stop.is_set():
+                            return
+                        kind, raw = event["type"], event["raw_object"]
+                        version = (raw.get("metadata") or {}).get("resourceVersion", version)
+                        if kind in ("ADDED", "MODIFIED", "DELETED"):
+                            on_event(kind, _pod(raw))
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("pod watch expired (410 Gone); relisting")
+                    continue
+                log.warning("pod watch failed: %s; retrying in %.1fs", _why(exc), backoff)
+            except (HTTPError, OSError, ValueError) as exc:
+                log.warning("pod watch failed: %s; retrying in %.1fs", _why(exc), backoff)
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+    def close(self) -> None:
+        self._api_client.close()
+
+
+def _resource_attributes(attrs: Mapping[str, str] | None) -> client.V1ResourceAttributes | None:
+    if not attrs:
+        return None
+    return client.V1ResourceAttributes(
+        verb=attrs.get("verb"),
+        group=attrs.get("group"),
+        version=attrs.get("version"),
+        resource=attrs.get("resource"),
+        subresource=attrs.get("subresource"),
+        name=attrs.get("name"),
+        namespace=attrs.get("namespace"),
+    )
+
+
+def _pod(raw: Mapping[str, Any]) -> PodRecord:
+    meta = raw.get("metadata") or {}
+    status = raw.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return PodRecord(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        labels=dict(meta.get("labels") or {}),
+        phase=status.get("phase", ""),
+        ready=ready,
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}".strip()
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]

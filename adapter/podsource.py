@@ -1,0 +1,215 @@
+"""Label selector → pods, from one of two sources:
+
+* ``KubernetesPodSource`` — an in-memory index kept fresh by a pods list+watch (``adapter.kube``);
+  a request reads the index, never the API server.
+* ``PrometheusPodSource`` — kube-state-metrics' ``kube_pod_labels`` and ``kube_pod_status_phase``
+  in Prometheus (``--pod-source prometheus``), for clusters where the adapter should not watch pods,
+  and for the demo and tests on one machine. A namespace's pods are fetched with one query each for
+  labels and phase and cached for ``ttl`` seconds; the selector is matched in process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from prometheus_client import Gauge
+
+from adapter.errors import UpstreamUnavailable
+from adapter.kube import KubeClient, PodRecord
+from adapter.prometheus import PrometheusClient
+from adapter.selectors import Selector, prometheus_label_name, promql_escape
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    labels: Mapping[str, str]
+    ready: bool
+    """Running and Ready (Kubernetes source) or Running (Prometheus source)."""
+    phase: str
+
+
+class PodSource(Protocol):
+    def select(self, namespace: str, selector: Selector) -> list[Pod]:
+        """Pods of ``namespace`` whose labels match ``selector`` (terminating pods left out)."""
+        ...
+
+    def synced(self) -> bool:
+        """True once the source can answer (first list done)."""
+        ...
+
+    def namespace_size(self, namespace: str) -> int:
+        """How many pods the namespace holds (to decide whether naming pods in the query pays)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class KubernetesPodSource:
+    def __init__(self, kube: KubeClient, *, age_gauge: Gauge | None = None) -> None:
+        self._kube = kube
+        self._lock = threading.Lock()
+        self._by_ns: dict[str, dict[str, PodRecord]] = {}
+        self._synced = threading.Event()
+        self._stop = threading.Event()
+        self._last_event = 0.0
+        if age_gauge is not None:
+            age_gauge.set_function(lambda: time.monotonic() - self._last_event if self._last_event else -1)
+        self._thread = threading.Thread(target=self._run, name="pod-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._kube.watch_pods(on_reset=self._reset, on_event=self._event, stop=self._stop)
+
+    def _reset(self, pods: list[PodRecord]) -> None:
+        index: dict[str, dict[str, PodRecord]] = {}
+        for pod in pods:
+            index.setdefault(pod.namespace, {})[pod.name] = pod
+        with self._lock:
+            self._by_ns = index
+            self._last_event = time.monotonic()
+        self._synced.set()
+
+    def _event(self, kind: str, pod: PodRecord) -> None:
+        with self._lock:
+            bucket = self._by_ns.setdefault(pod.namespace, {})
+            if kind == "DELETED":
+                bucket.pop(pod.name, None)
+            else:
+                bucket[pod.name] = pod
+            self._last_event = time.monotonic()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def namespace_size(self, namespace: str) -> int:
+        with self._lock:
+            return len(self._by_ns.get(namespace, {}))
+
+    def select(self, namespace: str, selector: Selector) -> list[Pod]:
+        if not self._synced.is_set():
+            raise UpstreamUnavailable("the pod watch has not completed its first list yet; retry shortly")
+        with self._lock:
+            records = list(self._by_ns.get(namespace, {}).values())
+        return [
+            Pod(r.name, r.labels, r.ready and r.phase == "Running", r.phase)
+            for r in records
+            if not r.deleting and r.phase not in ("Succeeded", "Failed") and selector.matches(r.labels)
+        ]
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+@dataclass(frozen=True)
+class _NamespacePods:
+    fetched: float
+    pods: tuple[Pod, ...]
+
+
+class PrometheusPodSource:
+    def __init__(self, prometheus: PrometheusClient, *, ttl: float = 15.0) -> None:
+        self._prometheus = prometheus
+        self._ttl = ttl
+        self._cache: dict[str, _NamespacePods] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._refreshing: set[str] = set()
+
+    def synced(self) -> bool:
+        return True
+
+    def _namespace_lock(self, namespace: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(namespace, threading.Lock())
+
+    def _fetch(self, namespace: str) -> _NamespacePods:
+        ns = promql_escape(namespace)
+        label_rows = self._prometheus.query(f'kube_pod_labels{{namespace="{ns}"}}', purpose="pods")
+        phases = self._prometheus.query(f'kube_pod_status_phase{{namespace="{ns}"}} == 1', purpose="pods")
+        phase_of = {s.labels.get("pod", ""): s.labels.get("phase", "") for s in phases}
+        pods: dict[str, Pod] = {}
+        for row in label_rows:
+            name = row.labels.get("pod", "")
+            if not name or name in pods:
+                continue
+            pod_labels = {k[len("label_") :]: v for k, v in row.labels.items() if k.startswith("label_")}
+            phase = phase_of.get(name, "Unknown")
+            pods[name] = Pod(name, pod_labels, phase == "Running", phase)
+        return _NamespacePods(time.monotonic(), tuple(pods.values()))
+
+    def _refresh(self, namespace: str) -> _NamespacePods:
+        with self._namespace_lock(namespace):
+            cached = self._cache.get(namespace)
+            if cached is not None and time.monotonic() - cached.fetched < self._ttl:
+                return cached
+            fresh = self._fetch(namespace)
+            self._cache[namespace] = fresh
+            return fresh
+
+    def _refresh_quietly(self, namespace: str) -> None:
+        try:
+            self._refresh(namespace)
+        except UpstreamUnavailable as exc:
+            log.warning("refreshing pods of namespace %s failed: %s", namespace, exc)
+        finally:
+            with self._guard:
+                self._refreshing.discard(namespace)
+
+    def _pods(self, namespace: str) -> tuple[Pod, ...]:
+        """Cached listing; past ``ttl`` it is refreshed in the background while the cached one is
+        served (up to ``3 × ttl``, then the request waits), so no request pays for the refresh."""
+        cached = self._cache.get(namespace)
+        age = time.monotonic() - cached.fetched if cached is not None else None
+        if cached is not None and age is not None and age < self._ttl:
+            return cached.pods
+        if cached is not None and age is not None and age < 3 * self._ttl:
+            with self._guard:
+                start = namespace not in self._refreshing
+                self._refreshing.add(namespace)
+            if start:
+                threading.Thread(target=self._refresh_quietly, args=(namespace,), daemon=True).start()
+            return cached.pods
+        return self._refresh(namespace).pods
+
+    def namespace_size(self, namespace: str) -> int:
+        return len(self._pods(namespace))
+
+    def select(self, namespace: str, selector: Selector) -> list[Pod]:
+        return [
+            p
+            for p in self._pods(namespace)
+            if p.phase not in ("Succeeded", "Failed") and _match_sanitised(selector, p.labels)
+        ]
+
+    def oldest_age(self) -> float:
+        if not self._cache:
+            return -1.0
+        now = time.monotonic()
+        return max(now - c.fetched for c in self._cache.values())
+
+    def close(self) -> None:
+        self._cache.clear()
+
+
+def _match_sanitised(selector: Selector, labels: Mapping[str, str]) -> bool:
+    """Match against kube-state-metrics label names, where ``app.kubernetes.io/name`` became
+    ``app_kubernetes_io_name``."""
+    if not selector.requirements:
+        return True
+    view = dict(labels)
+    for r in selector.requirements:
+        key = prometheus_label_name(r.key)
+        if key != r.key and key in labels:
+            view[r.key] = labels[key]
+    return selector.matches(view)

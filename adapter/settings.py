@@ -1,0 +1,62 @@
+"""Settings for ``gpupilot-adapter serve``, parsed once from the command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    url: str
+    timeout: float = 5.0
+    """Seconds per Prometheus request; the aggregation layer gives discovery 5 s, the HPA more."""
+    bearer_token_file: Path | None = None
+    ca_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    cert_file: Path | None
+    key_file: Path | None
+    self_signed_dir: Path | None = None
+    """Only for local use: generate (or reuse) a self-signed pair here."""
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    client_ca_file: Path | None = None
+    requestheader_client_ca_file: Path | None = None
+    requestheader_allowed_names: tuple[str, ...] = ()
+    """Empty = any CN signed by the request-header CA, as in kube-apiserver."""
+    requestheader_username_headers: tuple[str, ...] = ("X-Remote-User",)
+    requestheader_group_headers: tuple[str, ...] = ("X-Remote-Group",)
+    requestheader_extra_headers_prefix: tuple[str, ...] = ("X-Remote-Extra-",)
+    authentication_skip_lookup: bool = False
+    """Do not read kube-system/extension-apiserver-authentication for missing CA settings."""
+    authorization_mode: str = "subjectaccessreview"
+    cache_ttl: float = 10.0
+    """Seconds TokenReview and SubjectAccessReview answers are reused (kube's delegated default)."""
+    always_allow_paths: tuple[str, ...] = ("/healthz", "/readyz", "/livez")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    prometheus: PrometheusSettings
+    tls: TlsSettings
+    auth: AuthSettings
+    config_path: Path | None = None
+    """None = the packaged default-config.yaml."""
+    bind_address: str = "0.0.0.0"  # noqa: S104 - in a pod the Service must reach it
+    secure_port: int = 6443
+    kubeconfig: str = ""
+    """Empty = in-cluster service account (when the Kubernetes API is needed at all)."""
+    pod_source: str = "kubernetes"
+    pod_cache_seconds: float = 15.0
+    """Prometheus pod source only: how long a namespace's pod listing is reused (one HPA sync)."""
+    discovery_interval: float = 30.0
+    max_value_age: float = 120.0
+    """Seconds; older values are not served (0 = no limit)."""
+    external_metrics: bool = True
+    config_check_interval: float = 5.0
+    """Seconds between checks of the config file for changes (SIGHUP reloads at once)."""

@@ -1,0 +1,72 @@
+"""TLS material: the server's SSL context (client certificates requested, optional), and a
+self-signed pair for local use only (``--self-signed-cert-dir``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import ssl
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from adapter.errors import ConfigError
+
+
+def self_signed_pair(
+    directory: Path, *, hosts: tuple[str, ...] = ("localhost", "127.0.0.1")
+) -> tuple[Path, Path]:
+    """``directory/apiserver.crt`` and ``.key``, created (valid one year) if missing."""
+    cert_path, key_path = directory / "apiserver.crt", directory / "apiserver.key"
+    if cert_path.exists() and key_path.exists():
+        return cert_path, key_path
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpupilot-adapter (self-signed, local use)")])
+    sans: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            sans.append(x509.DNSName(host))
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    key_path.chmod(0o600)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert_path, key_path
+
+
+def server_context(*, cert_file: Path, key_file: Path, client_ca_pems: list[bytes]) -> ssl.SSLContext:
+    """TLS 1.2+; client certificates requested but optional, verified against ``client_ca_pems``."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(str(cert_file), str(key_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(
+            f"--tls-cert-file {cert_file} / --tls-private-key-file {key_file}: cannot load: {exc}"
+        ) from exc
+    if client_ca_pems:
+        ctx.load_verify_locations(cadata=b"\n".join(client_ca_pems).decode())
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx

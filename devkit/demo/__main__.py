@@ -1,0 +1,3 @@
+from devkit.demo.main import main
+
+raise SystemExit(main())

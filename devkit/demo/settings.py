@@ -1,0 +1,78 @@
+"""The demo's settings: read once from the environment, with the reason for each default."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SettingsError(ValueError):
+    """An environment variable the demo reads has a value it cannot use."""
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    root: Path
+    """Repository root: examples/, rules/ and .demo/ are found under it."""
+    scenario: Path
+    """Fleet scenario the exporters simulate and the history is backfilled from (DEMO_SCENARIO)."""
+    days: float
+    """Days of history to backfill (DEMO_DAYS, default 14: two weekly windows for the rightsizer)."""
+    step: str
+    """Backfill sample spacing (DEMO_STEP, default 60s: 14 days stay within the 3-minute set-up)."""
+    exit_when_done: bool
+    """DEMO_EXIT=1: show everything once and exit instead of waiting for Ctrl-C (used by tests)."""
+    services_only: bool
+    """DEMO_SKIP_SECTIONS=1: start everything and print the URLs, without sections 1–3."""
+    work: Path
+    """Working files: history, logs, TLS pair, kubeconfig, plan and report (.demo/, gitignored)."""
+    max_history_age_hours: float = 6.0
+    """Backfilled history older than this is rebuilt, so the last week is always covered."""
+
+    @property
+    def history_dir(self) -> Path:
+        return self.work / "history"
+
+    @property
+    def logs(self) -> Path:
+        return self.work / "logs"
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    text = env.get(name, "")
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{name}={text!r}: expected a number of days, e.g. {name}=1") from None
+    if value <= 0 or value > 90:
+        raise SettingsError(f"{name}={text!r}: must be more than 0 and at most 90")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").lower() not in {"", "0", "false", "no"}
+
+
+def from_env(env: Mapping[str, str] | None = None, *, root: Path | None = None) -> DemoSettings:
+    env = os.environ if env is None else env
+    base = (root or Path.cwd()).resolve()
+    scenario = Path(env.get("DEMO_SCENARIO", "examples/fleet-demo.yaml"))
+    if not scenario.is_absolute():
+        scenario = base / scenario
+    step = env.get("DEMO_STEP", "60s")
+    if not step[:-1].isdigit() or step[-1] not in "sm":
+        raise SettingsError(f"DEMO_STEP={step!r}: expected seconds or minutes, e.g. 60s or 5m")
+    work = Path(env.get("DEMO_DIR", str(base / ".demo")))
+    return DemoSettings(
+        root=base,
+        scenario=scenario,
+        days=_float(env, "DEMO_DAYS", 14.0),
+        step=step,
+        exit_when_done=_flag(env, "DEMO_EXIT"),
+        services_only=_flag(env, "DEMO_SKIP_SECTIONS"),
+        work=work,
+    )

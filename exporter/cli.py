@@ -1,0 +1,269 @@
+"""``gpupilot-exporter``: flags → :class:`~exporter.settings.Settings` → backend, collector, server.
+
+``gpupilot-exporter backfill …`` and ``gpupilot-exporter cluster …`` are the simulator's own
+commands (:mod:`exporter.sim.cli`), dispatched before any flag parsing. Bad flags or files end the
+process with one line on stderr and exit status 2; a failed ``--once`` collection with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from exporter import webconfig
+from exporter.backend import Backend
+from exporter.collector import AllocationsSource, Collector
+from exporter.errors import ConfigError
+from exporter.server import MetricsServer
+from exporter.settings import (
+    DEFAULT_POD_RESOURCES_SOCKET,
+    CollectorSettings,
+    ListenAddress,
+    Settings,
+)
+
+PROG = "gpupilot-exporter"
+SUBCOMMANDS = ("backfill", "cluster")
+log = logging.getLogger("exporter")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> _Parser:
+    p = _Parser(
+        prog=PROG,
+        description=(
+            "DCGM-compatible GPU and MIG metrics for Prometheus, from NVML/GPM or the simulator. "
+            f"Subcommands of the simulator: '{PROG} backfill --help', '{PROG} cluster --help'."
+        ),
+    )
+    p.add_argument(
+        "--backend",
+        choices=("nvml", "sim"),
+        default="nvml",
+        help="where device values come from: nvml (real GPUs) or sim (a scenario file) (default nvml)",
+    )
+    p.add_argument("--scenario", type=Path, help="fleet scenario YAML for --backend sim")
+    p.add_argument(
+        "--node",
+        help="which node of the scenario this exporter plays (--backend sim; default: the first node)",
+    )
+    p.add_argument(
+        "--listen",
+        default=":9400",
+        help="HOST:PORT to serve /metrics, /health and /ready on; ':PORT' = every interface; "
+        "port 0 picks a free one (default :9400)",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=10.0,
+        help="seconds between collections; scrapes are served from the last one (default 10)",
+    )
+    p.add_argument(
+        "--collect-timeout",
+        type=float,
+        help="seconds one backend read may take before it is abandoned and the last snapshot is "
+        "kept (default: the smaller of 5 and --interval)",
+    )
+    p.add_argument(
+        "--node-name",
+        help="value of the Hostname label (default: $NODE_NAME, else the scenario node with "
+        "--backend sim, else the host name)",
+    )
+    p.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="add pod, namespace and container labels from kubelet's pod-resources API",
+    )
+    p.add_argument(
+        "--pod-resources-socket",
+        type=Path,
+        help=f"kubelet pod-resources socket (default {DEFAULT_POD_RESOURCES_SOCKET}); giving it "
+        "implies --kubernetes, and with --backend sim replaces the scenario's own pods",
+    )
+    p.add_argument(
+        "--web-config",
+        type=Path,
+        help="TLS and basic-auth settings in the Prometheus exporter-toolkit format",
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="collect once, print the exposition (text format) on stdout and exit; "
+        "exit 1 with one line on stderr when the collection fails",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="log verbosity on stderr (default info)",
+    )
+    return p
+
+
+def parse_listen(text: str) -> ListenAddress:
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+        raise ConfigError(f"--listen {text!r}: expected HOST:PORT or :PORT, e.g. :9400 or 127.0.0.1:9400")
+    return ListenAddress(host=host.strip("[]"), port=int(port_text))
+
+
+def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None) -> Settings:
+    """Flags → Settings; raises ConfigError (one line) for values argparse cannot check."""
+    args = build_parser().parse_args(list(argv))
+    env = os.environ if environ is None else environ
+    if args.interval <= 0:
+        raise ConfigError(f"--interval {args.interval:g}: must be a positive number of seconds")
+    timeout = args.collect_timeout if args.collect_timeout is not None else min(5.0, args.interval)
+    if timeout <= 0 or timeout > args.interval:
+        raise ConfigError(
+            f"--collect-timeout {timeout:g}: must be positive and at most --interval ({args.interval:g})"
+        )
+    if args.backend == "sim" and args.scenario is None:
+        raise ConfigError("--backend sim needs --scenario FILE (e.g. examples/fleet-demo.yaml)")
+    if args.backend != "sim" and (args.scenario is not None or args.node is not None):
+        raise ConfigError("--scenario and --node only apply to --backend sim")
+    node_name = args.node_name or env.get("NODE_NAME", "")
+    if not node_name and args.backend != "sim":
+        node_name = socket.gethostname()
+    return Settings(
+        backend=args.backend,
+        scenario=args.scenario,
+        sim_node=args.node,
+        node_name=node_name,
+        kubernetes=args.kubernetes or args.pod_resources_socket is not None,
+        pod_resources_socket=args.pod_resources_socket or DEFAULT_POD_RESOURCES_SOCKET,
+        pod_resources_socket_given=args.pod_resources_socket is not None,
+        web_config=args.web_config,
+        once=args.once,
+        log_level=args.log_level,
+        listen=parse_listen(args.listen),
+        collector=CollectorSettings(interval=args.interval, collect_timeout=timeout),
+    )
+
+
+def build_backend(settings: Settings) -> Backend:
+    """The configured backend (imported lazily: nvml needs the driver library, sim needs numpy)."""
+    if settings.backend == "sim":
+        from exporter.sim import scenario as scenario_mod  # noqa: PLC0415
+        from exporter.sim.backend import SimBackend  # noqa: PLC0415
+
+        assert settings.scenario is not None
+        if not settings.scenario.is_file():
+            raise ConfigError(f"{settings.scenario}: scenario file not found; check --scenario")
+        scenario = scenario_mod.load(settings.scenario)
+        if not scenario.nodes:
+            raise ConfigError(f"{settings.scenario}: the scenario has no nodes; add one under nodes:")
+        node = settings.sim_node or scenario.nodes[0].name
+        return SimBackend(scenario, node=node)
+    from exporter.nvml import NvmlBackend  # noqa: PLC0415
+
+    return NvmlBackend()
+
+
+def build_allocations(settings: Settings, backend: Backend) -> AllocationsSource | None:
+    """Pod attribution: kubelet when asked for, else the simulator's own pods in sim mode."""
+    if settings.kubernetes and (settings.backend != "sim" or settings.pod_resources_socket_given):
+        from exporter.podresources.client import PodResourcesClient  # noqa: PLC0415
+
+        return PodResourcesClient(str(settings.pod_resources_socket)).allocations
+    sim_allocations: Callable[[], object] | None = getattr(backend, "allocations", None)
+    if settings.backend == "sim" and sim_allocations is not None:
+        return sim_allocations  # type: ignore[return-value]
+    return None
+
+
+def hostname_for(settings: Settings, backend: Backend) -> str:
+    if settings.node_name:
+        return settings.node_name
+    return str(getattr(backend, "hostname", "") or socket.gethostname())
+
+
+def run_once(collector: Collector) -> int:
+    if not collector.collect_once():
+        print(f"{PROG}: {collector.last_error or 'collection failed'}", file=sys.stderr)
+        return 1
+    body = collector.page.body(openmetrics=False, gzip=False, now=time.monotonic())
+    sys.stdout.buffer.write(body)
+    sys.stdout.flush()
+    return 0
+
+
+def serve(collector: Collector, server: MetricsServer) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    collector.start()
+    log.info(
+        "serving %s/metrics (backend %s, interval %gs)",
+        server.url,
+        collector.backend.name,
+        collector.settings.interval,
+    )
+    stop.wait()
+    server.stop()
+    collector.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        # the simulator's own commands (exporter/sim/cli.py), loaded only when asked for
+        sim_cli = importlib.import_module("exporter.sim.cli")
+        command = sim_cli.backfill_main if argv[0] == "backfill" else sim_cli.cluster_main
+        return int(command(argv[1:]))
+    try:
+        settings = parse_settings(argv)
+    except ConfigError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    level = settings.log_level.upper()
+    if settings.once and level != "DEBUG":
+        level = "ERROR"  # --once: the failure is the one line below, not retry chatter
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        web = webconfig.load(settings.web_config) if settings.web_config else None
+        backend = build_backend(settings)
+        collector = Collector(
+            backend,
+            hostname=hostname_for(settings, backend),
+            settings=settings.collector,
+            allocations=build_allocations(settings, backend),
+        )
+        if settings.once:
+            try:
+                return run_once(collector)
+            finally:
+                collector.stop()
+        server = MetricsServer(
+            collector, host=settings.listen.host, port=settings.listen.port, web_config=web
+        )
+        return serve(collector, server)
+    except ConfigError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,265 @@
+"""The background collection loop: backend → snapshot → families → one pre-rendered page.
+
+Every ``interval`` the collector reads the backend on a deadline worker (a hung call never blocks
+the loop, and the last good snapshot keeps being served with its growing age), refreshes pod
+attribution from an injected allocations source, builds the device families
+(:func:`exporter.exposition.device_families`) plus the exporter's own health families, renders them
+once (:func:`exporter.render.render_page`) and swaps the new :class:`~exporter.render.Page` in with
+one assignment. Scrapes only ever read ``collector.page``.
+
+Failures and what they do:
+
+* ``open()`` raises :class:`BackendUnavailable` (NVML init) → retried with exponential backoff;
+  ``gpupilot_exporter_backend_up 0``; error kind ``init``.
+* ``read()`` hangs past ``collect_timeout`` → kind ``timeout``; last snapshot stays.
+* ``read()`` raises → kind ``read`` (a :class:`BackendUnavailable` there also re-opens the backend).
+* per-field errors in the snapshot → counted by the snapshot's own kinds (``field:…``, ``gpm``…).
+* the allocations source raises → kind ``podresources``, series without pod labels, a log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from exporter.backend import Backend
+from exporter.deadline import CallTimeout, DeadlineWorker
+from exporter.errors import BackendError, BackendUnavailable
+from exporter.exposition import Family, device_families
+from exporter.render import Page, render_page
+from exporter.settings import CollectorSettings
+from exporter.snapshot import Allocations, NodeSnapshot
+
+log = logging.getLogger(__name__)
+
+AllocationsSource = Callable[[], Allocations]
+"""Returns device id → containers; may raise (socket missing, kubelet erroring)."""
+
+CACHED_NOTE = " Cached: refreshed every collection interval, see gpupilot_exporter_snapshot_age_seconds."
+
+BASE_ERROR_KINDS = ("init", "read", "timeout")
+
+
+class Collector:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        hostname: str,
+        settings: CollectorSettings,
+        allocations: AllocationsSource | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.backend = backend
+        self.hostname = hostname
+        self.settings = settings
+        self._allocations_source = allocations
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._worker = DeadlineWorker(f"{backend.name}-backend")
+        kinds = (*BASE_ERROR_KINDS, "podresources") if allocations else BASE_ERROR_KINDS
+        self._errors: dict[str, int] = dict.fromkeys(kinds, 0)
+        self._opened = False
+        self._backoff = settings.backoff_initial
+        self._next_open_at = 0.0
+        self._backend_up = False
+        self._last_duration: float | None = None
+        self._last_success_wall: float | None = None
+        self._snapshot: NodeSnapshot | None = None
+        self._snapshot_at: float | None = None
+        self._device_families: list[Family] = []
+        self._allocations_error: str | None = None
+        self.last_error = ""
+        """One line on why the last attempt failed (empty after a success)."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._page = self._render()
+
+    # -- what scrapes read ---------------------------------------------------------------------
+    @property
+    def page(self) -> Page:
+        return self._page
+
+    @property
+    def snapshot(self) -> NodeSnapshot | None:
+        return self._snapshot
+
+    @property
+    def errors(self) -> dict[str, int]:
+        return dict(self._errors)
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, one line why): a good snapshot exists, younger than ``ready_intervals`` intervals."""
+        at = self._page.snapshot_at
+        limit = self.settings.ready_intervals * self.settings.interval
+        if at is None:
+            why = f": {self.last_error}" if self.last_error else ""
+            return False, f"not ready: no successful collection yet{why}"
+        age = self._clock() - at
+        if age > limit:
+            return (
+                False,
+                f"not ready: last good snapshot is {age:.1f}s old (limit {limit:g}s): {self.last_error}",
+            )
+        return True, f"ready: snapshot {age:.1f}s old"
+
+    # -- one collection ------------------------------------------------------------------------
+    def collect_once(self) -> bool:
+        """One attempt. True when a new snapshot is being served; False otherwise (see ``last_error``)."""
+        start = self._clock()
+        if not self._opened and not self._open(start):
+            return False
+        try:
+            snap = self._worker.call(self.backend.read, timeout=self.settings.collect_timeout)
+        except CallTimeout as exc:
+            self._fail("timeout", f"backend read timed out: {exc}", start)
+            return False
+        except BackendUnavailable as exc:
+            self._close_backend()
+            self._schedule_reopen(start)
+            self._fail("read", f"backend became unavailable: {exc}", start)
+            return False
+        except BackendError as exc:
+            self._fail("read", f"backend read failed: {exc}", start)
+            return False
+        except Exception as exc:  # a backend bug must not kill the loop; the scrape stays up
+            log.exception("unexpected error from %s backend read", self.backend.name)
+            self._fail("read", f"backend read failed: {type(exc).__name__}: {exc}", start)
+            return False
+        allocations = self._read_allocations()
+        families = device_families(snap, hostname=self.hostname, allocations=allocations)
+        for kind, count in snap.field_errors.items():
+            self._errors[kind] = self._errors.get(kind, 0) + count
+        now = self._clock()
+        self._snapshot, self._snapshot_at, self._device_families = snap, now, families
+        self._backend_up = True
+        self._last_duration = now - start
+        self._last_success_wall = self._wall_clock()
+        self.last_error = ""
+        self._page = self._render()
+        return True
+
+    def _open(self, now: float) -> bool:
+        if now < self._next_open_at:
+            return False
+        try:
+            self._worker.call(self.backend.open, timeout=self.settings.collect_timeout)
+        except (BackendError, OSError) as exc:
+            self._schedule_reopen(now)
+            kind = "timeout" if isinstance(exc, CallTimeout) else "init"
+            self._fail(kind, f"backend {self.backend.name} unavailable: {exc}", now)
+            log.warning("%s; retrying in %.1fs", self.last_error, self._next_open_at - now)
+            return False
+        if self._backoff > self.settings.backoff_initial:
+            log.info("backend %s available again", self.backend.name)
+        self._opened = True
+        self._backoff = self.settings.backoff_initial
+        return True
+
+    def _schedule_reopen(self, now: float) -> None:
+        self._next_open_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, self.settings.backoff_max)
+
+    def _close_backend(self) -> None:
+        self._opened = False
+        try:
+            self._worker.call(self.backend.close, timeout=self.settings.collect_timeout)
+        except Exception as exc:  # closing a broken backend may fail too; we re-open anyway
+            log.debug("closing %s backend failed: %s", self.backend.name, exc)
+
+    def _fail(self, kind: str, message: str, start: float) -> None:
+        self._errors[kind] = self._errors.get(kind, 0) + 1
+        self._backend_up = False
+        self._last_duration = self._clock() - start
+        if message != self.last_error and kind != "init":
+            log.warning("%s", message)
+        self.last_error = message
+        self._page = self._render()
+
+    def _read_allocations(self) -> Allocations | None:
+        if self._allocations_source is None:
+            return None
+        try:
+            allocations = self._allocations_source()
+        except Exception as exc:  # socket missing, kubelet erroring: no pod labels, never a failed scrape
+            self._errors["podresources"] += 1
+            message = f"pod attribution unavailable, serving series without pod labels: {exc}"
+            if message != self._allocations_error:
+                log.warning("%s", message)
+            self._allocations_error = message
+            return None
+        if self._allocations_error is not None:
+            log.info("pod attribution available again")
+            self._allocations_error = None
+        return allocations
+
+    # -- rendering ------------------------------------------------------------------------------
+    def _self_families(self) -> list[Family]:
+        b = (("backend", self.backend.name),)
+        fams = [
+            Family(
+                "gpupilot_exporter_backend_up",
+                "gauge",
+                "1 when the last collection read the backend, 0 while it is unavailable, failing or hung.",
+                [(b, 1.0 if self._backend_up else 0.0)],
+            ),
+            Family(
+                "gpupilot_exporter_collection_errors_total",
+                "counter",
+                "Collection errors since start, by kind (init, read, timeout, podresources, field:<name>…).",
+                [((*b, ("kind", k)), float(v)) for k, v in sorted(self._errors.items())],
+            ),
+        ]
+        if self._last_duration is not None:
+            fams.append(
+                Family(
+                    "gpupilot_exporter_collection_duration_seconds",
+                    "gauge",
+                    "Seconds the last collection attempt took (backend read, pod attribution, series).",
+                    [(b, self._last_duration)],
+                )
+            )
+        if self._last_success_wall is not None:
+            fams.append(
+                Family(
+                    "gpupilot_exporter_last_success_timestamp_seconds",
+                    "gauge",
+                    "Unix time of the last successful collection.",
+                    [(b, self._last_success_wall)],
+                )
+            )
+        return fams
+
+    def _render(self) -> Page:
+        cached = [Family(f.name, f.kind, f.help + CACHED_NOTE, f.samples) for f in self._device_families]
+        fams: Sequence[Family] = [*cached, *self._self_families()]
+        return render_page(fams, snapshot_at=self._snapshot_at, age_labels=(("backend", self.backend.name),))
+
+    # -- the loop -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="collector", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._opened and not self._worker.busy:
+            self._close_backend()
+        self._worker.close()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = self._clock()
+            try:
+                self.collect_once()
+            except Exception:  # rendering bug: keep serving the last page, keep trying
+                log.exception("collection failed")
+            if self._opened:
+                wait = self.settings.interval - (self._clock() - started)
+            else:
+                wait = self._next_open_at - self._clock()
+            self._stop.wait(max(0.0, wait))

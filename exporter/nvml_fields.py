@@ -1,0 +1,283 @@
+"""NVML calls and the DCGM fields they feed, for one collection.
+
+This module never imports ``pynvml``: the library object is handed in (the real module, or the
+fake NVML of the tests). :class:`NvmlCalls` is the one place that interprets NVML return codes:
+
+* ``NOT_SUPPORTED`` / ``FUNCTION_NOT_FOUND`` → the field is absent, and the call is remembered as
+  unsupported for that device so it is not retried every cycle;
+* ``GPU_IS_LOST`` → :class:`GpuLost` (the whole GPU leaves the snapshot);
+* ``INVALID_ARGUMENT`` / ``NOT_FOUND`` on a MIG handle → :class:`StaleHandle` (re-enumerate);
+* anything else → the field is absent and counted as ``field:<DCGM name>``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+MIB = 1024 * 1024
+
+NvmlLib = Any
+"""The ``pynvml`` module, or an object with the same functions and constants."""
+
+
+def text(value: Any) -> str:
+    """nvidia-ml-py returns ``str`` for most strings but ``bytes`` inside structures."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace").rstrip("\x00")
+    return str(value)
+
+
+class GpuLost(Exception):
+    """NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus."""
+
+
+class StaleHandle(Exception):
+    """A MIG handle no longer names an instance: MIG was reconfigured under us."""
+
+
+class NvmlCalls:
+    """Calls NVML for one backend, classifying errors and caching "not supported" per device."""
+
+    def __init__(self, lib: NvmlLib) -> None:
+        self.lib = lib
+        self.unsupported: set[tuple[str, str]] = set()
+        self.errors: Counter[str] = Counter()
+
+    def forget(self, device_key: str) -> None:
+        """Drop the "not supported" memory of one device (its MIG mode changed)."""
+        self.unsupported = {k for k in self.unsupported if k[0] != device_key}
+
+    def call(
+        self,
+        device_key: str,
+        call_name: str,
+        error_kinds: Sequence[str],
+        fn: Callable[..., Any],
+        *args: Any,
+        stale_on_missing: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """``fn(*args)``, or ``None`` when unsupported or failed (counted under ``error_kinds``)."""
+        if (device_key, call_name) in self.unsupported:
+            return None
+        lib = self.lib
+        try:
+            return fn(*args, **kwargs)
+        except lib.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in (lib.NVML_ERROR_NOT_SUPPORTED, lib.NVML_ERROR_FUNCTION_NOT_FOUND):
+                self.unsupported.add((device_key, call_name))
+                return None
+            if code == lib.NVML_ERROR_GPU_IS_LOST:
+                raise GpuLost(f"{call_name}: {exc}") from exc
+            if stale_on_missing and code in (lib.NVML_ERROR_INVALID_ARGUMENT, lib.NVML_ERROR_NOT_FOUND):
+                raise StaleHandle(f"{call_name}: {exc}") from exc
+            for kind in error_kinds:
+                self.errors[kind] += 1
+            return None
+
+
+def _kinds(*names: str) -> tuple[str, ...]:
+    return tuple(f"field:{n}" for n in names)
+
+
+def _field_value(lib: NvmlLib, fv: Any) -> float | None:
+    """One ``nvmlFieldValue_t`` → a number, or None when its own return code is not success."""
+    if fv.nvmlReturn != lib.NVML_SUCCESS:
+        return None
+    vt = fv.valueType
+    v = fv.value
+    if vt == lib.NVML_VALUE_TYPE_DOUBLE:
+        return float(v.dVal)
+    if vt == lib.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return float(v.uiVal)
+    if vt == lib.NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return float(v.ulVal)
+    if vt == lib.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+        return float(v.ullVal)
+    if vt == lib.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return float(v.sllVal)
+    if vt == lib.NVML_VALUE_TYPE_SIGNED_INT:
+        return float(v.siVal)
+    return None
+
+
+def read_gpu_level(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:
+    """Fields published once per physical GPU (``level == "gpu"``), except GPM's PCIe rates."""
+    lib = calls.lib
+    c = calls.call
+    v = c(
+        key, "clock_sm", _kinds("DCGM_FI_DEV_SM_CLOCK"), lib.nvmlDeviceGetClockInfo, handle, lib.NVML_CLOCK_SM
+    )
+    if v is not None:
+        out["DCGM_FI_DEV_SM_CLOCK"] = float(v)
+    v = c(
+        key,
+        "clock_mem",
+        _kinds("DCGM_FI_DEV_MEM_CLOCK"),
+        lib.nvmlDeviceGetClockInfo,
+        handle,
+        lib.NVML_CLOCK_MEM,
+    )
+    if v is not None:
+        out["DCGM_FI_DEV_MEM_CLOCK"] = float(v)
+    v = c(
+        key,
+        "temperature",
+        _kinds("DCGM_FI_DEV_GPU_TEMP"),
+        lib.nvmlDeviceGetTemperature,
+        handle,
+        lib.NVML_TEMPERATURE_GPU,
+    )
+    if v is not None:
+        out["DCGM_FI_DEV_GPU_TEMP"] = float(v)
+    v = c(key, "power", _kinds("DCGM_FI_DEV_POWER_USAGE"), lib.nvmlDeviceGetPowerUsage, handle)
+    if v is not None:
+        out["DCGM_FI_DEV_POWER_USAGE"] = v / 1000.0  # mW → W
+    v = c(
+        key,
+        "energy",
+        _kinds("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"),
+        lib.nvmlDeviceGetTotalEnergyConsumption,
+        handle,
+    )
+    if v is not None:
+        out["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] = float(v)  # already mJ
+    v = c(
+        key,
+        "pcie_replay",
+        _kinds("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
+        lib.nvmlDeviceGetPcieReplayCounter,
+        handle,
+    )
+    if v is not None:
+        out["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"] = float(v)
+    rows = c(
+        key,
+        "remapped_rows",
+        _kinds(
+            "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        ),
+        lib.nvmlDeviceGetRemappedRows,
+        handle,
+    )
+    if rows is not None:
+        corr, unc, _pending, failure = rows
+        out["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"] = float(corr)
+        out["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"] = float(unc)
+        out["DCGM_FI_DEV_ROW_REMAP_FAILURE"] = 1.0 if failure else 0.0
+    for name, err_type in (
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+    ):
+        v = c(
+            key,
+            f"ecc:{name}",
+            _kinds(name),
+            lib.nvmlDeviceGetTotalEccErrors,
+            handle,
+            err_type,
+            lib.NVML_VOLATILE_ECC,
+        )
+        if v is not None:
+            out[name] = float(v)
+    _read_field_values(calls, key, handle, out)
+
+
+def _read_field_values(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:
+    """Memory temperature and NVLink data counters through ``nvmlDeviceGetFieldValues``."""
+    lib = calls.lib
+    links = range(int(lib.NVML_NVLINK_MAX_LINKS))
+    ids: list[Any] = [lib.NVML_FI_DEV_MEMORY_TEMP]
+    for link in links:
+        ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link))
+        ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link))
+    values = calls.call(
+        key,
+        "field_values",
+        _kinds("DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"),
+        lib.nvmlDeviceGetFieldValues,
+        handle,
+        ids,
+    )
+    if values is None:
+        return
+    temp = _field_value(lib, values[0])
+    if temp is not None:
+        out["DCGM_FI_DEV_MEMORY_TEMP"] = temp
+    nvlink = [x for x in (_field_value(lib, fv) for fv in list(values)[1:]) if x is not None]
+    if nvlink:
+        out["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] = float(sum(nvlink))
+
+
+def read_pcie_throughput(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:
+    """PCIe rates without GPM: NVML's 20 ms throughput sample, KB/s → bytes/s."""
+    lib = calls.lib
+    for name, counter in (
+        ("DCGM_FI_PROF_PCIE_TX_BYTES", lib.NVML_PCIE_UTIL_TX_BYTES),
+        ("DCGM_FI_PROF_PCIE_RX_BYTES", lib.NVML_PCIE_UTIL_RX_BYTES),
+    ):
+        v = calls.call(key, f"pcie:{name}", _kinds(name), lib.nvmlDeviceGetPcieThroughput, handle, counter)
+        if v is not None:
+            out[name] = float(v) * 1024.0
+
+
+def read_whole_gpu(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:
+    """Fields NVML only has for whole GPUs (NOT_SUPPORTED on MIG): utilisation, encoder, decoder."""
+    lib = calls.lib
+    util = calls.call(
+        key,
+        "utilization",
+        _kinds("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL"),
+        lib.nvmlDeviceGetUtilizationRates,
+        handle,
+    )
+    if util is not None:
+        out["DCGM_FI_DEV_GPU_UTIL"] = float(util.gpu)
+        out["DCGM_FI_DEV_MEM_COPY_UTIL"] = float(util.memory)
+    for name, fn in (
+        ("DCGM_FI_DEV_ENC_UTIL", lib.nvmlDeviceGetEncoderUtilization),
+        ("DCGM_FI_DEV_DEC_UTIL", lib.nvmlDeviceGetDecoderUtilization),
+    ):
+        v = calls.call(key, name, _kinds(name), fn, handle)
+        if v is not None:
+            out[name] = float(v[0])
+
+
+def read_device(
+    calls: NvmlCalls, key: str, handle: Any, out: dict[str, float], *, mig: bool = False
+) -> int | None:
+    """Framebuffer (MiB) of a whole GPU or MIG handle; returns the number of compute processes."""
+    lib = calls.lib
+    fb = _kinds("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")
+    mem = calls.call(
+        key,
+        "memory_v2",
+        fb,
+        lib.nvmlDeviceGetMemoryInfo,
+        handle,
+        version=lib.nvmlMemory_v2,
+        stale_on_missing=mig,
+    )
+    if mem is None and (key, "memory_v2") in calls.unsupported:
+        # Drivers before v2 memory info: no reserved figure, and "used" includes it.
+        mem = calls.call(key, "memory_v1", fb, lib.nvmlDeviceGetMemoryInfo, handle, stale_on_missing=mig)
+    if mem is not None:
+        out["DCGM_FI_DEV_FB_FREE"] = mem.free / MIB
+        out["DCGM_FI_DEV_FB_USED"] = mem.used / MIB
+        reserved = getattr(mem, "reserved", None)
+        if reserved is not None:
+            out["DCGM_FI_DEV_FB_RESERVED"] = reserved / MIB
+    procs = calls.call(
+        key,
+        "compute_processes",
+        ("compute_processes",),
+        lib.nvmlDeviceGetComputeRunningProcesses,
+        handle,
+        stale_on_missing=mig,
+    )
+    return None if procs is None else len(procs)

@@ -1,0 +1,386 @@
+"""Prometheus history → per-device and per-workload usage: the only rightsizer module using pandas.
+
+Every number is aggregated on the server (``quantile_over_time``, ``max_over_time``,
+``count_over_time`` and hourly subqueries), one query per statistic per chunk, so what is pulled
+grows with the number of devices, never with the number of samples. Windows are cut into chunks
+(default one day) and combined here:
+
+* max and peak framebuffer: max of the chunks' maxima (exact);
+* idle hours, hours with data, allocated hours: sums (exact, hours are aligned to the hour);
+* p50/p95: the **maximum of the chunks' quantiles**. That is an upper bound of the window's
+  quantile (if at most 5 % of every chunk's samples exceed M, at most 5 % of all samples do), so
+  sizing from it never under-provisions; the bound is tight when days look alike.
+
+When the recording rule ``gpupilot:slice_activity:avg5m`` has data in the window it is used (5-minute
+means); otherwise the raw series the rule is built from: ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` for MIG
+instances and ``DCGM_FI_DEV_GPU_UTIL / 100`` for whole GPUs. Series are identified by
+Hostname + gpu + UUID + GPU_I_ID + GPU_I_PROFILE, so exporter restarts and gaps join up, and an
+instance id reused by another profile after a layout change stays apart. An hour without samples is
+*unknown*, never idle.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from mig_geometry.catalogue import GpuModel, by_device_id
+from mig_geometry.names import canonical_profile
+from rightsizer.model import (
+    Analysis,
+    DeviceStats,
+    GpuInventory,
+    InstanceInfo,
+    NodeInventory,
+    PodKey,
+    Workload,
+)
+from rightsizer.prometheus import PrometheusClient, Sample
+
+IDENT = ("Hostname", "gpu", "UUID", "GPU_I_ID", "GPU_I_PROFILE")
+BY = "Hostname, gpu, UUID, GPU_I_PROFILE, GPU_I_ID"
+RULE = "gpupilot:slice_activity:avg5m"
+INST = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!=""}'
+WHOLE = "DCGM_FI_DEV_GPU_UTIL"
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class AnalysisSettings:
+    window_s: float = 7 * 86400.0
+    """How far back to look (default 7 days: one weekly cycle of traffic)."""
+    chunk_s: float = 86400.0
+    """Queries cover at most this much history each (one day keeps every query small)."""
+    idle_threshold: float = 0.05
+    """An hour whose mean activity is below this ratio counts as idle (5 %: background noise)."""
+    headroom: float = 0.2
+    """Demand is p95 activity and peak memory times (1 + headroom): 20 % for bursts above p95."""
+    inventory_lookback_s: float = 900.0
+    """Info series older than this before the end of the window are ignored (15 min)."""
+
+
+def _ident(labels: dict[str, str]) -> tuple[str, ...]:
+    return tuple(labels.get(k, "") for k in IDENT)
+
+
+def _frame(samples: Iterable[Sample], column: str) -> pd.DataFrame:
+    rows = [(*_ident(s.labels), s.value) for s in samples]
+    return pd.DataFrame(rows, columns=[*IDENT, column])
+
+
+def _activity_queries(*, rule: bool, rng: str, threshold: float) -> dict[str, str]:
+    def q(fn: str, arg: str = "") -> str:
+        if rule:
+            return f"max by ({BY}) ({fn}({arg}{RULE}[{rng}]))"
+        return f"max by ({BY}) ({fn}({arg}{INST}[{rng}])) or max by ({BY}) ({fn}({arg}{WHOLE}[{rng}])) / 100"
+
+    def hourly(fn: str, scale: bool) -> str:
+        if rule:
+            return f"max by ({BY}) ({fn}({RULE}[1h]))"
+        div = " / 100" if scale else ""
+        return f"(max by ({BY}) ({fn}({INST}[1h])) or max by ({BY}) ({fn}({WHOLE}[1h])){div})"
+
+    return {
+        "p50": q("quantile_over_time", "0.5, "),
+        "p95": q("quantile_over_time", "0.95, "),
+        "max": q("max_over_time"),
+        "idle_hours": f"count_over_time(({hourly('avg_over_time', True)} < {threshold:g})[{rng}:1h])",
+        "coverage_hours": f"count_over_time({hourly('count_over_time', False)}[{rng}:1h])",
+        "fb_peak_mib": f"max by ({BY}) (max_over_time(DCGM_FI_DEV_FB_USED[{rng}]))",
+        "allocated_hours": (
+            f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_pod_info[1h])))[{rng}:1h])"
+        ),
+    }
+
+
+def chunks(start: float, end: float, size: float) -> list[tuple[float, float]]:
+    """``(start, end]`` cut into pieces of at most ``size`` seconds, newest last."""
+    out = []
+    t = end
+    while t > start + 1e-6:
+        lo = max(start, t - size)
+        out.append((lo, t))
+        t = lo
+    return out[::-1]
+
+
+def window_stats(
+    client: PrometheusClient,
+    *,
+    start: float,
+    end: float,
+    settings: AnalysisSettings,
+    progress: Progress = lambda _m: None,
+) -> tuple[pd.DataFrame, bool]:
+    """One row per device identity with p50/p95/max, fb peak, idle/coverage/allocated hours."""
+    rule = client.has_data(RULE, start=start, end=end)
+    parts = []
+    pieces = chunks(start, end, settings.chunk_s)
+    for i, (lo, hi) in enumerate(pieces, 1):
+        rng = f"{max(1, round(hi - lo))}s"
+        progress(f"querying history chunk {i}/{len(pieces)} ({(hi - lo) / 3600:.0f} h ending {_iso(hi)})")
+        for column, query in _activity_queries(rule=rule, rng=rng, threshold=settings.idle_threshold).items():
+            frame = _frame(client.instant(query, hi), column)
+            if not frame.empty:
+                parts.append(frame.melt(id_vars=list(IDENT), var_name="stat", value_name="value"))
+    if not parts:
+        return pd.DataFrame(columns=[*IDENT]), rule
+    long = pd.concat(parts, ignore_index=True)
+    summed = ["idle_hours", "coverage_hours", "allocated_hours"]
+    agg = long.groupby([*IDENT, "stat"], as_index=False)["value"].agg(["max", "sum"])
+    agg["value"] = agg["max"].where(~agg["stat"].isin(summed), agg["sum"])
+    wide = agg.pivot_table(index=list(IDENT), columns="stat", values="value", aggfunc="first")
+    return wide.reset_index(), rule
+
+
+def _iso(t: float) -> str:
+    return pd.Timestamp(t, unit="s", tz="UTC").strftime("%Y-%m-%dT%H:%MZ")
+
+
+# ---------------------------------------------------------------------------------------------- inventory
+
+
+def inventory(
+    client: PrometheusClient, *, at: float, lookback_s: float
+) -> tuple[list[NodeInventory], dict[tuple[str, str, str], tuple[PodKey, ...]]]:
+    """Nodes and GPUs from the exporter's info series at ``at``; current device → pods."""
+    lb = f"{max(1, round(lookback_s))}s"
+    gpus = client.instant(f"last_over_time(gpupilot_gpu_info[{lb}])", at)
+    insts = client.instant(f"last_over_time(gpupilot_mig_instance_info[{lb}])", at)
+    pods = client.instant(f"last_over_time(gpupilot_device_pod_info[{lb}])", at)
+    labels = client.instant(f"last_over_time(kube_node_labels[{lb}])", at)
+
+    by_gpu: dict[tuple[str, str], list[InstanceInfo]] = {}
+    for s in insts:
+        key = (s.labels.get("Hostname", ""), s.labels.get("UUID", ""))
+        by_gpu.setdefault(key, []).append(
+            InstanceInfo(
+                profile=s.labels.get("GPU_I_PROFILE", ""),
+                gpu_instance_id=s.labels.get("GPU_I_ID", ""),
+                placement_start=int(s.labels.get("placement_start", "0") or 0),
+                placement_size=int(s.labels.get("placement_size", "0") or 0),
+                uuid=s.labels.get("mig_uuid", ""),
+            )
+        )
+    node_gpus: dict[str, dict[str, GpuInventory]] = {}
+    for s in gpus:
+        host = s.labels.get("Hostname", "")
+        uuid = s.labels.get("UUID", "")
+        try:
+            device_id = int(s.labels.get("pci_device_id", "0"), 16)
+        except ValueError:
+            device_id = 0
+        model = by_device_id(device_id)
+        mig = s.labels.get("mig_mode") == "enabled"
+        instances = tuple(
+            sorted(by_gpu.get((host, uuid), []), key=lambda i: (i.placement_start, i.gpu_instance_id))
+        )
+        if model is not None:
+            instances = tuple(_canonical(model, i) for i in instances)
+        node_gpus.setdefault(host, {})[uuid] = GpuInventory(
+            node=host,
+            index=int(s.labels.get("gpu", "0") or 0),
+            uuid=uuid,
+            model_key=model.key if model else "",
+            pci_device_id=device_id,
+            mig_enabled=mig,
+            memory_total_mib=int(float(s.labels.get("memory_total_mib", "0") or 0)),
+            instances=instances if mig else (),
+        )
+    node_labels = {s.labels.get("node", ""): s.labels for s in labels}
+    nodes = []
+    for host in sorted(node_gpus):
+        lab = node_labels.get(host, {})
+        nodes.append(
+            NodeInventory(
+                name=host,
+                gpus=tuple(sorted(node_gpus[host].values(), key=lambda g: g.index)),
+                mig_strategy=lab.get("label_nvidia_com_mig_strategy", "") or "mixed",
+                mig_config=lab.get("label_nvidia_com_mig_config", ""),
+            )
+        )
+    holders: dict[tuple[str, str, str], set[PodKey]] = {}
+    for s in pods:
+        hkey = (s.labels.get("Hostname", ""), s.labels.get("UUID", ""), s.labels.get("GPU_I_ID", ""))
+        holders.setdefault(hkey, set()).add(PodKey(s.labels.get("namespace", ""), s.labels.get("pod", "")))
+    return nodes, {k: tuple(sorted(v, key=str)) for k, v in holders.items()}
+
+
+def _canonical(model: GpuModel, inst: InstanceInfo) -> InstanceInfo:
+    prof = canonical_profile(model, inst.profile)
+    if prof is None or prof.name == inst.profile:
+        return inst
+    return InstanceInfo(prof.name, inst.gpu_instance_id, inst.placement_start, inst.placement_size, inst.uuid)
+
+
+def owners(client: PrometheusClient, *, start: float, end: float) -> dict[PodKey, str]:
+    """Pod → workload key from ``kube_pod_owner`` (ReplicaSet → its Deployment) or ``kube_pod_labels``."""
+    span = f"{max(1, round(end - start))}s"
+    out: dict[PodKey, str] = {}
+    for s in client.instant(f"last_over_time(kube_pod_labels[{span}])", end):
+        app = s.labels.get("label_app_kubernetes_io_name") or s.labels.get("label_app")
+        if app:
+            ns = s.labels.get("namespace", "")
+            out[PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/app/{app}"
+    for s in client.instant(f"last_over_time(kube_pod_owner[{span}])", end):
+        ns, kind, name = (
+            s.labels.get("namespace", ""),
+            s.labels.get("owner_kind", ""),
+            s.labels.get("owner_name", ""),
+        )
+        if not kind or kind == "<none>" or not name:
+            continue
+        if kind == "ReplicaSet":
+            kind, name = "Deployment", re.sub(r"-[a-z0-9]+$", "", name)
+        out[PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/{kind}/{name}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- top level
+
+
+def _opt(row: dict[str, object], key: str) -> float | None:
+    value = row.get(key)
+    if value is None:
+        return None
+    f = float(value)  # type: ignore[arg-type]
+    return None if math.isnan(f) else f
+
+
+def analyse(
+    client: PrometheusClient,
+    *,
+    end: float,
+    settings: AnalysisSettings,
+    progress: Progress = lambda _m: None,
+) -> Analysis:
+    """Inventory at ``end``, device statistics over the window, and per-workload demand."""
+    start = end - settings.window_s
+    progress(f"reading inventory from {client.url} at {_iso(end)}")
+    nodes, holders = inventory(client, at=end, lookback_s=settings.inventory_lookback_s)
+    stats, rule = window_stats(client, start=start, end=end, settings=settings, progress=progress)
+    rows: dict[tuple[str, ...], dict[str, object]] = {}
+    for rec in stats.to_dict("records"):
+        rows[tuple(str(rec.get(k, "")) for k in IDENT)] = {str(k): v for k, v in rec.items()}
+    window_h = settings.window_s / 3600.0
+    devices: list[DeviceStats] = []
+    for node in nodes:
+        for gpu in node.gpus:
+            model = gpu.model
+            targets = (
+                [(i.profile, i.gpu_instance_id) for i in gpu.instances] if gpu.mig_enabled else [("", "")]
+            )
+            for profile, gi in targets:
+                row = rows.get((node.name, str(gpu.index), gpu.uuid, gi, profile))
+                if row is None and model is not None and profile:
+                    # The driver may spell the profile differently (3g.39gb) than the catalogue.
+                    row = next(
+                        (
+                            r
+                            for k, r in rows.items()
+                            if k[:4] == (node.name, str(gpu.index), gpu.uuid, gi)
+                            and (p := canonical_profile(model, k[4])) is not None
+                            and p.name == profile
+                        ),
+                        None,
+                    )
+                r = row or {}
+                coverage = _opt(r, "coverage_hours") or 0.0
+                devices.append(
+                    DeviceStats(
+                        node=node.name,
+                        gpu=gpu.index,
+                        gpu_uuid=gpu.uuid,
+                        profile=profile,
+                        gpu_instance_id=gi,
+                        pods=holders.get((node.name, gpu.uuid, gi), ()),
+                        allocated_hours=_opt(r, "allocated_hours") or 0.0,
+                        p50=_opt(r, "p50") if coverage else None,
+                        p95=_opt(r, "p95") if coverage else None,
+                        max=_opt(r, "max") if coverage else None,
+                        fb_peak_mib=_opt(r, "fb_peak_mib"),
+                        idle_hours=_opt(r, "idle_hours") or 0.0,
+                        coverage_hours=coverage,
+                        window_hours=window_h,
+                    )
+                )
+    progress(f"reading pod owners ({sum(1 for d in devices if d.pods)} allocated devices)")
+    owner_of = owners(client, start=start, end=end)
+    workloads = build_workloads(nodes, devices, owner_of, headroom=settings.headroom)
+    notes = []
+    if not rule:
+        notes.append(f"{RULE} had no data in the window; used raw DCGM series")
+    unknown = sum(1 for d in devices if d.unknown)
+    if unknown:
+        notes.append(f"{unknown} device(s) without activity data in the window are 'unknown', not idle")
+    return Analysis(
+        start=start,
+        end=end,
+        prometheus_url=client.url,
+        nodes=tuple(nodes),
+        devices=tuple(devices),
+        workloads=tuple(workloads),
+        used_recording_rule=rule,
+        notes=tuple(notes),
+    )
+
+
+def build_workloads(
+    nodes: Iterable[NodeInventory],
+    devices: Iterable[DeviceStats],
+    owner_of: dict[PodKey, str],
+    *,
+    headroom: float,
+) -> list[Workload]:
+    """Group allocated devices by their pods' owner; demand per replica from the worst replica."""
+    gpu_model = {(g.node, g.index): g.model for n in nodes for g in n.gpus}
+    groups: dict[str, list[tuple[PodKey, DeviceStats]]] = {}
+    for d in devices:
+        for pod in d.pods:
+            groups.setdefault(owner_of.get(pod, str(pod)), []).append((pod, d))
+    out = []
+    for key in sorted(groups):
+        members = groups[key]
+        slices_need = 0.0
+        mem_need = 0.0
+        p95s = [d.p95 for _, d in members if not d.unknown and d.p95 is not None]
+        fbs = [d.fb_peak_mib for _, d in members if d.fb_peak_mib is not None]
+        for _, d in members:
+            model = gpu_model.get((d.node, d.gpu))
+            size, mem = _device_size(model, d)
+            if d.unknown or d.p95 is None:
+                # No data: keep what it has; shrinking a device we cannot see would be a guess.
+                slices_need, mem_need = max(slices_need, size), max(mem_need, mem)
+            else:
+                slices_need = max(slices_need, d.p95 * size * (1 + headroom))
+                mem_need = max(mem_need, (d.fb_peak_mib or 0.0) * (1 + headroom))
+        pods = tuple(sorted({p for p, _ in members}, key=str))
+        out.append(
+            Workload(
+                key=key,
+                namespace=pods[0].namespace,
+                pods=pods,
+                p95=max(p95s) if p95s else None,
+                fb_peak_mib=max(fbs) if fbs else None,
+                demand_slices=slices_need,
+                demand_memory_mib=mem_need,
+            )
+        )
+    return out
+
+
+def _device_size(model: GpuModel | None, d: DeviceStats) -> tuple[int, float]:
+    """Compute slices and memory (MiB) of the device ``d``."""
+    if model is None:
+        return 1, 0.0
+    if d.whole_gpu:
+        return max(1, model.compute_slices), float(model.memory_mib)
+    prof = canonical_profile(model, d.profile)
+    if prof is None:
+        return 1, 0.0
+    return prof.compute_slices, float(prof.memory_mib)

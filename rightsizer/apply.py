@@ -1,0 +1,449 @@
+"""Apply a plan through the NVIDIA MIG Manager's label protocol, one guarded node at a time.
+
+1. Merge the plan's configs into the mig-parted ConfigMap (never dropping others') and point the
+   ClusterPolicy's ``spec.migManager.config.name`` at it when it points elsewhere.
+2. Per node, in batches of ``max_parallel``: cordon → evict the pods holding its GPUs (Eviction API,
+   PodDisruptionBudgets respected, retried on 429 until ``eviction_timeout_s``) → relabel
+   ``nvidia.com/mig.config`` → watch ``nvidia.com/mig.config.state`` through pending/rebooting to success.
+3. On ``failed`` or a timeout: restore the previous label, uncordon, record a Warning Event, and start no
+   further batch. On success: uncordon (unless it was cordoned before we came) and a Normal Event.
+4. Steps are recorded on the node (:mod:`rightsizer.apply_protocol`), so a rerun resumes or skips.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rightsizer import apply_protocol as proto
+from rightsizer import mig_configmap
+from rightsizer.kube import ConflictError, Kube, KubeError, NotFoundError, TooManyRequestsError
+from rightsizer.plan import NodePlan, Plan
+
+log = logging.getLogger(__name__)
+
+
+class ApplyError(RuntimeError):
+    """Apply cannot start (no ClusterPolicy, unreadable ConfigMap, …); one line, nothing was changed on nodes."""
+
+
+class Clock(Protocol):
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    namespace: str = "gpu-operator"
+    """Namespace of the GPU Operator (where the MIG Manager reads its ConfigMap)."""
+    configmap: str | None = None
+    """ConfigMap to write; ``None``: the one the ClusterPolicy points at unless that is the operator's
+    default (which the operator owns and rewrites), else ``gpupilot-mig-parted-config``."""
+    cluster_policy: str | None = None
+    """ClusterPolicy name; ``None``: the only one in the cluster."""
+    max_parallel: int = 1
+    """Nodes reconfigured at the same time (a batch); a failure stops later batches."""
+    timeout_s: float = 900.0
+    """Per node: how long the MIG Manager may take from relabel to ``success`` (it waits up to 5 min
+    for operands to stop, then reconfigures; a reboot takes longer)."""
+    eviction_timeout_s: float = 300.0
+    """Per node: how long evictions may be refused (429, PodDisruptionBudget) or pods take to go."""
+    configmap_sync_s: float = 60.0
+    """After changing the ConfigMap, wait this long before relabelling: kubelet propagates ConfigMap
+    volume updates to the MIG Manager's pod with a delay (about a minute by default)."""
+    retry_interval_s: float = 2.0
+    """Pause between eviction retries and between polls after a failed watch."""
+    conflict_retries: int = 8
+    """How often a 409 Conflict is answered by re-reading and re-applying before giving up."""
+    event_namespace: str = "default"
+    """Namespace of the Events recorded about nodes (``kubectl describe node`` lists them)."""
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    node: str
+    result: str  # applied | already-applied | skipped | rolled-back | not-started
+    reason: str = ""
+    previous: str = ""
+    target: str = ""
+    seconds: float = 0.0
+    gpus_freed: int = 0
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    plan_id: str
+    configmap: str
+    configmap_changed: bool
+    cluster_policy_patched: bool
+    outcomes: tuple[NodeOutcome, ...] = field(default_factory=tuple)
+
+    @property
+    def failed(self) -> tuple[NodeOutcome, ...]:
+        return tuple(o for o in self.outcomes if o.result == "rolled-back")
+
+    @property
+    def applied(self) -> tuple[NodeOutcome, ...]:
+        return tuple(o for o in self.outcomes if o.result == "applied")
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+class NodeFailure(Exception):
+    """The node cannot be reconfigured now; it is rolled back with this reason."""
+
+
+class NodeSkip(Exception):
+    """The node is not ours to touch (changed since the plan, another plan in flight)."""
+
+
+Progress = Callable[[str, str], None]
+"""``progress(node, message)``: called after every persisted step (the CLI prints it on stderr)."""
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class ConfigTarget:
+    """Where the plan's configs go, and what it takes to get them there."""
+
+    configmap: str
+    cluster_policy: str
+    repoint: bool
+    merge: mig_configmap.Merge
+    existing: dict[str, Any] | None
+    changed: bool
+
+
+def resolve_config_target(kube: Kube, plan: Plan, settings: ApplySettings) -> ConfigTarget:
+    policies = kube.list_cluster_policies()
+    if settings.cluster_policy:
+        policies = [p for p in policies if p["metadata"]["name"] == settings.cluster_policy]
+    if len(policies) != 1:
+        which = (
+            f"ClusterPolicy {settings.cluster_policy!r}"
+            if settings.cluster_policy
+            else "exactly one ClusterPolicy"
+        )
+        raise ApplyError(
+            f"expected {which} (clusterpolicies.nvidia.com), found {len(policies)}: is the GPU Operator installed?"
+        )
+    policy = policies[0]
+    cfg = ((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}
+    pointed = str(cfg.get("name") or mig_configmap.OPERATOR_DEFAULT_CONFIGMAP)
+    target = settings.configmap or (
+        pointed if pointed != mig_configmap.OPERATOR_DEFAULT_CONFIGMAP else mig_configmap.GPUPILOT_CONFIGMAP
+    )
+    try:
+        existing = kube.get_configmap(settings.namespace, target)
+        sources = []
+        if pointed != target:
+            sources.append(mig_configmap.configs_of(kube.get_configmap(settings.namespace, pointed)))
+        sources.append(mig_configmap.configs_of(existing))
+    except mig_configmap.ConfigMapError as exc:
+        raise ApplyError(str(exc)) from exc
+    merged = mig_configmap.merge(existing=sources, wanted=mig_configmap.plan_configs(plan))
+    changed = existing is None or mig_configmap.configs_of(existing) != merged.configs
+    return ConfigTarget(target, policy["metadata"]["name"], pointed != target, merged, existing, changed)
+
+
+class Applier:
+    def __init__(
+        self,
+        kube: Kube,
+        plan: Plan,
+        settings: ApplySettings,
+        *,
+        progress: Progress | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.kube, self.plan, self.settings = kube, plan, settings
+        self.progress: Progress = progress or (lambda node, msg: log.info("%s: %s", node, msg))
+        self.clock: Clock = clock or SystemClock()
+
+    # -- step 1 ---------------------------------------------------------------------------------
+    def write_configs(self) -> ConfigTarget:
+        for _ in range(self.settings.conflict_retries):
+            target = resolve_config_target(self.kube, self.plan, self.settings)
+            try:
+                if target.changed:
+                    data = {mig_configmap.DATA_KEY: target.merge.render()}
+                    if target.existing is None:
+                        self.kube.create_configmap(self.settings.namespace, target.configmap, data)
+                    else:
+                        updated = dict(target.existing)
+                        updated["data"] = {**(target.existing.get("data") or {}), **data}
+                        self.kube.replace_configmap(updated)
+                    self.progress(
+                        "-",
+                        f"ConfigMap {self.settings.namespace}/{target.configmap}: added {len(target.merge.added)}, "
+                        f"kept {len(target.merge.kept)} config(s)",
+                    )
+                if target.repoint:
+                    policy = self.kube.list_cluster_policies()
+                    rv = next(p for p in policy if p["metadata"]["name"] == target.cluster_policy)[
+                        "metadata"
+                    ]["resourceVersion"]
+                    self.kube.patch_cluster_policy(
+                        target.cluster_policy,
+                        {
+                            "metadata": {"resourceVersion": rv},
+                            "spec": {"migManager": {"config": {"name": target.configmap}}},
+                        },
+                    )
+                    self.progress(
+                        "-",
+                        f"ClusterPolicy {target.cluster_policy}: migManager.config.name={target.configmap}",
+                    )
+                return target
+            except ConflictError as exc:
+                log.info("conflict writing configs, retrying: %s", exc)
+        raise ApplyError(
+            f"ConfigMap {target.configmap}: kept conflicting after {self.settings.conflict_retries} tries"
+        )
+
+    # -- the whole run --------------------------------------------------------------------------
+    def run(self) -> ApplyReport:
+        nodes = list(self.plan.changed_nodes)
+        target = self.write_configs()
+        if (target.changed or target.repoint) and self.settings.configmap_sync_s > 0:
+            self.progress(
+                "-", f"waiting {self.settings.configmap_sync_s:.0f}s for the MIG Manager to see the ConfigMap"
+            )
+            self.clock.sleep(self.settings.configmap_sync_s)
+        outcomes: list[NodeOutcome] = []
+        size = max(1, self.settings.max_parallel)
+        stopped_by = ""
+        with ThreadPoolExecutor(max_workers=size, thread_name_prefix="apply") as pool:
+            for i in range(0, len(nodes), size):
+                batch = nodes[i : i + size]
+                if stopped_by:
+                    outcomes.extend(
+                        NodeOutcome(
+                            n.name,
+                            "not-started",
+                            f"stopped after the failure on {stopped_by}",
+                            n.current_config_name,
+                            n.config_name,
+                        )
+                        for n in batch
+                    )
+                    continue
+                results = list(pool.map(self.apply_node, batch))
+                outcomes.extend(results)
+                failed = [o.node for o in results if o.result == "rolled-back"]
+                if failed:
+                    stopped_by = ", ".join(failed)
+        return ApplyReport(
+            self.plan.plan_id, target.configmap, target.changed, target.repoint, tuple(outcomes)
+        )
+
+    # -- one node --------------------------------------------------------------------------------
+    def apply_node(self, pn: NodePlan) -> NodeOutcome:
+        started = self.clock.monotonic()
+
+        def outcome(result: str, reason: str = "") -> NodeOutcome:
+            return NodeOutcome(
+                pn.name,
+                result,
+                reason,
+                pn.current_config_name,
+                pn.config_name,
+                round(self.clock.monotonic() - started, 3),
+                pn.gpus_freed if result == "applied" else 0,
+            )
+
+        try:
+            node = proto.view(self.kube.get_node(pn.name))
+        except NotFoundError:
+            self.progress(pn.name, "skipped: node not found")
+            return outcome("skipped", "node not found")
+        decision = proto.decide(
+            node, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
+        )
+        if decision.action == "skip":
+            self.progress(pn.name, f"skipped: {decision.reason}")
+            return outcome("skipped", decision.reason)
+        if decision.action == "done":
+            self.progress(pn.name, decision.reason)
+            return outcome("already-applied", decision.reason)
+        step = decision.step
+        if step is not None:
+            self.progress(pn.name, decision.reason)
+        try:
+            if step is None:
+                node = self._patch(pn, lambda v: self._cordon(v, pn))
+                self.progress(pn.name, "cordoned")
+                step = proto.Step.CORDONED
+            if step == proto.Step.CORDONED:
+                self._drain(pn.name)
+                node = self._patch(pn, lambda v: proto.step_patch(v, proto.Step.DRAINED))
+                self.progress(pn.name, "drained: no pod holds its GPUs")
+                step = proto.Step.DRAINED
+            if step == proto.Step.DRAINED:
+                node = self._patch(pn, lambda v: proto.relabel_patch(v, target=pn.config_name))
+                self.progress(
+                    pn.name, f"relabelled {proto.CONFIG_LABEL}={pn.config_name} (was {node.previous})"
+                )
+            node = self._wait_for_success(pn, node)
+            node = self._patch(pn, proto.finish_patch)
+            self._event(
+                node,
+                "MigReconfigured",
+                f"gpupilot plan {self.plan.plan_id}: {node.previous} → {pn.config_name}",
+                warning=False,
+            )
+            self.progress(
+                pn.name,
+                "success; uncordoned" if not node.was_unschedulable else "success; left cordoned as before",
+            )
+            return outcome("applied")
+        except NodeSkip as skip:
+            self.progress(pn.name, f"skipped: {skip}")
+            return outcome("skipped", str(skip))
+        except (NodeFailure, KubeError) as exc:
+            reason = str(exc)
+            self.progress(pn.name, f"failed: {reason}; rolling back")
+            self._rollback(pn, reason)
+            return outcome("rolled-back", reason)
+
+    def _cordon(self, v: proto.NodeView, pn: NodePlan) -> dict[str, Any]:
+        again = proto.decide(
+            v, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
+        )
+        if again.action != "start":
+            raise NodeSkip(again.reason or "changed while starting")
+        return proto.cordon_patch(v, plan_id=self.plan.plan_id, target=pn.config_name)
+
+    def _patch(self, pn: NodePlan, build: Callable[[proto.NodeView], dict[str, Any]]) -> proto.NodeView:
+        """Read, build a guarded patch, write; on 409 re-read and rebuild."""
+        last: ConflictError | None = None
+        for _ in range(self.settings.conflict_retries):
+            current = proto.view(self.kube.get_node(pn.name))
+            try:
+                return proto.view(self.kube.patch_node(pn.name, build(current)))
+            except ConflictError as exc:
+                last = exc
+        raise NodeFailure(f"still conflicting after {self.settings.conflict_retries} tries: {last}")
+
+    def _drain(self, node: str) -> None:
+        deadline = self.clock.monotonic() + self.settings.eviction_timeout_s
+        evicted: set[tuple[str, str, str]] = set()
+        refused = ""
+        while True:
+            holding = [p for p in self.kube.pods_on_node(node) if proto.holds_gpus(p)]
+            if not holding:
+                return
+            for pod in holding:
+                key = proto.pod_key(pod)
+                if key in evicted or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    continue
+                try:
+                    self.kube.evict_pod(key[0], key[1])
+                    evicted.add(key)
+                    self.progress(node, f"evicted {key[0]}/{key[1]}")
+                except TooManyRequestsError as exc:
+                    refused = f"{key[0]}/{key[1]}: {exc}"
+                except NotFoundError:
+                    evicted.add(key)
+            if self.clock.monotonic() >= deadline:
+                names = ", ".join(
+                    f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}" for p in holding
+                )
+                why = f" (last refusal {refused})" if refused else ""
+                raise NodeFailure(
+                    f"pods still hold the GPUs after {self.settings.eviction_timeout_s:.0f}s: {names}{why}"
+                )
+            self.clock.sleep(self.settings.retry_interval_s)
+
+    def _wait_for_success(self, pn: NodePlan, node: proto.NodeView) -> proto.NodeView:
+        deadline = self.clock.monotonic() + self.settings.timeout_s
+        seen = ""
+        while True:
+            if node.config != pn.config_name:
+                raise NodeFailure(
+                    f"{proto.CONFIG_LABEL} was changed to {node.config!r} by someone else while waiting"
+                )
+            if node.state != seen and node.state:
+                seen = node.state
+                self.progress(pn.name, f"{proto.STATE_LABEL}={seen}")
+            if node.state == "success":
+                return node
+            if node.state == "failed":
+                raise NodeFailure(
+                    f"the MIG Manager reported {proto.STATE_LABEL}=failed for {pn.config_name} "
+                    "(its pod log says why, e.g. 'In use by another client' or an unknown config name)"
+                )
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                raise NodeFailure(
+                    f"timed out after {self.settings.timeout_s:.0f}s waiting for {proto.STATE_LABEL}=success "
+                    f"(last state {seen or 'none'})"
+                )
+            try:
+                for obj in self.kube.watch_node(
+                    pn.name, resource_version=node.resource_version, timeout_s=min(remaining, 30.0)
+                ):
+                    node = proto.view(obj)
+                    if (
+                        node.state in ("success", "failed")
+                        or node.config != pn.config_name
+                        or node.state != seen
+                    ):
+                        break
+                else:
+                    node = proto.view(self.kube.get_node(pn.name))
+            except KubeError as exc:
+                log.info("%s: watch interrupted (%s); polling", pn.name, exc)
+                self.clock.sleep(min(self.settings.retry_interval_s, max(0.0, remaining)))
+                node = proto.view(self.kube.get_node(pn.name))
+
+    def _rollback(self, pn: NodePlan, reason: str) -> None:
+        try:
+            node = self._patch(pn, lambda v: proto.rollback_patch(v, reason=reason))
+        except (NodeFailure, KubeError) as exc:
+            self.progress(
+                pn.name,
+                f"ROLLBACK FAILED: {exc}; restore {proto.CONFIG_LABEL}={pn.current_config_name} and uncordon by hand",
+            )
+            return
+        restored = f"restored {proto.CONFIG_LABEL}={node.config}" if node.config else "label untouched"
+        self._event(
+            node,
+            "MigReconfigureFailed",
+            f"gpupilot plan {self.plan.plan_id}: {reason}; {restored}, uncordoned",
+            warning=True,
+        )
+        self.progress(pn.name, f"rolled back: {restored}, uncordoned")
+
+    def _event(self, node: proto.NodeView, reason: str, message: str, *, warning: bool) -> None:
+        body = proto.node_event(
+            node,
+            reason=reason,
+            message=message,
+            warning=warning,
+            namespace=self.settings.event_namespace,
+            now=_now(),
+        )
+        try:
+            self.kube.create_event(self.settings.event_namespace, body)
+        except KubeError as exc:
+            log.warning("%s: could not record Event %s: %s", node.name, reason, exc)

@@ -1,0 +1,188 @@
+"""``gpupilot-rightsizer apply --plan plan.json``: reconfigure nodes through the MIG Manager, safely."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from rightsizer import dryrun
+from rightsizer.apply import Applier, ApplyError, ApplyReport, ApplySettings
+from rightsizer.durations import parse_duration
+from rightsizer.kube import Kube, KubeError, KubeSettings
+from rightsizer.plan import Plan, PlanError, load_plan
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Apply a plan made by 'plan': write its mig-parted configs into the MIG Manager's ConfigMap "
+        "(keeping every config already there) and point the ClusterPolicy at it; then, node by node: "
+        "cordon, evict the pods holding its GPUs through the Eviction API (PodDisruptionBudgets "
+        "respected), relabel nvidia.com/mig.config and wait for nvidia.com/mig.config.state=success. "
+        "A failure or timeout restores the previous label, uncordons, records an Event and stops. "
+        "Progress is recorded in node annotations (gpupilot.io/*), so running it again resumes. "
+        "Nothing changes without --yes (or a 'y' on a terminal); --dry-run prints the kubectl commands."
+    )
+    parser.add_argument(
+        "--plan", type=Path, required=True, metavar="FILE", help="plan JSON written by 'plan --out'"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config, then the in-cluster service account)",
+    )
+    parser.add_argument(
+        "--context", default=None, metavar="NAME", help="kubeconfig context (default: the current one)"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="read the cluster and print the exact kubectl commands apply would run; change nothing",
+    )
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="do not ask for confirmation (required when stdin is not a terminal)",
+    )
+    parser.add_argument(
+        "--max-parallel",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="nodes reconfigured at once; a failure in a batch stops the later batches (default 1)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_duration,
+        default=900.0,
+        metavar="DURATION",
+        help="per node: time allowed from relabel to mig.config.state=success, e.g. 15m (default 15m)",
+    )
+    parser.add_argument(
+        "--eviction-timeout",
+        type=_duration,
+        default=300.0,
+        metavar="DURATION",
+        help="per node: time allowed for evictions refused by PodDisruptionBudgets and pods to go (default 5m)",
+    )
+    parser.add_argument(
+        "--configmap-sync",
+        type=_duration,
+        default=60.0,
+        metavar="DURATION",
+        help="wait after changing the ConfigMap before relabelling, for kubelet to deliver it to the "
+        "MIG Manager (default 60s; 0 to skip)",
+    )
+    parser.add_argument(
+        "--configmap",
+        default=None,
+        metavar="NAME",
+        help="mig-parted ConfigMap to write (default: the one the ClusterPolicy uses, or "
+        "gpupilot-mig-parted-config when that is the operator's default-mig-parted-config)",
+    )
+    parser.add_argument(
+        "--namespace",
+        default="gpu-operator",
+        metavar="NS",
+        help="GPU Operator namespace (default gpu-operator)",
+    )
+    parser.add_argument(
+        "--cluster-policy", default=None, metavar="NAME", help="ClusterPolicy name (default: the only one)"
+    )
+
+
+def settings_from(args: argparse.Namespace) -> ApplySettings:
+    return ApplySettings(
+        namespace=args.namespace,
+        configmap=args.configmap,
+        cluster_policy=args.cluster_policy,
+        max_parallel=args.max_parallel,
+        timeout_s=args.timeout,
+        eviction_timeout_s=args.eviction_timeout,
+        configmap_sync_s=args.configmap_sync,
+    )
+
+
+def confirm(plan: Plan, *, stdin: TextIO, stderr: TextIO) -> bool:
+    changed = plan.changed_nodes
+    if not stdin.isatty():
+        print(
+            "error: refusing to change the cluster without --yes (stdin is not a terminal); "
+            "try --dry-run first to see what would happen",
+            file=stderr,
+        )
+        return False
+    names = ", ".join(n.name for n in changed[:8]) + (" …" if len(changed) > 8 else "")
+    stderr.write(
+        f"Plan {plan.plan_id}: reconfigure {len(changed)} node(s) ({names}); their GPU pods will be evicted. "
+        "Continue? [y/N] "
+    )
+    stderr.flush()
+    return stdin.readline().strip().lower() in ("y", "yes")
+
+
+def print_report(report: ApplyReport, out: TextIO) -> None:
+    print(
+        f"plan {report.plan_id}: ConfigMap {report.configmap} "
+        f"{'updated' if report.configmap_changed else 'unchanged'}"
+        f"{', ClusterPolicy repointed' if report.cluster_policy_patched else ''}",
+        file=out,
+    )
+    width = max([4, *(len(o.node) for o in report.outcomes)])
+    print(f"{'NODE':<{width}}  {'RESULT':<15}  {'SECONDS':>7}  DETAIL", file=out)
+    for o in report.outcomes:
+        detail = o.reason or f"{o.previous} → {o.target}"
+        print(f"{o.node:<{width}}  {o.result:<15}  {o.seconds:7.1f}  {detail}", file=out)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        plan = load_plan(args.plan)
+    except PlanError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not plan.changed_nodes:
+        print(f"plan {plan.plan_id}: no node changes; nothing to apply")
+        return 0
+    settings = settings_from(args)
+    kube: Kube | None = None
+    try:
+        kube = Kube.connect(KubeSettings(kubeconfig=args.kubeconfig, context=args.context))
+        if args.dry_run:
+            sys.stdout.write(dryrun.dry_run_script(kube, plan, settings))
+            return 0
+        if not args.yes and not confirm(plan, stdin=sys.stdin, stderr=sys.stderr):
+            return 2 if not sys.stdin.isatty() else 1
+
+        def progress(node: str, message: str) -> None:
+            print(f"[{node}] {message}", file=sys.stderr, flush=True)
+
+        report = Applier(kube, plan, settings, progress=progress).run()
+    except (ApplyError, KubeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if kube is not None:
+            kube.close()
+    print_report(report, sys.stdout)
+    return 0 if report.ok else 1

@@ -1,0 +1,137 @@
+"""``apply --dry-run``: the exact ``kubectl`` commands apply would run, as a script, changing nothing.
+
+Evictions are spelled as ``kubectl create --raw …/pods/NAME/eviction`` with a policy/v1 Eviction body:
+that is the Eviction API apply uses (PodDisruptionBudgets respected), unlike ``kubectl delete pod``;
+``kubectl drain`` would also do it but evicts every pod on the node, not only those holding GPUs.
+The ConfigMap is written with ``kubectl create``/``replace`` carrying the ``resourceVersion`` read now, so
+the script fails rather than overwrite a concurrent change.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import yaml
+
+from rightsizer import apply_protocol as proto
+from rightsizer.apply import ApplySettings, ConfigTarget, resolve_config_target
+from rightsizer.kube import Kube, NotFoundError
+from rightsizer.mig_configmap import DATA_KEY
+from rightsizer.plan import Plan
+
+
+def _q(text: str) -> str:
+    return shlex.quote(text)
+
+
+def _annotate(node: str, values: dict[str, str]) -> str:
+    pairs = " ".join(_q(f"{k}={v}") for k, v in values.items())
+    return f"kubectl annotate node {_q(node)} --overwrite {pairs}"
+
+
+def _configmap_commands(target: ConfigTarget, settings: ApplySettings) -> list[str]:
+    lines = [
+        f"# 1. mig-parted ConfigMap {settings.namespace}/{target.configmap}: keeps {len(target.merge.kept)} "
+        f"config(s), adds {', '.join(target.merge.added) or 'none'}"
+        + (f", replaces {', '.join(target.merge.replaced)}" if target.merge.replaced else "")
+    ]
+    if target.changed:
+        meta: dict[str, Any] = {"name": target.configmap, "namespace": settings.namespace}
+        verb = "create"
+        data = {DATA_KEY: target.merge.render()}
+        if target.existing is not None:
+            verb = "replace"
+            meta["resourceVersion"] = target.existing["metadata"]["resourceVersion"]
+            data = {**(target.existing.get("data") or {}), **data}
+        manifest = yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}, sort_keys=False
+        )
+        lines += [f"kubectl {verb} -f - <<'GPUPILOT_EOF'", manifest.rstrip("\n"), "GPUPILOT_EOF"]
+    else:
+        lines.append("#    (already holds every config of the plan: unchanged)")
+    if target.repoint:
+        patch = json.dumps({"spec": {"migManager": {"config": {"name": target.configmap}}}})
+        lines += [
+            f"# 2. point the MIG Manager at it (ClusterPolicy {target.cluster_policy})",
+            f"kubectl patch clusterpolicies.nvidia.com {_q(target.cluster_policy)} --type=merge -p {_q(patch)}",
+        ]
+    if (target.changed or target.repoint) and settings.configmap_sync_s > 0:
+        lines.append(
+            f"sleep {settings.configmap_sync_s:.0f}  # let kubelet deliver the ConfigMap to the MIG Manager"
+        )
+    return lines
+
+
+def _node_commands(kube: Kube, plan: Plan, settings: ApplySettings) -> list[str]:
+    lines: list[str] = []
+    escaped_state = proto.STATE_LABEL.replace(".", "\\.")
+    for pn in plan.changed_nodes:
+        try:
+            node = proto.view(kube.get_node(pn.name))
+        except NotFoundError:
+            lines.append(f"# node {pn.name}: skipped: node not found")
+            continue
+        decision = proto.decide(
+            node, plan_id=plan.plan_id, current=pn.current_config_name, target=pn.config_name
+        )
+        if decision.action != "start":
+            lines.append(f"# node {pn.name}: {decision.action}: {decision.reason}")
+            continue
+        holders = [p for p in kube.pods_on_node(pn.name) if proto.holds_gpus(p)]
+        n = pn.name
+        lines += [
+            "",
+            f"# node {n}: {pn.current_config_name} → {pn.config_name} (frees {pn.gpus_freed} GPU(s), "
+            f"{pn.slices_freed} slice(s); {len(holders)} pod(s) to evict)",
+            _annotate(
+                n,
+                {
+                    proto.ANN_PLAN: plan.plan_id,
+                    proto.ANN_PREVIOUS: node.config,
+                    proto.ANN_TARGET: pn.config_name,
+                    proto.ANN_WAS_UNSCHEDULABLE: str(node.unschedulable).lower(),
+                    proto.ANN_STEP: str(proto.Step.CORDONED),
+                },
+            ),
+            f"kubectl cordon {_q(n)}",
+        ]
+        for pod in holders:
+            ns, name, _ = proto.pod_key(pod)
+            body = json.dumps(
+                {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
+            )
+            lines += [
+                f"kubectl create --raw /api/v1/namespaces/{ns}/pods/{name}/eviction -f - <<'GPUPILOT_EOF'",
+                body,
+                "GPUPILOT_EOF",
+                f"kubectl wait --for=delete pod/{_q(name)} --namespace {_q(ns)} --timeout={settings.eviction_timeout_s:.0f}s",
+            ]
+        lines += [
+            _annotate(n, {proto.ANN_STEP: str(proto.Step.DRAINED)}),
+            f"kubectl label node {_q(n)} --overwrite {_q(f'{proto.CONFIG_LABEL}={pn.config_name}')} {_q(proto.STATE_LABEL + '-')}",
+            _annotate(n, {proto.ANN_STEP: str(proto.Step.RELABELED)}),
+            f"kubectl wait node/{_q(n)} --for={_q(f'jsonpath={{.metadata.labels.{escaped_state}}}=success')} "
+            f"--timeout={settings.timeout_s:.0f}s",
+            *([] if node.unschedulable else [f"kubectl uncordon {_q(n)}"]),
+            _annotate(n, {proto.ANN_STEP: str(proto.Step.DONE)}),
+        ]
+    return lines
+
+
+def dry_run_script(kube: Kube, plan: Plan, settings: ApplySettings) -> str:
+    """Reads the cluster (ClusterPolicy, ConfigMaps, nodes, pods) and returns the script; writes nothing."""
+    target = resolve_config_target(kube, plan, settings)
+    header = [
+        "#!/usr/bin/env bash",
+        f"# gpupilot-rightsizer apply --dry-run: plan {plan.plan_id}, {len(plan.changed_nodes)} node(s) to change.",
+        "# Nothing was changed. These are the commands apply would run, in order (one node at a time here;",
+        f"# apply runs up to --max-parallel={settings.max_parallel} nodes at once and rolls a node back if",
+        f"# {proto.STATE_LABEL} becomes failed). Evictions go through the Eviction API (PodDisruptionBudgets apply).",
+        "set -euo pipefail",
+    ]
+    return (
+        "\n".join([*header, *_configmap_commands(target, settings), *_node_commands(kube, plan, settings)])
+        + "\n"
+    )

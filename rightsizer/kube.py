@@ -1,0 +1,257 @@
+"""The rightsizer's one door to the Kubernetes API (the only module that imports ``kubernetes``).
+
+Objects cross this boundary as plain JSON dicts (camelCase, as ``kubectl get -o json`` prints them),
+so everything above it is pure and testable without the client. Errors wrap the client's::
+
+    KubeError                      anything the API or the connection said no to
+    ├── TemporaryKubeError         worth retrying: 409 Conflict, 429, 5xx, connection failures
+    │   ├── ConflictError          409: someone wrote the object first (re-read, re-decide, retry)
+    │   └── TooManyRequestsError   429: throttled, or an eviction a PodDisruptionBudget refuses now
+    └── PermanentKubeError         retrying will not help: 400/401/403/404/415/422, bad kubeconfig
+        └── NotFoundError          404
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import urllib3.exceptions
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
+
+
+class KubeError(Exception):
+    """The Kubernetes API refused or could not be reached; ``status`` is the HTTP code (0 = none)."""
+
+    temporary = False
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class TemporaryKubeError(KubeError):
+    temporary = True
+
+
+class ConflictError(TemporaryKubeError):
+    pass
+
+
+class TooManyRequestsError(TemporaryKubeError):
+    pass
+
+
+class PermanentKubeError(KubeError):
+    pass
+
+
+class NotFoundError(PermanentKubeError):
+    pass
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    kubeconfig: Path | None = None
+    """Path of a kubeconfig; ``None``: ``$KUBECONFIG``/``~/.kube/config``, then the in-cluster service account."""
+    context: str | None = None
+    """kubeconfig context; ``None``: the current context."""
+    request_timeout_s: float = 30.0
+    """Per-request timeout (watches use their own server-side timeout)."""
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body or "{}")
+        return str(body.get("message") or exc.reason or "")
+    except (ValueError, AttributeError):
+        return str(exc.reason or exc.body or "")
+
+
+def _raise(exc: Exception, what: str) -> NoReturn:
+    if isinstance(exc, ApiException):
+        status = int(exc.status or 0)
+        text = f"{what}: HTTP {status} {_message(exc)}".rstrip()
+        if status == 409:
+            raise ConflictError(text, status=status) from exc
+        if status == 429:
+            raise TooManyRequestsError(text, status=status) from exc
+        if status == 404:
+            raise NotFoundError(text, status=status) from exc
+        if status >= 500 or status == 0:
+            raise TemporaryKubeError(text, status=status) from exc
+        raise PermanentKubeError(text, status=status) from exc
+    raise TemporaryKubeError(f"{what}: cannot reach the API server: {exc}") from exc
+
+
+_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+
+class Kube:
+    """Typed, dict-in/dict-out calls on one ``ApiClient`` (thread-safe: urllib3 pools connections)."""
+
+    def __init__(self, api_client: Any, *, request_timeout_s: float = 30.0) -> None:
+        self._client = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+        self._timeout = request_timeout_s
+
+    @classmethod
+    def connect(cls, settings: KubeSettings) -> Kube:
+        """Load the kubeconfig (or the in-cluster config); a :class:`PermanentKubeError` names what is wrong."""
+        cfg = client.Configuration()
+        try:
+            if settings.kubeconfig is not None:
+                if not settings.kubeconfig.is_file():
+                    raise PermanentKubeError(f"{settings.kubeconfig}: kubeconfig file not found")
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=str(settings.kubeconfig), context=settings.context, client_configuration=cfg
+                )
+            else:
+                try:
+                    config.load_kube_config(context=settings.context, client_configuration=cfg)  # type: ignore[no-untyped-call]
+                except (ConfigException, OSError) as first:
+                    try:
+                        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+                    except ConfigException:
+                        raise PermanentKubeError(
+                            f"no usable kubeconfig ({first}) and not running in a cluster: pass --kubeconfig"
+                        ) from first
+        except ConfigException as exc:
+            where = settings.kubeconfig or "kubeconfig"
+            raise PermanentKubeError(f"{where}: {exc} (check --kubeconfig/--context)") from exc
+        return cls(client.ApiClient(cfg), request_timeout_s=settings.request_timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _json(self, obj: Any) -> dict[str, Any]:
+        out: dict[str, Any] = self._client.sanitize_for_serialization(obj)
+        return out
+
+    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        try:
+            result = fn(*args, _request_timeout=self._timeout, **kwargs)
+        except ApiException as exc:
+            _raise(exc, what)
+        except _TRANSPORT_ERRORS as exc:
+            _raise(exc, what)
+        if isinstance(result, dict):
+            return result
+        return self._json(result)
+
+    # -- nodes ----------------------------------------------------------------------------------
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self._call(f"node {name}", self._core.read_node, name)
+
+    def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """Strategic-merge patch; put ``metadata.resourceVersion`` in ``patch`` to make it conditional."""
+        return self._call(f"patch node {name}", self._core.patch_node, name, dict(patch))
+
+    def watch_node(self, name: str, *, resource_version: str, timeout_s: float) -> Iterator[dict[str, Any]]:
+        """Node objects as they change after ``resource_version``, for at most ``timeout_s`` seconds."""
+        w = watch.Watch()  # type: ignore[no-untyped-call]
+        try:
+            for event in w.stream(  # type: ignore[no-untyped-call]
+                self._core.list_node,
+                field_selector=f"metadata.name={name}",
+                resource_version=resource_version,
+                timeout_seconds=max(1, int(timeout_s)),
+                _request_timeout=timeout_s + 10,
+            ):
+                if event.get("type") == "ERROR":
+                    raise TemporaryKubeError(f"watch node {name}: {event.get('raw_object')}")
+                yield self._json(event["object"])
+        except ApiException as exc:
+            _raise(exc, f"watch node {name}")
+        except _TRANSPORT_ERRORS as exc:
+            _raise(exc, f"watch node {name}")
+        finally:
+            w.stop()  # type: ignore[no-untyped-call]
+
+    # -- pods -----------------------------------------------------------------------------------
+    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
+        result = self._call(
+            f"pods on {node}", self._core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}"
+        )
+        return list(result.get("items") or [])
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
+        return self._call(f"pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace)
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """policy/v1 Eviction: the API server checks PodDisruptionBudgets (429 when one says no)."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        self._call(
+            f"evict pod {namespace}/{name}", self._core.create_namespaced_pod_eviction, name, namespace, body
+        )
+
+    # -- configmaps -------------------------------------------------------------------------------
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call(
+                f"configmap {namespace}/{name}", self._core.read_namespaced_config_map, name, namespace
+            )
+        except NotFoundError:
+            return None
+
+    def create_configmap(self, namespace: str, name: str, data: Mapping[str, str]) -> dict[str, Any]:
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": dict(data),
+        }
+        return self._call(
+            f"create configmap {namespace}/{name}", self._core.create_namespaced_config_map, namespace, body
+        )
+
+    def replace_configmap(self, configmap: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT with the object's ``resourceVersion``: a concurrent writer makes this a :class:`ConflictError`."""
+        meta = configmap["metadata"]
+        return self._call(
+            f"replace configmap {meta['namespace']}/{meta['name']}",
+            self._core.replace_namespaced_config_map,
+            meta["name"],
+            meta["namespace"],
+            dict(configmap),
+        )
+
+    # -- ClusterPolicy (custom resource) -----------------------------------------------------------
+    def list_cluster_policies(self) -> list[dict[str, Any]]:
+        result = self._call(
+            "list clusterpolicies.nvidia.com", self._custom.list_cluster_custom_object, *CLUSTER_POLICY
+        )
+        return list(result.get("items") or [])
+
+    def patch_cluster_policy(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """JSON merge patch (a CRD takes no strategic merge); include ``metadata.resourceVersion`` to guard."""
+        return self._call(
+            f"patch clusterpolicy {name}",
+            self._custom.patch_cluster_custom_object,
+            *CLUSTER_POLICY,
+            name,
+            dict(patch),
+            _content_type=MERGE_PATCH,
+        )
+
+    # -- events ---------------------------------------------------------------------------------
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> dict[str, Any]:
+        return self._call(
+            f"create event in {namespace}", self._core.create_namespaced_event, namespace, dict(event)
+        )

@@ -1,0 +1,89 @@
+"""Merging a plan's mig-parted configs into the MIG Manager's ConfigMap without dropping anyone's.
+
+The MIG Manager reads one mig-parted file (``data["config.yaml"]``) from the ConfigMap named by the
+ClusterPolicy's ``spec.migManager.config.name``. Nodes labelled with configs from that file must keep
+resolving after we repoint or rewrite it, so the merged file is: the configs of the ConfigMap the
+ClusterPolicy points at now, plus those already in our target ConfigMap, plus the plan's (whose
+``gpupilot-<hash>`` names are content-addressed: the same name always means the same layout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from rightsizer.plan import Plan
+
+DATA_KEY = "config.yaml"
+OPERATOR_DEFAULT_CONFIGMAP = "default-mig-parted-config"
+GPUPILOT_CONFIGMAP = "gpupilot-mig-parted-config"
+
+
+class ConfigMapError(ValueError):
+    """A ConfigMap whose mig-parted content cannot be read; one line naming it."""
+
+
+def configs_of(configmap: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``mig-configs`` of a ConfigMap's ``config.yaml`` (any single key if that one is absent)."""
+    if configmap is None:
+        return {}
+    meta = configmap.get("metadata") or {}
+    where = f"ConfigMap {meta.get('namespace', '')}/{meta.get('name', '')}"
+    data = configmap.get("data") or {}
+    text = data.get(DATA_KEY)
+    if text is None:
+        if len(data) != 1:
+            return {}
+        text = next(iter(data.values()))
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigMapError(
+            f"{where}: {DATA_KEY} is not valid YAML ({exc.__class__.__name__}); fix it first"
+        ) from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("mig-configs", {}), dict):
+        raise ConfigMapError(f"{where}: {DATA_KEY} has no 'mig-configs' mapping; fix it first")
+    return dict(doc.get("mig-configs") or {})
+
+
+def plan_configs(plan: Plan) -> dict[str, Any]:
+    """Every config the plan's changed nodes need (and the plan-wide document)."""
+    out = dict((plan.mig_parted_config or {}).get("mig-configs") or {})
+    for node in plan.changed_nodes:
+        out.update((node.config_document or {}).get("mig-configs") or {})
+    return out
+
+
+@dataclass(frozen=True)
+class Merge:
+    configs: dict[str, Any]
+    kept: tuple[str, ...]
+    added: tuple[str, ...]
+    replaced: tuple[str, ...]
+
+    @property
+    def document(self) -> dict[str, Any]:
+        return {"version": "v1", "mig-configs": self.configs}
+
+    def render(self) -> str:
+        return yaml.safe_dump(self.document, sort_keys=False, default_flow_style=None, width=100)
+
+
+def merge(*, existing: list[dict[str, Any]], wanted: Mapping[str, Any]) -> Merge:
+    """Union of ``existing`` config maps (earlier first) with ``wanted`` on top."""
+    base: dict[str, Any] = {}
+    for configs in existing:
+        base.update(configs)
+    merged = dict(base)
+    added, replaced = [], []
+    for name, entries in wanted.items():
+        if name not in base:
+            added.append(name)
+        elif base[name] != entries:
+            replaced.append(name)
+        merged[name] = entries
+    kept = tuple(n for n in base if n not in wanted)
+    return Merge(merged, kept, tuple(added), tuple(replaced))

@@ -1,0 +1,147 @@
+"""Plain data the analysis hands to the optimiser and the report: no pandas here, on purpose.
+
+:mod:`rightsizer.analysis` (the only module that imports pandas) turns Prometheus answers into
+these frozen dataclasses; everything downstream works on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mig_geometry.catalogue import GpuModel, find_model
+
+
+@dataclass(frozen=True)
+class PodKey:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """A MIG instance as the exporter's ``gpupilot_mig_instance_info`` describes it."""
+
+    profile: str
+    gpu_instance_id: str
+    placement_start: int
+    placement_size: int
+    uuid: str = ""
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    node: str
+    index: int
+    uuid: str
+    model_key: str
+    """Catalogue key (``H100 80GB``); ``""`` when the PCI device id is not in the catalogue."""
+    pci_device_id: int
+    mig_enabled: bool
+    memory_total_mib: int = 0
+    instances: tuple[InstanceInfo, ...] = ()
+
+    @property
+    def model(self) -> GpuModel | None:
+        return find_model(self.model_key) if self.model_key else None
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    name: str
+    gpus: tuple[GpuInventory, ...]
+    mig_strategy: str = "mixed"
+    """From ``kube_node_labels{label_nvidia_com_mig_strategy}``; ``mixed`` when the label is absent."""
+    mig_config: str = ""
+    """The node's ``nvidia.com/mig.config`` label value, ``""`` when unknown."""
+
+    @property
+    def model_key(self) -> str:
+        keys = {g.model_key for g in self.gpus}
+        return keys.pop() if len(keys) == 1 else ",".join(sorted(keys))
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    """What one device (MIG instance, or whole GPU with ``profile == ""``) did over the window.
+
+    Activity is a 0-1 ratio (graphics engine active, or GPU utilisation / 100 on whole GPUs).
+    ``None`` means no data: the device is *unknown*, never counted as idle.
+    """
+
+    node: str
+    gpu: int
+    gpu_uuid: str
+    profile: str
+    gpu_instance_id: str
+    pods: tuple[PodKey, ...] = ()
+    """Pods holding the device at the end of the window."""
+    allocated_hours: float = 0.0
+    p50: float | None = None
+    p95: float | None = None
+    max: float | None = None
+    fb_peak_mib: float | None = None
+    idle_hours: float = 0.0
+    coverage_hours: float = 0.0
+    window_hours: float = 0.0
+
+    @property
+    def allocated(self) -> bool:
+        return bool(self.pods)
+
+    @property
+    def unknown(self) -> bool:
+        return self.coverage_hours <= 0 or self.p95 is None
+
+    @property
+    def whole_gpu(self) -> bool:
+        return self.profile == ""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Pods with one owner (Deployment, StatefulSet, Job, …, else the pod itself) and their demand."""
+
+    key: str
+    """``namespace/Kind/name`` of the owner, or ``namespace/pod`` without one."""
+    namespace: str
+    pods: tuple[PodKey, ...]
+    p95: float | None
+    """Highest p95 activity over the workload's devices (0-1); ``None`` when unknown."""
+    fb_peak_mib: float | None
+    demand_slices: float
+    """Compute slices per replica the p95 activity needs, headroom included (fractional)."""
+    demand_memory_mib: float
+    """Framebuffer per replica at the peak, headroom included."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything a plan needs, from Prometheus alone."""
+
+    start: float
+    end: float
+    prometheus_url: str
+    nodes: tuple[NodeInventory, ...]
+    devices: tuple[DeviceStats, ...]
+    workloads: tuple[Workload, ...] = ()
+    used_recording_rule: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def window_hours(self) -> float:
+        return (self.end - self.start) / 3600.0
+
+    def device(self, node: str, gpu: int, gpu_instance_id: str) -> DeviceStats | None:
+        for d in self.devices:
+            if d.node == node and d.gpu == gpu and d.gpu_instance_id == gpu_instance_id:
+                return d
+        return None
+
+    def workload_of(self, pod: PodKey) -> Workload | None:
+        for w in self.workloads:
+            if pod in w.pods:
+                return w
+        return None

@@ -1,0 +1,334 @@
+"""Pack MIG demand into the fewest GPUs of one model: exact MILP (HiGHS via scipy) or greedy.
+
+Demand is a count per *class*: the smallest profile whose compute slices and memory cover one
+device's need. A class-``k`` device may be served by any profile ``q`` at least as large in both
+compute and memory (a bigger slice is allowed, at the cost of idle allocated slices).
+
+MILP (``scipy.optimize.milp``): integer ``x_L`` = GPUs carrying maximal layout ``L`` (every valid
+layout is a subset of a maximal one, so maximal layouts lose nothing), continuous ``z_kq`` = class-k
+devices served by profile q (integral at a vertex once ``x`` is integral: a transportation problem)::
+
+    minimise   W·Σ x_L + Σ z_kq·(compute(q) − compute(k))        W > any possible slice waste
+    subject to Σ_q z_kq = d_k                     every device served
+               Σ_k z_kq ≤ Σ_L n(L,q)·x_L          slots of profile q exist
+               Σ_L x_L ≤ G                        GPUs available
+
+The LP relaxation's ``ceil(Σ x_L)`` is the lower bound reported beside the answer. With a time limit
+HiGHS may stop early; then its best feasible answer is used, or the greedy one if it has none.
+Uniform layouts (``nvidia.com/mig.strategy=single``) are solved exactly by enumeration.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from mig_geometry.catalogue import GpuModel, Profile
+from mig_geometry.layouts import Layout, as_layout, maximal_layouts
+from mig_geometry.placement import fits
+
+WASTE_WEIGHT = 1000.0
+
+
+@dataclass(frozen=True)
+class PackResult:
+    layouts: tuple[Layout, ...]
+    """One maximal (or uniform) layout per GPU used."""
+    serve: Mapping[tuple[str, str], int]
+    """(class, profile) → devices of that class served by that profile."""
+    method: str
+    """``milp``, ``greedy``, ``uniform`` or ``none`` (nothing to pack)."""
+    status: str
+    """``optimal``, ``time-limit``, ``heuristic`` or ``infeasible``."""
+    lower_bound: int
+    seconds: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def gpus(self) -> int:
+        return len(self.layouts)
+
+    @property
+    def feasible(self) -> bool:
+        return self.status != "infeasible"
+
+    def allocated_slices(self, model: GpuModel) -> int:
+        total = 0
+        for (_k, q), n in self.serve.items():
+            prof = model.profile(q)
+            total += n * (prof.compute_slices if prof else 0)
+        return total
+
+
+def plain_profiles(model: GpuModel) -> tuple[Profile, ...]:
+    return tuple(p for p in model.profiles if not p.media_extensions)
+
+
+def dominates(q: Profile, k: Profile) -> bool:
+    return q.compute_slices >= k.compute_slices and q.memory_slices >= k.memory_slices
+
+
+def class_for(model: GpuModel, *, compute: float, memory_mib: float) -> Profile:
+    """The smallest profile covering ``compute`` slices and ``memory_mib``; the full GPU if none does."""
+    need_c = max(1, math.ceil(round(compute, 6)))
+    fitting = [p for p in plain_profiles(model) if p.compute_slices >= need_c and p.memory_mib >= memory_mib]
+    full = model.full_profile
+    assert full is not None
+    if not fitting:
+        return full
+    return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices, p.name))
+
+
+def size(model: GpuModel, name: str) -> int:
+    """Compute slices of profile ``name`` on ``model`` (0 if it is not one of its profiles)."""
+    prof = model.profile(name)
+    return prof.compute_slices if prof else 0
+
+
+def _count(layout: Layout, name: str) -> int:
+    return dict(layout).get(name, 0)
+
+
+def pack(
+    model: GpuModel,
+    demand: Mapping[str, int],
+    *,
+    gpus: int,
+    time_limit: float = 10.0,
+    uniform: bool = False,
+) -> PackResult:
+    """Fewest GPUs of ``model`` (at most ``gpus``) carrying ``demand`` (class profile → devices)."""
+    demand = {k: v for k, v in demand.items() if v > 0}
+    if not demand:
+        return PackResult((), {}, "none", "optimal", 0)
+    if uniform:
+        return pack_uniform(model, demand, gpus=gpus)
+    started = time.perf_counter()
+    try:
+        res = _milp(model, demand, gpus=gpus, time_limit=time_limit)
+    except (ValueError, RuntimeError) as exc:  # pragma: no cover - solver trouble: fall back
+        res = None
+        note = f"MILP failed ({exc}); greedy used"
+    else:
+        note = ""
+    if res is not None and res.feasible:
+        return _with_time(res, started)
+    greedy = pack_greedy(model, demand, gpus=gpus)
+    lb = res.lower_bound if res is not None else lp_lower_bound(model, demand)
+    notes: tuple[str, ...] = (note,) if note else ()
+    if res is not None and res.status == "time-limit":
+        notes += ("MILP hit its time limit without a feasible answer; greedy used",)
+    if res is not None and res.status == "infeasible" and not greedy.feasible:
+        return _with_time(res, started)
+    return _with_time(
+        PackResult(greedy.layouts, greedy.serve, "greedy", greedy.status, lb, notes=notes), started
+    )
+
+
+def _with_time(res: PackResult, started: float) -> PackResult:
+    return PackResult(
+        res.layouts,
+        res.serve,
+        res.method,
+        res.status,
+        res.lower_bound,
+        time.perf_counter() - started,
+        res.notes,
+    )
+
+
+@cache
+def _model_tables(model: GpuModel) -> tuple[tuple[Layout, ...], tuple[Profile, ...]]:
+    return maximal_layouts(model), plain_profiles(model)
+
+
+def _build(
+    model: GpuModel, demand: Mapping[str, int], gpus: int
+) -> tuple[np.ndarray, list[LinearConstraint], np.ndarray, Bounds, list[tuple[str, str]], tuple[Layout, ...]]:
+    layouts, profs = _model_tables(model)
+    classes = sorted(demand)
+    pairs = [
+        (k, q.name)
+        for k in classes
+        for q in profs
+        if (kp := model.profile(k)) is not None and dominates(q, kp)
+    ]
+    nl, nz = len(layouts), len(pairs)
+    cost = np.zeros(nl + nz)
+    cost[:nl] = WASTE_WEIGHT
+    for j, (kname, qname) in enumerate(pairs):
+        cost[nl + j] = size(model, qname) - size(model, kname)
+    rows: list[np.ndarray] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    for k in classes:  # every device served
+        row = np.zeros(nl + nz)
+        for j, (kk, _q) in enumerate(pairs):
+            if kk == k:
+                row[nl + j] = 1
+        rows.append(row)
+        lo.append(demand[k])
+        hi.append(demand[k])
+    for q in profs:  # slots exist
+        row = np.zeros(nl + nz)
+        for i, lay in enumerate(layouts):
+            row[i] = -_count(lay, q.name)
+        for j, (_k, qq) in enumerate(pairs):
+            if qq == q.name:
+                row[nl + j] = 1
+        if row[nl:].any():
+            rows.append(row)
+            lo.append(-np.inf)
+            hi.append(0)
+    row = np.zeros(nl + nz)
+    row[:nl] = 1
+    rows.append(row)
+    lo.append(0)
+    hi.append(gpus)
+    constraints = [LinearConstraint(np.array(rows), np.array(lo, dtype=float), np.array(hi, dtype=float))]
+    integrality = np.zeros(nl + nz)
+    integrality[:nl] = 1
+    bounds = Bounds(np.zeros(nl + nz), np.concatenate([np.full(nl, gpus), np.full(nz, np.inf)]))
+    return cost, constraints, integrality, bounds, pairs, layouts
+
+
+def lp_lower_bound(model: GpuModel, demand: Mapping[str, int], *, gpus: int | None = None) -> int:
+    """``ceil`` of the LP relaxation's GPU count: no packing can use fewer GPUs."""
+    demand = {k: v for k, v in demand.items() if v > 0}
+    if not demand:
+        return 0
+    limit = gpus if gpus is not None else sum(demand.values())
+    cost, cons, _integ, bounds, _pairs, layouts = _build(model, demand, limit)
+    cost = cost.copy()
+    cost[len(layouts) :] = 0.0  # the bound concerns GPUs only
+    res = milp(cost, constraints=cons, integrality=np.zeros_like(cost), bounds=bounds)
+    if res.x is None:
+        return math.ceil(sum(demand.values()) / 7)
+    return math.ceil(float(np.sum(res.x[: len(layouts)])) - 1e-6)
+
+
+def _milp(model: GpuModel, demand: Mapping[str, int], *, gpus: int, time_limit: float) -> PackResult:
+    cost, cons, integ, bounds, pairs, layouts = _build(model, demand, gpus)
+    lb = lp_lower_bound(model, demand, gpus=gpus)
+    res = milp(
+        cost,
+        constraints=cons,
+        integrality=integ,
+        bounds=bounds,
+        options={"time_limit": max(0.05, time_limit)},
+    )
+    if res.status == 2 or (res.x is None and res.status != 1):
+        return PackResult((), {}, "milp", "infeasible", lb)
+    if res.x is None:
+        return PackResult((), {}, "milp", "time-limit", lb)
+    status = "optimal" if res.status == 0 else "time-limit"
+    chosen: list[Layout] = []
+    for i, lay in enumerate(layouts):
+        chosen += [lay] * round(res.x[i])
+    serve: Counter[tuple[str, str]] = Counter()
+    for j, pair in enumerate(pairs):
+        n = round(res.x[len(layouts) + j])
+        if n:
+            serve[pair] += n
+    _repair(model, demand, chosen, serve)
+    return PackResult(tuple(chosen), dict(serve), "milp", status, lb)
+
+
+def _repair(
+    model: GpuModel, demand: Mapping[str, int], chosen: Sequence[Layout], serve: Counter[tuple[str, str]]
+) -> None:
+    """Make ``serve`` match ``demand`` exactly after rounding (a no-op at an integral vertex)."""
+    for k, d in demand.items():
+        have = sum(n for (kk, _q), n in serve.items() if kk == k)
+        kp = model.profile(k)
+        assert kp is not None
+        while have > d:
+            key = next(p for p in serve if p[0] == k and serve[p] > 0)
+            serve[key] -= 1
+            have -= 1
+        while have < d:
+            slots: Counter[str] = Counter()
+            for lay in chosen:
+                for name, n in lay:
+                    slots[name] += n
+            for (_k, q), n in serve.items():
+                slots[q] -= n
+            free = [q for q in plain_profiles(model) if slots[q.name] > 0 and dominates(q, kp)]
+            if not free:
+                raise RuntimeError(f"rounding left class {k} unserved")
+            best = min(free, key=lambda q: (q.compute_slices, q.memory_slices))
+            serve[(k, best.name)] += 1
+            have += 1
+
+
+def pack_uniform(model: GpuModel, demand: Mapping[str, int], *, gpus: int) -> PackResult:
+    """Every GPU carries the same single profile: try each, keep the fewest GPUs, then least waste."""
+    best: tuple[tuple[int, int], PackResult] | None = None
+    total = sum(demand.values())
+    for q in plain_profiles(model):
+        if not all((kp := model.profile(k)) is not None and dominates(q, kp) for k in demand):
+            continue
+        per_gpu = max(n for n in range(1, q.max_count + 1) if fits(model, {q.name: n}))
+        need = math.ceil(total / per_gpu)
+        if need > gpus:
+            continue
+        waste = sum(v * (q.compute_slices - size(model, k)) for k, v in demand.items())
+        res = PackResult(
+            tuple(as_layout({q.name: per_gpu}) for _ in range(need)),
+            {(k, q.name): v for k, v in demand.items()},
+            "uniform",
+            "optimal",
+            need,
+        )
+        if best is None or (need, waste) < best[0]:
+            best = ((need, waste), res)
+    if best is None:
+        return PackResult((), {}, "uniform", "infeasible", 0)
+    return best[1]
+
+
+def complete(model: GpuModel, counts: Mapping[str, int]) -> dict[str, int]:
+    """Add instances (largest first) until nothing else fits: spare capacity stays schedulable."""
+    out = dict(counts)
+    changed = True
+    while changed:
+        changed = False
+        for q in sorted(plain_profiles(model), key=lambda p: (-p.compute_slices, -p.memory_slices)):
+            trial = {**out, q.name: out.get(q.name, 0) + 1}
+            if fits(model, trial):
+                out = trial
+                changed = True
+                break
+    return {k: v for k, v in out.items() if v}
+
+
+def pack_greedy(model: GpuModel, demand: Mapping[str, int], *, gpus: int) -> PackResult:
+    """First-fit decreasing; a device that fits no open GPU opens a new one (upsizing if it must)."""
+    items = sorted(
+        (k for k, v in demand.items() for _ in range(v)),
+        key=lambda k: (-size(model, k), k),
+    )
+    open_gpus: list[dict[str, int]] = []
+    serve: Counter[tuple[str, str]] = Counter()
+    for k in items:
+        placed = False
+        for counts in open_gpus:
+            trial = {**counts, k: counts.get(k, 0) + 1}
+            if fits(model, trial):
+                counts[k] = trial[k]
+                placed = True
+                break
+        if not placed:
+            if len(open_gpus) >= gpus:
+                return PackResult((), {}, "greedy", "infeasible", 0)
+            open_gpus.append({k: 1})
+        serve[(k, k)] += 1
+    layouts = tuple(as_layout(complete(model, c)) for c in open_gpus)
+    return PackResult(layouts, dict(serve), "greedy", "heuristic", 0)

@@ -1,0 +1,141 @@
+"""Shared fixtures for the adapter tests: a real Prometheus (backfilled + one live target), a test
+PKI, and an in-process adapter on a free port."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+from adapter.app import Adapter
+from adapter.settings import AuthSettings, PrometheusSettings, ServeSettings, TlsSettings
+from devkit.prometheus import PrometheusServer, ScrapeJob, backfill_openmetrics, free_port
+from tests.adapter import data
+from tests.adapter.pki import TestPki, make_pki
+
+
+@dataclass
+class LiveTarget:
+    registry: CollectorRegistry
+    port: int
+    shutdown: Callable[[], None]
+
+
+@dataclass
+class PromEnv:
+    server: PrometheusServer
+    live: LiveTarget
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+
+@pytest.fixture(scope="session")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromEnv]:
+    root = tmp_path_factory.mktemp("adapter-prom")
+    source = data.write_openmetrics(root / "cluster.om.txt", now=time.time())
+    backfill_openmetrics(source, root / "data")
+    registry = CollectorRegistry()
+    Gauge("live_up", "live target present", registry=registry).set(1)
+    port = free_port()
+    http_server, _thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    live = LiveTarget(registry, port, http_server.shutdown)
+    server = PrometheusServer(
+        root / "data",
+        scrape_jobs=[ScrapeJob("live", [f"127.0.0.1:{port}"], interval="1s")],
+        scrape_interval="1s",
+    )
+    with server:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            r = requests.get(f"{server.url}/api/v1/query", params={"query": "live_up"}, timeout=5).json()
+            if r["data"]["result"]:
+                break
+            time.sleep(0.3)
+        yield PromEnv(server, live)
+    http_server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def base_settings(prom_url: str, pki: TestPki, **overrides: object) -> ServeSettings:
+    settings = ServeSettings(
+        prometheus=PrometheusSettings(url=prom_url, timeout=3.0),
+        tls=TlsSettings(pki.server.cert, pki.server.key),
+        auth=AuthSettings(
+            client_ca_file=pki.client_ca.path,
+            requestheader_client_ca_file=pki.front_proxy_ca.path,
+            requestheader_allowed_names=("front-proxy-client",),
+            authorization_mode="none",
+        ),
+        bind_address="127.0.0.1",
+        secure_port=free_port(),
+        pod_source="prometheus",
+        discovery_interval=1.0,
+        config_check_interval=0.2,
+    )
+    return replace(settings, **overrides)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def start_adapter() -> Iterator[Callable[[ServeSettings], Adapter]]:
+    started: list[Adapter] = []
+
+    def start(settings: ServeSettings) -> Adapter:
+        adapter = Adapter(settings)
+        adapter.start()
+        started.append(adapter)
+        return adapter
+
+    yield start
+    for a in started:
+        a.stop()
+
+
+@dataclass
+class Client:
+    """requests against the adapter as the aggregation layer would call it (front-proxy cert + headers)."""
+
+    base: str
+    pki: TestPki
+
+    def get(
+        self,
+        path: str,
+        *,
+        cert: tuple[Path, Path] | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+    ) -> requests.Response:
+        return requests.get(
+            self.base + path,
+            cert=(str(cert[0]), str(cert[1])) if cert else None,
+            headers=headers,
+            params=params,
+            verify=str(self.pki.serving_ca.path),
+            timeout=10,
+        )
+
+    def as_hpa(self, path: str, params: dict[str, str] | None = None) -> requests.Response:
+        return self.get(
+            path,
+            cert=(self.pki.front_proxy.cert, self.pki.front_proxy.key),
+            headers={"X-Remote-User": "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+                     "X-Remote-Group": "system:serviceaccounts"},
+            params=params,
+        )
+
+
+@pytest.fixture
+def adapter_client(prom: PromEnv, pki: TestPki, start_adapter: Callable[[ServeSettings], Adapter]) -> Client:
+    adapter = start_adapter(base_settings(prom.url, pki))
+    return Client(f"https://127.0.0.1:{adapter.port}", pki)

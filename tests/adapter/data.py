@@ -1,0 +1,81 @@
+"""A small simulated cluster as OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics``.
+
+ai-serving/llm-inference (app=llm-inference): three pods on whole GPUs, utilisation 90/80/70 (mean
+80) and queue depth 14/12/10 (mean 12); the seed's HPA (75 and 10) therefore proposes 3 and 4.
+ai-serving/embedder-0 (app=embedder): 30 %. research/trainer-0 on a MIG slice (app=trainer).
+ai-serving/batch-stale (app=batch): its series stop ten minutes before "now".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SimPod:
+    namespace: str
+    name: str
+    app: str
+    node: str
+    util: float
+    queue: float | None
+    fb_used: float = 20_000.0
+    fb_free: float = 60_000.0
+    phase: str = "Running"
+    stale: bool = False
+
+
+PODS = (
+    SimPod("ai-serving", "llm-inference-7d9f-a", "llm-inference", "gpu-node-01", 90, 14),
+    SimPod("ai-serving", "llm-inference-7d9f-b", "llm-inference", "gpu-node-02", 80, 12),
+    SimPod("ai-serving", "llm-inference-7d9f-c", "llm-inference", "gpu-node-03", 70, 10),
+    SimPod("ai-serving", "embedder-0", "embedder", "gpu-node-01", 30, None, fb_used=1500.0),
+    SimPod("ai-serving", "batch-stale", "batch", "gpu-node-02", 55, None, stale=True),
+    SimPod("research", "trainer-0", "trainer", "gpu-node-04", 0, None),
+)
+FLEET_WASTE = 1.5
+STEP = 15
+
+
+def _labels(pairs: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
+
+
+def write_openmetrics(path: Path, *, now: float, history: int = 1200, future: int = 1800) -> Path:
+    """Samples every 15 s from ``now - history`` to ``now + future`` (stale pod: to now - 600)."""
+    start = int(now) - history
+    end = int(now) + future
+    families: dict[str, list[str]] = {}
+
+    def add(name: str, labels: dict[str, str], value: float, *, until: int = end) -> None:
+        lines = families.setdefault(name, [])
+        for t in range(start, until + 1, STEP):
+            lines.append(f"{name}{_labels(labels)} {value} {t}")
+
+    for gpu_idx, p in enumerate(PODS):
+        until = int(now) - 600 if p.stale else end
+        base = {"namespace": p.namespace, "pod": p.name}
+        dev = {"gpu": str(gpu_idx % 8), "UUID": f"GPU-{gpu_idx:04d}", "Hostname": p.node, **base}
+        if p.name == "trainer-0":
+            add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", {**dev, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1"}, 0.42, until=until)
+            add("gpupilot:pod_gpu_utilization:percent", base, 42.0, until=until)
+        else:
+            add("DCGM_FI_DEV_GPU_UTIL", dev, p.util, until=until)
+            add("gpupilot:pod_gpu_utilization:percent", base, p.util, until=until)
+        add("DCGM_FI_DEV_FB_USED", dev, p.fb_used, until=until)
+        add("DCGM_FI_DEV_FB_FREE", dev, p.fb_free, until=until)
+        if p.queue is not None:
+            add("inference_queue_depth", base, p.queue, until=until)
+        add("kube_pod_labels", {**base, "label_app": p.app}, 1, until=until)
+        for phase in ("Pending", "Running", "Succeeded", "Failed"):
+            add("kube_pod_status_phase", {**base, "phase": phase}, 1 if phase == p.phase else 0, until=until)
+    add("gpupilot:fleet_waste:gpu_equivalents", {}, FLEET_WASTE)
+    out = []
+    for name, lines in families.items():
+        out.append(f"# TYPE {name} gauge")
+        out.extend(lines)
+    # OpenMetrics wants each family's samples together and ordered by time within a series
+    out.append("# EOF")
+    path.write_text("\n".join(out) + "\n")
+    return path

@@ -1,0 +1,351 @@
+"""deploy/: every kustomization rendered with the real `kubectl kustomize`, each object checked.
+
+API versions, least-privilege RBAC, pod security (non-root, read-only root filesystem, no
+privilege escalation, capabilities dropped), resources and probes on every container, the
+exporter's node placement and MIG-pause affinity, ServiceMonitor honorLabels, the overlay's
+namespace/image wiring, the generated monitoring manifests being in sync, and the Dockerfile.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devkit import manifests
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+OVERLAY = "overlays/gpu-operator"
+
+# kind → the current (non-deprecated) apiVersion we allow.
+KNOWN_API_VERSIONS = {
+    "ServiceAccount": "v1",
+    "Service": "v1",
+    "ConfigMap": "v1",
+    "Secret": "v1",
+    "DaemonSet": "apps/v1",
+    "Deployment": "apps/v1",
+    "CronJob": "batch/v1",
+    "ClusterRole": "rbac.authorization.k8s.io/v1",
+    "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "APIService": "apiregistration.k8s.io/v1",
+    "ServiceMonitor": "monitoring.coreos.com/v1",
+    "PrometheusRule": "monitoring.coreos.com/v1",
+    "PodDisruptionBudget": "policy/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
+}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "APIService", "Namespace"}
+WORKLOAD_KINDS = {"DaemonSet", "Deployment", "CronJob"}
+FORBIDDEN_VERBS = {"*", "delete", "deletecollection", "escalate", "bind", "impersonate"}
+# The one documented exception to runAsNonRoot (see deploy/exporter/daemonset.yaml).
+ROOT_ALLOWED = {("DaemonSet", "gpupilot-exporter")}
+
+
+def kustomizations() -> list[str]:
+    dirs = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+    return [str(d.relative_to(DEPLOY)) for d in dirs]
+
+
+@functools.cache
+def render(rel: str) -> tuple[dict[str, Any], ...]:
+    assert shutil.which("kubectl"), "kubectl (with kustomize) is needed to render deploy/"
+    res = subprocess.run(
+        ["kubectl", "kustomize", str(DEPLOY / rel)], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, f"kubectl kustomize deploy/{rel} failed: {res.stderr.strip()}"
+    return tuple(doc for doc in yaml.safe_load_all(res.stdout) if doc)
+
+
+def all_objects() -> list[tuple[str, dict[str, Any]]]:
+    return [(rel, obj) for rel in kustomizations() for obj in render(rel)]
+
+
+def ident(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    return f"{obj.get('kind')}/{meta.get('namespace', '-')}/{meta.get('name')}"
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    if obj["kind"] == "CronJob":
+        return obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+    return obj["spec"]["template"]["spec"]  # type: ignore[no-any-return]
+
+
+def workloads() -> list[tuple[str, dict[str, Any]]]:
+    return [(rel, o) for rel, o in all_objects() if o["kind"] in WORKLOAD_KINDS]
+
+
+def find(rel: str, kind: str, name: str) -> dict[str, Any]:
+    for obj in render(rel):
+        if obj["kind"] == kind and obj["metadata"]["name"] == name:
+            return obj
+    raise AssertionError(f"{kind}/{name} not rendered by deploy/{rel}")
+
+
+def test_every_expected_kustomization_exists_and_renders() -> None:
+    found = set(kustomizations())
+    assert {"exporter", "adapter", "rightsizer", "monitoring", OVERLAY} <= found
+    for rel in found:
+        assert render(rel), f"deploy/{rel} renders no objects"
+
+
+def test_api_versions_are_known_and_current() -> None:
+    for rel, obj in all_objects():
+        kind = obj["kind"]
+        assert kind in KNOWN_API_VERSIONS, f"deploy/{rel}: unexpected kind {ident(obj)}"
+        assert obj["apiVersion"] == KNOWN_API_VERSIONS[kind], (
+            f"deploy/{rel}: {ident(obj)} uses {obj['apiVersion']}, want {KNOWN_API_VERSIONS[kind]}"
+        )
+
+
+def rbac_rules() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    return [
+        (rel, obj, rule)
+        for rel, obj in all_objects()
+        if obj["kind"] in {"ClusterRole", "Role"}
+        for rule in obj.get("rules", [])
+    ]
+
+
+def test_rbac_has_no_wildcards_secrets_or_destructive_verbs() -> None:
+    rules = rbac_rules()
+    assert rules
+    for rel, obj, rule in rules:
+        where = f"deploy/{rel}: {ident(obj)} rule {rule}"
+        assert not FORBIDDEN_VERBS & set(rule.get("verbs", [])), where
+        assert "*" not in rule.get("resources", []), where
+        assert "*" not in rule.get("apiGroups", []), where
+        assert "secrets" not in rule.get("resources", []), where
+        assert "nonResourceURLs" not in rule or "*" not in rule["nonResourceURLs"], where
+
+
+def test_rbac_writes_are_the_minimum() -> None:
+    writes = {"create", "update", "patch"}
+    for rel, obj, rule in rbac_rules():
+        where = f"deploy/{rel}: {ident(obj)} rule {rule}"
+        verbs = set(rule["verbs"])
+        for resource in rule.get("resources", []):
+            if resource == "pods/eviction":
+                assert verbs == {"create"}, where
+            elif resource == "configmaps":
+                assert obj["kind"] == "Role", f"configmaps must be namespaced (a Role): {where}"
+            elif resource == "nodes":
+                assert verbs & writes <= {"patch"}, where
+            elif resource == "pods":
+                assert not verbs & writes, where
+            elif resource == "events":
+                assert verbs <= {"create", "patch"}, where
+            elif resource == "clusterpolicies":
+                assert verbs <= {"get", "list", "watch", "patch"}, where
+            elif resource not in {"tokenreviews", "subjectaccessreviews"}:
+                assert not verbs & writes, f"unexpected write access: {where}"
+
+
+def test_rightsizer_rbac_covers_what_apply_does() -> None:
+    role = find("rightsizer", "ClusterRole", "gpupilot-rightsizer")
+    granted = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    for need in [
+        ("", "nodes", "patch"),
+        ("", "nodes", "watch"),
+        ("", "pods", "list"),
+        ("", "pods/eviction", "create"),
+        ("nvidia.com", "clusterpolicies", "get"),
+        ("nvidia.com", "clusterpolicies", "patch"),
+        ("", "events", "create"),
+    ]:
+        assert need in granted, f"rightsizer ClusterRole lacks {need}"
+    cm_role = find("rightsizer", "Role", "gpupilot-rightsizer-mig-config")
+    assert cm_role["metadata"]["namespace"] == "gpu-operator"
+    assert cm_role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update", "patch"]}
+    ]
+
+
+def test_pod_security_on_every_workload() -> None:
+    assert workloads()
+    for rel, obj in workloads():
+        spec = pod_spec(obj)
+        pod_sc = spec.get("securityContext", {})
+        assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", ident(obj)
+        assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC"), ident(obj)
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            sc = c.get("securityContext", {})
+            where = f"deploy/{rel}: {ident(obj)} container {c['name']}"
+            assert sc.get("allowPrivilegeEscalation") is False, where
+            assert sc.get("readOnlyRootFilesystem") is True, where
+            assert not sc.get("privileged"), where
+            assert "ALL" in sc.get("capabilities", {}).get("drop", []), where
+            assert not sc.get("capabilities", {}).get("add"), where
+            non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
+            if (obj["kind"], obj["metadata"]["name"]) in ROOT_ALLOWED:
+                continue
+            assert non_root is True, f"{where}: runAsNonRoot must be true"
+            uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
+            assert uid is None or uid != 0, where
+
+
+def test_resources_and_probes_on_every_container() -> None:
+    for rel, obj in workloads():
+        for c in pod_spec(obj)["containers"]:
+            where = f"deploy/{rel}: {ident(obj)} container {c['name']}"
+            res = c.get("resources", {})
+            for part in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(res.get(part, {})), f"{where}: {part} cpu+memory"
+            assert "livenessProbe" in c and "readinessProbe" in c, f"{where}: probes"
+
+
+def test_exporter_daemonset_placement_and_mounts() -> None:
+    ds = find("exporter", "DaemonSet", "gpupilot-exporter")
+    spec = pod_spec(ds)
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert any(t["key"] == "nvidia.com/gpu" and t["operator"] == "Exists" for t in spec["tolerations"])
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    exprs = {e["key"]: e for term in terms["nodeSelectorTerms"] for e in term["matchExpressions"]}
+    ours = exprs["nvidia.com/gpu.deploy.gpupilot-exporter"]
+    assert ours["operator"] == "NotIn" and set(ours["values"]) == {"false", "paused-for-mig-change"}
+    migmgr = exprs["nvidia.com/gpu.deploy.dcgm-exporter"]
+    assert migmgr["operator"] == "NotIn" and "paused-for-mig-change" in migmgr["values"]
+    (container,) = spec["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/var/lib/kubelet/pod-resources")
+    assert mount["readOnly"] is True
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert volume["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert any(p["containerPort"] == 9400 and p["name"] == "metrics" for p in container["ports"])
+    assert any(
+        a.startswith("--pod-resources-socket=/var/lib/kubelet/pod-resources/") for a in container["args"]
+    )
+
+
+def test_exporter_service_monitor_keeps_workload_labels() -> None:
+    svc = find("exporter", "Service", "gpupilot-exporter")
+    assert [(p["name"], p["port"]) for p in svc["spec"]["ports"]] == [("metrics", 9400)]
+    sm = find("exporter", "ServiceMonitor", "gpupilot-exporter")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    drops = [r for r in endpoint.get("relabelings", []) if r.get("action") == "labeldrop"]
+    assert drops and all(lbl in drops[0]["regex"] for lbl in ("pod", "namespace")), (
+        "unattributed GPUs must not inherit the exporter pod's pod/namespace target labels"
+    )
+
+
+def test_service_accounts_configmaps_and_ports_referenced_exist() -> None:
+    for rel in kustomizations():
+        objs = render(rel)
+        names = {(o["kind"], o["metadata"]["name"]) for o in objs}
+        for obj in objs:
+            if obj["kind"] not in WORKLOAD_KINDS:
+                continue
+            spec = pod_spec(obj)
+            assert ("ServiceAccount", spec["serviceAccountName"]) in names, f"deploy/{rel}: {ident(obj)}"
+            for vol in spec.get("volumes", []):
+                if "configMap" in vol:
+                    assert ("ConfigMap", vol["configMap"]["name"]) in names, f"deploy/{rel}: {vol}"
+
+
+def test_overlay_wires_namespace_images_and_runtime_class() -> None:
+    objs = render(OVERLAY)
+    assert not [o for o in objs if o["kind"] == "Namespace"], (
+        "the overlay must not own the operator's namespace"
+    )
+    by_sa = {o["metadata"]["name"]: o["metadata"]["namespace"] for o in objs if o["kind"] == "ServiceAccount"}
+    for obj in objs:
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"].get("namespace") in {"gpu-operator", "kube-system"}, ident(obj)
+        if obj["kind"] in WORKLOAD_KINDS:
+            for c in pod_spec(obj)["containers"]:
+                assert c["image"].startswith("ghcr.io/gpupilot/gpupilot:"), f"{ident(obj)}: {c['image']}"
+                assert not c["image"].endswith(":latest"), ident(obj)
+        if obj["kind"] in {"RoleBinding", "ClusterRoleBinding"}:
+            for subject in obj.get("subjects", []):
+                if subject["kind"] != "ServiceAccount":
+                    continue
+                if subject["name"] in by_sa:
+                    assert subject.get("namespace") == by_sa[subject["name"]], f"{ident(obj)}: {subject}"
+                else:
+                    assert subject.get("namespace") == "kube-system", f"{ident(obj)}: {subject}"
+    ds = next(o for o in objs if o["kind"] == "DaemonSet")
+    assert pod_spec(ds)["runtimeClassName"] == "nvidia"
+    kinds = {o["kind"] for o in objs}
+    assert {"DaemonSet", "Deployment", "ServiceMonitor", "PrometheusRule", "APIService"} <= kinds
+
+
+def test_monitoring_is_generated_from_rules_and_dashboards() -> None:
+    layout = manifests.Layout(ROOT)
+    assert manifests.stale_files(layout) == [], (
+        "run 'python -m devkit.manifests' and commit deploy/monitoring"
+    )
+    objs = render("monitoring")
+    rules = [o for o in objs if o["kind"] == "PrometheusRule"]
+    sources = sorted((ROOT / "rules").glob("*.rules.yaml"))
+    assert len(rules) == len(sources) and sources
+    for source in sources:
+        name = manifests.k8s_name("gpupilot-" + source.name.removesuffix(".rules.yaml"))
+        rule = next(r for r in rules if r["metadata"]["name"] == name)
+        assert rule["spec"]["groups"] == yaml.safe_load(source.read_text())["groups"]
+        assert rule["metadata"]["labels"]["release"] == "prometheus"
+    dashboards = [o for o in objs if o["kind"] == "ConfigMap"]
+    assert len(dashboards) == len(list((ROOT / "dashboards").glob("*.json")))
+    for cm in dashboards:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        size = len(yaml.safe_dump(cm).encode())
+        assert size < 256 * 1024, f"{cm['metadata']['name']}: {size} bytes is too big for kubectl apply"
+
+
+def test_generator_check_mode_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "dashboards").mkdir()
+    (tmp_path / "rules" / "a.rules.yaml").write_text(
+        "groups:\n- name: g\n  rules:\n  - record: x:y:z\n    expr: |\n      sum(up)\n"
+    )
+    (tmp_path / "dashboards" / "Fleet Overview.json").write_text('{"title": "Fleet"}\n')
+    assert manifests.main(["--root", str(tmp_path), "--check"]) == 1
+    assert "out of date" in capsys.readouterr().err
+    assert manifests.main(["--root", str(tmp_path)]) == 0
+    assert manifests.main(["--root", str(tmp_path), "--check"]) == 0
+    out = tmp_path / "deploy" / "monitoring"
+    docs = list(yaml.safe_load_all((out / "dashboards.yaml").read_text()))
+    assert docs[0]["metadata"]["name"] == "gpupilot-dashboard-fleet-overview"
+    assert "expr: |\n" in (out / "prometheusrules.yaml").read_text()
+    (tmp_path / "rules" / "a.rules.yaml").write_text("groups: [\n")
+    assert manifests.main(["--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "a.rules.yaml: not valid YAML" in err and "\n" not in err
+
+
+def test_dockerfile_builds_every_package_as_non_root() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+        "include"
+    ]
+    for pattern in include:
+        package = pattern.rstrip("*")
+        assert f"COPY {package}/ {package}/" in text, f"Dockerfile does not copy {package}/"
+    assert "FROM python:3.11-slim AS build" in text and text.count("FROM python:3.11-slim") == 2
+    user = [line for line in text.splitlines() if line.startswith("USER ")]
+    assert user and user[-1].split()[1].split(":")[0] not in {"0", "root"}
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    for needed in ["pyproject.toml", "README.md", *(p.rstrip("*") for p in include)]:
+        assert needed not in ignored, f".dockerignore excludes {needed}, which the build needs"
+    for script in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]:
+        assert f"{script} --help" in text, f"the image build does not smoke-test {script}"

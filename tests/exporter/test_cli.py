@@ -1,0 +1,172 @@
+"""``gpupilot-exporter``: --once, flag and file errors (one line, exit 2), --help, and a served process end to end."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from devkit.prometheus import free_port
+from exporter import cli
+from exporter.settings import DEFAULT_POD_RESOURCES_SOCKET
+from tests.exporter import fakes
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "examples" / "fleet-demo.yaml"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_once_prints_the_exposition_of_a_simulated_node() -> None:
+    res = run("--backend", "sim", "--scenario", str(SCENARIO), "--node", "gpu-h100-b", "--once")
+    assert res.returncode == 0, res.stderr
+    fams = {f.name: f for f in text_string_to_metric_families(res.stdout)}
+    temps = fams["DCGM_FI_DEV_GPU_TEMP"].samples
+    assert {s.labels["Hostname"] for s in temps} == {"gpu-h100-b"}
+    assert {s.labels["gpu"] for s in temps} == {"0", "1"}
+    # the scenario's own pods attribute devices in sim mode
+    assert any(s.labels.get("namespace") == "ai-serving" for s in temps)
+    assert len(fams["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].samples) >= 7
+    assert fams["gpupilot_exporter_backend_up"].samples[0].value == 1.0
+
+
+def test_once_failure_is_one_line_and_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        cli, "build_backend", lambda settings: fakes.FakeBackend(fakes.node(), open_failures=99)
+    )
+    assert cli.main(["--once", "--node-name", "n"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("gpupilot-exporter: backend fake unavailable: NVML_ERROR_LIBRARY_NOT_FOUND")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--interval", "0"], "--interval 0: must be a positive number of seconds"),
+        (
+            ["--interval", "5", "--collect-timeout", "9"],
+            "--collect-timeout 9: must be positive and at most --interval (5)",
+        ),
+        (["--listen", "nowhere"], "--listen 'nowhere': expected HOST:PORT"),
+        (["--backend", "sim"], "--backend sim needs --scenario FILE"),
+        (["--scenario", "x.yaml"], "--scenario and --node only apply to --backend sim"),
+        (
+            ["--backend", "sim", "--scenario", "/nonexistent.yaml"],
+            "/nonexistent.yaml: scenario file not found",
+        ),
+        (
+            ["--backend", "sim", "--scenario", str(SCENARIO), "--node", "nope"],
+            "no node 'nope' in the scenario",
+        ),
+        (["--web-config", "/nonexistent/web.yml", "--once"], "/nonexistent/web.yml: cannot read web config"),
+        (["--backend", "gpu"], "argument --backend: invalid choice: 'gpu'"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate (see --help)"),
+    ],
+)
+def test_bad_flags_and_files_are_one_line_exit_2(args: list[str], expected: str) -> None:
+    res = run(*args)
+    assert res.returncode == 2
+    assert res.stdout == ""
+    assert res.stderr.count("\n") == 1, res.stderr
+    assert expected in res.stderr
+
+
+def test_bad_web_config_fails_at_start(tmp_path: Path) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users:\n  admin: hunter2\n")
+    res = run(
+        "--backend", "sim", "--scenario", str(SCENARIO), "--web-config", str(web), "--listen", "127.0.0.1:0"
+    )
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        f"gpupilot-exporter: {web}: basic_auth_users.admin: expected a bcrypt hash ($2y$…, 60 characters), "
+        "e.g. from htpasswd -nBC 10 USER"
+    )
+
+
+def test_help_explains_every_flag() -> None:
+    res = run("--help")
+    assert res.returncode == 0
+    for flag in (
+        "--backend",
+        "--scenario",
+        "--node ",
+        "--listen",
+        "--interval",
+        "--collect-timeout",
+        "--node-name",
+        "--kubernetes",
+        "--pod-resources-socket",
+        "--web-config",
+        "--once",
+        "--log-level",
+        "backfill",
+        "cluster",
+    ):
+        assert flag in res.stdout
+
+
+def test_settings_defaults_and_node_name_precedence() -> None:
+    s = cli.parse_settings([], environ={"NODE_NAME": "from-env"})
+    assert (s.backend, s.listen.host, s.listen.port) == ("nvml", "", 9400)
+    assert s.collector.interval == 10.0 and s.collector.collect_timeout == 5.0
+    assert s.node_name == "from-env"
+    assert s.pod_resources_socket == DEFAULT_POD_RESOURCES_SOCKET and not s.kubernetes
+    assert cli.parse_settings(["--node-name", "flag"], environ={"NODE_NAME": "env"}).node_name == "flag"
+    assert cli.parse_settings(["--interval", "2"], environ={}).collector.collect_timeout == 2.0
+    s = cli.parse_settings(["--pod-resources-socket", "/tmp/k.sock", "--listen", "[::1]:9500"], environ={})
+    assert s.kubernetes and s.pod_resources_socket_given and s.listen.host == "::1" and s.listen.port == 9500
+
+
+def test_serves_until_sigterm(tmp_path: Path) -> None:
+    port = free_port()
+    argv = ["--backend", "sim", "--scenario", str(SCENARIO), "--node", "gpu-h200-a"]
+    argv += ["--listen", f"127.0.0.1:{port}", "--interval", "1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exporter", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        ready = None
+        while time.monotonic() < deadline:
+            try:
+                ready = requests.get(f"http://127.0.0.1:{port}/ready", timeout=2)
+                if ready.status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        assert ready is not None and ready.status_code == 200
+        r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert 'Hostname="gpu-h200-a"' in r.text
+        assert r.headers["Content-Encoding"] == "gzip"  # requests asks for gzip, like Prometheus
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "serving http://127.0.0.1:" in err

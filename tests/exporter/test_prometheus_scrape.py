@@ -1,0 +1,112 @@
+"""A real Prometheus (Debian's) scrapes a running exporter on the simulator; values read back equal the snapshot's."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from devkit.prometheus import PrometheusServer, ScrapeJob
+from exporter.collector import Collector
+from exporter.exposition import device_families
+from exporter.server import MetricsServer
+from exporter.settings import CollectorSettings
+from exporter.sim import scenario as scenario_mod
+from exporter.sim.backend import SimBackend
+
+pytestmark = pytest.mark.prometheus
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "examples" / "fleet-demo.yaml"
+NODE = "gpu-h100-a"
+
+Key = tuple[str, tuple[tuple[str, str], ...]]
+
+
+@pytest.fixture(scope="module")
+def scraped(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[PrometheusServer, Collector, SimBackend]]:
+    scenario = scenario_mod.load(SCENARIO)
+    frozen = scenario.epoch + 15 * 3600  # the simulator is a pure function of time: freeze it
+    backend = SimBackend(scenario, node=NODE, clock=lambda: frozen)
+    collector = Collector(
+        backend,
+        hostname=NODE,
+        settings=CollectorSettings(interval=1.0, collect_timeout=1.0),
+        allocations=backend.allocations,
+    )
+    collector.start()
+    tmp = tmp_path_factory.mktemp("prom")
+    with MetricsServer(collector, host="127.0.0.1", port=0) as exporter:
+        job = ScrapeJob(name="gpupilot-exporter", targets=[f"127.0.0.1:{exporter.port}"], interval="1s")
+        with PrometheusServer(tmp / "data", scrape_jobs=[job], scrape_interval="1s") as prom:
+            yield prom, collector, backend
+    collector.stop()
+
+
+def query(prom: PrometheusServer, promql: str) -> list[dict[str, object]]:
+    r = requests.get(f"{prom.url}/api/v1/query", params={"query": promql}, timeout=10)
+    r.raise_for_status()
+    result: list[dict[str, object]] = r.json()["data"]["result"]
+    return result
+
+
+def wait_for(prom: PrometheusServer, promql: str, timeout: float = 30.0) -> list[dict[str, object]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = query(prom, promql)
+        if result:
+            return result
+        time.sleep(0.3)
+    raise AssertionError(f"no result for {promql} after {timeout:.0f}s")
+
+
+def test_every_device_series_reaches_prometheus_with_the_snapshot_value(
+    scraped: tuple[PrometheusServer, Collector, SimBackend],
+) -> None:
+    prom, collector, backend = scraped
+    wait_for(prom, 'up{job="gpupilot-exporter"} == 1')
+    wait_for(prom, "gpupilot_mig_instance_info")
+    snapshot = collector.snapshot
+    assert snapshot is not None
+    expected: dict[Key, float] = {}
+    for fam in device_families(snapshot, hostname=NODE, allocations=backend.allocations()):
+        for labels, value in fam.samples:
+            expected[(fam.name, tuple(sorted(labels)))] = value
+    got: dict[Key, float] = {}
+    for series in query(
+        prom, '{job="gpupilot-exporter", __name__=~"DCGM_.*|gpupilot_(gpu|mig|device|xid).*"}'
+    ):
+        metric = dict(series["metric"])  # type: ignore[call-overload]
+        name = metric.pop("__name__")
+        metric.pop("job"), metric.pop("instance")
+        got[(name, tuple(sorted(metric.items())))] = float(series["value"][1])  # type: ignore[index]
+    assert got == expected
+    assert len(got) > 100
+    # names as dcgm-exporter's: counters without _total, MIG series with GPU_I_PROFILE
+    assert query(prom, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    assert query(prom, 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_PROFILE="1g.10gb"}')
+
+
+def test_scrape_is_clean_and_self_metrics_arrive(
+    scraped: tuple[PrometheusServer, Collector, SimBackend],
+) -> None:
+    prom, _, _ = scraped
+    wait_for(prom, "gpupilot_exporter_snapshot_age_seconds")
+    targets = requests.get(f"{prom.url}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+    ours = [t for t in targets if t["labels"]["job"] == "gpupilot-exporter"]
+    assert ours and ours[0]["health"] == "up" and ours[0]["lastError"] == ""
+    up = query(prom, 'gpupilot_exporter_backend_up{backend="sim"}')
+    assert float(up[0]["value"][1]) == 1.0  # type: ignore[index]
+    age = float(query(prom, "gpupilot_exporter_snapshot_age_seconds")[0]["value"][1])  # type: ignore[index]
+    assert 0.0 <= age < 5.0
+    errors = query(prom, 'gpupilot_exporter_collection_errors_total{kind="timeout"}')
+    assert float(errors[0]["value"][1]) == 0.0  # type: ignore[index]
+    # Prometheus negotiated OpenMetrics: the DCGM counters arrive as "unknown", ours as counters
+    meta = requests.get(f"{prom.url}/api/v1/metadata", timeout=10).json()["data"]
+    assert meta["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0]["type"] == "unknown"
+    assert meta["gpupilot_exporter_collection_errors"][0]["type"] == "counter"

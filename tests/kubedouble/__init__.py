@@ -1,0 +1,65 @@
+"""A Kubernetes API server double over real HTTP, with a simulated NVIDIA MIG Manager.
+
+Shared by the adapter's and the rightsizer's tests. It is a real ``ThreadingHTTPServer`` on a free
+loopback port, spoken to by the official ``kubernetes`` Python client unmodified::
+
+    from tests.kubedouble import KubeDouble
+
+    with KubeDouble() as kube:
+        kube.add_node("gpu-a", model="H100 80GB", gpus=8, mig_config="all-1g.10gb")
+        kube.add_pod("infer-0", node="gpu-a", resources={"nvidia.com/mig-1g.10gb": 1}, labels={"app": "infer"})
+        v1 = kubernetes.client.CoreV1Api(kube.api_client())        # or client_configuration()
+        kubectl_ok = kube.write_kubeconfig(tmp_path / "kubeconfig")   # for --kubeconfig flags
+
+What it serves (see :mod:`tests.kubedouble.server` for the route table):
+
+- core/v1 ``nodes``, ``pods``, ``configmaps``, ``events``: get, list (``labelSelector``: ``=``, ``==``,
+  ``!=``, ``in``, ``notin``, ``key``, ``!key``; ``fieldSelector``: ``metadata.name``,
+  ``metadata.namespace``, ``spec.nodeName``, ``status.phase``, ``spec.unschedulable``,
+  ``involvedObject.name``), **watch** (``?watch=true``: chunked JSON lines, ``resourceVersion`` replays
+  from history, ``timeoutSeconds`` ends the stream), create (``generateName``, 409 AlreadyExists),
+  replace (PUT), patch (strategic-merge — what the client sends for a dict body —, merge-patch and
+  JSON-patch), delete, ``?dryRun=All``.
+- ``pods/{name}/eviction`` (policy/v1 Eviction): 429 TooManyRequests when a PodDisruptionBudget allows
+  no disruption (status of PDBs is computed on read: ``disruptionsAllowed``, ``currentHealthy``, …).
+  ``KubeDouble(pod_termination_s=0.2)`` makes deleted/evicted pods linger with a ``deletionTimestamp``.
+- policy/v1 ``poddisruptionbudgets``, events.k8s.io/v1 ``events`` (one store with core events).
+- ``nvidia.com/v1 clusterpolicies`` (a CRD: strategic-merge patches get 415, as on a real cluster — use
+  ``_content_type="application/merge-patch+json"`` or a JSON patch).
+- ``authentication.k8s.io/v1`` TokenReview (``kube.add_token(token, user, groups)``) and
+  ``authorization.k8s.io/v1`` SubjectAccessReview (``kube.allow(subject, verb, resource, ...)``,
+  ``path=`` for non-resource URLs). ``KubeDouble(require_token=True)`` rejects requests without a
+  known bearer token (401); ``enforce_rules=True`` also authorizes every request by the same rules (403).
+  The built-in admin token (used by ``client_configuration()`` and ``write_kubeconfig``) is in
+  ``system:masters``, which is allowed everything.
+- ``resourceVersion`` on every object (one global counter); a write carrying a stale
+  ``metadata.resourceVersion`` gets **409 Conflict**; ``kube.inject_conflicts("nodes", "gpu-a", 2)``
+  makes the next writes conflict; ``kube.inject_fault(503, path_contains="/pods")`` any other status.
+  Errors are ``Status`` JSON (404 NotFound, 409 Conflict/AlreadyExists, 415, 422 Invalid — bad label
+  keys/values —, 429 TooManyRequests).
+- A simulated **MIG Manager** (:mod:`tests.kubedouble.migmanager`): on ``nvidia.com/mig.config``
+  changes → ``failed`` for names missing from the ConfigMap the ClusterPolicy points at (or for
+  layouts without a placement, or with pods still holding the node's GPUs: "In use by another
+  client"), else ``pending`` → (``rebooting``) → ``success`` after a few ms, pausing and restoring
+  the ``nvidia.com/gpu.deploy.*`` labels. Timing: ``KubeDouble(mig_manager=MigManagerSettings(...))``.
+
+Inspection: ``kube.node(name)``, ``kube.labels(name)``, ``kube.annotations(name)``, ``kube.pods(node=)``,
+``kube.configmap(name)``, ``kube.cluster_policy()``, ``kube.events(involving=)``,
+``kube.actions(verb=, resource=, name=)`` (the ordered journal of client writes, evictions and MIG
+Manager steps), ``kube.mig_manager.log`` / ``.states(node)``, ``kube.wait_for(pred)``, ``kube.snapshot()``.
+"""
+
+from tests.kubedouble.double import ADMIN_TOKEN, ADMIN_USER, KubeDouble
+from tests.kubedouble.migmanager import IN_USE, MigManagerSettings, MigRecord, default_mig_configs
+from tests.kubedouble.store import Action
+
+__all__ = [
+    "ADMIN_TOKEN",
+    "ADMIN_USER",
+    "IN_USE",
+    "Action",
+    "KubeDouble",
+    "MigManagerSettings",
+    "MigRecord",
+    "default_mig_configs",
+]

@@ -1,0 +1,700 @@
+"""HTTP front of the double: routing, REST verbs, watches, evictions, reviews and fault injection.
+
+Routes (``{ns}`` = namespace; cluster-wide lists exist for namespaced kinds too):
+
+    /api/v1/nodes[/{name}]                       get list watch patch update create delete
+    /api/v1[/namespaces/{ns}]/pods[/{name}]      get list watch patch update create delete
+    /api/v1/namespaces/{ns}/pods/{name}/eviction POST policy/v1 Eviction (PDBs respected: 429)
+    /api/v1[/namespaces/{ns}]/configmaps[/{name}] and /events[/{name}]
+    /apis/events.k8s.io/v1[/namespaces/{ns}]/events
+    /apis/policy/v1[/namespaces/{ns}]/poddisruptionbudgets[/{name}]   (status computed on read)
+    /apis/nvidia.com/v1/clusterpolicies[/{name}]  (custom resource: merge/JSON patch only, like a CRD)
+    /apis/authentication.k8s.io/v1/tokenreviews  POST
+    /apis/authorization.k8s.io/v1/subjectaccessreviews POST
+    /version, /healthz
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tests.kubedouble import patching, selectors
+from tests.kubedouble.store import KINDS, Kind, Store, find_kind, now_rfc3339, storage_key
+
+_CORE = re.compile(
+    r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?/?$"
+)
+_GROUP = re.compile(
+    r"^/apis/(?P<group>[^/]+)/(?P<version>[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?/?$"
+)
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class ApiError(Exception):
+    def __init__(
+        self, code: int, reason: str, message: str, *, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
+        }
+
+
+@dataclass
+class Fault:
+    """Answer the next ``count`` matching requests with ``status`` instead of serving them."""
+
+    status: int
+    method: str = "*"
+    path_contains: str = ""
+    count: int = 1
+    message: str = "injected fault"
+
+
+@dataclass(frozen=True)
+class Rule:
+    subject: str  # user name or group name; "*" = anyone
+    verb: str = "*"
+    resource: str = "*"
+    group: str = "*"
+    namespace: str = "*"
+    subresource: str = "*"
+    name: str = "*"
+    path: str | None = None  # non-resource URL (``/metrics``, ``/apis/*``)
+
+    def matches(self, subjects: set[str], attrs: dict[str, Any], non_resource: bool) -> bool:
+        if self.subject != "*" and self.subject not in subjects:
+            return False
+        if self.verb not in ("*", attrs.get("verb", "")):
+            return False
+        if non_resource:
+            if self.path is None:
+                return False
+            want = attrs.get("path", "")
+            return self.path == want or (self.path.endswith("*") and want.startswith(self.path[:-1]))
+        if self.path is not None:
+            return False
+        return all(
+            getattr(self, f) in ("*", attrs.get(f, "") or "")
+            for f in ("resource", "group", "namespace", "subresource", "name")
+        )
+
+
+@dataclass
+class AuthConfig:
+    tokens: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    rules: list[Rule] = field(default_factory=list)
+    require_token: bool = False
+    enforce_rules: bool = False
+
+    def allowed(self, user: str, groups: list[str], attrs: dict[str, Any], non_resource: bool) -> bool:
+        subjects = {user, *groups}
+        return any(r.matches(subjects, attrs, non_resource) for r in self.rules)
+
+
+def validate_labels(obj: dict[str, Any], kind: Kind) -> None:
+    meta = obj.get("metadata", {})
+    for key, value in (meta.get("labels") or {}).items():
+        prefix, _, name = key.rpartition("/")
+        bad_key = (
+            not name
+            or len(name) > 63
+            or not _LABEL_NAME.match(name)
+            or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)))
+        )
+        if bad_key:
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{kind.kind} "{meta.get("name")}" is invalid: metadata.labels: Invalid value: "{key}"',
+            )
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_NAME.match(value):
+            raise ApiError(
+                422,
+                "Invalid",
+                f'{kind.kind} "{meta.get("name")}" is invalid: metadata.labels: Invalid value: "{value}": '
+                "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+                "and must start and end with an alphanumeric character (at most 63 characters)",
+            )
+    for key, value in (meta.get("annotations") or {}).items():
+        if not isinstance(value, str):
+            raise ApiError(422, "Invalid", f"metadata.annotations[{key}]: must be a string")
+
+
+class Api:
+    """The API semantics, independent of HTTP (the handler below only parses and writes)."""
+
+    def __init__(self, store: Store, auth: AuthConfig, *, pod_termination_s: float = 0.0) -> None:
+        self.store = store
+        self.auth = auth
+        self.faults: list[Fault] = []
+        self.pod_termination_s = pod_termination_s
+        self.request_log: list[tuple[str, str]] = []
+        self._timers: list[threading.Timer] = []
+
+    # -- faults --------------------------------------------------------------------------------
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        with self.store.lock:
+            for f in self.faults:
+                if f.count > 0 and f.method in ("*", method) and f.path_contains in path:
+                    f.count -= 1
+                    return f
+        return None
+
+    # -- PDBs ----------------------------------------------------------------------------------
+    def pdb_status(self, pdb: dict[str, Any]) -> dict[str, int]:
+        ns = pdb["metadata"].get("namespace", "")
+        pred = selectors.label_selector_object(pdb.get("spec", {}).get("selector"))
+        pods = [p for p in self.store.list("/pods", ns) if pred(p["metadata"].get("labels") or {})]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        healthy = [p for p in live if p.get("status", {}).get("phase") == "Running"]
+        expected = len(live)
+        spec = pdb.get("spec", {})
+
+        def amount(v: Any) -> int:
+            if isinstance(v, str) and v.endswith("%"):
+                return -(-int(v[:-1]) * expected // 100)  # ceil, as the disruption controller rounds up
+            return int(v)
+
+        if spec.get("minAvailable") is not None:
+            desired = amount(spec["minAvailable"])
+        elif spec.get("maxUnavailable") is not None:
+            desired = max(0, expected - amount(spec["maxUnavailable"]))
+        else:
+            desired = expected
+        return {
+            "currentHealthy": len(healthy),
+            "desiredHealthy": desired,
+            "expectedPods": expected,
+            "disruptionsAllowed": max(0, len(healthy) - desired),
+        }
+
+    def decorate(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
+        if kind.plural == "poddisruptionbudgets":
+            obj["status"] = {**obj.get("status", {}), **self.pdb_status(obj), "observedGeneration": 1}
+        return obj
+
+    # -- pods ----------------------------------------------------------------------------------
+    def delete_pod(self, ns: str, name: str, *, verb: str) -> dict[str, Any]:
+        pod = self.store.get("/pods", ns, name)
+        if pod is None:
+            raise ApiError(
+                404, "NotFound", f'pods "{name}" not found', details={"name": name, "kind": "pods"}
+            )
+        self.store.record(verb, "pods", ns, name, node=pod.get("spec", {}).get("nodeName", ""))
+        if self.pod_termination_s <= 0:
+            self.store.remove("/pods", ns, name)
+            return pod
+
+        def mark(o: dict[str, Any]) -> None:
+            o["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+            o["metadata"]["deletionGracePeriodSeconds"] = max(1, int(self.pod_termination_s))
+
+        marked = self.store.update("/pods", ns, name, mark) or pod
+        timer = threading.Timer(self.pod_termination_s, self.store.remove, ("/pods", ns, name))
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+        return marked
+
+    def evict(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("kind") not in (None, "Eviction"):
+            raise ApiError(400, "BadRequest", f"expected an Eviction body, got kind {body.get('kind')!r}")
+        with self.store.lock:
+            pod = self.store.get("/pods", ns, name)
+            if pod is None:
+                raise ApiError(
+                    404, "NotFound", f'pods "{name}" not found', details={"name": name, "kind": "pods"}
+                )
+            healthy = pod.get("status", {}).get("phase") == "Running" and not pod["metadata"].get(
+                "deletionTimestamp"
+            )
+            labels = pod["metadata"].get("labels") or {}
+            for pdb in self.store.list("policy/poddisruptionbudgets", ns):
+                pred = selectors.label_selector_object(pdb.get("spec", {}).get("selector"))
+                if not pred(labels) or not healthy:
+                    continue
+                if self.pdb_status(pdb)["disruptionsAllowed"] < 1:
+                    self.store.record("evict-refused", "pods", ns, name, pdb=pdb["metadata"]["name"])
+                    raise ApiError(
+                        429,
+                        "TooManyRequests",
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                        details={
+                            "causes": [
+                                {
+                                    "reason": "DisruptionBudget",
+                                    "message": f"The disruption budget {pdb['metadata']['name']} needs "
+                                    f"{self.pdb_status(pdb)['desiredHealthy']} healthy pods and has "
+                                    f"{self.pdb_status(pdb)['currentHealthy']} currently",
+                                }
+                            ]
+                        },
+                    )
+            self.delete_pod(ns, name, verb="evict")
+        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    # -- reviews -------------------------------------------------------------------------------
+    def token_review(self, body: dict[str, Any]) -> dict[str, Any]:
+        token = body.get("spec", {}).get("token", "")
+        out = copy.deepcopy(body)
+        found = self.auth.tokens.get(token)
+        if found is None:
+            out["status"] = {"authenticated": False, "error": "invalid bearer token"}
+        else:
+            user, groups = found
+            out["status"] = {
+                "authenticated": True,
+                "user": {"username": user, "uid": f"uid-{user}", "groups": list(groups)},
+                "audiences": body.get("spec", {}).get("audiences") or [],
+            }
+        return out
+
+    def subject_access_review(self, body: dict[str, Any]) -> dict[str, Any]:
+        spec = body.get("spec", {})
+        non_resource = "nonResourceAttributes" in spec and "resourceAttributes" not in spec
+        attrs = spec.get("nonResourceAttributes" if non_resource else "resourceAttributes") or {}
+        allowed = self.auth.allowed(spec.get("user", ""), list(spec.get("groups") or []), attrs, non_resource)
+        out = copy.deepcopy(body)
+        out["status"] = {"allowed": allowed}
+        if not allowed:
+            out["status"]["reason"] = f"no rule allows {spec.get('user', '')!r} to {attrs.get('verb', '')}"
+        self.store.record(
+            "review", "subjectaccessreviews", "", spec.get("user", ""), attrs=attrs, allowed=allowed
+        )
+        return out
+
+    def close(self) -> None:
+        for t in self._timers:
+            t.cancel()
+
+
+_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+
+
+def discovery(path: str) -> dict[str, Any] | None:
+    """Legacy discovery documents (``/api``, ``/apis``, ``/api/v1``, ``/apis/{group}/{version}``) for kubectl."""
+    path = path.rstrip("/")
+    groups: dict[str, list[Kind]] = {}
+    for k in KINDS:
+        groups.setdefault(k.api_version, []).append(k)
+    if path == "/api":
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+    if path == "/apis":
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": gv.split("/")[0],
+                    "versions": [{"groupVersion": gv, "version": gv.split("/")[1]}],
+                    "preferredVersion": {"groupVersion": gv, "version": gv.split("/")[1]},
+                }
+                for gv in groups
+                if "/" in gv
+            ],
+        }
+    gv = "v1" if path == "/api/v1" else path.removeprefix("/apis/") if path.startswith("/apis/") else None
+    if gv is None or gv not in groups:
+        return None
+    resources = []
+    for k in groups[gv]:
+        verbs = ["create"] if not k.storable else _VERBS
+        resources.append(
+            {
+                "name": k.plural,
+                "singularName": k.kind.lower(),
+                "namespaced": k.namespaced,
+                "kind": k.kind,
+                "verbs": verbs,
+            }
+        )
+        if k.plural == "pods":
+            resources.append(
+                {
+                    "name": "pods/eviction",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Eviction",
+                    "group": "policy",
+                    "version": "v1",
+                    "verbs": ["create"],
+                }
+            )
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
+
+
+Route = tuple[Kind, str, str, str]  # kind, namespace, name, subresource
+
+
+def route(path: str) -> Route:
+    m = _CORE.match(path)
+    group, version = "", "v1"
+    if m is None:
+        m = _GROUP.match(path)
+        if m is None:
+            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+        group, version = m.group("group"), m.group("version")
+    kind = find_kind(group, version, m.group("plural"))
+    if kind is None:
+        raise ApiError(404, "NotFound", f"the server could not find the requested resource ({path})")
+    return kind, m.group("ns") or "", urllib.parse.unquote(m.group("name") or ""), m.group("sub") or ""
+
+
+def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        _raw = b""
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read the journal instead
+            pass
+
+        # -- plumbing ---------------------------------------------------------------------------
+        def _send(self, code: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> Any:
+            raw = self._raw
+            if not raw:
+                return {}
+            try:
+                return json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ApiError(400, "BadRequest", f"request body is not JSON: {exc}") from exc
+
+        def _user(self) -> tuple[str, list[str]]:
+            header = self.headers.get("Authorization", "")
+            token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+            found = api.auth.tokens.get(token)
+            if found is None:
+                if api.auth.require_token:
+                    raise ApiError(401, "Unauthorized", "Unauthorized")
+                return "system:anonymous", ["system:unauthenticated"]
+            return found[0], list(found[1])
+
+        def _dispatch(self, method: str) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self._raw = self.rfile.read(length) if length else b""  # always drained: keep-alive stays in sync
+            parsed = urllib.parse.urlsplit(self.path)
+            query = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items()}
+            api.request_log.append((method, self.path))
+            try:
+                fault = api.take_fault(method, parsed.path)
+                if fault is not None:
+                    reason = {409: "Conflict", 429: "TooManyRequests", 404: "NotFound", 422: "Invalid"}.get(
+                        fault.status, "InternalError"
+                    )
+                    raise ApiError(fault.status, reason, fault.message)
+                if parsed.path == "/version":
+                    self._send(200, {"major": "1", "minor": "32", "gitVersion": "v1.32.0-kubedouble"})
+                    return
+                if parsed.path in ("/healthz", "/readyz", "/livez"):
+                    self._send(200, {"status": "ok"})
+                    return
+                found = discovery(parsed.path) if method == "GET" else None
+                if found is not None:
+                    self._send(200, found)
+                    return
+                user, groups = self._user()
+                kind, ns, name, sub = route(parsed.path)
+                watching = query.get("watch", "").lower() in ("true", "1")
+                verb = {
+                    "GET": "watch" if watching else ("get" if name else "list"),
+                    "POST": "create",
+                    "PUT": "update",
+                    "PATCH": "patch",
+                    "DELETE": "delete",
+                }[method]
+                if api.auth.enforce_rules and kind.storable:
+                    attrs = {
+                        "verb": verb,
+                        "resource": kind.plural,
+                        "group": kind.group,
+                        "namespace": ns,
+                        "subresource": sub,
+                        "name": name,
+                    }
+                    if not api.auth.allowed(user, groups, attrs, non_resource=False):
+                        raise ApiError(
+                            403, "Forbidden", f'User "{user}" cannot {verb} resource "{kind.plural}"'
+                        )
+                handler = getattr(self, f"_{method.lower()}")
+                handler(kind, ns, name, sub, query)
+            except ApiError as err:
+                self._send(err.code, err.status())
+            except (selectors.SelectorError, patching.PatchError) as err:
+                code, reason = (
+                    (400, "BadRequest") if isinstance(err, selectors.SelectorError) else (422, "Invalid")
+                )
+                self._send(code, ApiError(code, reason, str(err)).status())
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def do_GET(self) -> None:
+            self._dispatch("GET")
+
+        def do_POST(self) -> None:
+            self._dispatch("POST")
+
+        def do_PUT(self) -> None:
+            self._dispatch("PUT")
+
+        def do_PATCH(self) -> None:
+            self._dispatch("PATCH")
+
+        def do_DELETE(self) -> None:
+            self._dispatch("DELETE")
+
+        # -- verbs ------------------------------------------------------------------------------
+        def _existing(self, kind: Kind, ns: str, name: str) -> dict[str, Any]:
+            obj = api.store.get(storage_key(kind), ns, name)
+            if obj is None:
+                raise ApiError(
+                    404,
+                    "NotFound",
+                    f'{kind.plural}.{kind.group or "core"} "{name}" not found'.replace(".core", ""),
+                    details={"name": name, "group": kind.group, "kind": kind.plural},
+                )
+            return obj
+
+        def _get(self, kind: Kind, ns: str, name: str, sub: str, query: dict[str, str]) -> None:
+            if name:
+                self._send(200, api.decorate(kind, self._existing(kind, ns, name)))
+                return
+            label_pred = selectors.parse_label_selector(query.get("labelSelector"))
+            field_pred = selectors.parse_field_selector(query.get("fieldSelector"))
+
+            def matches(o: dict[str, Any]) -> bool:
+                return label_pred(o.get("metadata", {}).get("labels") or {}) and field_pred(o)
+
+            if query.get("watch", "").lower() in ("true", "1"):
+                self._watch(kind, ns, matches, query)
+                return
+            with api.store.lock:
+                items = [
+                    api.decorate(kind, o) for o in api.store.list(storage_key(kind), ns or None) if matches(o)
+                ]
+                rv = api.store.resource_version
+            self._send(
+                200,
+                {
+                    "kind": f"{kind.kind}List",
+                    "apiVersion": kind.api_version,
+                    "metadata": {"resourceVersion": str(rv)},
+                    "items": items,
+                },
+            )
+
+        def _watch(
+            self, kind: Kind, ns: str, matches: Callable[[dict[str, Any]], bool], query: dict[str, str]
+        ) -> None:
+            timeout = float(query.get("timeoutSeconds") or 3600)
+            deadline = time.monotonic() + timeout
+            skey = storage_key(kind)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+
+            def emit(kind_name: str, obj: dict[str, Any]) -> None:
+                line = json.dumps({"type": kind_name, "object": api.decorate(kind, obj)}).encode() + b"\n"
+                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                self.wfile.flush()
+
+            start = query.get("resourceVersion", "")
+            with api.store.lock:
+                if start in ("", "0"):
+                    last = api.store.resource_version
+                    initial = [o for o in api.store.list(skey, ns or None) if matches(o)]
+                else:
+                    last, initial = int(start), []
+            for obj in initial:
+                emit("ADDED", obj)
+            while time.monotonic() < deadline and not api.store.closed:
+                with api.store.changed:
+                    if api.store.resource_version <= last:
+                        api.store.changed.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
+                    pending = list(api.store.events_after(last))
+                for ev in pending:
+                    last = ev.rv
+                    if ev.skey != skey:
+                        continue
+                    if ns and ev.obj.get("metadata", {}).get("namespace") != ns:
+                        continue
+                    if matches(ev.obj):
+                        emit(ev.type, ev.obj)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+        def _prepare_new(self, kind: Kind, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+            if not isinstance(body, dict):
+                raise ApiError(400, "BadRequest", "body must be a JSON object")
+            meta = body.setdefault("metadata", {})
+            if not meta.get("name"):
+                if meta.get("generateName"):
+                    meta["name"] = f"{meta['generateName']}{api.store.resource_version + 1:x}"
+                else:
+                    raise ApiError(
+                        422, "Invalid", f"{kind.kind}: metadata.name: Required value: name is required"
+                    )
+            if kind.namespaced:
+                if meta.get("namespace") not in (None, "", ns):
+                    raise ApiError(
+                        400,
+                        "BadRequest",
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    )
+                meta["namespace"] = ns
+            body.pop("status", None) if kind.plural == "poddisruptionbudgets" else None
+            body["apiVersion"], body["kind"] = kind.api_version, kind.kind
+            validate_labels(body, kind)
+            return body
+
+        def _post(self, kind: Kind, ns: str, name: str, sub: str, query: dict[str, str]) -> None:
+            body = self._body()
+            if kind.plural == "pods" and sub == "eviction":
+                self._send(201, api.evict(ns, name, body))
+                return
+            if kind.plural == "tokenreviews":
+                self._send(201, api.token_review(body))
+                return
+            if kind.plural == "subjectaccessreviews":
+                self._send(201, api.subject_access_review(body))
+                return
+            if name or sub:
+                raise ApiError(405, "MethodNotAllowed", "POST is only allowed on collections")
+            obj = self._prepare_new(kind, ns, body)
+            obj["metadata"].pop("resourceVersion", None)
+            with api.store.lock:
+                if api.store.get(storage_key(kind), ns, obj["metadata"]["name"]) is not None:
+                    raise ApiError(
+                        409,
+                        "AlreadyExists",
+                        f'{kind.plural} "{obj["metadata"]["name"]}" already exists',
+                        details={"name": obj["metadata"]["name"], "kind": kind.plural},
+                    )
+                if query.get("dryRun") == "All":
+                    self._send(201, api.decorate(kind, obj))
+                    return
+                stored = api.store.put(storage_key(kind), obj, event="ADDED")
+                api.store.record("create", kind.plural, ns, obj["metadata"]["name"], body=copy.deepcopy(body))
+            self._send(201, api.decorate(kind, stored))
+
+        def _put(self, kind: Kind, ns: str, name: str, sub: str, query: dict[str, str]) -> None:
+            body = self._body()
+            with api.store.lock:
+                current = self._existing(kind, ns, name)
+                obj = self._prepare_new(kind, ns, body)
+                if obj["metadata"]["name"] != name:
+                    raise ApiError(
+                        400, "BadRequest", "the name of the object does not match the name on the URL"
+                    )
+                self._check_rv(kind, name, obj, current)
+                self._store_update(kind, ns, name, obj, current, verb="update", body=body, query=query)
+
+        def _check_rv(self, kind: Kind, name: str, obj: dict[str, Any], current: dict[str, Any]) -> None:
+            sent = obj.get("metadata", {}).get("resourceVersion")
+            if sent and sent != current["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {kind.plural} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again",
+                    details={"name": name, "kind": kind.plural},
+                )
+
+        def _store_update(
+            self,
+            kind: Kind,
+            ns: str,
+            name: str,
+            obj: dict[str, Any],
+            current: dict[str, Any],
+            *,
+            verb: str,
+            body: Any,
+            query: dict[str, str],
+        ) -> None:
+            for keep in ("uid", "creationTimestamp", "deletionTimestamp"):
+                if keep in current["metadata"]:
+                    obj["metadata"][keep] = current["metadata"][keep]
+            validate_labels(obj, kind)
+            if query.get("dryRun") == "All":
+                self._send(200, api.decorate(kind, obj))
+                return
+            stored = api.store.put(storage_key(kind), obj, event="MODIFIED")
+            api.store.record(verb, kind.plural, ns, name, body=copy.deepcopy(body))
+            self._send(200, api.decorate(kind, stored))
+
+        def _patch(self, kind: Kind, ns: str, name: str, sub: str, query: dict[str, str]) -> None:
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            body = self._body()
+            if kind.group == "nvidia.com" and ctype == patching.STRATEGIC:
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: "
+                    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                )
+            if ctype not in (patching.STRATEGIC, patching.MERGE, patching.JSON_PATCH):
+                raise ApiError(415, "UnsupportedMediaType", f"unsupported patch content type {ctype!r}")
+            with api.store.lock:
+                current = self._existing(kind, ns, name)
+                obj = patching.apply_patch(current, body, ctype)
+                self._check_rv(kind, name, obj, current)
+                obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                obj["metadata"]["name"], obj["metadata"]["namespace"] = (
+                    name,
+                    current["metadata"].get("namespace"),
+                )
+                if not kind.namespaced:
+                    obj["metadata"].pop("namespace", None)
+                self._store_update(kind, ns, name, obj, current, verb="patch", body=body, query=query)
+
+        def _delete(self, kind: Kind, ns: str, name: str, sub: str, query: dict[str, str]) -> None:
+            if not name:
+                raise ApiError(405, "MethodNotAllowed", "deleting collections is not supported by the double")
+            if kind.plural == "pods":
+                self._send(200, api.decorate(kind, api.delete_pod(ns, name, verb="delete")))
+                return
+            with api.store.lock:
+                self._existing(kind, ns, name)
+                gone = api.store.remove(storage_key(kind), ns, name)
+                api.store.record("delete", kind.plural, ns, name)
+            self._send(200, api.decorate(kind, gone or {}))
+
+    return Handler
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True

@@ -1,0 +1,113 @@
+"""plan.json schema: round trip, stable names and ids, one-line errors for bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rightsizer import plan as planmod
+from rightsizer.plan import (
+    DisruptedPod,
+    Evidence,
+    GpuLayout,
+    HeldDevice,
+    NodePlan,
+    Plan,
+    PlanError,
+    SolverInfo,
+    Totals,
+    Window,
+)
+
+
+def sample_plan() -> Plan:
+    entries = [{"devices": [0], "mig-enabled": True, "mig-devices": {"3g.40gb": 1, "4g.40gb": 1}}]
+    name = planmod.config_name_for(entries)
+    node = NodePlan(
+        name="gpu-node-1",
+        model="H100 80GB",
+        pci_device_id="0x2330",
+        mig_strategy="mixed",
+        changed=True,
+        current_config_name="all-balanced",
+        current=(GpuLayout(0, True, {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}),),
+        proposed=(GpuLayout(0, True, {"3g.40gb": 1, "4g.40gb": 1}),),
+        config_name=name,
+        config_document={"version": "v1", "mig-configs": {name: entries}},
+        slices_freed=0,
+        gpus_freed=0,
+        expected_utilisation=0.5,
+        current_utilisation=0.25,
+        pods_disrupted=(DisruptedPod("ml", "infer-0", (HeldDevice(0, "3g.40gb", "1", "MIG-x"),)),),
+        evidence=(Evidence(0, "1g.10gb", "7", False, "", 168.0, None, 0.0, 168.0),),
+    )
+    window = Window("2026-11-22T00:00:00Z", "2026-11-29T00:00:00Z", "7d")
+    return Plan(
+        plan_id=planmod.plan_id_for(nodes=[node], window=window),
+        created_at="2026-11-29T00:00:00Z",
+        window=window,
+        prometheus_url="http://127.0.0.1:9090",
+        settings={"max_nodes": 3, "allow_moves": False},
+        solver=SolverInfo("milp", "optimal", 1, 0.1),
+        totals=Totals(1, 1, 1, 1, 0, 0, 1),
+        mig_parted_config=node.config_document,
+        nodes=(node,),
+    )
+
+
+def test_round_trip_preserves_everything(tmp_path: Path) -> None:
+    plan = sample_plan()
+    path = tmp_path / "plan.json"
+    planmod.dump_plan(plan, path)
+    loaded = planmod.load_plan(path)
+    assert loaded == plan
+    data = json.loads(path.read_text())
+    assert data["schema"] == "gpupilot.plan/v1"
+    assert data["nodes"][0]["evidence"][0]["p95_activity"] is None
+    assert loaded.node("gpu-node-1") is not None
+    assert loaded.changed_nodes[0].config_name.startswith("gpupilot-")
+
+
+def test_config_name_depends_only_on_content() -> None:
+    a = [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]
+    b = [{"mig-devices": {"1g.10gb": 7}, "mig-enabled": True, "devices": [0]}]
+    c = [{"devices": [0], "mig-enabled": True, "mig-devices": {"1g.10gb": 6}}]
+    assert planmod.config_name_for(a) == planmod.config_name_for(b)
+    assert planmod.config_name_for(a) != planmod.config_name_for(c)
+    assert len(planmod.config_name_for(a)) == len("gpupilot-") + 10
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("plan_id"), "missing field plan_id"),
+        (lambda d: d.update(schema="gpupilot.plan/v0"), "schema is 'gpupilot.plan/v0'"),
+        (lambda d: d["nodes"][0].update(gpus_freed="1"), "nodes[0].gpus_freed must be an integer"),
+        (lambda d: d["nodes"][0]["current"][0].update(mig_enabled=1), "nodes[0].current[0].mig_enabled"),
+        (lambda d: d["totals"].pop("gpus"), "missing field totals.gpus"),
+    ],
+)
+def test_bad_fields_are_one_line_errors(tmp_path: Path, mutate, message: str) -> None:
+    data = planmod.plan_to_dict(sample_plan())
+    mutate(data)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlanError) as err:
+        planmod.load_plan(path)
+    assert message in str(err.value)
+    assert str(path) in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_invalid_json_names_line(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text('{\n "schema": "gpupilot.plan/v1",\n oops\n}')
+    with pytest.raises(PlanError, match=r"plan.json:3: not valid JSON"):
+        planmod.load_plan(path)
+
+
+def test_missing_file_is_plan_error(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="cannot read plan"):
+        planmod.load_plan(tmp_path / "nope.json")
