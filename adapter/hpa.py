@@ -48,8 +48,8 @@ class MetricUnavailable(ValueError):
 
 
 def _ceil(x: float) -> int:
-    # guard against 2.0000000000000004 → 3 from float noise, as Go's math.Ceil on the same inputs
-    return math.ceil(round(x, 9))
+    # plain float64 ceil, as the controller's math.Ceil: 3.0000000000000004 gives 4 there too
+    return math.ceil(x)
 
 
 def pods_metric(
@@ -234,9 +234,13 @@ def decide(
         up, down = scale_up or DEFAULT_SCALE_UP, scale_down or DEFAULT_SCALE_DOWN
         if target > current:
             limit = _up_limit(up, current)
-            if limit is not None and target > limit:
-                decision.steps.append(f"scaleUp policies ({up.select_policy}) allow at most {limit} now")
-                target = limit
+            if limit is not None:
+                limiting = target > limit
+                decision.steps.append(
+                    f"scaleUp policies ({up.select_policy}) allow at most {limit} now"
+                    + ("" if limiting else " (not limiting)")
+                )
+                target = min(target, limit)
             if up.stabilization_seconds:
                 decision.steps.append(
                     f"scaleUp stabilisation {up.stabilization_seconds}s: the HPA uses the lowest recommendation of "
@@ -244,9 +248,13 @@ def decide(
                 )
         elif target < current:
             limit = _down_limit(down, current)
-            if limit is not None and target < limit:
-                decision.steps.append(f"scaleDown policies ({down.select_policy}) allow at least {limit} now")
-                target = limit
+            if limit is not None:
+                limiting = target < limit
+                decision.steps.append(
+                    f"scaleDown policies ({down.select_policy}) allow at least {limit} now"
+                    + ("" if limiting else " (not limiting)")
+                )
+                target = max(target, limit)
             if down.stabilization_seconds:
                 decision.steps.append(
                     f"scaleDown stabilisation {down.stabilization_seconds}s: the HPA uses the highest recommendation "

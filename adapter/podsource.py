@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from prometheus_client import Gauge
@@ -57,6 +57,8 @@ class KubernetesPodSource:
         self._kube = kube
         self._lock = threading.Lock()
         self._by_ns: dict[str, dict[str, PodRecord]] = {}
+        self._generation: dict[str, int] = {}
+        self._memo = _SelectionMemo()
         self._synced = threading.Event()
         self._stop = threading.Event()
         self._last_event = 0.0
@@ -74,6 +76,9 @@ class KubernetesPodSource:
             index.setdefault(pod.namespace, {})[pod.name] = pod
         with self._lock:
             self._by_ns = index
+            self._generation = {
+                ns: self._generation.get(ns, 0) + 1 for ns in set(index) | set(self._generation)
+            }
             self._last_event = time.monotonic()
         self._synced.set()
 
@@ -84,6 +89,7 @@ class KubernetesPodSource:
                 bucket.pop(pod.name, None)
             else:
                 bucket[pod.name] = pod
+            self._generation[pod.namespace] = self._generation.get(pod.namespace, 0) + 1
             self._last_event = time.monotonic()
 
     def wait_synced(self, timeout: float) -> bool:
@@ -100,12 +106,19 @@ class KubernetesPodSource:
         if not self._synced.is_set():
             raise UpstreamUnavailable("the pod watch has not completed its first list yet; retry shortly")
         with self._lock:
+            generation = self._generation.get(namespace, 0)
+            hit = self._memo.get(namespace, selector, generation)
+            if hit is not None:
+                return hit
             records = list(self._by_ns.get(namespace, {}).values())
-        return [
+        picked = [
             Pod(r.name, r.labels, r.ready and r.phase == "Running", r.phase)
             for r in records
             if not r.deleting and r.phase not in ("Succeeded", "Failed") and selector.matches(r.labels)
         ]
+        with self._lock:
+            self._memo.put(namespace, selector, generation, picked)
+        return picked
 
     def close(self) -> None:
         self._stop.set()
@@ -115,6 +128,8 @@ class KubernetesPodSource:
 class _NamespacePods:
     fetched: float
     pods: tuple[Pod, ...]
+    serial: int
+    """Distinct for every fetch: the selection memo's validity stamp."""
 
 
 class PrometheusPodSource:
@@ -125,6 +140,8 @@ class PrometheusPodSource:
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._refreshing: set[str] = set()
+        self._memo = _SelectionMemo()
+        self._serial = 0
 
     def synced(self) -> bool:
         return True
@@ -146,7 +163,10 @@ class PrometheusPodSource:
             pod_labels = {k[len("label_") :]: v for k, v in row.labels.items() if k.startswith("label_")}
             phase = phase_of.get(name, "Unknown")
             pods[name] = Pod(name, pod_labels, phase == "Running", phase)
-        return _NamespacePods(time.monotonic(), tuple(pods.values()))
+        with self._guard:
+            self._serial += 1
+            serial = self._serial
+        return _NamespacePods(time.monotonic(), tuple(pods.values()), serial)
 
     def _refresh(self, namespace: str) -> _NamespacePods:
         with self._namespace_lock(namespace):
@@ -166,31 +186,38 @@ class PrometheusPodSource:
             with self._guard:
                 self._refreshing.discard(namespace)
 
-    def _pods(self, namespace: str) -> tuple[Pod, ...]:
+    def _pods(self, namespace: str) -> _NamespacePods:
         """Cached listing; past ``ttl`` it is refreshed in the background while the cached one is
         served (up to ``3 × ttl``, then the request waits), so no request pays for the refresh."""
         cached = self._cache.get(namespace)
         age = time.monotonic() - cached.fetched if cached is not None else None
         if cached is not None and age is not None and age < self._ttl:
-            return cached.pods
+            return cached
         if cached is not None and age is not None and age < 3 * self._ttl:
             with self._guard:
                 start = namespace not in self._refreshing
                 self._refreshing.add(namespace)
             if start:
                 threading.Thread(target=self._refresh_quietly, args=(namespace,), daemon=True).start()
-            return cached.pods
-        return self._refresh(namespace).pods
+            return cached
+        return self._refresh(namespace)
 
     def namespace_size(self, namespace: str) -> int:
-        return len(self._pods(namespace))
+        return len(self._pods(namespace).pods)
 
     def select(self, namespace: str, selector: Selector) -> list[Pod]:
-        return [
-            p
-            for p in self._pods(namespace)
-            if p.phase not in ("Succeeded", "Failed") and _match_sanitised(selector, p.labels)
+        entry = self._pods(namespace)
+        with self._guard:
+            hit = self._memo.get(namespace, selector, entry.serial)
+        if hit is not None:
+            return hit
+        sanitised = sanitise(selector)
+        picked = [
+            p for p in entry.pods if p.phase not in ("Succeeded", "Failed") and sanitised.matches(p.labels)
         ]
+        with self._guard:
+            self._memo.put(namespace, selector, entry.serial, picked)
+        return picked
 
     def oldest_age(self) -> float:
         if not self._cache:
@@ -202,14 +229,25 @@ class PrometheusPodSource:
         self._cache.clear()
 
 
-def _match_sanitised(selector: Selector, labels: Mapping[str, str]) -> bool:
-    """Match against kube-state-metrics label names, where ``app.kubernetes.io/name`` became
-    ``app_kubernetes_io_name``."""
-    if not selector.requirements:
-        return True
-    view = dict(labels)
-    for r in selector.requirements:
-        key = prometheus_label_name(r.key)
-        if key != r.key and key in labels:
-            view[r.key] = labels[key]
-    return selector.matches(view)
+def sanitise(selector: Selector) -> Selector:
+    """The selector with keys as kube-state-metrics writes them (``app.kubernetes.io/name`` →
+    ``app_kubernetes_io_name``), to match ``kube_pod_labels``' ``label_*`` names."""
+    return Selector(tuple(replace(r, key=prometheus_label_name(r.key)) for r in selector.requirements))
+
+
+class _SelectionMemo:
+    """Selector results per namespace, valid while the namespace's pods are unchanged (``stamp``):
+    the HPA asks the same question every 15 s, so matching runs once per change, not per request."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._data: dict[tuple[str, Selector], tuple[int, list[Pod]]] = {}
+        self._limit = limit
+
+    def get(self, namespace: str, selector: Selector, stamp: int) -> list[Pod] | None:
+        hit = self._data.get((namespace, selector))
+        return hit[1] if hit is not None and hit[0] == stamp else None
+
+    def put(self, namespace: str, selector: Selector, stamp: int, pods: list[Pod]) -> None:
+        if len(self._data) >= self._limit:
+            self._data.clear()
+        self._data[(namespace, selector)] = (stamp, pods)

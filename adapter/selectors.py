@@ -110,6 +110,8 @@ def parse_selector(text: str | None) -> Selector:
         set_match = _SET.match(item)
         if set_match:
             key, op, body = set_match.groups()
+            if not body.strip():
+                raise BadRequest(f"label selector {text!r}: '{op}' needs at least one value")
             values = tuple(_check_value(v.strip(), text) for v in body.split(","))
             reqs.append(Requirement(_check_key(key, text), op, tuple(sorted(set(values)))))
             continue

@@ -6,7 +6,10 @@ the *recording rules* over the same range with ``promtool tsdb create-blocks-fro
 ``gpupilot:*`` series have history too. promtool cannot evaluate a rule over another rule that is
 being backfilled in the same run, so rule files go in dependency order, one pass each: a temporary
 Prometheus serves the data written so far, promtool evaluates one file against it, and the blocks it
-writes join the data directory before the next file.
+writes join the data directory before the next file (minutes for a week: the fixture skips it).
+
+:class:`LiveFleet` serves the same scenario live (every node's device series and the cluster series)
+so that a Prometheus over a history ending now keeps receiving the same series.
 """
 
 from __future__ import annotations
@@ -16,16 +19,25 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import yaml
 
-from devkit.prometheus import PrometheusError, PrometheusServer, require_binaries
+from devkit.prometheus import PrometheusError, PrometheusServer, ScrapeJob, require_binaries
+from exporter import render
+from exporter.exposition import device_families
 from exporter.sim import backfill
 from exporter.sim import scenario as scenario_mod
+from exporter.sim.backend import SimBackend
+from exporter.sim.cluster_server import ClusterServer, SeriesServer
+from exporter.sim.model import Scenario
+
+DROP_TARGET_LABELS: tuple[dict[str, object], ...] = ({"action": "labeldrop", "regex": "job|instance"},)
+"""Backfilled series carry no ``job``/``instance``; live samples drop them to continue those series."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,7 @@ class History:
     step: float
     samples: int
     seconds: float
+    scenario: Scenario
     rule_files: tuple[Path, ...] = ()
     """Recording-rule files whose results were backfilled too."""
 
@@ -132,4 +145,59 @@ def build_history(
         done = backfill_rules(
             out_dir, rule_files, start=start, end=end, eval_interval=rule_eval_interval or max(step, 60.0)
         )
-    return History(out_dir, path, start, end, step, stats.samples, stats.seconds, tuple(done))
+    return History(out_dir, path, start, end, step, stats.samples, stats.seconds, scen, tuple(done))
+
+
+class LiveFleet:
+    """Every node of a scenario as a live ``/metrics`` target (device series, as the sim exporter
+    publishes them), plus the cluster series, on free loopback ports; values follow ``clock``.
+
+    Used after a backfill that ends now, so that a Prometheus scraping these keeps the history going
+    (same series: :data:`DROP_TARGET_LABELS` removes ``job``/``instance``) and its rules evaluate live.
+    """
+
+    def __init__(self, scenario: Scenario, *, clock: Callable[[], float] = time.time) -> None:
+        self.scenario = scenario
+        self.clock = clock
+        self.servers: list[SeriesServer] = []
+
+    def _node_body(self, backend: SimBackend) -> Callable[[], str]:
+        allocations = backend.allocations()
+
+        def body() -> str:
+            snap = backend.snapshot_at(self.clock())
+            return render.render_text(
+                device_families(snap, hostname=backend.hostname, allocations=allocations)
+            )
+
+        return body
+
+    def start(self) -> LiveFleet:
+        for node in self.scenario.nodes:
+            backend = SimBackend(self.scenario, node=node.name)
+            self.servers.append(SeriesServer(self._node_body(backend)).start())
+        self.servers.append(ClusterServer(self.scenario, clock=self.clock).start())
+        return self
+
+    def scrape_jobs(self, *, interval: str = "15s") -> list[ScrapeJob]:
+        nodes = [f"127.0.0.1:{s.port}" for s in self.servers[:-1]]
+        cluster = [f"127.0.0.1:{self.servers[-1].port}"]
+        return [
+            ScrapeJob(
+                "gpupilot-sim-nodes", nodes, interval=interval, metric_relabel_configs=DROP_TARGET_LABELS
+            ),
+            ScrapeJob(
+                "gpupilot-sim-cluster", cluster, interval=interval, metric_relabel_configs=DROP_TARGET_LABELS
+            ),
+        ]
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.close()
+        self.servers = []
+
+    def __enter__(self) -> LiveFleet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -50,6 +50,9 @@ class ScrapeJob:
     honor_labels: bool = True
     metrics_path: str = "/metrics"
     labels: dict[str, str] = field(default_factory=dict)
+    metric_relabel_configs: Sequence[dict[str, object]] = ()
+    """Prometheus ``metric_relabel_configs`` (e.g. drop ``job``/``instance`` so live samples continue
+    backfilled series that carry neither)."""
 
 
 def backfill_openmetrics(source: Path, data_dir: Path, *, block_duration: str = "") -> None:
@@ -109,6 +112,8 @@ class PrometheusServer:
                 "honor_labels": job.honor_labels,
                 "static_configs": [static],
             }
+            if job.metric_relabel_configs:
+                entry["metric_relabel_configs"] = [dict(c) for c in job.metric_relabel_configs]
             jobs.append(entry)
         return {
             "global": {

@@ -49,6 +49,11 @@ def build_parser() -> _Parser:
             "DCGM-compatible GPU and MIG metrics for Prometheus, from NVML/GPM or the simulator. "
             f"Subcommands of the simulator: '{PROG} backfill --help', '{PROG} cluster --help'."
         ),
+        epilog=(
+            "HTTP: /metrics (text 0.0.4, OpenMetrics when asked, gzip when accepted), "
+            "/health (process alive), /ready (503 until a collection succeeded or when the last "
+            "good one is older than 3 intervals)."
+        ),
     )
     p.add_argument(
         "--backend",
@@ -56,48 +61,57 @@ def build_parser() -> _Parser:
         default="nvml",
         help="where device values come from: nvml (real GPUs) or sim (a scenario file) (default nvml)",
     )
-    p.add_argument("--scenario", type=Path, help="fleet scenario YAML for --backend sim")
+    p.add_argument("--scenario", type=Path, metavar="FILE", help="fleet scenario YAML for --backend sim")
     p.add_argument(
         "--node",
+        metavar="NAME",
         help="which node of the scenario this exporter plays (--backend sim; default: the first node)",
     )
     p.add_argument(
         "--listen",
         default=":9400",
+        metavar="HOST:PORT",
         help="HOST:PORT to serve /metrics, /health and /ready on; ':PORT' = every interface; "
         "port 0 picks a free one (default :9400)",
     )
     p.add_argument(
         "--interval",
         type=float,
+        metavar="SECONDS",
         default=10.0,
         help="seconds between collections; scrapes are served from the last one (default 10)",
     )
     p.add_argument(
         "--collect-timeout",
         type=float,
+        metavar="SECONDS",
         help="seconds one backend read may take before it is abandoned and the last snapshot is "
         "kept (default: the smaller of 5 and --interval)",
     )
     p.add_argument(
         "--node-name",
+        metavar="NAME",
         help="value of the Hostname label (default: $NODE_NAME, else the scenario node with "
         "--backend sim, else the host name)",
     )
     p.add_argument(
         "--kubernetes",
         action="store_true",
-        help="add pod, namespace and container labels from kubelet's pod-resources API",
+        help="add pod, namespace and container labels from kubelet's pod-resources API "
+        "(with --backend sim the scenario's own pods label the devices unless "
+        "--pod-resources-socket is given)",
     )
     p.add_argument(
         "--pod-resources-socket",
         type=Path,
+        metavar="PATH",
         help=f"kubelet pod-resources socket (default {DEFAULT_POD_RESOURCES_SOCKET}); giving it "
         "implies --kubernetes, and with --backend sim replaces the scenario's own pods",
     )
     p.add_argument(
         "--web-config",
         type=Path,
+        metavar="FILE",
         help="TLS and basic-auth settings in the Prometheus exporter-toolkit format",
     )
     p.add_argument(

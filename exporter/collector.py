@@ -60,7 +60,7 @@ class Collector:
         self._clock = clock
         self._wall_clock = wall_clock
         self._worker = DeadlineWorker(f"{backend.name}-backend")
-        kinds = (*BASE_ERROR_KINDS, "podresources") if allocations else BASE_ERROR_KINDS
+        kinds = (*BASE_ERROR_KINDS, "podresources") if allocations is not None else BASE_ERROR_KINDS
         self._errors: dict[str, int] = dict.fromkeys(kinds, 0)
         self._opened = False
         self._backoff = settings.backoff_initial
@@ -100,10 +100,8 @@ class Collector:
             return False, f"not ready: no successful collection yet{why}"
         age = self._clock() - at
         if age > limit:
-            return (
-                False,
-                f"not ready: last good snapshot is {age:.1f}s old (limit {limit:g}s): {self.last_error}",
-            )
+            why = f": {self.last_error}" if self.last_error else ""
+            return False, f"not ready: last good snapshot is {age:.1f}s old (limit {limit:g}s){why}"
         return True, f"ready: snapshot {age:.1f}s old"
 
     # -- one collection ------------------------------------------------------------------------
@@ -150,7 +148,7 @@ class Collector:
         except (BackendError, OSError) as exc:
             self._schedule_reopen(now)
             kind = "timeout" if isinstance(exc, CallTimeout) else "init"
-            self._fail(kind, f"backend {self.backend.name} unavailable: {exc}", now)
+            self._fail(kind, f"backend {self.backend.name} unavailable: {exc}", now, quiet=True)
             log.warning("%s; retrying in %.1fs", self.last_error, self._next_open_at - now)
             return False
         if self._backoff > self.settings.backoff_initial:
@@ -170,11 +168,11 @@ class Collector:
         except Exception as exc:  # closing a broken backend may fail too; we re-open anyway
             log.debug("closing %s backend failed: %s", self.backend.name, exc)
 
-    def _fail(self, kind: str, message: str, start: float) -> None:
+    def _fail(self, kind: str, message: str, start: float, *, quiet: bool = False) -> None:
         self._errors[kind] = self._errors.get(kind, 0) + 1
         self._backend_up = False
         self._last_duration = self._clock() - start
-        if message != self.last_error and kind != "init":
+        if message != self.last_error and not quiet:
             log.warning("%s", message)
         self.last_error = message
         self._page = self._render()

@@ -191,11 +191,12 @@ def read_gpu_level(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float
 def _read_field_values(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:
     """Memory temperature and NVLink data counters through ``nvmlDeviceGetFieldValues``."""
     lib = calls.lib
-    links = range(int(lib.NVML_NVLINK_MAX_LINKS))
     ids: list[Any] = [lib.NVML_FI_DEV_MEMORY_TEMP]
-    for link in links:
-        ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link))
-        ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link))
+    with_nvlink = (key, "nvlink") not in calls.unsupported
+    if with_nvlink:
+        for link in range(int(lib.NVML_NVLINK_MAX_LINKS)):
+            ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link))
+            ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link))
     values = calls.call(
         key,
         "field_values",
@@ -209,9 +210,13 @@ def _read_field_values(calls: NvmlCalls, key: str, handle: Any, out: dict[str, f
     temp = _field_value(lib, values[0])
     if temp is not None:
         out["DCGM_FI_DEV_MEMORY_TEMP"] = temp
+    if not with_nvlink:
+        return
     nvlink = [x for x in (_field_value(lib, fv) for fv in list(values)[1:]) if x is not None]
     if nvlink:
         out["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] = float(sum(nvlink))
+    elif all(fv.nvmlReturn == lib.NVML_ERROR_NOT_SUPPORTED for fv in list(values)[1:]):
+        calls.unsupported.add((key, "nvlink"))  # no NVLink on this GPU: stop asking
 
 
 def read_pcie_throughput(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:

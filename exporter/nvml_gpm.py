@@ -46,6 +46,7 @@ class GpmSampler:
         self.min_interval_s = min_interval_s
         self.clock = clock
         self._held: dict[str, _Held] = {}
+        self._unsupported: set[str] = set()
 
     @property
     def lib(self) -> Any:
@@ -72,6 +73,8 @@ class GpmSampler:
         """Take a sample of ``entity`` with ``take(sample)``; return fields over the interval since
         the previous one, or None on the first sample (or when samples are < min interval apart)."""
         lib = self.lib
+        if entity in self._unsupported:
+            return None
         now = self.clock()
         held = self._held.get(entity)
         if held is not None and now - held.taken_at < self.min_interval_s:
@@ -85,9 +88,13 @@ class GpmSampler:
             take(current)
         except lib.NVMLError as exc:
             self._free(current)
-            if getattr(exc, "value", None) == lib.NVML_ERROR_GPU_IS_LOST:
+            code = getattr(exc, "value", None)
+            if code == lib.NVML_ERROR_GPU_IS_LOST:
                 raise GpuLost(f"GPM sample: {exc}") from exc
-            self.calls.errors["gpm"] += 1
+            if code in (lib.NVML_ERROR_NOT_SUPPORTED, lib.NVML_ERROR_FUNCTION_NOT_FOUND):
+                self._unsupported.add(entity)  # e.g. whole-GPU samples in MIG mode: stop asking
+            else:
+                self.calls.errors["gpm"] += 1
             return None
         self._held[entity] = _Held(current, now)
         if held is None:
@@ -124,6 +131,7 @@ class GpmSampler:
 
     def keep_only(self, entities: set[str]) -> None:
         """Free the samples of entities that are gone (MIG instance destroyed, GPU lost)."""
+        self._unsupported &= entities
         for entity in [e for e in self._held if e not in entities]:
             self._free(self._held.pop(entity).sample)
 

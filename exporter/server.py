@@ -13,6 +13,7 @@ are not behind basic auth so that kubelet probes need no secret; they reveal not
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 import threading
@@ -35,6 +36,7 @@ _REASONS = {
     404: "Not Found",
     405: "Method Not Allowed",
     431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
     503: "Service Unavailable",
     505: "HTTP Version Not Supported",
 }
@@ -73,6 +75,7 @@ def _q_values(header: str) -> dict[str, float]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
 def wants_openmetrics(accept: str) -> bool:
     if "openmetrics" not in accept:
         return False
@@ -82,6 +85,7 @@ def wants_openmetrics(accept: str) -> bool:
     return om > 0 and om >= text
 
 
+@functools.lru_cache(maxsize=64)
 def accepts_gzip(accept_encoding: str) -> bool:
     if "gzip" not in accept_encoding:
         return False
@@ -96,7 +100,22 @@ class _Request:
 
 
 def parse_head(head: bytes) -> _Request | int:
-    """The request line and headers, or an HTTP status for a malformed request."""
+    """The request line and headers, or an HTTP status for a malformed request.
+
+    Cached: a scraper sends the same request head every time, so parsing is a dict lookup after the
+    first scrape (the returned request is never mutated). Heads carrying credentials are parsed
+    each time instead, so that no password sits in the cache."""
+    if b"uthorization" in head:
+        return _parse_head(head)
+    return _parse_head_cached(head)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_head_cached(head: bytes) -> _Request | int:
+    return _parse_head(head)
+
+
+def _parse_head(head: bytes) -> _Request | int:
     lines = head.decode("latin-1").split("\r\n")
     parts = lines[0].split(" ")
     if len(parts) != 3:

@@ -279,8 +279,8 @@ def _headers(path: Path, raw: Any) -> dict[str, str]:
         where = f"http_server_config.headers.{name}"
         if not isinstance(name, str) or name.lower() in _RESERVED_HEADERS or not name.isascii():
             raise _fail(path, where, "this header is set by the exporter and cannot be configured")
-        if not isinstance(value, str) or "\n" in value or "\r" in value:
-            raise _fail(path, where, "expected a one-line text value")
+        if not isinstance(value, str) or "\n" in value or "\r" in value or not value.isascii():
+            raise _fail(path, where, "expected a one-line ASCII text value")
         out[name] = value
     return out
 

@@ -73,7 +73,10 @@ def _frame(samples: Iterable[Sample], column: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*IDENT, column])
 
 
-def _activity_queries(*, rule: bool, rng: str, threshold: float) -> dict[str, str]:
+def _activity_queries(*, rule: bool, rng: str, sub: str, threshold: float) -> dict[str, str]:
+    """Queries per statistic for one chunk; ``sub`` is the chunk length less 1 s, so an hourly
+    subquery yields exactly one point per hour of the chunk (its range is closed at both ends)."""
+
     def q(fn: str, arg: str = "") -> str:
         if rule:
             return f"max by ({BY}) ({fn}({arg}{RULE}[{rng}]))"
@@ -89,11 +92,11 @@ def _activity_queries(*, rule: bool, rng: str, threshold: float) -> dict[str, st
         "p50": q("quantile_over_time", "0.5, "),
         "p95": q("quantile_over_time", "0.95, "),
         "max": q("max_over_time"),
-        "idle_hours": f"count_over_time(({hourly('avg_over_time', True)} < {threshold:g})[{rng}:1h])",
-        "coverage_hours": f"count_over_time({hourly('count_over_time', False)}[{rng}:1h])",
+        "idle_hours": f"count_over_time(({hourly('avg_over_time', True)} < {threshold:g})[{sub}:1h])",
+        "coverage_hours": f"count_over_time({hourly('count_over_time', False)}[{sub}:1h])",
         "fb_peak_mib": f"max by ({BY}) (max_over_time(DCGM_FI_DEV_FB_USED[{rng}]))",
         "allocated_hours": (
-            f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_pod_info[1h])))[{rng}:1h])"
+            f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_pod_info[1h])))[{sub}:1h])"
         ),
     }
 
@@ -122,9 +125,12 @@ def window_stats(
     parts = []
     pieces = chunks(start, end, settings.chunk_s)
     for i, (lo, hi) in enumerate(pieces, 1):
-        rng = f"{max(1, round(hi - lo))}s"
+        seconds = max(2, round(hi - lo))
+        rng, sub = f"{seconds}s", f"{seconds - 1}s"
         progress(f"querying history chunk {i}/{len(pieces)} ({(hi - lo) / 3600:.0f} h ending {_iso(hi)})")
-        for column, query in _activity_queries(rule=rule, rng=rng, threshold=settings.idle_threshold).items():
+        for column, query in _activity_queries(
+            rule=rule, rng=rng, sub=sub, threshold=settings.idle_threshold
+        ).items():
             frame = _frame(client.instant(query, hi), column)
             if not frame.empty:
                 parts.append(frame.melt(id_vars=list(IDENT), var_name="stat", value_name="value"))

@@ -117,6 +117,15 @@ Progress = Callable[[str, str], None]
 """``progress(node, message)``: called after every persisted step (the CLI prints it on stderr)."""
 
 
+def seconds_text(seconds: float) -> str:
+    """``0.4s``, ``12s``, ``15m``: durations in messages as people read them."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 600 or seconds % 60:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m"
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -226,7 +235,8 @@ class Applier:
         target = self.write_configs()
         if (target.changed or target.repoint) and self.settings.configmap_sync_s > 0:
             self.progress(
-                "-", f"waiting {self.settings.configmap_sync_s:.0f}s for the MIG Manager to see the ConfigMap"
+                "-",
+                f"waiting {seconds_text(self.settings.configmap_sync_s)} for the MIG Manager to see the ConfigMap",
             )
             self.clock.sleep(self.settings.configmap_sync_s)
         outcomes: list[NodeOutcome] = []
@@ -370,7 +380,7 @@ class Applier:
                 )
                 why = f" (last refusal {refused})" if refused else ""
                 raise NodeFailure(
-                    f"pods still hold the GPUs after {self.settings.eviction_timeout_s:.0f}s: {names}{why}"
+                    f"pods still hold the GPUs after {seconds_text(self.settings.eviction_timeout_s)}: {names}{why}"
                 )
             self.clock.sleep(self.settings.retry_interval_s)
 
@@ -395,7 +405,7 @@ class Applier:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 raise NodeFailure(
-                    f"timed out after {self.settings.timeout_s:.0f}s waiting for {proto.STATE_LABEL}=success "
+                    f"timed out after {seconds_text(self.settings.timeout_s)} waiting for {proto.STATE_LABEL}=success "
                     f"(last state {seen or 'none'})"
                 )
             try:

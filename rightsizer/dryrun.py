@@ -13,12 +13,10 @@ import json
 import shlex
 from typing import Any
 
-import yaml
-
 from rightsizer import apply_protocol as proto
 from rightsizer.apply import ApplySettings, ConfigTarget, resolve_config_target
 from rightsizer.kube import Kube, NotFoundError
-from rightsizer.mig_configmap import DATA_KEY
+from rightsizer.mig_configmap import DATA_KEY, dump_yaml
 from rightsizer.plan import Plan
 
 
@@ -45,10 +43,13 @@ def _configmap_commands(target: ConfigTarget, settings: ApplySettings) -> list[s
             verb = "replace"
             meta["resourceVersion"] = target.existing["metadata"]["resourceVersion"]
             data = {**(target.existing.get("data") or {}), **data}
-        manifest = yaml.safe_dump(
-            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}, sort_keys=False
-        )
-        lines += [f"kubectl {verb} -f - <<'GPUPILOT_EOF'", manifest.rstrip("\n"), "GPUPILOT_EOF"]
+        manifest = dump_yaml({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+        # --validate=false: the manifest is generated here; kubectl need not download schemas to check it
+        lines += [
+            f"kubectl {verb} --validate=false -f - <<'GPUPILOT_EOF'",
+            manifest.rstrip("\n"),
+            "GPUPILOT_EOF",
+        ]
     else:
         lines.append("#    (already holds every config of the plan: unchanged)")
     if target.repoint:

@@ -17,6 +17,32 @@ import yaml
 
 from rightsizer.plan import Plan
 
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster on big files
+_BaseDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[misc]
+    """No ``&id001`` anchors (configs share lists in memory; readers should not have to follow them),
+    multi-line strings as ``|`` blocks."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str_block(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_block)
+
+
+def dump_yaml(doc: Any) -> str:
+    """YAML for people: block lists, ``|`` for embedded files, no anchors."""
+    text: str = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100)
+    return text
+
+
 DATA_KEY = "config.yaml"
 OPERATOR_DEFAULT_CONFIGMAP = "default-mig-parted-config"
 GPUPILOT_CONFIGMAP = "gpupilot-mig-parted-config"
@@ -39,7 +65,7 @@ def configs_of(configmap: Mapping[str, Any] | None) -> dict[str, Any]:
             return {}
         text = next(iter(data.values()))
     try:
-        doc = yaml.safe_load(text) or {}
+        doc = yaml.load(text, Loader=_Loader) or {}  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise ConfigMapError(
             f"{where}: {DATA_KEY} is not valid YAML ({exc.__class__.__name__}); fix it first"
@@ -69,7 +95,7 @@ class Merge:
         return {"version": "v1", "mig-configs": self.configs}
 
     def render(self) -> str:
-        return yaml.safe_dump(self.document, sort_keys=False, default_flow_style=None, width=100)
+        return dump_yaml(self.document)
 
 
 def merge(*, existing: list[dict[str, Any]], wanted: Mapping[str, Any]) -> Merge:

@@ -7,6 +7,7 @@ these frozen dataclasses; everything downstream works on them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from mig_geometry.catalogue import GpuModel, find_model
 
@@ -134,14 +135,17 @@ class Analysis:
     def window_hours(self) -> float:
         return (self.end - self.start) / 3600.0
 
+    @cached_property
+    def _device_index(self) -> dict[tuple[str, int, str], DeviceStats]:
+        return {(d.node, d.gpu, d.gpu_instance_id): d for d in self.devices}
+
+    @cached_property
+    def _workload_index(self) -> dict[PodKey, Workload]:
+        return {p: w for w in self.workloads for p in w.pods}
+
     def device(self, node: str, gpu: int, gpu_instance_id: str) -> DeviceStats | None:
-        for d in self.devices:
-            if d.node == node and d.gpu == gpu and d.gpu_instance_id == gpu_instance_id:
-                return d
-        return None
+        """The device on ``node``'s GPU ``gpu`` (``gpu_instance_id == ""`` for the whole GPU)."""
+        return self._device_index.get((node, gpu, gpu_instance_id))
 
     def workload_of(self, pod: PodKey) -> Workload | None:
-        for w in self.workloads:
-            if pod in w.pods:
-                return w
-        return None
+        return self._workload_index.get(pod)

@@ -83,6 +83,9 @@ class NodeProposal:
     busy_slices: float
     moved_in: tuple[Item, ...] = ()
     reason: str = ""
+    whole_busy: float = 0.0
+    """p95 activity × compute units of whole GPUs held by pods (1 unit per GPU without MIG)."""
+    whole_units: int = 0
 
     @property
     def gpus_freed(self) -> int:
@@ -93,8 +96,10 @@ class NodeProposal:
         return max(0, self.slices_now - self.slices_after) if self.changed else 0
 
     def utilisation(self, *, after: bool) -> float:
-        slices = self.slices_after if after and self.changed else self.slices_now
-        return min(1.0, self.busy_slices / slices) if slices else 0.0
+        """Busy share of what pods hold: p95 activity × size over allocated compute, 0-1."""
+        slices = (self.slices_after if after and self.changed else self.slices_now) + self.whole_units
+        busy = self.busy_slices + self.whole_busy
+        return min(1.0, busy / slices) if slices else 0.0
 
 
 @dataclass(frozen=True)
@@ -124,8 +129,9 @@ class FleetProposal:
 
     @property
     def status(self) -> str:
-        statuses = {n.status for n in self.nodes if n.method not in ("none", "")}
-        for s in ("infeasible", "time-limit", "heuristic"):
+        """Worst solver status among the nodes that change (nodes left alone do not count)."""
+        statuses = {n.status for n in self.nodes if n.changed}
+        for s in ("time-limit", "heuristic"):
             if s in statuses:
                 return s
         return "optimal"
@@ -212,8 +218,23 @@ def propose_node(
     model = next((g.model for g in node.gpus if g.model is not None), None)
     used_now = sum(1 for g in node.gpus if _gpu_used(g, analysis, node.name))
     busy = sum(i.busy_slices for i in items if i.busy_slices is not None)
+    whole_busy, whole_units = _whole_gpu_use(node, analysis)
     unchanged = NodeProposal(
-        node, model, current, current, False, "none", "optimal", used_now, used_now, used_now, 0, 0, busy
+        node,
+        model,
+        current,
+        current,
+        False,
+        "none",
+        "optimal",
+        used_now,
+        used_now,
+        used_now,
+        0,
+        0,
+        busy,
+        whole_busy=whole_busy,
+        whole_units=whole_units,
     )
     if model is None or not model.mig_capable or len({g.model_key for g in node.gpus}) != 1:
         return _with(unchanged, reason="no MIG-capable model, or mixed models on the node")
@@ -231,10 +252,22 @@ def propose_node(
     demand = Counter(i.klass for i in pool_items)
     res = packing.pack(model, demand, gpus=len(pool), time_limit=time_limit, uniform=single)
     if not res.feasible:
+        # Upsized demand does not fit: consolidate with the profiles pods have now instead.
+        pool_items = [replace(i, klass=i.profile_now) for i in pool_items]
+        demand = Counter(i.klass for i in pool_items)
+        res = packing.pack(model, demand, gpus=len(pool), time_limit=time_limit, uniform=single)
+    if not res.feasible:
         return _with(base, reason="demand does not fit the node's GPUs", method=res.method, status=res.status)
     lower = res.lower_bound + len(pinned)
     slices_after = res.allocated_slices(model)
-    proposed = _assign(model, pool, pool_items, res, single=single)
+    try:
+        proposed = _assign(model, pool, pool_items, res, single=single)
+    except AssertionError:
+        # A time-limited answer that does not assign cleanly: use the greedy packing instead.
+        res = packing.pack_greedy(model, demand, gpus=len(pool)) if not single else res
+        if not res.feasible:
+            return _with(base, reason="no clean assignment within the time limit", status="time-limit")
+        proposed = _assign(model, pool, pool_items, res, single=single)
     proposed_all = tuple(
         sorted(
             [*proposed, *(c for c in current if c.index in {g.index for g in pinned})], key=lambda g: g.index
@@ -244,6 +277,15 @@ def propose_node(
     used_after = res.gpus + (used_now - used_pool_now)
     gain = used_after < used_now or slices_after < slices_now
     layout_changed = any(_signature(a) != _signature(b) for a, b in zip(current, proposed_all, strict=True))
+    reason = "" if gain else "already as tight as the demand allows"
+    if gain and not layout_changed and used_after < used_now:
+        # The layout is already right; only moving pods between its GPUs would free some. A MIG
+        # plan does not reschedule pods, so the node counts at its current use (bound included).
+        lower = used_now
+        reason = (
+            f"pods would fit on {used_now - used_after} fewer GPU(s) with the current layout; "
+            "drain and reschedule them to free those GPUs (no MIG change needed)"
+        )
     return NodeProposal(
         node,
         model,
@@ -252,14 +294,31 @@ def propose_node(
         gain and layout_changed,
         res.method,
         res.status,
-        lower,
+        # When the node stays as it is, its current count is achievable: the bound cannot exceed it.
+        lower if gain and layout_changed else min(lower, used_now),
         used_now,
         used_after if gain and layout_changed else used_now,
         slices_now,
         slices_after if gain and layout_changed else slices_now,
         busy,
-        reason="" if gain else "already as tight as the demand allows",
+        reason=reason,
+        whole_busy=whole_busy,
+        whole_units=whole_units,
     )
+
+
+def _whole_gpu_use(node: NodeInventory, analysis: Analysis) -> tuple[float, int]:
+    busy, units = 0.0, 0
+    for g in node.gpus:
+        if g.mig_enabled:
+            continue
+        dev = analysis.device(node.name, g.index, "")
+        if dev is None or not dev.pods or dev.unknown or dev.p95 is None:
+            continue
+        size = g.model.compute_slices if g.model is not None and g.model.mig_capable else 1
+        busy += dev.p95 * size
+        units += size
+    return busy, units
 
 
 def _with(p: NodeProposal, **changes: object) -> NodeProposal:

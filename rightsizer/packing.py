@@ -8,7 +8,8 @@ MILP (``scipy.optimize.milp``): integer ``x_L`` = GPUs carrying maximal layout `
 layout is a subset of a maximal one, so maximal layouts lose nothing), continuous ``z_kq`` = class-k
 devices served by profile q (integral at a vertex once ``x`` is integral: a transportation problem)::
 
-    minimise   W·Σ x_L + Σ z_kq·(compute(q) − compute(k))        W > any possible slice waste
+    minimise   W·Σ x_L + Σ z_kq·cost(k,q)      W > any possible waste; cost: idle compute slices,
+                                               then 0.1 per extra memory slice, 0.01 for q ≠ k
     subject to Σ_q z_kq = d_k                     every device served
                Σ_k z_kq ≤ Σ_L n(L,q)·x_L          slots of profile q exist
                Σ_L x_L ≤ G                        GPUs available
@@ -25,7 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -104,7 +105,24 @@ def pack(
     time_limit: float = 10.0,
     uniform: bool = False,
 ) -> PackResult:
-    """Fewest GPUs of ``model`` (at most ``gpus``) carrying ``demand`` (class profile → devices)."""
+    """Fewest GPUs of ``model`` (at most ``gpus``) carrying ``demand`` (class profile → devices).
+
+    Answers are memoised per (model, demand, GPUs, uniform): fleets repeat the same node shapes.
+    """
+    key = tuple(sorted((k, v) for k, v in demand.items() if v > 0))
+    return _pack_cached(model, key, gpus, uniform, time_limit)
+
+
+@lru_cache(maxsize=4096)
+def _pack_cached(
+    model: GpuModel, key: tuple[tuple[str, int], ...], gpus: int, uniform: bool, time_limit: float
+) -> PackResult:
+    return _pack(model, dict(key), gpus=gpus, time_limit=time_limit, uniform=uniform)
+
+
+def _pack(
+    model: GpuModel, demand: Mapping[str, int], *, gpus: int, time_limit: float, uniform: bool
+) -> PackResult:
     demand = {k: v for k, v in demand.items() if v > 0}
     if not demand:
         return PackResult((), {}, "none", "optimal", 0)
@@ -162,9 +180,19 @@ def _build(
     ]
     nl, nz = len(layouts), len(pairs)
     cost = np.zeros(nl + nz)
-    cost[:nl] = WASTE_WEIGHT
+    # Among equally good answers, prefer layouts with more (smaller) spare instances.
+    cost[:nl] = [WASTE_WEIGHT - 1e-4 * sum(n for _, n in lay) for lay in layouts]
     for j, (kname, qname) in enumerate(pairs):
-        cost[nl + j] = size(model, qname) - size(model, kname)
+        # Idle allocated compute first; then extra memory slices; then any change of profile
+        # (a pod asking for nvidia.com/mig-<k> keeps its resource name when served by k).
+        kp, qp = model.profile(kname), model.profile(qname)
+        assert kp is not None and qp is not None
+        cost[nl + j] = (
+            qp.compute_slices
+            - kp.compute_slices
+            + 0.1 * (qp.memory_slices - kp.memory_slices)
+            + (0.01 if qname != kname else 0.0)
+        )
     rows: list[np.ndarray] = []
     lo: list[float] = []
     hi: list[float] = []
@@ -222,19 +250,28 @@ def _milp(model: GpuModel, demand: Mapping[str, int], *, gpus: int, time_limit: 
         constraints=cons,
         integrality=integ,
         bounds=bounds,
-        options={"time_limit": max(0.05, time_limit)},
+        options={"time_limit": max(0.05, time_limit), "mip_rel_gap": 1e-6},
     )
     if res.status == 2 or (res.x is None and res.status != 1):
         return PackResult((), {}, "milp", "infeasible", lb)
     if res.x is None:
         return PackResult((), {}, "milp", "time-limit", lb)
     status = "optimal" if res.status == 0 else "time-limit"
+    x = np.round(res.x[: len(layouts)])
+    # With x fixed the rest is a transportation problem: its LP vertex is integral. Re-solving it
+    # removes any fractional z a time-limited MILP may have left behind.
+    fixed = Bounds(
+        np.concatenate([x, np.zeros(len(pairs))]), np.concatenate([x, np.full(len(pairs), np.inf)])
+    )
+    lp = milp(cost, constraints=cons, integrality=np.zeros_like(cost), bounds=fixed)
+    if lp.x is None:
+        return PackResult((), {}, "milp", "time-limit", lb)
     chosen: list[Layout] = []
     for i, lay in enumerate(layouts):
-        chosen += [lay] * round(res.x[i])
+        chosen += [lay] * int(x[i])
     serve: Counter[tuple[str, str]] = Counter()
     for j, pair in enumerate(pairs):
-        n = round(res.x[len(layouts) + j])
+        n = round(lp.x[len(layouts) + j])
         if n:
             serve[pair] += n
     _repair(model, demand, chosen, serve)

@@ -35,14 +35,15 @@ class PlanContext:
     created_at: datetime | None = None
 
 
-def _iso(t: float | datetime) -> str:
+def iso(t: float | datetime) -> str:
     dt = t if isinstance(t, datetime) else datetime.fromtimestamp(t, tz=UTC)
     return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _layouts(gpus: Sequence[GpuPlan]) -> tuple[GpuLayout, ...]:
     return tuple(
-        GpuLayout(g.index, g.mig_enabled, dict(sorted(g.counts.items())) if g.mig_enabled else {}) for g in gpus
+        GpuLayout(g.index, g.mig_enabled, dict(sorted(g.counts.items())) if g.mig_enabled else {})
+        for g in gpus
     )
 
 
@@ -58,7 +59,9 @@ def _config(node: NodeInventory, gpus: Sequence[GpuPlan]) -> tuple[str, dict[str
 
 def _held(analysis: Analysis, node: NodeInventory, item: Item) -> HeldDevice:
     gpu = next((g for g in node.gpus if g.index == item.gpu), None)
-    inst = next((i for i in gpu.instances if i.gpu_instance_id == item.gpu_instance_id), None) if gpu else None
+    inst = (
+        next((i for i in gpu.instances if i.gpu_instance_id == item.gpu_instance_id), None) if gpu else None
+    )
     return HeldDevice(item.gpu, item.profile_now, item.gpu_instance_id, inst.uuid if inst else "")
 
 
@@ -87,7 +90,10 @@ def _disrupted(analysis: Analysis, p: NodeProposal) -> tuple[DisruptedPod, ...]:
         if dev is not None:
             for pod in dev.pods:
                 pods.setdefault(pod, []).append(HeldDevice(idx, "", "", dev.gpu_uuid))
-    return tuple(DisruptedPod(k.namespace, k.name, tuple(v)) for k, v in sorted(pods.items(), key=lambda kv: str(kv[0])))
+    return tuple(
+        DisruptedPod(k.namespace, k.name, tuple(v))
+        for k, v in sorted(pods.items(), key=lambda kv: str(kv[0]))
+    )
 
 
 def _evidence(analysis: Analysis, node: NodeInventory) -> tuple[Evidence, ...]:
@@ -151,7 +157,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
                 evidence=_evidence(analysis, p.node),
             )
         )
-    window = Window(_iso(analysis.start), _iso(analysis.end), context.window)
+    window = Window(iso(analysis.start), iso(analysis.end), context.window)
     merged: dict[str, Any] = {"version": "v1", "mig-configs": {}}
     for n in nodes:
         if n.changed:
@@ -181,12 +187,12 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
     notes = [*analysis.notes, *fleet.notes]
     for p in fleet.nodes:
         notes += _resize_notes(p)
-        if p.reason and not p.changed and p.reason.startswith("deferred"):
+        if p.reason and not p.changed and p.reason.startswith(("deferred", "pods would fit")):
             notes.append(f"{p.node.name}: {p.reason}")
     return Plan(
         schema=SCHEMA,
         plan_id=plan_id_for(nodes=nodes, window=window),
-        created_at=_iso(context.created_at or datetime.now(tz=UTC)),
+        created_at=iso(context.created_at or datetime.now(tz=UTC)),
         window=window,
         prometheus_url=analysis.prometheus_url,
         settings=dict(context.settings),

@@ -16,59 +16,80 @@ REPO = Path(__file__).resolve().parent.parent
 HISTORY_SCENARIO = REPO / "tests" / "data" / "fleet-small.yaml"
 HISTORY_DAYS = 7
 HISTORY_STEP_S = 60.0
-"""One sample a minute: [1m]+ rates and 5-minute windows work; a week of 4 nodes backfills in ~20 s."""
-HISTORY_AHEAD_S = 3600.0
-"""History runs this far past the fixture's start so that queries at 'now' find data all session."""
+"""One sample a minute: [1m]+ rates and 5-minute windows work; a week of 4 nodes is ~3.4M samples."""
+LIVE_INTERVAL = "10s"
+"""Scrape and rule-evaluation interval of the live part (after the history ends, at fixture start)."""
 
 
 @dataclass(frozen=True)
 class PrometheusHistory:
     url: str
     start: float
-    """First sample (Unix seconds)."""
+    """First backfilled sample (Unix seconds)."""
     end: float
-    """Last sample (Unix seconds); ``now + 1 h`` so instant queries at the current time keep working."""
-    now: float
-    """When the fixture was built; the rules' own history (``gpupilot:*``) was backfilled up to ``end``."""
+    """Last backfilled sample: the fixture's start. After it, Prometheus scrapes the same scenario
+    live (every 10 s, same series) and evaluates rules/, so queries at the current time find data."""
     scenario_path: Path
     step: float
     data_dir: Path
     rule_files: tuple[Path, ...]
+    """Loaded into Prometheus. Recording rules have results from the fixture's start on; their
+    history can be backfilled with ``devkit.history.build_history(rule_files=...)`` (slow)."""
+
+
+def _wait_for(url: str, query: str, *, minimum: float, timeout: float) -> None:
+    import json  # noqa: PLC0415
+    import urllib.parse  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(
+            f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": query}), timeout=10
+        ) as r:
+            result = json.load(r)["data"]["result"]
+        if result and float(result[0]["value"][1]) >= minimum:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"prometheus_history: {query} stayed below {minimum} for {timeout:.0f}s")
 
 
 @pytest.fixture(scope="session")
 def prometheus_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusHistory]:
-    from devkit.history import build_history  # noqa: PLC0415
+    from devkit.history import LiveFleet, build_history  # noqa: PLC0415
     from devkit.prometheus import PrometheusServer  # noqa: PLC0415
 
     base = tmp_path_factory.mktemp("prometheus-history")
     data = base / "data"
     now = time.time()
-    end = (now - now % HISTORY_STEP_S) + HISTORY_AHEAD_S
-    start = end - HISTORY_DAYS * 86400.0 - HISTORY_AHEAD_S
-    rules = tuple(sorted((REPO / "rules").glob("*.rules.yaml")))
+    end = now - now % HISTORY_STEP_S
+    start = end - HISTORY_DAYS * 86400.0
     history = build_history(
-        HISTORY_SCENARIO,
-        start=start,
-        end=end,
-        step=HISTORY_STEP_S,
-        out_dir=data,
-        rule_files=rules,
-        rule_eval_interval=HISTORY_STEP_S,
-        progress=None,
+        HISTORY_SCENARIO, start=start, end=end, step=HISTORY_STEP_S, out_dir=data, progress=None
     )
-    server = PrometheusServer(data, rule_files=rules, log_file=base / "prometheus.log")
-    server.start()
-    try:
-        yield PrometheusHistory(
-            url=server.url,
-            start=history.start,
-            end=history.end,
-            now=now,
-            scenario_path=HISTORY_SCENARIO,
-            step=HISTORY_STEP_S,
-            data_dir=data,
+    rules = tuple(sorted((REPO / "rules").glob("*.rules.yaml")))
+    with LiveFleet(history.scenario) as live:
+        server = PrometheusServer(
+            data,
             rule_files=rules,
+            scrape_jobs=live.scrape_jobs(interval=LIVE_INTERVAL),
+            scrape_interval=LIVE_INTERVAL,
+            evaluation_interval=LIVE_INTERVAL,
+            log_file=base / "prometheus.log",
         )
-    finally:
-        server.stop()
+        server.start()
+        try:
+            _wait_for(server.url, "count(up == 1)", minimum=len(live.servers), timeout=60)
+            if rules:
+                _wait_for(server.url, 'count({__name__=~"gpupilot:.+"})', minimum=1, timeout=60)
+            yield PrometheusHistory(
+                url=server.url,
+                start=history.start,
+                end=history.end,
+                scenario_path=HISTORY_SCENARIO,
+                step=HISTORY_STEP_S,
+                data_dir=data,
+                rule_files=rules,
+            )
+        finally:
+            server.stop()

@@ -80,6 +80,8 @@ def collect(url: str) -> tuple[list[Gpu], dict[str, str], str]:
         inst = Device(
             lb.get("GPU_I_PROFILE", "?"), lb.get("GPU_I_ID", ""), int(lb.get("placement_start", "0") or 0)
         )
+        if _key(lb) in devices:  # the same instance from two scrapes/jobs
+            continue
         gpu.devices.append(inst)
         devices[_key(lb)] = inst
     for gpu in gpus.values():
@@ -93,7 +95,9 @@ def collect(url: str) -> tuple[list[Gpu], dict[str, str], str]:
     ):
         dev = devices.get(_key(s.labels))
         if dev is not None:
-            dev.pods.append(f"{s.labels.get('namespace', '?')}/{s.labels.get('pod', '?')}")
+            pod = f"{s.labels.get('namespace', '?')}/{s.labels.get('pod', '?')}"
+            if pod not in dev.pods:
+                dev.pods.append(pod)
     source = ACTIVITY
     activity = promql.query(url, ACTIVITY)
     if not activity:
@@ -164,8 +168,10 @@ def render(url: str) -> list[str]:
         f"{states.count('busy')} busy, {states.count('idle')} allocated but idle, {states.count('free')} unallocated"
     )
     lines.append(
-        f"SLICES: █ busy  ▒ allocated, idle (< {IDLE_BELOW:.0%} activity, 5 min)  · unallocated   source: {source}"
+        f"SLICES: █ busy  ▒ allocated, idle (< {IDLE_BELOW:.0%} activity over 5 min)  · unallocated  "
+        "? allocated, no activity series (Ampere has no GPM)"
     )
+    lines.append(f"activity from {source}")
     waste = promql.query(url, "gpupilot:fleet_waste:gpu_equivalents")
     if waste:
         lines.append(

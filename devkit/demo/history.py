@@ -20,23 +20,39 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import yaml
+
+from devkit import history as sim_history
+from devkit.demo import rulesubset
 from devkit.demo.console import StepFailed
 from devkit.demo.settings import DemoSettings
+from devkit.prometheus import PrometheusError
 
 STAMP = "gpupilot-demo-history.json"
+RULE_DAYS = 7.0
+LIVE_GAP_SECONDS = 360
+"""The rightsizer's default window: recording rules are backfilled over this much, not all days."""
 
 
 @dataclass(frozen=True)
 class Stamp:
     scenario_sha256: str
+    rules_sha256: str
     days: float
     step: str
     built_at: float
 
 
+def rule_files(settings: DemoSettings) -> list[Path]:
+    return sorted((settings.root / "rules").glob("*.rules.yaml"))
+
+
 def wanted_stamp(settings: DemoSettings, *, now: float) -> Stamp:
     digest = hashlib.sha256(settings.scenario.read_bytes()).hexdigest()
-    return Stamp(scenario_sha256=digest, days=settings.days, step=settings.step, built_at=now)
+    rules = hashlib.sha256(b"".join(p.read_bytes() for p in rule_files(settings))).hexdigest()
+    return Stamp(
+        scenario_sha256=digest, rules_sha256=rules, days=settings.days, step=settings.step, built_at=now
+    )
 
 
 def reusable(settings: DemoSettings, wanted: Stamp) -> Stamp | None:
@@ -45,7 +61,12 @@ def reusable(settings: DemoSettings, wanted: Stamp) -> Stamp | None:
         old = Stamp(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    same = (old.scenario_sha256, old.days, old.step) == (wanted.scenario_sha256, wanted.days, wanted.step)
+    same = (old.scenario_sha256, old.rules_sha256, old.days, old.step) == (
+        wanted.scenario_sha256,
+        wanted.rules_sha256,
+        wanted.days,
+        wanted.step,
+    )
     fresh = wanted.built_at - old.built_at < settings.max_history_age_hours * 3600
     return old if same and fresh and (settings.history_dir / "data").is_dir() else None
 
@@ -53,6 +74,10 @@ def reusable(settings: DemoSettings, wanted: Stamp) -> Stamp | None:
 def ensure_history(settings: DemoSettings, *, log: Path) -> tuple[Path, str]:
     """The TSDB directory to start Prometheus on, and a line saying where it came from."""
     now = time.time()
+    # Stop short of now by more than Prometheus' 5-minute lookback, so instant queries never see a
+    # backfilled sample and a live one for the same series at once (different job/instance).
+    end = float(int(now) - LIVE_GAP_SECONDS)
+    start = end - settings.days * 86400
     wanted = wanted_stamp(settings, now=now)
     old = reusable(settings, wanted)
     data = settings.history_dir / "data"
@@ -68,7 +93,8 @@ def ensure_history(settings: DemoSettings, *, log: Path) -> tuple[Path, str]:
     cmd = [
         sys.executable, "-m", "exporter", "backfill",
         "--scenario", str(settings.scenario),
-        "--days", f"{settings.days:g}",
+        "--start", f"{start:.0f}",
+        "--end", f"{end:.0f}",
         "--step", settings.step,
         "--out", str(data),
     ]  # fmt: skip
@@ -81,8 +107,35 @@ def ensure_history(settings: DemoSettings, *, log: Path) -> tuple[Path, str]:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         shutil.rmtree(settings.history_dir, ignore_errors=True)
         raise StepFailed(f"gpupilot-exporter backfill failed ({tail[0]}); see {log}")
+    raw_seconds = time.time() - now
+    rules_seconds = _backfill_rules(settings, data, start=start, end=end)
     (settings.history_dir / STAMP).write_text(json.dumps(asdict(wanted)))
-    return data, f"built {settings.days:g} days at a {settings.step} step in {time.time() - now:.0f}s"
+    return data, (
+        f"built {settings.days:g} days at a {settings.step} step in {raw_seconds:.0f}s, "
+        f"recording rules for plan/report every {settings.rule_step_seconds:.0f}s in {rules_seconds:.0f}s"
+    )
+
+
+def _backfill_rules(settings: DemoSettings, data: Path, *, start: float, end: float) -> float:
+    """The recording rules plan and report read, over the window they read, so they see history."""
+    begun = time.time()
+    rule_start = max(start, end - RULE_DAYS * 86400)
+    levels = rulesubset.write_levels(rule_files(settings), settings.history_dir / "rules-backfill")
+    for path in levels:
+        t0 = time.time()
+        names = [r["record"] for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
+        try:
+            sim_history.backfill_rules(
+                data, [path], start=rule_start, end=end, eval_interval=settings.rule_step_seconds
+            )
+        except PrometheusError as err:
+            shutil.rmtree(settings.history_dir, ignore_errors=True)
+            raise StepFailed(f"recording-rule backfill ({', '.join(names)}) failed: {err}") from err
+        print(
+            f"      │ {len(names)} recording rules over the last {(end - rule_start) / 86400:g} days: {time.time() - t0:.0f}s",
+            flush=True,
+        )
+    return time.time() - begun
 
 
 def _relay_progress(proc: subprocess.Popen[bytes], out: BinaryIO, *, every: float = 10.0) -> int:

@@ -15,6 +15,8 @@ HPA_FILE = "examples/hpa-llm-inference.yaml"
 HPA_NAMESPACE = "ai-serving"
 HPA_SELECTOR = "app=llm-inference"
 RAW_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+EXAMPLE_PRICE = 2.50
+"""An example GPU-hour price for the report's cost lines (set your own with --price-per-gpu-hour)."""
 
 
 def window(settings: DemoSettings) -> str:
@@ -93,6 +95,10 @@ def report(con: Console, settings: DemoSettings, ends: Endpoints) -> Path:
         raise StepFailed("Prometheus is not running")
     out = settings.work / "report"
     args = ["report", "--prometheus-url", ends.prometheus, "--out", str(out), "--window", window(settings)]
+    plan_file = settings.work / "plan.json"
+    if plan_file.exists():
+        args += ["--plan", str(plan_file)]
+    args += ["--price-per-gpu-hour", f"{EXAMPLE_PRICE:.2f}"]
     res = commands.run("gpupilot-rightsizer", args, root=settings.root, timeout=240)
     con.line(f"$ {res.shown}")
     _indent(con, res.stdout, limit=20)

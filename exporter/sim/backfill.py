@@ -11,6 +11,7 @@ the window's value arrays. This is the only module of the simulator that runs ``
 
 from __future__ import annotations
 
+import itertools
 import math
 import shutil
 import subprocess
@@ -32,7 +33,6 @@ from exporter.sim.backend import SimBackend
 from exporter.sim.model import Scenario
 from exporter.sim.patterns import Array
 from exporter.sim.timespec import format_time
-from exporter.sim.values import Key
 
 BLOCK_S = 7200
 """Prometheus' block duration: windows never straddle a block boundary."""
@@ -78,7 +78,7 @@ class _Run:
 
 def timestamps(start: float, end: float, step: float) -> Array:
     first = math.ceil(start / step) * step
-    count = int(math.floor((end - first) / step + 1e-9)) + 1
+    count = math.floor((end - first) / step + 1e-9) + 1
     return first + step * np.arange(max(count, 0), dtype=np.float64)
 
 
@@ -128,7 +128,7 @@ class Backfiller:
             if cuts[-1] < i < len(ts):
                 cuts.append(i)
         cuts.append(len(ts))
-        for i0, i1 in zip(cuts, cuts[1:], strict=False):
+        for i0, i1 in itertools.pairwise(cuts):
             t0 = float(ts[i0])
             snap = model.build(t0, model.state(t0), tag_of.__getitem__, keys)
             fams = device_families(snap, hostname=backend.hostname, allocations=allocs)  # type: ignore[arg-type]

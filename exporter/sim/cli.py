@@ -164,7 +164,7 @@ def cluster_main(argv: Sequence[str]) -> int:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
     print(
-        f"{prog}: serving {args.scenario} on http://{host or '0.0.0.0'}:{server.port}/metrics",
+        f"{prog}: serving {args.scenario} on http://{host or '*'}:{server.port}/metrics",
         file=sys.stderr,
     )
     try:

@@ -56,12 +56,19 @@ def pod_utilization(scenario: Scenario, pod: Pod, ts: Array) -> Array:
     util = patterns.evaluate(
         pod.utilization, seed=scenario.seed, entity=f"{device_entity(pod)}:util", t=ts, decimals=2
     )
-    return np.round(util) if pod.devices[0].gi_id is None else util
+    return patterns.rounded(util) if pod.devices[0].gi_id is None else util
 
 
 def app_metric(scenario: Scenario, pod: Pod, name: str, ts: Array) -> Array:
     entity = f"{pod.namespace}/{pod.name}:{name}"
     return patterns.evaluate(pod.app_metrics[name], seed=scenario.seed, entity=entity, t=ts, decimals=0)
+
+
+def _app_metric_fn(scenario: Scenario, pod: Pod, name: str) -> ValueFn:
+    def value(ts: Array) -> Array:
+        return app_metric(scenario, pod, name, ts)
+
+    return value
 
 
 def series(scenario: Scenario) -> list[Series]:
@@ -92,7 +99,7 @@ def _nodes(scenario: Scenario, out: list[Series]) -> None:
                 res = (
                     "nvidia_com_gpu"
                     if node.mig_strategy == "single"
-                    else ksm_label(f"mig-{inst.profile.name}")[6:]
+                    else _resource(f"mig-{inst.profile.name}")
                 )
                 capacity[res] = capacity.get(res, 0) + 1
         for res, count in sorted(capacity.items()):
@@ -152,7 +159,7 @@ def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
                 "gauge",
                 f"Application metric {name} of the workload (simulated).",
                 (("namespace", pod.namespace), ("pod", pod.name)),
-                lambda ts, pod=pod, name=name: app_metric(scenario, pod, name, ts),
+                _app_metric_fn(scenario, pod, name),
             )
         )
 

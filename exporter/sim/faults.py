@@ -32,7 +32,7 @@ def count_until(fault: Fault, epoch: float, t: float) -> int:
         return 0
     if fault.every is None:
         return 1
-    return int(math.floor((t - first) / fault.every)) + 1
+    return math.floor((t - first) / fault.every) + 1
 
 
 def active(fault: Fault, epoch: float, t: float) -> bool:

@@ -29,9 +29,9 @@ def resolve_builtin(model: GpuModel, name: str) -> dict[str, int] | None:
             counts[prof.name] = 1
         return counts
     if name.startswith("all-"):
-        prof = model.profile(name.removeprefix("all-"))
-        if prof is not None:
-            return {prof.name: prof.max_count}
+        named = model.profile(name.removeprefix("all-"))
+        if named is not None:
+            return {named.name: named.max_count}
     known = ", ".join(f"all-{p.name}" for p in model.profiles)
     raise KeyError(
         f"unknown MIG config {name!r} for {model.key} (built-in: all-disabled, all-enabled, all-balanced, {known})"

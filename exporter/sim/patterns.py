@@ -103,12 +103,17 @@ def mean(p: Pattern, *, seed: int, entity: str, t: Array) -> Array:
     return np.where(inside, p.peak, p.base)
 
 
+def rounded(x: Array, decimals: int = 0) -> Array:
+    """``np.round`` typed as float64 (what every published value goes through)."""
+    return np.asarray(np.round(x, decimals), dtype=np.float64)
+
+
 def evaluate(p: Pattern, *, seed: int, entity: str, t: Array, decimals: int = 3) -> Array:
     """The pattern's value at each time in ``t`` (noise and clipping included, rounded)."""
     value = mean(p, seed=seed, entity=entity, t=t)
     if p.noise:
         value = value + p.noise * noise(seed, entity, t)
-    return np.round(np.clip(value, p.minimum, p.maximum), decimals)
+    return rounded(np.clip(value, p.minimum, p.maximum), decimals)
 
 
 def integral(p: Pattern, *, seed: int, entity: str, t0: float, t: Array) -> Array:
@@ -122,8 +127,10 @@ def integral(p: Pattern, *, seed: int, entity: str, t0: float, t: Array) -> Arra
         w = 2.0 * math.pi / DAY_S
         shift = 2.0 * math.pi * p.peak_hour / 24.0
         sin_part = (np.sin(w * t - shift) - math.sin(w * t0 - shift)) / w
-        return p.base * span + (p.peak - p.base) * (0.5 * span + 0.5 * sin_part)
-    return _bursty_cumulative(p, seed, entity, t) - _bursty_cumulative(p, seed, entity, np.array([t0]))[0]
+        out: Array = p.base * span + (p.peak - p.base) * (0.5 * span + 0.5 * sin_part)
+        return out
+    origin = float(_bursty_cumulative(p, seed, entity, np.array([t0]))[0])
+    return _bursty_cumulative(p, seed, entity, t) - origin
 
 
 def _bursty_cumulative(p: Pattern, seed: int, entity: str, t: Array) -> Array:

@@ -120,7 +120,9 @@ def _node(ctx: Ctx, raw: object, path: str, seed: int) -> Node:
         mig_name, counts = _mig(ctx, g.get("mig"), f"{gpath}.mig", model)
         for _ in range(count):
             index = len(gpus)
-            gpus.append(_gpu(seed, name, index, model, mig_name, counts, gdriver))
+            gpus.append(
+                _gpu(seed, name, index=index, model=model, mig_name=mig_name, counts=counts, driver=gdriver)
+            )
     return Node(name, MappingProxyType(_node_labels(ctx, path, labels, gpus)), tuple(gpus))
 
 
@@ -149,6 +151,7 @@ def _mig(ctx: Ctx, raw: object, path: str, model: GpuModel) -> tuple[str | None,
 def _gpu(
     seed: int,
     node: str,
+    *,
     index: int,
     model: GpuModel,
     mig_name: str | None,
@@ -269,10 +272,10 @@ def _device(
             ctx.fail(path, f"{raw!r}: write NODE/GPU or NODE/GPU/PROFILE[#SLOT]")
         spec: dict[str, object] = {"node": parts[0], "gpu": parts[1]}
         if len(parts) == 3:
-            prof, _, slot = parts[2].partition("#")
+            prof, _, slot_text = parts[2].partition("#")
             spec["profile"] = prof
-            if slot:
-                spec["slot"] = slot
+            if slot_text:
+                spec["slot"] = slot_text
         raw = spec
     m = ctx.mapping(raw, path, _DEVICE)
     node_name = ctx.string(m.get("node"), f"{path}.node", required=True)

@@ -18,7 +18,7 @@ import numpy as np
 from exporter.sim import faults as faultlib
 from exporter.sim import patterns
 from exporter.sim.model import Gpu, Node, Pod, Scenario
-from exporter.sim.patterns import Array
+from exporter.sim.patterns import Array, rounded
 from exporter.snapshot import GpuInfo, GpuSnapshot, LostGpu, MigInstance, NodeSnapshot, XidEvent
 
 Key = tuple[int, int, str]
@@ -124,15 +124,15 @@ class NodeModel:
             out[(idx, gi, "DCGM_FI_DEV_FB_USED")] = used
             out[(idx, gi, "DCGM_FI_DEV_FB_FREE")] = d.memory_mib - d.reserved_mib - used
             out[(idx, gi, "DCGM_FI_DEV_FB_RESERVED")] = np.full_like(ts, float(d.reserved_mib))
-            dram = np.round(np.minimum(1.0, act * 0.6 + 0.1 * used / d.memory_mib), 4)
+            dram = rounded(np.minimum(1.0, act * 0.6 + 0.1 * used / d.memory_mib), 4)
             if d.gpu.model.key in GPM_MODELS:
-                out[(idx, gi, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")] = np.round(act, 4)
+                out[(idx, gi, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")] = rounded(act, 4)
                 for name, ratio in _PROF_RATIOS.items():
-                    out[(idx, gi, name)] = np.round(act * ratio, 4)
+                    out[(idx, gi, name)] = rounded(act * ratio, 4)
                 out[(idx, gi, "DCGM_FI_PROF_DRAM_ACTIVE")] = dram
             if gi < 0:
-                out[(idx, gi, "DCGM_FI_DEV_GPU_UTIL")] = np.round(util)
-                out[(idx, gi, "DCGM_FI_DEV_MEM_COPY_UTIL")] = np.round(dram * 100.0)
+                out[(idx, gi, "DCGM_FI_DEV_GPU_UTIL")] = rounded(util)
+                out[(idx, gi, "DCGM_FI_DEV_MEM_COPY_UTIL")] = rounded(dram * 100.0)
                 out[(idx, gi, "DCGM_FI_DEV_ENC_UTIL")] = np.zeros_like(ts)
                 out[(idx, gi, "DCGM_FI_DEV_DEC_UTIL")] = np.zeros_like(ts)
         for gpu in self.node.gpus:
@@ -145,19 +145,19 @@ class NodeModel:
         idle_w, tdp = _tdp(gpu)
         since = np.maximum(ts - epoch, 0.0)
         power = idle_w + (tdp - idle_w) * act + 0.015 * tdp * patterns.noise(seed, f"{ent}:power", ts)
-        out[(idx, -1, "DCGM_FI_DEV_POWER_USAGE")] = np.round(np.maximum(power, idle_w * 0.8), 3)
+        out[(idx, -1, "DCGM_FI_DEV_POWER_USAGE")] = rounded(np.maximum(power, idle_w * 0.8), 3)
         energy_j = idle_w * since + (tdp - idle_w) * act_integral
-        out[(idx, -1, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")] = np.round(energy_j * 1000.0)
-        temp = np.round(31.0 + 42.0 * act + 1.5 * patterns.noise(seed, f"{ent}:temp", ts))
+        out[(idx, -1, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")] = rounded(energy_j * 1000.0)
+        temp = rounded(31.0 + 42.0 * act + 1.5 * patterns.noise(seed, f"{ent}:temp", ts))
         out[(idx, -1, "DCGM_FI_DEV_GPU_TEMP")] = temp
         out[(idx, -1, "DCGM_FI_DEV_MEMORY_TEMP")] = temp + 4.0
         low, boost, mem_clock = _CLOCKS_MHZ.get(gpu.model.key, _HOPPER_CLOCKS)
-        out[(idx, -1, "DCGM_FI_DEV_SM_CLOCK")] = np.round(low + (boost - low) * np.minimum(1.0, act * 3.0))
+        out[(idx, -1, "DCGM_FI_DEV_SM_CLOCK")] = rounded(low + (boost - low) * np.minimum(1.0, act * 3.0))
         out[(idx, -1, "DCGM_FI_DEV_MEM_CLOCK")] = np.full_like(ts, float(mem_clock))
         pcie = 2.0e8 * act + 1.0e6 * (1.5 + patterns.noise(seed, f"{ent}:pcie", ts))
-        out[(idx, -1, "DCGM_FI_PROF_PCIE_TX_BYTES")] = np.round(pcie)
-        out[(idx, -1, "DCGM_FI_PROF_PCIE_RX_BYTES")] = np.round(pcie * 1.7)
-        out[(idx, -1, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")] = np.round(1.0e8 * act_integral)
+        out[(idx, -1, "DCGM_FI_PROF_PCIE_TX_BYTES")] = rounded(pcie)
+        out[(idx, -1, "DCGM_FI_PROF_PCIE_RX_BYTES")] = rounded(pcie * 1.7)
+        out[(idx, -1, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")] = rounded(1.0e8 * act_integral)
         u = patterns.uniform(seed, f"{ent}:rates", np.arange(3, dtype=np.int64))
         out[(idx, -1, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")] = np.floor(since / (3600.0 * (24 + 48 * u[0])))
         out[(idx, -1, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")] = np.floor(since / (86400.0 * (2 + 3 * u[1])))

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import requests
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
 
 from adapter.app import Adapter
 from adapter.settings import AuthSettings, PrometheusSettings, ServeSettings, TlsSettings
 from devkit.prometheus import PrometheusServer, ScrapeJob, backfill_openmetrics, free_port
 from tests.adapter import data
-from tests.adapter.pki import TestPki, make_pki
+from tests.adapter.pki import Pki, make_pki
 
 
 @dataclass
@@ -39,11 +39,12 @@ class PromEnv:
 @pytest.fixture(scope="session")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromEnv]:
     root = tmp_path_factory.mktemp("adapter-prom")
-    source = data.write_openmetrics(root / "cluster.om.txt", now=time.time())
-    backfill_openmetrics(source, root / "data")
     registry = CollectorRegistry()
-    Gauge("live_up", "live target present", registry=registry).set(1)
+    registry.register(data.LiveCluster())  # type: ignore[arg-type]
     port = free_port()
+    target = {"job": "live", "instance": f"127.0.0.1:{port}"}
+    source = data.write_openmetrics(root / "cluster.om.txt", now=time.time(), target=target)
+    backfill_openmetrics(source, root / "data")
     http_server, _thread = start_http_server(port, addr="127.0.0.1", registry=registry)
     live = LiveTarget(registry, port, http_server.shutdown)
     server = PrometheusServer(
@@ -52,22 +53,25 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromEnv]:
         scrape_interval="1s",
     )
     with server:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            r = requests.get(f"{server.url}/api/v1/query", params={"query": "live_up"}, timeout=5).json()
+            query = {"query": 'DCGM_FI_DEV_GPU_UTIL{job="live"}'}
+            r = requests.get(f"{server.url}/api/v1/query", params=query, timeout=5).json()
             if r["data"]["result"]:
                 break
             time.sleep(0.3)
+        else:
+            raise RuntimeError(f"the live target was not scraped within 60 s; see {server.log_file}")
         yield PromEnv(server, live)
     http_server.shutdown()
 
 
 @pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPki:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-def base_settings(prom_url: str, pki: TestPki, **overrides: object) -> ServeSettings:
+def base_settings(prom_url: str, pki: Pki, **overrides: object) -> ServeSettings:
     settings = ServeSettings(
         prometheus=PrometheusSettings(url=prom_url, timeout=3.0),
         tls=TlsSettings(pki.server.cert, pki.server.key),
@@ -106,7 +110,7 @@ class Client:
     """requests against the adapter as the aggregation layer would call it (front-proxy cert + headers)."""
 
     base: str
-    pki: TestPki
+    pki: Pki
 
     def get(
         self,
@@ -136,6 +140,6 @@ class Client:
 
 
 @pytest.fixture
-def adapter_client(prom: PromEnv, pki: TestPki, start_adapter: Callable[[ServeSettings], Adapter]) -> Client:
+def adapter_client(prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]) -> Client:
     adapter = start_adapter(base_settings(prom.url, pki))
     return Client(f"https://127.0.0.1:{adapter.port}", pki)

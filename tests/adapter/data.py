@@ -8,8 +8,11 @@ ai-serving/batch-stale (app=batch): its series stop ten minutes before "now".
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 
 @dataclass(frozen=True)
@@ -42,34 +45,68 @@ def _labels(pairs: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
 
 
-def write_openmetrics(path: Path, *, now: float, history: int = 1200, future: int = 1800) -> Path:
-    """Samples every 15 s from ``now - history`` to ``now + future`` (stale pod: to now - 600)."""
+def pod_series(p: SimPod) -> list[tuple[str, dict[str, str], float]]:
+    """(family, labels, value) of one pod: DCGM fields, recording-rule output, kube-state-metrics."""
+    idx = PODS.index(p)
+    base = {"namespace": p.namespace, "pod": p.name}
+    dev = {"gpu": str(idx % 8), "UUID": f"GPU-{idx:04d}", "Hostname": p.node, **base}
+    out: list[tuple[str, dict[str, str], float]] = []
+    if p.name == "trainer-0":
+        out.append(("DCGM_FI_PROF_GR_ENGINE_ACTIVE", {**dev, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1"}, 0.42))
+        out.append(("gpupilot:pod_gpu_utilization:percent", base, 42.0))
+    else:
+        out.append(("DCGM_FI_DEV_GPU_UTIL", dev, p.util))
+        out.append(("gpupilot:pod_gpu_utilization:percent", base, p.util))
+    out.append(("DCGM_FI_DEV_FB_USED", dev, p.fb_used))
+    out.append(("DCGM_FI_DEV_FB_FREE", dev, p.fb_free))
+    if p.queue is not None:
+        out.append(("inference_queue_depth", base, p.queue))
+    out.append(("kube_pod_labels", {**base, "label_app": p.app}, 1.0))
+    for phase in ("Pending", "Running", "Succeeded", "Failed"):
+        out.append(("kube_pod_status_phase", {**base, "phase": phase}, 1.0 if phase == p.phase else 0.0))
+    return out
+
+
+class LiveCluster:
+    """A prometheus_client collector exposing the current values of every pod that is not stale."""
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, GaugeMetricFamily] = {}
+        for p in PODS:
+            if p.stale:
+                continue
+            for name, labels, value in pod_series(p):
+                fam = families.get(name)
+                if fam is None:
+                    fam = families[name] = GaugeMetricFamily(name, "simulated", labels=list(labels))
+                fam.add_metric(list(labels.values()), value)
+        waste = GaugeMetricFamily("gpupilot:fleet_waste:gpu_equivalents", "simulated")
+        waste.add_metric([], FLEET_WASTE)
+        yield from families.values()
+        yield waste
+
+
+def write_openmetrics(
+    path: Path, *, now: float, history: int = 1200, until: int = 60, target: dict[str, str] | None = None
+) -> Path:
+    """History: samples every 15 s from ``now - history`` to ``now - until`` (stale pod: to now - 600).
+
+    Backfilled blocks must end before "now": Prometheus refuses live samples older than its newest
+    block. Current values come from :class:`LiveCluster`, scraped every second; ``target`` (the
+    scrape's job/instance labels) makes history and live samples one series."""
     start = int(now) - history
-    end = int(now) + future
+    end = int(now) - until
     families: dict[str, list[str]] = {}
 
     def add(name: str, labels: dict[str, str], value: float, *, until: int = end) -> None:
+        labels = {**labels, **(target or {})}
         lines = families.setdefault(name, [])
         for t in range(start, until + 1, STEP):
             lines.append(f"{name}{_labels(labels)} {value} {t}")
 
-    for gpu_idx, p in enumerate(PODS):
-        until = int(now) - 600 if p.stale else end
-        base = {"namespace": p.namespace, "pod": p.name}
-        dev = {"gpu": str(gpu_idx % 8), "UUID": f"GPU-{gpu_idx:04d}", "Hostname": p.node, **base}
-        if p.name == "trainer-0":
-            add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", {**dev, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1"}, 0.42, until=until)
-            add("gpupilot:pod_gpu_utilization:percent", base, 42.0, until=until)
-        else:
-            add("DCGM_FI_DEV_GPU_UTIL", dev, p.util, until=until)
-            add("gpupilot:pod_gpu_utilization:percent", base, p.util, until=until)
-        add("DCGM_FI_DEV_FB_USED", dev, p.fb_used, until=until)
-        add("DCGM_FI_DEV_FB_FREE", dev, p.fb_free, until=until)
-        if p.queue is not None:
-            add("inference_queue_depth", base, p.queue, until=until)
-        add("kube_pod_labels", {**base, "label_app": p.app}, 1, until=until)
-        for phase in ("Pending", "Running", "Succeeded", "Failed"):
-            add("kube_pod_status_phase", {**base, "phase": phase}, 1 if phase == p.phase else 0, until=until)
+    for p in PODS:
+        for name, labels, value in pod_series(p):
+            add(name, labels, value, until=int(now) - 600 if p.stale else end)
     add("gpupilot:fleet_waste:gpu_equivalents", {}, FLEET_WASTE)
     out = []
     for name, lines in families.items():

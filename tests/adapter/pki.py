@@ -115,7 +115,7 @@ def make_ca(directory: Path, name: str) -> CA:
 
 
 @dataclass
-class TestPki:
+class Pki:
     serving_ca: CA
     front_proxy_ca: CA
     client_ca: CA
@@ -131,13 +131,13 @@ class TestPki:
     """From a CA the adapter does not trust."""
 
 
-def make_pki(directory: Path) -> TestPki:
+def make_pki(directory: Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     serving = make_ca(directory, "serving-ca")
     front = make_ca(directory, "front-proxy-ca")
     client = make_ca(directory, "client-ca")
     rogue = make_ca(directory, "rogue-ca")
-    return TestPki(
+    return Pki(
         serving_ca=serving,
         front_proxy_ca=front,
         client_ca=client,

@@ -284,6 +284,12 @@ def test_overlay_wires_namespace_images_and_runtime_class() -> None:
                     assert subject.get("namespace") == by_sa[subject["name"]], f"{ident(obj)}: {subject}"
                 else:
                     assert subject.get("namespace") == "kube-system", f"{ident(obj)}: {subject}"
+    services = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs if o["kind"] == "Service"}
+    for api in (o for o in objs if o["kind"] == "APIService"):
+        ref = api["spec"]["service"]
+        assert (ref["namespace"], ref["name"]) in services, (
+            f"{ident(api)} points at a Service not installed: {ref}"
+        )
     ds = next(o for o in objs if o["kind"] == "DaemonSet")
     assert pod_spec(ds)["runtimeClassName"] == "nvidia"
     kinds = {o["kind"] for o in objs}

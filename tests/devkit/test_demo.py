@@ -39,7 +39,8 @@ class DemoRun:
 
 def demo_env(work: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEMO_")}
-    env.update(DEMO_DIR=str(work), DEMO_DAYS="1", **extra)
+    env.update({"DEMO_DIR": str(work), "DEMO_DAYS": "1"})
+    env.update(extra)
     return env
 
 
@@ -178,7 +179,7 @@ def test_bad_settings_fail_with_one_line(tmp_path: Path) -> None:
     assert proc.stderr.strip().count("\n") == 0 and "DEMO_DAYS='-3'" in proc.stderr
 
 
-def test_history_is_reused_only_for_the_same_scenario_days_and_step(tmp_path: Path) -> None:
+def test_history_is_reused_only_for_the_same_scenario_rules_days_and_step(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
     scenario.write_text("nodes: []\n")
     settings = from_env(
@@ -190,6 +191,11 @@ def test_history_is_reused_only_for_the_same_scenario_days_and_step(tmp_path: Pa
     assert history.reusable(settings, history.wanted_stamp(settings, now=2000.0)) == stamp
     later = history.wanted_stamp(settings, now=1000.0 + 7 * 3600)
     assert history.reusable(settings, later) is None, "history older than 6 h is rebuilt"
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "a.rules.yaml").write_text("groups: []\n")
+    assert history.reusable(settings, history.wanted_stamp(settings, now=2000.0)) is None, "rules changed"
+    (tmp_path / "rules" / "a.rules.yaml").unlink()
+    assert history.reusable(settings, history.wanted_stamp(settings, now=2000.0)) == stamp
     scenario.write_text("nodes: [changed]\n")
     assert history.reusable(settings, history.wanted_stamp(settings, now=2000.0)) is None
     other = from_env(

@@ -280,15 +280,25 @@ class _Sample:
         self.freed = False
 
 
+class _MetricArray:
+    """Like the real fixed array of NVML_GPM_METRIC_MAX entries, built on first touch (cheap)."""
+
+    def __init__(self) -> None:
+        self._items: dict[int, SimpleNamespace] = {}
+
+    def __getitem__(self, i: int) -> SimpleNamespace:
+        if not 0 <= i < NVML_GPM_METRIC_MAX:
+            raise IndexError(i)
+        return self._items.setdefault(i, SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0))
+
+
 class c_nvmlGpmMetricsGet_t:
     def __init__(self) -> None:
         self.version = 0
         self.numMetrics = 0
         self.sample1: Any = None
         self.sample2: Any = None
-        self.metrics = [
-            SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(NVML_GPM_METRIC_MAX)
-        ]
+        self.metrics = _MetricArray()
 
 
 class _EventSet:

@@ -117,10 +117,13 @@ class FakeBackend:
         self.close_calls = 0
         self.read_error: BackendError | None = None
         self.hang: threading.Event | None = None
+        self.open_hang: threading.Event | None = None
         self.on_read: Callable[[], None] | None = None
 
     def open(self) -> None:
         self.open_calls += 1
+        if self.open_hang is not None:
+            self.open_hang.wait()
         if self.open_calls <= self.open_failures:
             raise BackendUnavailable("NVML_ERROR_LIBRARY_NOT_FOUND: libnvidia-ml.so.1 not found")
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -16,7 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from devkit.prometheus import free_port
 from exporter import cli
 from exporter.settings import DEFAULT_POD_RESOURCES_SOCKET
+from exporter.sim.backend import SimBackend
 from tests.exporter import fakes
+from tests.exporter import kubelet_double as kd
+from tests.exporter.kubelet_double import KubeletDouble
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "fleet-demo.yaml"
@@ -84,12 +88,25 @@ def test_once_failure_is_one_line_and_exit_1(
         (["--frobnicate"], "unrecognized arguments: --frobnicate (see --help)"),
     ],
 )
-def test_bad_flags_and_files_are_one_line_exit_2(args: list[str], expected: str) -> None:
-    res = run(*args)
+def test_bad_flags_and_files_are_one_line_exit_2(
+    args: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        rc = cli.main(args)
+    except SystemExit as exc:  # argparse's own errors
+        rc = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert expected in err
+
+
+def test_bad_flag_through_the_real_entry_point() -> None:
+    res = run("--interval", "-1")
     assert res.returncode == 2
     assert res.stdout == ""
-    assert res.stderr.count("\n") == 1, res.stderr
-    assert expected in res.stderr
+    assert res.stderr == "gpupilot-exporter: --interval -1: must be a positive number of seconds\n"
 
 
 def test_bad_web_config_fails_at_start(tmp_path: Path) -> None:
@@ -170,3 +187,45 @@ def test_serves_until_sigterm(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "serving http://127.0.0.1:" in err
+
+
+def once(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, list[Any]]]:
+    rc = cli.main(["--backend", "sim", "--scenario", str(SCENARIO), "--node", "gpu-h100-b", "--once", *args])
+    out, _ = capsys.readouterr()
+    fams: dict[str, list[Any]] = {}
+    for fam in text_string_to_metric_families(out):
+        for s in fam.samples:
+            fams.setdefault(s.name.removesuffix("_total"), []).append(s)
+    return rc, fams
+
+
+def test_kubelet_attribution_replaces_the_scenarios_pods(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu0 = SimBackend.from_file(SCENARIO, node="gpu-h100-b").snapshot_at(0).gpus[0].info.uuid
+    with KubeletDouble(tmp_path / "kubelet.sock") as kubelet:
+        kubelet.set_pods([kd.pod("team-x", "real-pod", [kd.container("main", gpu=[gpu0 + "::2"])])])
+        rc, fams = once(["--pod-resources-socket", str(tmp_path / "kubelet.sock")], capsys)
+    assert rc == 0
+    pods = {(s.labels.get("namespace"), s.labels.get("pod")) for s in fams["DCGM_FI_DEV_GPU_TEMP"]}
+    assert pods == {("team-x", "real-pod"), (None, None)}
+    assert kubelet.calls == 1
+
+
+def test_missing_kubelet_socket_gives_series_without_pod_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, fams = once(["--pod-resources-socket", str(tmp_path / "absent.sock")], capsys)
+    assert rc == 0
+    assert all("pod" not in s.labels for s in fams["DCGM_FI_DEV_GPU_TEMP"])
+    errors = {s.labels["kind"]: s.value for s in fams["gpupilot_exporter_collection_errors"]}
+    assert errors["podresources"] == 1.0
+
+
+@pytest.mark.parametrize("command", ["backfill", "cluster"])
+def test_simulator_subcommands_are_dispatched(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli.main([command, "--help"])
+    assert info.value.code == 0
+    out, _ = capsys.readouterr()
+    assert "usage:" in out and command in out

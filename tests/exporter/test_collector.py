@@ -275,3 +275,36 @@ def test_background_loop_collects_every_interval_and_stops() -> None:
     time.sleep(0.15)
     assert backend.read_calls == calls
     assert backend.close_calls == 1
+
+
+def test_hung_open_counts_a_timeout_and_retries_later() -> None:
+    clock = Clock()
+    backend = fakes.FakeBackend(fakes.node(fakes.whole_gpu(0)))
+    backend.open_hang = threading.Event()
+    c = make(backend, clock=clock, timeout=0.1)
+    assert not c.collect_once()
+    assert c.errors["timeout"] == 1 and c.errors["init"] == 0
+    backend.open_hang.set()
+    backend.open_hang = None
+    for _ in range(100):  # the abandoned open() returns on the worker
+        if not c._worker.busy:
+            break
+        time.sleep(0.01)
+    clock.now += 1.0  # the first retry is due after backoff_initial
+    assert c.collect_once()
+    assert c.snapshot is not None
+    c.stop()
+
+
+class BuggyBackend(fakes.FakeBackend):
+    def read(self) -> NodeSnapshot:
+        raise KeyError("a bug in a backend")
+
+
+def test_a_backend_bug_is_a_read_error_not_a_dead_loop(caplog: pytest.LogCaptureFixture) -> None:
+    c = make(BuggyBackend(fakes.node()))
+    with caplog.at_level("ERROR"):
+        assert not c.collect_once()
+    assert c.errors["read"] == 1
+    assert "KeyError" in c.last_error
+    assert value(scrape(c), "gpupilot_exporter_backend_up") == 0.0

@@ -250,3 +250,106 @@ def test_close_releases_everything_and_reopen_works(h100):
     assert lib.live_samples == 0 and lib.event_sets == [] and lib.initialised is False
     backend.open()
     assert len(backend.read().gpus) == 1
+
+
+def test_gpu_instance_without_permission_falls_back_to_the_device_name():
+    gpu = fk.h100_mig()
+    gpu.fail["nvmlDeviceGetGpuInstanceById"] = fk.NVML_ERROR_NO_PERMISSION
+    backend, _ = backend_for(gpu)
+    backend.open()
+    try:
+        snap = backend.read()
+    finally:
+        backend.close()
+    profiles = sorted((i.profile, i.placement_start) for i in snap.gpus[0].instances)
+    assert profiles == [("1g.10gb", -1)] * 4 + [("3g.40gb", -1)]
+    assert snap.field_errors["mig:placement"] == 5
+
+
+def test_gpu_lost_before_enumeration_is_reported_by_index():
+    gone, stays = fk.l4(0), fk.l4(1)
+    gone.lost = True
+    backend, _ = backend_for(gone, stays)
+    backend.open()
+    try:
+        snap = backend.read()
+    finally:
+        backend.close()
+    assert [g.info.index for g in snap.gpus] == [1]
+    assert snap.lost[0].index == 0 and "GPU is lost" in snap.lost[0].reason
+
+
+def test_driver_gone_mid_run_fails_the_collection():
+    from exporter.errors import BackendError  # noqa: PLC0415
+
+    backend, lib = backend_for(fk.l4())
+    backend.open()
+    lib.gpus[0].fail["nvmlDeviceGetMigMode"] = fk.NVML_ERROR_UNINITIALIZED
+    with pytest.raises(BackendError, match="NVML stopped answering: Uninitialized"):
+        backend.read()
+    backend.close()
+
+
+def test_mig_mode_read_failing_once_keeps_the_known_mode(h100):
+    backend, lib = h100
+    backend.read()
+    lib.gpus[0].fail["nvmlDeviceGetMigMode"] = fk.NVML_ERROR_UNKNOWN
+    lib.advance(10)
+    snap = backend.read()
+    assert snap.gpus[0].info.mig_enabled is True and len(snap.gpus[0].instances) == 5
+    assert snap.field_errors["mig:mode"] == 1
+
+
+def test_gpu_without_nvlink_stops_being_asked_for_links():
+    backend, lib = backend_for(fk.l4())
+    requested: list[int] = []
+    real = lib.nvmlDeviceGetFieldValues
+
+    def spy(handle, fieldIds):
+        requested.append(len(fieldIds))
+        return real(handle, fieldIds)
+
+    lib.nvmlDeviceGetFieldValues = spy
+    backend.open()
+    for _ in range(3):
+        lib.advance(10)
+        snap = backend.read()
+    backend.close()
+    assert requested == [73, 1, 1], "memory temperature plus 36 links × 2 once, then only the temperature"
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in snap.gpus[0].values
+
+
+def test_gpm_not_supported_on_the_mig_parent_falls_back_quietly(h100):
+    backend, lib = h100
+    gpu = lib.gpus[0]
+    gpu.fail["nvmlGpmSampleGet"] = fk.NVML_ERROR_NOT_SUPPORTED  # some drivers: no whole-GPU GPM in MIG mode
+    for _ in range(3):
+        lib.advance(10)
+        snap = backend.read()
+    g = snap.gpus[0]
+    assert g.values["DCGM_FI_PROF_PCIE_TX_BYTES"] == 1000 * 1024, "PCIe from nvmlDeviceGetPcieThroughput"
+    assert g.instances[-1].values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.80)
+    assert "gpm" not in snap.field_errors
+    assert lib.calls["nvmlGpmSampleGet"] == 2, "primed once, refused once, then not asked again"
+
+
+def test_gpm_sample_failing_otherwise_is_counted():
+    gpu = fk.h100_mig()
+    backend, lib = backend_for(gpu)
+    backend.open()
+    gpu.fail["nvmlGpmMigSampleGet"] = fk.NVML_ERROR_UNKNOWN
+    lib.advance(10)
+    snap = backend.read()
+    backend.close()
+    assert snap.field_errors["gpm"] == 5
+    assert all("DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in i.values for i in snap.gpus[0].instances)
+    assert all("DCGM_FI_DEV_FB_USED" in i.values for i in snap.gpus[0].instances)
+
+
+def test_open_twice_releases_the_first_session(h100):
+    backend, lib = h100
+    backend.read()
+    backend.open()
+    assert lib.live_samples == 6 and len(lib.event_sets) == 1
+    lib.advance(10)
+    assert len(backend.read().gpus[0].instances) == 5

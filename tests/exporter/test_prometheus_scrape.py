@@ -5,17 +5,21 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import bcrypt
 import pytest
 import requests
 
 from devkit.prometheus import PrometheusServer, ScrapeJob
+from exporter import webconfig
 from exporter.collector import Collector
 from exporter.exposition import device_families
 from exporter.server import MetricsServer
 from exporter.settings import CollectorSettings
 from exporter.sim import scenario as scenario_mod
 from exporter.sim.backend import SimBackend
+from tests.exporter import pki as pki_mod
 
 pytestmark = pytest.mark.prometheus
 
@@ -110,3 +114,48 @@ def test_scrape_is_clean_and_self_metrics_arrive(
     meta = requests.get(f"{prom.url}/api/v1/metadata", timeout=10).json()["data"]
     assert meta["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0]["type"] == "unknown"
     assert meta["gpupilot_exporter_collection_errors"][0]["type"] == "counter"
+
+
+class _SecurePrometheus(PrometheusServer):
+    """Adds TLS (trusting our test CA) and basic auth to every scrape job."""
+
+    def __init__(self, data_dir: Path, *, ca_file: Path, password: str, **kw: Any) -> None:
+        super().__init__(data_dir, **kw)
+        self.ca_file, self.password = ca_file, password
+
+    def config(self) -> dict[str, object]:
+        cfg = super().config()
+        for job in cfg["scrape_configs"]:  # type: ignore[attr-defined]
+            job["tls_config"] = {"ca_file": str(self.ca_file)}
+            job["basic_auth"] = {"username": "prometheus", "password": self.password}
+        return cfg
+
+
+def test_prometheus_scrapes_over_tls_with_basic_auth(tmp_path: Path) -> None:
+    pki = pki_mod.mint(tmp_path / "pki")
+    hashed = bcrypt.hashpw(b"s3cret-scrape", bcrypt.gensalt(4)).decode()
+    web = tmp_path / "web.yml"
+    web.write_text(
+        f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
+        f"basic_auth_users:\n  prometheus: {hashed}\n"
+    )
+    scenario = scenario_mod.load(SCENARIO)
+    backend = SimBackend(scenario, node="gpu-h200-a", clock=lambda: scenario.epoch + 3600)
+    collector = Collector(
+        backend, hostname="gpu-h200-a", settings=CollectorSettings(interval=1.0, collect_timeout=1.0)
+    )
+    collector.collect_once()
+    with MetricsServer(collector, host="127.0.0.1", port=0, web_config=webconfig.load(web)) as exporter:
+        job = ScrapeJob(name="secure", targets=[f"127.0.0.1:{exporter.port}"], interval="1s", scheme="https")
+        prom = _SecurePrometheus(
+            tmp_path / "data",
+            ca_file=pki.ca_cert,
+            password="s3cret-scrape",
+            scrape_jobs=[job],
+            scrape_interval="1s",
+        )
+        with prom:
+            temps = wait_for(prom, 'DCGM_FI_DEV_GPU_TEMP{job="secure"}')
+            targets = requests.get(f"{prom.url}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+    assert len(temps) == 2  # both H200s of the node
+    assert targets[0]["health"] == "up" and targets[0]["lastError"] == ""

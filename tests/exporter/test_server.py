@@ -126,11 +126,15 @@ def test_negotiation_helpers() -> None:
 
 def test_keep_alive_head_404_405_and_bad_requests(server: MetricsServer, collector: Collector) -> None:
     collector.collect_once()
+    backend = collector.backend
+    assert isinstance(backend, fakes.FakeBackend)
+    reads = backend.read_calls
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
     for _ in range(3):  # one connection, several requests
         conn.request("GET", "/metrics")
         r = conn.getresponse()
         assert r.status == 200 and r.read()
+    assert backend.read_calls == reads  # a scrape is a lookup: the backend is never read for it
     conn.request("HEAD", "/metrics")
     r = conn.getresponse()
     assert r.status == 200 and int(r.getheader("Content-Length") or 0) > 1000 and r.read() == b""
@@ -280,3 +284,15 @@ def test_bcrypt_paid_once_per_credential(
             assert r.status == 401
             r.read()
     assert calls == [b"scrape-me", b"nope"]
+
+
+def test_pipelined_requests_and_http10_close(server: MetricsServer, collector: Collector) -> None:
+    collector.collect_once()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /ready HTTP/1.0\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):  # the server closes after the HTTP/1.0 answer
+            data += chunk
+    assert data.count(b"HTTP/1.1 200 OK") == 2
+    assert data.index(b"ok\n") < data.index(b"ready: snapshot")
+    assert b"Connection: close" in data

@@ -21,6 +21,7 @@ After a failure it does not retry until the label changes. Every step is journal
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from mig_geometry.catalogue import MODELS, GpuModel, find_model
 from mig_geometry.placement import place
 from tests.kubedouble.store import Store
 
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 CONFIG_LABEL = "nvidia.com/mig.config"
 STATE_LABEL = "nvidia.com/mig.config.state"
 DEPLOY_LABELS = (
@@ -128,8 +131,13 @@ def default_mig_configs() -> dict[str, list[dict[str, Any]]]:
     return configs
 
 
+@functools.cache
+def _default_text() -> str:
+    return yaml.dump({"version": "v1", "mig-configs": default_mig_configs()}, Dumper=_Dumper, sort_keys=False)
+
+
 def default_configmap(settings: MigManagerSettings) -> dict[str, Any]:
-    text = yaml.safe_dump({"version": "v1", "mig-configs": default_mig_configs()}, sort_keys=False)
+    text = _default_text()
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -199,7 +207,7 @@ class MigManager:
         data = cm.get("data") or {}
         text = data.get("config.yaml") or next(iter(data.values()), "")
         try:
-            doc = yaml.safe_load(text) or {}
+            doc = yaml.load(text, Loader=_Loader) or {}
         except yaml.YAMLError as exc:
             return cm_name, None, f"ConfigMap {cm_name}: invalid YAML: {exc}"
         return cm_name, dict(doc.get("mig-configs") or {}), ""

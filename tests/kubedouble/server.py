@@ -367,6 +367,7 @@ def route(path: str) -> Route:
 def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms delayed-ACK stall
         _raw = b""
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read the journal instead
@@ -380,6 +381,20 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _read_body(self) -> bytes:
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():  # kubectl streams stdin
+                out = b""
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        return out
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+            length = int(self.headers.get("Content-Length") or 0)
+            return self.rfile.read(length) if length else b""
 
         def _body(self) -> Any:
             raw = self._raw
@@ -401,8 +416,7 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             return found[0], list(found[1])
 
         def _dispatch(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            self._raw = self.rfile.read(length) if length else b""  # always drained: keep-alive stays in sync
+            self._raw = self._read_body()  # always drained, so keep-alive connections stay in sync
             parsed = urllib.parse.urlsplit(self.path)
             query = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items()}
             api.request_log.append((method, self.path))

@@ -195,12 +195,32 @@ def test_name_derivation_for_driver_spellings() -> None:
     ("device_id", "key", "names"),
     [
         (0x20B0, "A100 40GB", ["1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"]),
-        (0x20B2, "A100 80GB", ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]),
-        (0x2330, "H100 80GB", ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]),
-        (0x2321, "H100 NVL", ["1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"]),
-        (0x2342, "H100 96GB", ["1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"]),
+        (
+            0x20B2,
+            "A100 80GB",
+            ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
+        ),
+        (
+            0x2330,
+            "H100 80GB",
+            ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"],
+        ),
+        (
+            0x2321,
+            "H100 NVL",
+            ["1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"],
+        ),
+        (
+            0x2342,
+            "H100 96GB",
+            ["1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb"],
+        ),
         (0x2335, "H200", ["1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"]),
-        (0x2348, "GH200 144GB", ["1g.18gb", "1g.18gb+me", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"]),
+        (
+            0x2348,
+            "GH200 144GB",
+            ["1g.18gb", "1g.18gb+me", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"],
+        ),
         (0x2901, "B200", ["1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"]),
         (0x20B7, "A30", ["1g.6gb", "2g.12gb", "4g.24gb"]),
     ],
@@ -214,7 +234,25 @@ def test_catalogue_by_device_id(device_id: int, key: str, names: list[str]) -> N
     assert m.device_filter() == f"0x{m.device_id:04X}10DE"
 
 
-@pytest.mark.parametrize("device_id", [0x20B1, 0x20F1, 0x20F6, 0x20B5, 0x20F3, 0x20F5, 0x2331, 0x2322, 0x2324, 0x233A, 0x233D, 0x20B6, 0x2329, 0x233B])
+@pytest.mark.parametrize(
+    "device_id",
+    [
+        0x20B1,
+        0x20F1,
+        0x20F6,
+        0x20B5,
+        0x20F3,
+        0x20F5,
+        0x2331,
+        0x2322,
+        0x2324,
+        0x233A,
+        0x233D,
+        0x20B6,
+        0x2329,
+        0x233B,
+    ],
+)
 def test_every_listed_device_id_resolves(device_id: int) -> None:
     m = by_device_id(device_id)
     assert m is not None and m.mig_capable

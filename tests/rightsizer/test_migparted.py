@@ -125,9 +125,13 @@ def test_driver_spelling_is_accepted_on_a100_80gb() -> None:
 
 
 def test_multi_document_and_config_map() -> None:
-    text = (EXAMPLES / "seed-000-custom-mig-config.yaml").read_text() + "\n---\n" + (
-        "version: v1\nmig-configs:\n  all-balanced:\n    - devices: all\n      mig-enabled: true\n"
-        '      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}\n'
+    text = (
+        (EXAMPLES / "seed-000-custom-mig-config.yaml").read_text()
+        + "\n---\n"
+        + (
+            "version: v1\nmig-configs:\n  all-balanced:\n    - devices: all\n      mig-enabled: true\n"
+            '      mig-devices: {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}\n'
+        )
     )
     docs = parse(text)
     assert [sorted(d.configs) for d in docs] == [["all-disabled", "inference-mix"], ["all-balanced"]]
@@ -159,7 +163,12 @@ def test_writer_is_stable_and_round_trips() -> None:
     configs = {
         "zeta": [MigEntry(devices="all", mig_enabled=False)],
         "alpha": [
-            MigEntry(devices=(0, 1), mig_enabled=True, mig_devices={"1g.10gb": 4, "3g.40gb": 1}, device_filter=(0x2330,))
+            MigEntry(
+                devices=(0, 1),
+                mig_enabled=True,
+                mig_devices={"1g.10gb": 4, "3g.40gb": 1},
+                device_filter=(0x2330,),
+            )
         ],
     }
     text = migparted.dump(configs)

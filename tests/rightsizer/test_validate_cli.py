@@ -19,7 +19,17 @@ def test_seed_examples_exit_zero_with_summary(capsys: pytest.CaptureFixture[str]
         assert main(["validate", str(path)]) == 0
         out = capsys.readouterr().out
         assert "OK:" in out and "against their device-filter, else 0x2330 H100 80GB" in out
-    assert main(["validate", str(EXAMPLES / "mig-configs" / "seed-002-mig-parted-config.yaml"), "--device-id", "0x2330"]) == 0
+    assert (
+        main(
+            [
+                "validate",
+                str(EXAMPLES / "mig-configs" / "seed-002-mig-parted-config.yaml"),
+                "--device-id",
+                "0x2330",
+            ]
+        )
+        == 0
+    )
     assert "4 mig-parted config(s), 4 entry(ies) checked against 0x2330 H100 80GB" in capsys.readouterr().out
 
 
@@ -86,7 +96,11 @@ def test_unknown_device_id_is_a_usage_error(capsys: pytest.CaptureFixture[str]) 
 
 def test_console_script_help_mentions_default_device() -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "rightsizer", "validate", "--help"], capture_output=True, text=True, check=False, cwd=ROOT
+        [sys.executable, "-m", "rightsizer", "validate", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
     )
     assert res.returncode == 0
     text = " ".join(res.stdout.split())

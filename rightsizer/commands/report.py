@@ -1,0 +1,101 @@
+"""``gpupilot-rightsizer report``: the weekly rightsizing report (HTML + Markdown + PNG charts)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rightsizer import report
+from rightsizer.durations import parse_duration
+from rightsizer.plan import PlanError, load_plan
+from rightsizer.plan_runner import NoInventoryError
+from rightsizer.prometheus import PrometheusClient, PrometheusError
+
+
+def _window(text: str) -> float:
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: the window must be at least 1h")
+    return value
+
+
+def _price(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a price >= 0")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Write the weekly rightsizing report to DIR: report.html (self-contained, charts inlined), "
+        "report.md and the PNG charts: fleet idle-slice trend, per-node slice activity, top idle slices, "
+        "proposed layout changes with GPUs, GPU-hours and cost saved, and the alerts that fired. "
+        "Read-only. Without --plan it computes the plan from the same history."
+    )
+    parser.add_argument(
+        "--prometheus-url", required=True, metavar="URL", help="Prometheus (or Thanos/Mimir) base URL"
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="directory to write into (created if missing)"
+    )
+    parser.add_argument(
+        "--window",
+        type=_window,
+        default=7 * 86400.0,
+        metavar="DURATION",
+        help="history to cover, e.g. 7d (default 7d)",
+    )
+    parser.add_argument(
+        "--at", type=float, default=None, metavar="UNIX_SECONDS", help="end of the window (default: now)"
+    )
+    parser.add_argument(
+        "--price-per-gpu-hour",
+        type=_price,
+        default=None,
+        metavar="X",
+        help="cost of one GPU-hour in your currency; adds cost saved per week and year",
+    )
+    parser.add_argument(
+        "--plan",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="plan.json to report on (default: compute one)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="per-query HTTP timeout in seconds (default 60)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    end = args.at if args.at is not None else time.time()
+    try:
+        plan = load_plan(args.plan) if args.plan is not None else None
+        with PrometheusClient(args.prometheus_url, timeout=args.timeout) as client:
+            written = report.generate(
+                client, out=args.out, end=end, window_s=args.window, price=args.price_per_gpu_hour, plan=plan
+            )
+    except (PlanError, PrometheusError, NoInventoryError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: cannot write the report to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {written.html}")
+    print(f"wrote {written.markdown}")
+    for path in written.images:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,53 @@
+"""Prometheus → plan in one call (analysis, optimiser, plan building), for ``report`` and ``serve``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rightsizer import analysis, optimiser, planning
+from rightsizer.plan import Plan
+from rightsizer.prometheus import PrometheusClient
+
+
+class NoInventoryError(RuntimeError):
+    """Prometheus has no ``gpupilot_gpu_info`` at the end of the window: nothing to plan."""
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    window_s: float = 7 * 86400.0
+    window_text: str = "7d"
+    optimiser: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments of :class:`rightsizer.optimiser.OptimiserSettings` (e.g. ``max_nodes``)."""
+
+
+def make_plan(
+    client: PrometheusClient,
+    *,
+    end: float,
+    settings: PlanSettings,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> Plan:
+    result = analysis.analyse(
+        client, end=end, settings=analysis.AnalysisSettings(window_s=settings.window_s), progress=progress
+    )
+    if not result.nodes:
+        raise NoInventoryError(
+            f"no gpupilot_gpu_info series at {planning.iso(end)} in {client.url}; is the exporter scraped?"
+        )
+    fleet = optimiser.optimise(result, settings=optimiser.OptimiserSettings(**dict(settings.optimiser)))
+    return planning.build_plan(
+        result,
+        fleet,
+        context=planning.PlanContext(window=settings.window_text, settings=dict(settings.optimiser)),
+    )
+
+
+def window_text(seconds: float) -> str:
+    """``7d``, ``36h``: a window as the plan records it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

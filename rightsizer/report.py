@@ -1,0 +1,206 @@
+"""The weekly rightsizing report: numbers from :mod:`rightsizer.report_data`, charts from
+:mod:`rightsizer.charts`, written as a self-contained HTML file (PNGs inlined as data URIs), a
+Markdown file and the PNGs themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mig_geometry.placement import describe
+from rightsizer import charts, report_data, report_render
+from rightsizer.plan import GpuLayout, NodePlan, Plan
+from rightsizer.plan_runner import PlanSettings, make_plan, window_text
+from rightsizer.prometheus import PrometheusClient
+from rightsizer.report_data import ReportData
+
+HOURS_PER_WEEK = 168.0
+TOP_IDLE = 15
+
+
+@dataclass(frozen=True)
+class Change:
+    node: str
+    model: str
+    current: str
+    proposed: str
+    gpus_freed: int
+    slices_freed: int
+    gpu_hours_per_week: float
+    cost_per_week: float | None
+    pods_disrupted: int
+    utilisation: str
+
+
+@dataclass(frozen=True)
+class IdleSlice:
+    label: str
+    node: str
+    device: str
+    pod: str
+    idle_hours: float
+    idle_share: float
+    p95_activity: float | None
+
+
+@dataclass(frozen=True)
+class Summary:
+    window: str
+    window_hours: float
+    slices_total: float | None
+    idle_now: float | None
+    idle_mean: float | None
+    gpus_freed: int
+    gpu_hours_per_week: float
+    cost_per_week: float | None
+    cost_per_year: float | None
+    nodes_changed: int
+    alerts: int
+
+
+@dataclass(frozen=True)
+class Report:
+    data: ReportData
+    summary: Summary
+    changes: tuple[Change, ...]
+    idle: tuple[IdleSlice, ...]
+    charts: Mapping[str, bytes]
+    """File name (``trend.png``) → PNG bytes."""
+
+
+def _layout(layouts: tuple[GpuLayout, ...]) -> str:
+    """``8 × (3g.40gb×1 + 1g.10gb×4)``: identical GPUs grouped."""
+    groups: dict[str, int] = {}
+    for g in layouts:
+        key = describe(dict(g.mig_devices)) if g.mig_enabled else "MIG off (whole GPU)"
+        groups[key] = groups.get(key, 0) + 1
+    return "; ".join(f"{n} × ({k})" if n > 1 else k for k, n in groups.items()) or "-"
+
+
+def _mean(values: tuple[float | None, ...]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _last(values: tuple[float | None, ...]) -> float | None:
+    return next((v for v in reversed(values) if v is not None), None)
+
+
+def _change(n: NodePlan, price: float | None) -> Change:
+    hours = n.gpus_freed * HOURS_PER_WEEK
+    return Change(
+        node=n.name,
+        model=n.model,
+        current=_layout(n.current) + (f" [{n.current_config_name}]" if n.current_config_name else ""),
+        proposed=_layout(n.proposed) + f" [{n.config_name}]",
+        gpus_freed=n.gpus_freed,
+        slices_freed=n.slices_freed,
+        gpu_hours_per_week=hours,
+        cost_per_week=hours * price if price is not None else None,
+        pods_disrupted=len(n.pods_disrupted),
+        utilisation=f"{n.current_utilisation:.0%} → {n.expected_utilisation:.0%}",
+    )
+
+
+def _idle_slices(data: ReportData) -> tuple[IdleSlice, ...]:
+    out = []
+    for n in data.plan.nodes:
+        for e in n.evidence:
+            if e.idle_hours <= 0:
+                continue
+            device = f"GPU {e.gpu} " + (f"{e.profile} (GI {e.gpu_instance_id})" if e.profile else "whole GPU")
+            pod = e.pod or ("unallocated" if not e.allocated else "")
+            out.append(
+                IdleSlice(
+                    label=f"{n.name} · {device}" + (f" · {pod}" if pod else ""),
+                    node=n.name,
+                    device=device,
+                    pod=pod,
+                    idle_hours=e.idle_hours,
+                    idle_share=e.idle_hours / e.window_hours if e.window_hours else 0.0,
+                    p95_activity=e.p95_activity,
+                )
+            )
+    out.sort(key=lambda s: (-s.idle_hours, s.label))
+    return tuple(out[:TOP_IDLE])
+
+
+def build_report(data: ReportData) -> Report:
+    price = data.price_per_gpu_hour
+    changes = tuple(_change(n, price) for n in data.plan.changed_nodes)
+    idle = _idle_slices(data)
+    freed = sum(c.gpus_freed for c in changes)
+    hours = freed * HOURS_PER_WEEK
+    summary = Summary(
+        window=data.plan.window.duration,
+        window_hours=(data.end - data.start) / 3600.0,
+        slices_total=_last(data.trend.total),
+        idle_now=_last(data.trend.idle),
+        idle_mean=_mean(data.trend.idle),
+        gpus_freed=freed,
+        gpu_hours_per_week=hours,
+        cost_per_week=hours * price if price is not None else None,
+        cost_per_year=hours * price * 52 if price is not None else None,
+        nodes_changed=len(changes),
+        alerts=len(data.alerts),
+    )
+    images: dict[str, bytes] = {
+        "trend.png": charts.trend_chart(data.trend),
+        "heatmap.png": charts.heatmap_chart(data.heatmap),
+    }
+    if idle:
+        images["top-idle.png"] = charts.barh_chart(
+            [charts.Bar(s.label, s.idle_hours, f"{s.idle_share:.0%} idle") for s in idle],
+            xlabel=f"idle hours in the {summary.window} window",
+            color=charts.IDLE,
+            limit=max(s.idle_hours for s in idle) * 1.15,
+        )
+    if changes:
+        images["savings.png"] = charts.barh_chart(
+            [charts.Bar(c.node, c.gpu_hours_per_week, f"{c.gpus_freed} GPU(s)") for c in changes],
+            xlabel="GPU-hours freed per week",
+            color=charts.FREED,
+        )
+    if data.alerts:
+        images["alerts.png"] = charts.alerts_chart(data.alerts)
+    return Report(data, summary, changes, idle, images)
+
+
+@dataclass(frozen=True)
+class Written:
+    html: Path
+    markdown: Path
+    images: tuple[Path, ...]
+
+
+def write_report(report: Report, out_dir: Path) -> Written:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images = []
+    for name, png in report.charts.items():
+        path = out_dir / name
+        path.write_bytes(png)
+        images.append(path)
+    html = out_dir / "report.html"
+    html.write_text(report_render.html(report), encoding="utf-8")
+    md = out_dir / "report.md"
+    md.write_text(report_render.markdown(report), encoding="utf-8")
+    return Written(html, md, tuple(images))
+
+
+def generate(
+    client: PrometheusClient,
+    *,
+    out: Path,
+    end: float,
+    window_s: float,
+    price: float | None,
+    plan: Plan | None,
+) -> Written:
+    """Collect, build and write one report (``report`` runs it once, ``serve`` every week)."""
+    if plan is None:
+        plan = make_plan(
+            client, end=end, settings=PlanSettings(window_s=window_s, window_text=window_text(window_s))
+        )
+    data = report_data.collect(client, end=end, window_s=window_s, plan=plan, price_per_gpu_hour=price)
+    return write_report(build_report(data), out)

@@ -1,0 +1,152 @@
+"""What the weekly report shows, fetched from Prometheus as plain data (no pandas here).
+
+Every statistic is computed on the server; the report pulls one range query per chart:
+fleet idle/allocated/total slices (``gpupilot:node_slices:*``), mean slice activity per node and hour
+(``gpupilot:slice_activity:avg5m``) and the ``ALERTS`` series that fired in the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from rightsizer.plan import Plan
+from rightsizer.prometheus import PrometheusClient, Series
+
+IDLE = "sum(gpupilot:node_slices:idle)"
+ALLOCATED = "sum(gpupilot:node_slices:allocated)"
+TOTAL = "sum(gpupilot:node_slices:total)"
+NODE_ACTIVITY = "avg by (Hostname) (gpupilot:slice_activity:avg5m)"
+FIRING = 'ALERTS{alertstate="firing"}'
+ALERT_KEYS = ("Hostname", "namespace", "pod", "horizontalpodautoscaler", "gpu", "GPU_I_PROFILE", "instance")
+
+
+@dataclass(frozen=True)
+class Trend:
+    times: tuple[float, ...]
+    idle: tuple[float | None, ...]
+    allocated: tuple[float | None, ...]
+    total: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class Heatmap:
+    hours: tuple[float, ...]
+    nodes: tuple[str, ...]
+    values: tuple[tuple[float | None, ...], ...]
+    """``values[node][hour]``: mean activity 0-1 of the node's slices in that hour; None = no data."""
+
+
+@dataclass(frozen=True)
+class AlertSeen:
+    name: str
+    severity: str
+    subject: str
+    """The labels that say what fired (node, pod, GPU …), ``k=v`` joined."""
+    first: float
+    last: float
+    minutes: float
+
+
+@dataclass(frozen=True)
+class ReportData:
+    start: float
+    end: float
+    trend: Trend
+    heatmap: Heatmap
+    alerts: tuple[AlertSeen, ...]
+    plan: Plan
+    price_per_gpu_hour: float | None
+    prometheus_url: str
+
+
+def _aligned(series: list[Series], times: tuple[float, ...]) -> tuple[float | None, ...]:
+    if not series:
+        return tuple(None for _ in times)
+    points = dict(series[0].points)
+    return tuple(points.get(t) for t in times)
+
+
+def steps(start: float, end: float, step: float) -> tuple[float, ...]:
+    first = start - start % step + step
+    n = int((end - first) // step) + 1
+    return tuple(first + i * step for i in range(max(0, n)))
+
+
+def fetch_trend(client: PrometheusClient, *, start: float, end: float, step: float) -> Trend:
+    times = steps(start, end, step)
+    if not times:
+        return Trend((), (), (), ())
+    a, b = times[0], times[-1]
+    return Trend(
+        times,
+        _aligned(client.range(IDLE, a, b, step), times),
+        _aligned(client.range(ALLOCATED, a, b, step), times),
+        _aligned(client.range(TOTAL, a, b, step), times),
+    )
+
+
+def fetch_heatmap(client: PrometheusClient, *, start: float, end: float, step: float = 3600.0) -> Heatmap:
+    hours = steps(start, end, step)
+    if not hours:
+        return Heatmap((), (), ())
+    # Each cell: the mean over the hour ending at that step (a subquery-free avg_over_time).
+    query = f"avg by (Hostname) (avg_over_time(gpupilot:slice_activity:avg5m[{int(step)}s]))"
+    series = sorted(
+        client.range(query, hours[0], hours[-1], step), key=lambda s: s.labels.get("Hostname", "")
+    )
+    nodes = tuple(s.labels.get("Hostname", "?") for s in series)
+    values = tuple(_aligned([s], hours) for s in series)
+    return Heatmap(hours, nodes, values)
+
+
+def fetch_alerts(
+    client: PrometheusClient, *, start: float, end: float, step: float = 300.0
+) -> tuple[AlertSeen, ...]:
+    """Alerts that fired in the window, with first/last time seen and minutes firing (at ``step`` resolution)."""
+    out = []
+    for s in client.range(FIRING, start, end, step):
+        if not s.points:
+            continue
+        labels = s.labels
+        subject = ", ".join(f"{k}={labels[k]}" for k in ALERT_KEYS if labels.get(k))
+        ts = [t for t, v in s.points if v > 0]
+        if not ts:
+            continue
+        out.append(
+            AlertSeen(
+                name=labels.get("alertname", "?"),
+                severity=labels.get("severity", ""),
+                subject=subject,
+                first=min(ts),
+                last=max(ts),
+                minutes=len(ts) * step / 60.0,
+            )
+        )
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    return tuple(sorted(out, key=lambda a: (rank.get(a.severity, 3), -a.minutes, a.name, a.subject)))
+
+
+def collect(
+    client: PrometheusClient,
+    *,
+    end: float,
+    window_s: float,
+    plan: Plan,
+    price_per_gpu_hour: float | None,
+    progress: Callable[[str], None] = lambda _m: None,
+) -> ReportData:
+    start = end - window_s
+    trend_step = max(60.0, window_s / 336)  # 7 days → 30-minute points
+    progress("fleet slice trend")
+    trend = fetch_trend(client, start=start, end=end, step=trend_step)
+    progress("per-node activity")
+    heatmap = fetch_heatmap(client, start=start, end=end, step=3600.0 if window_s >= 86400 else 300.0)
+    progress("alerts")
+    alerts = fetch_alerts(client, start=start, end=end)
+    return ReportData(start, end, trend, heatmap, alerts, plan, price_per_gpu_hour, client.url)
+
+
+def iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")

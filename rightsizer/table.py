@@ -1,0 +1,91 @@
+"""Plain-text tables with aligned columns (no terminal library needed; safe to pipe or log)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rightsizer.plan import GpuLayout, NodePlan, Plan
+
+
+def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; multi-line cells spill onto continuation lines."""
+    split_rows = [[str(c).split("\n") for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in split_rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], *(len(line) for line in cell))
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    out.append("  ".join("-" * w for w in widths))
+    for row in split_rows:
+        height = max(len(c) for c in row)
+        for k in range(height):
+            cells = [(c[k] if k < len(c) else "") for c in row]
+            out.append("  ".join(v.ljust(w) for v, w in zip(cells, widths, strict=True)).rstrip())
+    return "\n".join(out)
+
+
+def layout_text(g: GpuLayout) -> str:
+    if not g.mig_enabled:
+        return f"{g.index}: MIG off"
+    if not g.mig_devices:
+        return f"{g.index}: MIG on, empty"
+    parts = sorted(g.mig_devices.items(), key=lambda kv: (-int(kv[0].split("g.")[0]), kv[0]))
+    return f"{g.index}: " + " + ".join(f"{n}×{c}" for n, c in parts)
+
+
+def _evidence(node: NodePlan) -> str:
+    alloc = [e for e in node.evidence if e.allocated]
+    idle_free = [e for e in node.evidence if not e.allocated and e.p95_activity is not None]
+    unknown = [e for e in node.evidence if e.p95_activity is None]
+    lines = []
+    for e in alloc[:6]:
+        p95 = "unknown" if e.p95_activity is None else f"p95 {e.p95_activity:.0%}"
+        lines.append(
+            f"{e.gpu}/{e.profile or 'gpu'} {e.pod}: {p95}, idle {e.idle_hours:.0f}/{e.coverage_hours:.0f} h"
+        )
+    if len(alloc) > 6:
+        lines.append(f"… {len(alloc) - 6} more allocated")
+    if idle_free:
+        lines.append(f"{len(idle_free)} unallocated device(s)")
+    if unknown:
+        lines.append(f"{len(unknown)} device(s) without data (unknown)")
+    return "\n".join(lines) or "-"
+
+
+def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
+    headers = ["node", "model", "current", "proposed", "freed", "util", "disrupted", "evidence"]
+    rows = []
+    for n in plan.nodes:
+        if not n.changed and not all_nodes:
+            continue
+        rows.append(
+            [
+                n.name + ("" if n.changed else " (no change)") + f"\n{n.mig_strategy}",
+                n.model,
+                "\n".join(layout_text(g) for g in n.current)
+                + (f"\n[{n.current_config_name}]" if n.current_config_name else ""),
+                "\n".join(layout_text(g) for g in n.proposed) + (f"\n[{n.config_name}]" if n.changed else ""),
+                f"{n.gpus_freed} GPU\n{n.slices_freed} slices",
+                f"{n.current_utilisation:.0%} → {n.expected_utilisation:.0%}"
+                if n.changed
+                else f"{n.current_utilisation:.0%}",
+                "\n".join(f"{p.namespace}/{p.name}" for p in n.pods_disrupted) or "-",
+                _evidence(n),
+            ]
+        )
+    t = plan.totals
+    head = (
+        f"plan {plan.plan_id}  window {plan.window.start} → {plan.window.end} ({plan.window.duration})\n"
+        f"{t.nodes_changed}/{t.nodes} node(s) change; GPUs in use {t.gpus_needed + t.gpus_freed} → {t.gpus_needed} "
+        f"of {t.gpus} (lower bound {plan.solver.lower_bound_gpus}); {t.gpus_freed} GPU(s) and {t.slices_freed} "
+        f"allocated slice(s) freed; {t.pods_disrupted} pod(s) disrupted; solver {plan.solver.method} "
+        f"({plan.solver.status}, {plan.solver.seconds:.2f} s)"
+    )
+    body = render(headers, rows) if rows else "No node needs a change."
+    extra = []
+    for ts in plan.time_slicing:
+        extra.append(
+            f"time-slicing: {ts.node} ({ts.model}) GPU(s) {', '.join(map(str, ts.gpus))}: {ts.replicas} replicas — {ts.reason}"
+        )
+    extra += [f"note: {n}" for n in plan.notes]
+    return "\n\n".join([head, body, *(["\n".join(extra)] if extra else [])])

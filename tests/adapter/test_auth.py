@@ -1,0 +1,108 @@
+"""Authentication over real TLS with a minted PKI: request-header auth as kube-apiserver does it
+(allowed CN passes, wrong CN refused, headers without a client certificate refused, untrusted CA
+refused at the handshake), client-certificate users, 401/403 as Status JSON."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+
+import pytest
+import requests
+from cryptography import x509
+
+from adapter.api import RequestInfo
+from adapter.app import Adapter
+from adapter.auth import Authenticator, Authorizer, RequestHeaderSettings, User
+from adapter.errors import Forbidden, Unauthorized
+from adapter.settings import ServeSettings
+from tests.adapter.conftest import Client, PromEnv
+from tests.adapter.pki import Pki
+
+PATH = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/llm-inference-7d9f-a/DCGM_FI_DEV_GPU_UTIL"
+HPA_USER = {"X-Remote-User": "system:serviceaccount:kube-system:horizontal-pod-autoscaler", "X-Remote-Group": "system:serviceaccounts"}
+
+
+def test_front_proxy_with_allowed_cn_passes(adapter_client: Client) -> None:
+    r = adapter_client.as_hpa(PATH)
+    assert r.status_code == 200
+    assert r.json()["items"][0]["value"] == "90"
+
+
+def test_wrong_cn_is_refused_even_with_a_valid_chain(adapter_client: Client, pki: Pki) -> None:
+    r = adapter_client.get(PATH, cert=(pki.wrong_cn_proxy.cert, pki.wrong_cn_proxy.key), headers=HPA_USER)
+    assert r.status_code == 401
+    body = r.json()
+    assert (body["kind"], body["reason"], body["code"]) == ("Status", "Unauthorized", 401)
+    assert "'evil-proxy' is not in --requestheader-allowed-names" in body["message"]
+
+
+def test_spoofed_headers_on_plain_tls_are_refused(adapter_client: Client) -> None:
+    r = adapter_client.get(PATH, headers=HPA_USER)  # TLS, but no client certificate
+    assert r.status_code == 401
+    assert r.json()["reason"] == "Unauthorized"
+
+
+def test_front_proxy_without_user_header_is_refused(adapter_client: Client, pki: Pki) -> None:
+    r = adapter_client.get(PATH, cert=(pki.front_proxy.cert, pki.front_proxy.key))
+    assert r.status_code == 401
+    assert "sent no X-Remote-User" in r.json()["message"]
+
+
+def test_client_ca_user_ignores_spoofed_headers(adapter_client: Client, pki: Pki) -> None:
+    # alice's certificate comes from the client CA: she is alice, whatever headers she adds
+    r = adapter_client.get(PATH, cert=(pki.alice.cert, pki.alice.key), headers=HPA_USER)
+    assert r.status_code == 200
+
+
+def test_certificate_from_an_untrusted_ca_fails_the_handshake(adapter_client: Client, pki: Pki) -> None:
+    with pytest.raises(requests.exceptions.SSLError):
+        adapter_client.get(PATH, cert=(pki.rogue.cert, pki.rogue.key), headers=HPA_USER)
+
+
+def test_server_certificate_verifies_against_the_serving_ca(adapter_client: Client) -> None:
+    with pytest.raises(requests.exceptions.SSLError):
+        requests.get(adapter_client.base + "/healthz", timeout=5)  # system CAs do not know ours
+    ctx = ssl.create_default_context(cafile=str(adapter_client.pki.serving_ca.path))
+    host, port = adapter_client.base.removeprefix("https://").split(":")
+    import socket
+
+    with socket.create_connection((host, int(port)), timeout=5) as raw, ctx.wrap_socket(raw, server_hostname=host) as tls:
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+
+
+def test_authenticator_unit_paths(pki: Pki) -> None:
+    def cert(issued) -> x509.Certificate:  # type: ignore[no-untyped-def]
+        return x509.load_pem_x509_certificate(issued.cert.read_bytes())
+
+    rh = RequestHeaderSettings(ca_certs=(pki.front_proxy_ca.cert,), allowed_names=frozenset({"front-proxy-client"}))
+    auth = Authenticator(requestheader=rh, client_cas=(pki.client_ca.cert,))
+    user = auth.authenticate(
+        peer_cert=cert(pki.front_proxy),
+        headers={"x-remote-user": ["bob"], "X-Remote-Group": ["g1", "g2"], "X-Remote-Extra-Scopes": ["a", "b"]},
+    )
+    assert user == User("bob", ("g1", "g2"), {"scopes": ("a", "b")}, via="requestheader")
+    alice = auth.authenticate(peer_cert=cert(pki.alice), headers={})
+    assert (alice.name, alice.groups, alice.via) == ("alice", ("team-a",), "x509")
+    with pytest.raises(Unauthorized, match="no client certificate or bearer token"):
+        auth.authenticate(peer_cert=None, headers={"X-Remote-User": ["admin"]})
+    # an empty allowed-names list accepts any CN from the request-header CA, as kube-apiserver does
+    open_rh = Authenticator(requestheader=RequestHeaderSettings(ca_certs=(pki.front_proxy_ca.cert,), allowed_names=frozenset()))
+    assert open_rh.authenticate(peer_cert=cert(pki.wrong_cn_proxy), headers={"X-Remote-User": ["x"]}).name == "x"
+
+
+def test_authorizer_none_allows_and_unknown_mode_is_rejected() -> None:
+    Authorizer(mode="none", kube=None).authorize(User("anyone"), RequestInfo("/x", False))
+    with pytest.raises(ValueError, match="needs a Kubernetes client"):
+        Authorizer(mode="subjectaccessreview", kube=None)
+    assert issubclass(Forbidden, Exception)
+
+
+def test_authorization_none_logs_a_warning(
+    prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.adapter.conftest import base_settings
+
+    with caplog.at_level("WARNING"):
+        start_adapter(base_settings(prom.url, pki))
+    assert any("--authorization-mode none" in r.message and "local use only" in r.message for r in caplog.records)

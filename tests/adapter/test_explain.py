@@ -1,0 +1,77 @@
+"""explain-hpa on the seed's HPA (ai-serving/llm-inference-hpa) against a real Prometheus: values per
+pod, averages, per-metric proposals, behavior and the final decision; bad input in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adapter.cli import main
+from tests.adapter.conftest import PromEnv
+
+SEED_HPA = Path(__file__).resolve().parents[2] / "examples" / "hpa-llm-inference.yaml"
+
+
+def test_seed_hpa(prom: PromEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain-hpa", "-f", str(SEED_HPA), "--prometheus-url", prom.url])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "HPA ai-serving/llm-inference-hpa → Deployment/llm-inference" in out
+    assert "selector app=llm-inference: 3 pod(s), 3 ready" in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("pods/")}
+    # DCGM_FI_DEV_GPU_UTIL: mean of 90, 80, 70 = 80 vs 75 → ratio 1.067, inside tolerance → 3
+    util = lines["pods/DCGM_FI_DEV_GPU_UTIL"].split()
+    assert util[1:5] == ["Pods", "avg", "75", "80"] and util[5] == "3/3" and util[6] == "3"
+    # inference_queue_depth: mean 12 vs 10 → ratio 1.2 → ceil(3.6) = 4
+    queue = lines["pods/inference_queue_depth"].split()
+    assert queue[4] == "12" and queue[6] == "4" and "(ratio 1.200)" in lines["pods/inference_queue_depth"]
+    assert "llm-inference-7d9f-a  ready" in out and "DCGM_FI_DEV_GPU_UTIL=90" in out
+    assert "scaleUp stabilisation 60s" in out
+    assert "FINAL: 3 → 4 replicas (scale up)" in out
+    assert "selector from Deployment llm-inference in the same file" in out
+
+
+def test_current_replicas_flag_and_clamp(prom: PromEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    # with 6 replicas reported, utilisation 80 × 3 pods ... the HPA averages over pods with values;
+    # missing pods do not exist here, so ratios stay; queue → ceil(1.2 × 3) = 4 < 6, util → keep 6:
+    # largest proposal 6 → no change
+    code = main(["explain-hpa", "-f", str(SEED_HPA), "--prometheus-url", prom.url, "--current-replicas", "6"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "FINAL: 6 → 6 replicas (no change)" in out
+
+
+def test_missing_metric_is_reported_not_fatal(prom: PromEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hpa = tmp_path / "hpa.yaml"
+    hpa.write_text(SEED_HPA.read_text().replace("inference_queue_depth", "no_such_metric"))
+    code = main(["explain-hpa", "-f", str(hpa), "--prometheus-url", prom.url])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "could not find the metric no_such_metric" in out
+    assert "1 metric(s) failed" not in out  # util proposes 3 = current: no scale-down to block
+    assert "FINAL: 3 → 3 replicas (no change)" in out
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("apiVersion: v1\nkind: ConfigMap\n", "no HorizontalPodAutoscaler document found"),
+        ("apiVersion: autoscaling/v1\nkind: HorizontalPodAutoscaler\nspec: {}\n", "only autoscaling/v2 is supported"),
+        ("kind: [unclosed\n", "invalid YAML"),
+    ],
+)
+def test_bad_hpa_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str) -> None:
+    f = tmp_path / "hpa.yaml"
+    f.write_text(content)
+    code = main(["explain-hpa", "-f", str(f), "--prometheus-url", "http://127.0.0.1:9"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message in err and str(f) in err and "\n" not in err
+
+
+def test_prometheus_down_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain-hpa", "-f", str(SEED_HPA), "--prometheus-url", "http://127.0.0.1:9"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1
+    assert err.startswith("gpupilot-adapter explain-hpa: Prometheus at http://127.0.0.1:9 unreachable")

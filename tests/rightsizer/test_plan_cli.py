@@ -1,0 +1,95 @@
+"""``gpupilot-rightsizer plan`` end to end on the shared simulated week (``prometheus_history``):
+a valid plan.json from Prometheus alone, the recording rule used, evidence for idle slices, --help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rightsizer.cli import main
+from rightsizer.plan import load_plan
+
+pytestmark = pytest.mark.prometheus
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_plan_on_simulated_week(
+    prometheus_history, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "plan.json"
+    code = main(
+        [
+            "plan",
+            "--prometheus-url",
+            prometheus_history.url,
+            "--window",
+            "7d",
+            "--at",
+            str(prometheus_history.now),
+            "--out",
+            str(out),
+            "--all-nodes",
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "querying history chunk 7/7" in captured.err
+    plan = load_plan(out)
+    assert plan.window.duration == "7d"
+    names = {n.name: n for n in plan.nodes}
+    assert set(names) == {"sim-h100-a", "sim-h100-b", "sim-a100", "sim-h200"}
+    assert names["sim-a100"].mig_strategy == "single" and names["sim-a100"].model == "A100 40GB"
+    assert names["sim-h100-b"].pci_device_id == "0x2330"
+    # The rules were backfilled with the history, so the 5-minute recording rule was used.
+    assert not any("had no data" in n for n in plan.notes)
+    # The idle notebook's 1g slice shows up as idle, with full coverage, in the evidence.
+    notebook = [e for e in names["sim-h100-b"].evidence if "notebook" in e.pod]
+    assert notebook and notebook[0].idle_hours >= 0.9 * notebook[0].coverage_hours > 100
+    assert notebook[0].p95_activity is not None and notebook[0].p95_activity < 0.05
+    # Every proposed layout is valid for the node's GPUs; totals add up.
+    assert plan.totals.gpus == sum(len(n.current) for n in plan.nodes)
+    assert plan.totals.gpus_freed == sum(n.gpus_freed for n in plan.nodes)
+    assert "sim-h100-b" in captured.out
+
+
+def test_plan_help_explains_every_flag() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "rightsizer", "plan", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert res.returncode == 0
+    for flag in (
+        "--prometheus-url",
+        "--window",
+        "--out",
+        "--max-nodes",
+        "--allow-moves",
+        "--time-limit",
+        "--at",
+        "--keep-profiles",
+    ):
+        assert flag in res.stdout
+    assert "Read-only" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--window", "7x"], "is not a duration"),
+        (["--max-nodes", "0"], "must be at least 1"),
+        (["--at", "yesterday"], "neither Unix seconds nor an ISO 8601 time"),
+    ],
+)
+def test_bad_flags_are_usage_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "--prometheus-url", "http://127.0.0.1:1", *args])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,167 @@
+"""The weekly report from a week of backfilled history: charts are real pictures, the plan's numbers
+appear in the HTML and Markdown, alerts from ALERTS are listed; plus its command-line errors."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from PIL import Image
+
+from rightsizer.cli import main
+from rightsizer.plan import load_plan
+from rightsizer.prometheus import PrometheusClient
+from rightsizer.report import build_report, generate, write_report
+from tests.rightsizer.report_support import plan_with_evidence, report_data
+
+PRICE = 2.5
+
+
+def pixel_spread(png: bytes) -> float:
+    """Standard deviation of the grey levels: ~0 for a blank image."""
+    hist = Image.open(io.BytesIO(png)).convert("L").histogram()
+    n = sum(hist)
+    mean = sum(i * c for i, c in enumerate(hist)) / n
+    return (sum(c * (i - mean) ** 2 for i, c in enumerate(hist)) / n) ** 0.5
+
+
+@pytest.fixture(scope="module")
+def weekly(prometheus_history, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    plan_file = out / "plan.json"
+    end = prometheus_history.now
+    code = main(
+        [
+            "plan",
+            "--prometheus-url",
+            prometheus_history.url,
+            "--at",
+            str(end),
+            "--out",
+            str(plan_file),
+            "--time-limit",
+            "10",
+        ]
+    )
+    assert code == 0
+    with PrometheusClient(prometheus_history.url) as client:
+        written = generate(
+            client, out=out, end=end, window_s=7 * 86400, price=PRICE, plan=load_plan(plan_file)
+        )
+    return written, load_plan(plan_file)
+
+
+@pytest.mark.prometheus
+def test_charts_are_non_empty_pictures(weekly):
+    written, _ = weekly
+    names = {p.name for p in written.images}
+    assert {"trend.png", "heatmap.png", "top-idle.png"} <= names
+    for path in written.images:
+        png = path.read_bytes()
+        assert len(png) > 8000, path
+        assert pixel_spread(png) > 10, path
+
+
+@pytest.mark.prometheus
+def test_plan_numbers_appear_in_html_and_markdown(weekly):
+    written, plan = weekly
+    html = written.html.read_text()
+    md = written.markdown.read_text()
+    assert plan.plan_id in html and plan.plan_id in md
+    freed = plan.totals.gpus_freed
+    hours = freed * 168
+    for text in (html, md):
+        assert (
+            f"free {freed} GPU(s): {hours:,.0f} GPU-hours a week" in text
+            if freed
+            else "No node needs a change" in text
+        )
+        if freed:
+            assert f"{hours * PRICE:,.0f} a week" in text
+    for node in plan.changed_nodes:
+        assert node.name in html and node.config_name in md
+    assert html.count("data:image/png;base64,") == len(written.images)  # self-contained
+    assert not re.search(r"src=['\"](?!data:)", html)
+
+
+@pytest.mark.prometheus
+def test_alerts_from_the_alerts_series_are_listed(prometheus_history, tmp_path):
+    """ALERTS is whatever Prometheus evaluated; the report lists each alert that fired, or says none did."""
+    with PrometheusClient(prometheus_history.url) as client:
+        firing = client.instant('count by (alertname) (ALERTS{alertstate="firing"})', prometheus_history.end)
+    md = (tmp_path / "x").as_posix()
+    code = main(
+        [
+            "report",
+            "--prometheus-url",
+            prometheus_history.url,
+            "--out",
+            md,
+            "--at",
+            str(prometheus_history.end),
+        ]
+    )
+    assert code == 0
+    text = (tmp_path / "x" / "report.md").read_text()
+    if firing:
+        for sample in firing:
+            assert sample.labels["alertname"] in text
+    else:
+        assert "No alert fired in the window." in text
+
+
+def test_unreachable_prometheus_is_one_line(tmp_path, capsys):
+    code = main(
+        ["report", "--prometheus-url", "http://127.0.0.1:9", "--out", str(tmp_path), "--timeout", "2"]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and "cannot reach Prometheus" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_window_is_rejected_by_the_parser(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["report", "--prometheus-url", "http://x", "--out", str(tmp_path), "--window", "banana"])
+    assert "not a duration" in capsys.readouterr().err
+
+
+def test_synthetic_week_renders_every_section_with_the_plan_numbers(tmp_path):
+    data = report_data(price=2.5)
+    written = write_report(build_report(data), tmp_path)
+    assert {p.name for p in written.images} == {
+        "trend.png",
+        "heatmap.png",
+        "top-idle.png",
+        "savings.png",
+        "alerts.png",
+    }
+    assert all(pixel_spread(p.read_bytes()) > 10 for p in written.images)
+    html, md = written.html.read_text(), written.markdown.read_text()
+    # gpu-node-1 frees 2 GPUs, gpu-node-2 one: 3 GPUs, 504 GPU-hours a week, 1,260 at 2.5 per GPU-hour
+    for text in (html, md):
+        assert "free 3 GPU(s): 504 GPU-hours a week, worth 1,260 a week and 65,520 a year" in text
+        assert "MIGSliceIdle24h" in text and "GPUXidError" in text and "86.7 h" in text
+        changes = text.split("Proposed layout changes")[1].split("Top idle slices")[0]
+        assert "gpu-node-1" in changes and "gpu-node-3" not in changes
+    assert "| gpu-node-1 | H100 80GB |" in md and "| 2 | 336 | 840 |" in md
+    assert "ml/infer-0-0" in html and ">168<" in html
+
+
+def test_without_price_or_alerts_the_report_says_so(tmp_path):
+    written = write_report(build_report(report_data(price=None, alerts=False)), tmp_path)
+    html = written.html.read_text()
+    assert "No alert fired in the window." in html and "per GPU-hour" not in html
+    assert not (tmp_path / "alerts.png").exists()
+
+
+@pytest.mark.prometheus
+def test_backfilled_history_with_a_plan_that_changes_nodes(prometheus_history, tmp_path):
+    plan = plan_with_evidence()
+    with PrometheusClient(prometheus_history.url) as client:
+        written = generate(
+            client, out=tmp_path, end=prometheus_history.now, window_s=7 * 86400, price=PRICE, plan=plan
+        )
+    html = written.html.read_text()
+    assert "free 3 GPU(s): 504 GPU-hours a week, worth 1,260 a week" in html
+    assert all(pixel_spread(p.read_bytes()) > 10 for p in written.images)
+    assert {"trend.png", "heatmap.png", "savings.png", "top-idle.png"} <= {p.name for p in written.images}

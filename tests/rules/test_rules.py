@@ -1,0 +1,164 @@
+"""rules/: promtool check and unit tests pass, every alert is documented, linked and tested firing."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+RULE_FILES = sorted((REPO / "rules").glob("*.rules.yaml"))
+TEST_FILES = sorted((REPO / "rules" / "tests").glob("*.test.yaml"))
+RUNBOOK = REPO / "docs" / "readme" / "rules.md"
+RUNBOOK_PREFIX = "https://github.com/gpupilot/gpupilot/blob/main/README.md#"
+AGREED_RECORDS = {
+    "gpupilot:pod_gpu_utilization:percent",
+    "gpupilot:slice_activity:avg5m",
+    "gpupilot:node_slices:allocated",
+    "gpupilot:node_slices:idle",
+    "gpupilot:node_slices:total",
+    "gpupilot:fleet_waste:gpu_equivalents",
+}
+SEED_INTENT = {
+    "GPUHighTemperature",
+    "GPUMemoryPressure",
+    "GPUDoubleBitECCErrors",
+    "GPUXidError",
+    "GPULowUtilization",
+    "GPUDriverVersionMismatch",
+    "GPUExporterDown",
+    "GPUExporterSnapshotStale",
+    "GPUExporterBackendDown",
+    "GPULost",
+    "GPURowRemapFailure",
+    "MIGSliceIdle24h",
+    "MIGReconfigurationFailed",
+    "HPAAtMaxReplicasGPUBusy",
+}
+
+
+def _rules(kind: str) -> list[dict[str, Any]]:
+    out = []
+    for path in RULE_FILES:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            out += [r for r in group["rules"] if kind in r]
+    return out
+
+
+ALERTS = _rules("alert")
+
+
+def _promtool() -> str:
+    tool = shutil.which("promtool")
+    assert tool, "promtool not found: run 'make test' as root or 'sudo apt-get install prometheus'"
+    return tool
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's heading anchor: lower case, punctuation dropped, spaces to dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors() -> set[str]:
+    return {_anchor(m[1]) for m in re.finditer(r"^#{2,4} (.+)$", RUNBOOK.read_text(), re.M)}
+
+
+def test_promtool_check_rules() -> None:
+    res = subprocess.run(
+        [_promtool(), "check", "rules", *map(str, RULE_FILES)], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("SUCCESS") == len(RULE_FILES)
+
+
+def test_promtool_unit_tests_pass() -> None:
+    res = subprocess.run(
+        [_promtool(), "test", "rules", *map(str, TEST_FILES)], capture_output=True, text=True, check=False
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "FAILED" not in res.stdout + res.stderr
+
+
+def test_promtool_unit_tests_can_fail(tmp_path: Path) -> None:
+    """A wrong expectation is reported: the unit tests are not vacuous."""
+    text = (REPO / "rules" / "tests" / "recording.test.yaml").read_text()
+    text = text.replace("rule_files:\n  - ../", f"rule_files:\n  - {REPO / 'rules'}/").replace(
+        "  - ../recording-fleet", f"  - {REPO / 'rules'}/recording-fleet"
+    )
+    broken = text.replace("value: 29.6875", "value: 30", 1)
+    assert broken != text
+    (tmp_path / "broken.test.yaml").write_text(broken)
+    res = subprocess.run(
+        [_promtool(), "test", "rules", str(tmp_path / "broken.test.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert res.returncode != 0
+    assert "gpupilot:pod_gpu_utilization:percent" in res.stdout + res.stderr
+
+
+def test_the_agreed_recording_rules_exist() -> None:
+    assert {r["record"] for r in _rules("record")} >= AGREED_RECORDS
+
+
+def test_alert_set_covers_the_issue() -> None:
+    assert {a["alert"] for a in ALERTS} == SEED_INTENT
+
+
+@pytest.mark.parametrize("alert", ALERTS, ids=[a["alert"] for a in ALERTS])
+def test_alert_is_annotated_and_links_its_runbook(alert: dict[str, Any]) -> None:
+    ann = alert.get("annotations", {})
+    for key in ("summary", "description", "runbook_url"):
+        assert str(ann.get(key, "")).strip(), f"{alert['alert']}: no {key}"
+    assert ann["runbook_url"].startswith(RUNBOOK_PREFIX)
+    anchor = ann["runbook_url"][len(RUNBOOK_PREFIX) :]
+    assert anchor == _anchor(alert["alert"]), "the anchor is the alert's own heading"
+    assert anchor in _anchors(), f"{alert['alert']}: no '### {alert['alert']}' heading in {RUNBOOK.name}"
+    assert alert["labels"]["severity"] in {"critical", "warning", "info"}
+
+
+def _firing_cases() -> dict[str, int]:
+    """Alert name → number of unit-test evaluations that expect it to fire."""
+    counts: dict[str, int] = {}
+    for path in TEST_FILES:
+        for test in yaml.safe_load(path.read_text()).get("tests", []):
+            for case in test.get("alert_rule_test", []):
+                if case.get("exp_alerts"):
+                    counts[case["alertname"]] = counts.get(case["alertname"], 0) + 1
+    return counts
+
+
+def _quiet_cases() -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for path in TEST_FILES:
+        for test in yaml.safe_load(path.read_text()).get("tests", []):
+            for case in test.get("alert_rule_test", []):
+                if not case.get("exp_alerts"):
+                    counts[case["alertname"]] = counts.get(case["alertname"], 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("name", sorted(SEED_INTENT))
+def test_every_alert_has_a_firing_and_a_quiet_unit_test(name: str) -> None:
+    assert _firing_cases().get(name, 0) >= 1, f"{name}: no unit test where it fires"
+    assert _quiet_cases().get(name, 0) >= 1, f"{name}: no unit test where it stays quiet"
+
+
+def test_seed_comparison_table_names_all_six_seed_rules() -> None:
+    text = RUNBOOK.read_text()
+    table = text[text.index("### The seed's rules") :]
+    for seed_rule in (
+        "GPUHighTemperature",
+        "GPUMemoryPressure",
+        "GPUECCErrors",
+        "GPUXidErrors",
+        "GPULowUtilization",
+        "GPUDriverMismatch",
+    ):
+        assert f"`{seed_rule}`" in table
