@@ -34,7 +34,7 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 # Non-root by default. The exporter's DaemonSet runs it as uid 0 with every capability dropped,
 # only to reach the kubelet's root-owned pod-resources socket (see deploy/exporter).
 USER 65532:65532
-# 9400 exporter /metrics; 6443 adapter (HTTPS); 8080 rightsizer /health and /metrics.
-EXPOSE 9400 6443 8080
+# 9400 exporter /metrics; 6443 adapter (HTTPS); 9500 rightsizer /health and /metrics.
+EXPOSE 9400 6443 9500
 ENTRYPOINT []
 CMD ["gpupilot-exporter", "--help"]

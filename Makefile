@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv prometheus test lint typecheck unit demo bench clean protos dashboards rules-test
+.PHONY: help venv prometheus test lint typecheck unit demo bench clean protos dashboards rules-test history
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
@@ -55,6 +55,15 @@ test: venv prometheus lint rules-test unit
 
 demo: venv prometheus
 	$(BIN)/python -m devkit.demo
+
+# Simulated history on its own: 14 days of the demo fleet as TSDB blocks (start Prometheus on
+# .demo/history-make/data). HISTORY_STEP=15s for scrape resolution (about 5x slower).
+HISTORY_DAYS ?= 14
+HISTORY_STEP ?= 60s
+history: venv prometheus
+	rm -rf .demo/history-make
+	$(BIN)/gpupilot-exporter backfill --scenario examples/fleet-demo.yaml --days $(HISTORY_DAYS) \
+		--step $(HISTORY_STEP) --out .demo/history-make/data
 
 bench: venv prometheus
 	$(BIN)/python -m bench

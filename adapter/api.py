@@ -206,8 +206,13 @@ class MetricsApi:
         }
 
     def _group_list(self) -> Json:
+        """Groups with something to list: kubectl's discovery treats an empty resource list as an
+        error ("received empty response"), so an empty group is left out, as kube-apiserver does."""
+        listing = self._listing()
         groups = []
         for g in self._groups():
+            if not (listing.custom if g == CUSTOM else listing.external):
+                continue
             item = self._group(g)
             item.pop("kind")
             item.pop("apiVersion")

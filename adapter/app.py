@@ -100,6 +100,8 @@ class Adapter:
                 authorizer=self.authorizer,
                 metrics=self.metrics,
                 always_allow_paths=frozenset(auth.always_allow_paths),
+                max_inflight=settings.max_requests_inflight,
+                inflight_wait=2 * p.timeout,
             ),
             ssl_context=server_context(cert_file=cert, key_file=key, client_ca_pems=ca_pems),
         )

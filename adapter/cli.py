@@ -95,16 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--requestheader-username-headers",
         type=_csv,
         default=("X-Remote-User",),
-        help="default X-Remote-User",
+        help="comma-separated headers carrying the user name (default X-Remote-User)",
     )
     s.add_argument(
-        "--requestheader-group-headers", type=_csv, default=("X-Remote-Group",), help="default X-Remote-Group"
+        "--requestheader-group-headers",
+        type=_csv,
+        default=("X-Remote-Group",),
+        help="comma-separated headers carrying groups (default X-Remote-Group)",
     )
     s.add_argument(
         "--requestheader-extra-headers-prefix",
         type=_csv,
         default=("X-Remote-Extra-",),
-        help="default X-Remote-Extra-",
+        help="comma-separated prefixes of extra-attribute headers (default X-Remote-Extra-)",
     )
     s.add_argument(
         "--authentication-skip-lookup",
@@ -141,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not serve external.metrics.k8s.io (when KEDA or another adapter owns it)",
     )
     s.add_argument(
+        "--max-requests-inflight",
+        type=int,
+        default=4,
+        help="metric requests answered at once; others wait up to 2 × --prometheus-timeout, then 429 (default 4)",
+    )
+    s.add_argument(
         "--config-check-interval",
         type=float,
         default=5.0,
@@ -170,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
 def serve_settings(args: argparse.Namespace) -> ServeSettings:
     if args.secure_port <= 0 or args.secure_port > 65535:
         raise ConfigError(f"--secure-port {args.secure_port}: must be 1-65535")
+    if args.max_requests_inflight < 1:
+        raise ConfigError(f"--max-requests-inflight {args.max_requests_inflight}: must be at least 1")
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
         raise ConfigError("--tls-cert-file and --tls-private-key-file go together")
     return ServeSettings(
@@ -202,6 +213,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
         max_value_age=args.max_value_age,
         external_metrics=not args.disable_external_metrics,
         config_check_interval=args.config_check_interval,
+        max_requests_inflight=args.max_requests_inflight,
     )
 
 

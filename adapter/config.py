@@ -4,7 +4,7 @@ Much smaller than prometheus-adapter's rules: one entry per API metric, no Go te
 
     metrics:                          # custom.metrics.k8s.io
       - name: DCGM_FI_DEV_GPU_UTIL    # the name the HPA asks for (rename freely)
-        series: DCGM_FI_DEV_GPU_UTIL  # series it comes from: discovery and freshness check it
+        series: DCGM_FI_DEV_GPU_UTIL  # series it comes from: discovery lists the metric once it exists
         resources:                    # Kubernetes resource → series label that holds its name
           namespaces: namespace
           pods: pod

@@ -7,6 +7,7 @@ AdapterError                      one line a user can act on
 ├── NotFound                      404: unknown metric, or no value for the object asked about
 ├── Unauthorized                  401: no identity could be established
 ├── Forbidden                     403: the identity may not do this (SubjectAccessReview said no)
+├── TooManyRequests               429: over --max-requests-inflight for too long; retry
 └── UpstreamUnavailable           503: Prometheus or the Kubernetes API failed; temporary, retry
     ├── PrometheusUnavailable
     └── KubernetesUnavailable
@@ -46,6 +47,13 @@ class Unauthorized(AdapterError):
 class Forbidden(AdapterError):
     status = 403
     reason = "Forbidden"
+
+
+class TooManyRequests(AdapterError):
+    """429: more metric requests in flight than ``--max-requests-inflight`` for too long."""
+
+    status = 429
+    reason = "TooManyRequests"
 
 
 class UpstreamUnavailable(AdapterError):

@@ -20,7 +20,7 @@ from cryptography import x509
 
 from adapter.api import CUSTOM, EXTERNAL, MetricsApi, request_info, status
 from adapter.auth import Authenticator, Authorizer
-from adapter.errors import AdapterError
+from adapter.errors import AdapterError, TooManyRequests
 from adapter.selfmetrics import SelfMetrics
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,18 @@ class Handler(BaseHTTPRequestHandler):
                     200, app.metrics.exposition(), content_type="text/plain; version=0.0.4; charset=utf-8"
                 )
                 return
-            code, body = app.api.answer(path, query)
+            if info.is_resource:
+                # metric answers hold whole Prometheus results in memory: bound how many at once
+                if not app.inflight.acquire(timeout=app.inflight_wait):
+                    raise TooManyRequests(
+                        f"more than {app.max_inflight} metric requests in flight for {app.inflight_wait:g}s; retry"
+                    )
+                try:
+                    code, body = app.api.answer(path, query)
+                finally:
+                    app.inflight.release()
+            else:
+                code, body = app.api.answer(path, query)
             self._send(code, body)
         except AdapterError as exc:
             code = exc.status
@@ -116,8 +127,13 @@ class App:
         authorizer: Authorizer,
         metrics: SelfMetrics,
         always_allow_paths: frozenset[str],
+        max_inflight: int = 4,
+        inflight_wait: float = 10.0,
     ) -> None:
         self.api = api
+        self.max_inflight = max_inflight
+        self.inflight = threading.BoundedSemaphore(max_inflight)
+        self.inflight_wait = inflight_wait
         self.authenticator = authenticator
         self.authorizer = authorizer
         self.metrics = metrics

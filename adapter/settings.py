@@ -58,5 +58,8 @@ class ServeSettings:
     max_value_age: float = 120.0
     """Seconds; older values are not served (0 = no limit)."""
     external_metrics: bool = True
+    max_requests_inflight: int = 4
+    """Metric requests answered at once; more wait (up to 2 × the Prometheus timeout, then 429).
+    Python answers one at a time anyway (GIL); the bound keeps peak memory flat under bursts."""
     config_check_interval: float = 5.0
     """Seconds between checks of the config file for changes (SIGHUP reloads at once)."""

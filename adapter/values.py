@@ -51,13 +51,14 @@ class PodValues:
     """The pods the selector picked (None when no selector was given)."""
 
 
-_SELECTOR = re.compile(r"(?<![A-Za-z0-9_:])([A-Za-z_:][A-Za-z0-9_:]*)\{<<matchers>>\}")
+_SELECTOR = re.compile(r"(?<![A-Za-z0-9_:])([A-Za-z_:][A-Za-z0-9_:]*)\{<<matchers>>\}(?!\s*\[)")
 
 
 def render_query(template: str, *, series: str, matchers: list[str], by: str, max_age: float) -> str:
     """Fill the template. With ``max_age`` > 0 each selector the request scopes
     (``name{<<matchers>>}``) becomes ``last_over_time(name{…}[max_age])``: a series without a sample
-    in that window is simply absent, at no extra cost (no second selection)."""
+    in that window is simply absent, at no extra cost (no second selection). Range selectors
+    (``rate(x{<<matchers>>}[5m])``) are left alone: their own window already bounds the age."""
     text = template.replace("<<series>>", series).replace("<<by>>", by)
     if max_age > 0:
         text = _SELECTOR.sub(lambda m: f"last_over_time({m.group(1)}{{<<matchers>>}}[{max_age:g}s])", text)

@@ -21,6 +21,8 @@ Run: ``python -m bench.adapter [--seconds 20]`` (``make bench`` runs it with the
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import ipaddress
 import json
 import os
 import queue
@@ -37,6 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from devkit.prometheus import PrometheusServer, backfill_openmetrics, free_port
 
@@ -98,7 +104,7 @@ class Result:
         if not self.latencies:
             return float("nan")
         data = sorted(self.latencies)
-        return data[min(len(data) - 1, int(round(p / 100 * (len(data) - 1))))] * 1000
+        return data[min(len(data) - 1, round(p / 100 * (len(data) - 1)))] * 1000
 
     def row(self) -> dict[str, object]:
         total = len(self.latencies) + sum(self.failures.values())
@@ -115,7 +121,9 @@ class Result:
         }
 
 
-def open_loop(name: str, rate: float, seconds: float, call: Callable[[requests.Session], str | None], workers: int = 16) -> Result:
+def open_loop(
+    name: str, rate: float, seconds: float, call: Callable[[requests.Session], str | None], workers: int = 16
+) -> Result:
     """Send ``rate × seconds`` requests on schedule; ``call`` returns None or a failure reason."""
     result = Result(name, rate)
     jobs: queue.Queue[float | None] = queue.Queue()
@@ -159,36 +167,45 @@ def open_loop(name: str, rate: float, seconds: float, call: Callable[[requests.S
 
 def _mint_tls(directory: Path) -> tuple[Path, Path, Path, Path]:
     """Serving pair for 127.0.0.1 and a client certificate (CA-issued) for the load generator."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-    import datetime as dt
-    import ipaddress
-
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench-ca")])
     ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
     )
 
     def issue(cn: str, server: bool) -> tuple[Path, Path]:
         key = ec.generate_private_key(ec.SECP256R1())
         b = (
-            x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
         )
         if server:
-            b = b.add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            b = b.add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
         cert = b.sign(ca_key, hashes.SHA256())
         cp, kp = directory / f"{cn}.crt", directory / f"{cn}.key"
         cp.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        kp.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        kp.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
         return cp, kp
 
     ca_path = directory / "ca.crt"
@@ -228,14 +245,31 @@ def _run(root: Path, seconds: float) -> dict[str, object]:
     with PrometheusServer(root / "data") as prom:
         port = free_port()
         cmd = [
-            sys.executable, "-m", "adapter", "serve",
-            "--prometheus-url", prom.url,
-            "--secure-port", str(port), "--bind-address", "127.0.0.1",
-            "--tls-cert-file", str(cert), "--tls-private-key-file", str(key),
-            "--client-ca-file", str(ca), "--authorization-mode", "none",
-            "--pod-source", "prometheus",
+            sys.executable,
+            "-m",
+            "adapter",
+            "serve",
+            "--prometheus-url",
+            prom.url,
+            "--secure-port",
+            str(port),
+            "--bind-address",
+            "127.0.0.1",
+            "--tls-cert-file",
+            str(cert),
+            "--tls-private-key-file",
+            str(key),
+            "--client-ca-file",
+            str(ca),
+            "--authorization-mode",
+            "none",
+            "--pod-source",
+            "prometheus",
         ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=(root / "adapter.log").open("w"))
+        env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # as deploy/adapter sets it
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=(root / "adapter.log").open("w"), env=env
+        )
         try:
             base = f"https://127.0.0.1:{port}"
             deadline = time.time() + 30
@@ -249,7 +283,13 @@ def _run(root: Path, seconds: float) -> dict[str, object]:
 
             def adapter_call(selector: str, expect: int) -> Callable[[requests.Session], str | None]:
                 def call(s: requests.Session) -> str | None:
-                    r = s.get(path, params={"labelSelector": selector}, cert=str(client_pem), verify=str(ca), timeout=10)
+                    r = s.get(
+                        path,
+                        params={"labelSelector": selector},
+                        cert=str(client_pem),
+                        verify=str(ca),
+                        timeout=10,
+                    )
                     if r.status_code != 200:
                         return f"HTTP {r.status_code}"
                     got = len(r.json()["items"])
@@ -258,7 +298,9 @@ def _run(root: Path, seconds: float) -> dict[str, object]:
                 return call
 
             def regex_url(pods: list[str]) -> str:
-                query = f'sum(DCGM_FI_DEV_GPU_UTIL{{namespace="{NAMESPACE}",pod=~"{"|".join(pods)}"}}) by (pod)'
+                query = (
+                    f'sum(DCGM_FI_DEV_GPU_UTIL{{namespace="{NAMESPACE}",pod=~"{"|".join(pods)}"}}) by (pod)'
+                )
                 return f"{prom.url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
 
             def baseline_call(url: str, expect: int) -> Callable[[requests.Session], str | None]:
@@ -278,10 +320,16 @@ def _run(root: Path, seconds: float) -> dict[str, object]:
             adapter_call(f"app={TARGET}", PODS_PER_DEPLOYMENT)(warm)
             adapter_call("tier=gpu", total_pods)(warm)
             results = [
-                open_loop("gpupilot hpa-500", RATE_500, seconds, adapter_call(f"app={TARGET}", PODS_PER_DEPLOYMENT)),
-                open_loop("baseline regex-500 (GET)", RATE_500, seconds, baseline_call(url_500, PODS_PER_DEPLOYMENT)),
+                open_loop(
+                    "gpupilot hpa-500", RATE_500, seconds, adapter_call(f"app={TARGET}", PODS_PER_DEPLOYMENT)
+                ),
+                open_loop(
+                    "baseline regex-500 (GET)", RATE_500, seconds, baseline_call(url_500, PODS_PER_DEPLOYMENT)
+                ),
                 open_loop("gpupilot hpa-5000", RATE_5000, seconds, adapter_call("tier=gpu", total_pods)),
-                open_loop("baseline regex-5000 (GET)", RATE_5000, seconds, baseline_call(url_5000, total_pods)),
+                open_loop(
+                    "baseline regex-5000 (GET)", RATE_5000, seconds, baseline_call(url_5000, total_pods)
+                ),
             ]
             rss = peak_rss_mib(proc.pid)
         finally:

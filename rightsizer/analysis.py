@@ -11,8 +11,9 @@ grows with the number of devices, never with the number of samples. Windows are 
   quantile (if at most 5 % of every chunk's samples exceed M, at most 5 % of all samples do), so
   sizing from it never under-provisions; the bound is tight when days look alike.
 
-When the recording rule ``gpupilot:slice_activity:avg5m`` has data in the window it is used (5-minute
-means); otherwise the raw series the rule is built from: ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` for MIG
+For each chunk, the recording rule ``gpupilot:slice_activity:avg5m`` is used (5-minute means) when it
+has data in the chunk's first hour — a rule deployed mid-window only serves the chunks it covers;
+otherwise the raw series the rule is built from: ``DCGM_FI_PROF_GR_ENGINE_ACTIVE`` for MIG
 instances and ``DCGM_FI_DEV_GPU_UTIL / 100`` for whole GPUs. Series are identified by
 Hostname + gpu + UUID + GPU_I_ID + GPU_I_PROFILE, so exporter restarts and gaps join up, and an
 instance id reused by another profile after a layout change stays apart. An hour without samples is
@@ -119,12 +120,14 @@ def window_stats(
     end: float,
     settings: AnalysisSettings,
     progress: Progress = lambda _m: None,
-) -> tuple[pd.DataFrame, bool]:
+) -> tuple[pd.DataFrame, int]:
     """One row per device identity with p50/p95/max, fb peak, idle/coverage/allocated hours."""
-    rule = client.has_data(RULE, start=start, end=end)
     parts = []
     pieces = chunks(start, end, settings.chunk_s)
+    rule_chunks = 0
     for i, (lo, hi) in enumerate(pieces, 1):
+        rule = client.has_data(RULE, start=lo, end=min(hi, lo + 3600))
+        rule_chunks += rule
         seconds = max(2, round(hi - lo))
         rng, sub = f"{seconds}s", f"{seconds - 1}s"
         progress(f"querying history chunk {i}/{len(pieces)} ({(hi - lo) / 3600:.0f} h ending {_iso(hi)})")
@@ -135,13 +138,13 @@ def window_stats(
             if not frame.empty:
                 parts.append(frame.melt(id_vars=list(IDENT), var_name="stat", value_name="value"))
     if not parts:
-        return pd.DataFrame(columns=[*IDENT]), rule
+        return pd.DataFrame(columns=[*IDENT]), rule_chunks
     long = pd.concat(parts, ignore_index=True)
     summed = ["idle_hours", "coverage_hours", "allocated_hours"]
     agg = long.groupby([*IDENT, "stat"], as_index=False)["value"].agg(["max", "sum"])
     agg["value"] = agg["max"].where(~agg["stat"].isin(summed), agg["sum"])
     wide = agg.pivot_table(index=list(IDENT), columns="stat", values="value", aggfunc="first")
-    return wide.reset_index(), rule
+    return wide.reset_index(), rule_chunks
 
 
 def _iso(t: float) -> str:
@@ -269,7 +272,7 @@ def analyse(
     start = end - settings.window_s
     progress(f"reading inventory from {client.url} at {_iso(end)}")
     nodes, holders = inventory(client, at=end, lookback_s=settings.inventory_lookback_s)
-    stats, rule = window_stats(client, start=start, end=end, settings=settings, progress=progress)
+    stats, rule_chunks = window_stats(client, start=start, end=end, settings=settings, progress=progress)
     rows: dict[tuple[str, ...], dict[str, object]] = {}
     for rec in stats.to_dict("records"):
         rows[tuple(str(rec.get(k, "")) for k in IDENT)] = {str(k): v for k, v in rec.items()}
@@ -319,8 +322,11 @@ def analyse(
     owner_of = owners(client, start=start, end=end)
     workloads = build_workloads(nodes, devices, owner_of, headroom=settings.headroom)
     notes = []
-    if not rule:
-        notes.append(f"{RULE} had no data in the window; used raw DCGM series")
+    n_chunks = len(chunks(start, end, settings.chunk_s))
+    if rule_chunks < n_chunks:
+        notes.append(
+            f"{RULE} covered {rule_chunks} of {n_chunks} day(s) of the window; raw DCGM series used for the rest"
+        )
     unknown = sum(1 for d in devices if d.unknown)
     if unknown:
         notes.append(f"{unknown} device(s) without activity data in the window are 'unknown', not idle")
@@ -331,7 +337,7 @@ def analyse(
         nodes=tuple(nodes),
         devices=tuple(devices),
         workloads=tuple(workloads),
-        used_recording_rule=rule,
+        used_recording_rule=rule_chunks > 0,
         notes=tuple(notes),
     )
 

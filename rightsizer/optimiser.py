@@ -544,67 +544,49 @@ def _distribute(  # noqa: PLR0917
     res: packing.PackResult,
     pinned_used: Mapping[str, int],
 ) -> dict[str, NodeProposal]:
-    """Hand the pooled layouts to the busiest nodes first; pods follow the slots."""
+    """Hand the pooled layouts to the busiest nodes first, then put every device on a slot of the
+    profile the pooled answer serves it with, on its own node (its own GPU) when there is one."""
     order = sorted(group, key=lambda p: -sum(len(g.items) for g in p.proposed))
     layouts = list(res.layouts)
-    remaining = list(items)
-    updated: dict[str, NodeProposal] = {}
+    plans: dict[str, list[GpuPlan]] = {}
     for p in order:
         n = min(len(layouts), len(pools[p.node.name]))
         mine, layouts = layouts[:n], layouts[n:]
-        serve = _serve_for(model, mine, remaining)
-        sub = packing.PackResult(tuple(mine), serve, res.method, res.status, 0)
-        node_items = _take_items(remaining, sub, prefer=p.node.name)
-        plans = _assign(model, pools[p.node.name], node_items, sub, single=False)
+        empty = packing.PackResult(tuple(mine), {}, res.method, res.status, 0)
+        plans[p.node.name] = _assign(model, pools[p.node.name], [], empty, single=False)
+    assert not layouts, "more pooled layouts than GPUs"
+    free = {(node, g.index): Counter(g.counts) for node, gs in plans.items() for g in gs}
+    by_slot = {(node, g.index): g for node, gs in plans.items() for g in gs}
+    want: Counter[tuple[str, str]] = Counter(res.serve)
+    for it in sorted(items, key=lambda i: -packing.size(model, i.klass)):
+        options = [q for (k, q), n in want.items() if k == it.klass and n > 0]
+        spots = [(key, q) for q in options for key, c in free.items() if c[q] > 0]
+        assert spots, f"pooled packing left {it.klass} without a slot"
+        key, q = min(spots, key=lambda kq: (kq[0] != (it.node, it.gpu), kq[0][0] != it.node))
+        free[key][q] -= 1
+        want[(it.klass, q)] -= 1
+        by_slot[key].items.append(_served(it, q))
+    updated: dict[str, NodeProposal] = {}
+    # The pooled LP bound belongs to the group; it is booked on the first node so that the
+    # fleet's bound (a sum over nodes) stays a bound.
+    group_bound = res.lower_bound + sum(pinned_used.values())
+    for n, p in enumerate(order):
         pool_idx = {g.index for g in pools[p.node.name]}
+        mine_plans = plans[p.node.name]
         proposed = tuple(
-            sorted([*plans, *(c for c in p.current if c.index not in pool_idx)], key=lambda g: g.index)
+            sorted([*mine_plans, *(c for c in p.current if c.index not in pool_idx)], key=lambda g: g.index)
         )
         _assert_placeable(model, proposed, p.node.name)
+        node_items = [i for g in mine_plans for i in g.items]
         updated[p.node.name] = _with(
             p,
             proposed=proposed,
+            changed=True,
             moved_in=tuple(i for i in node_items if i.node != p.node.name),
-            used_after=sum(1 for g in plans if g.items) + pinned_used[p.node.name],
-            slices_after=sum(packing.size(model, i.klass) for g in plans for i in g.items),
+            used_after=sum(1 for g in mine_plans if g.items) + pinned_used[p.node.name],
+            slices_after=sum(packing.size(model, i.klass) for i in node_items),
             method=res.method,
             status=res.status,
+            lower_bound=group_bound if n == 0 else 0,
         )
-    assert not remaining, "pooled packing left devices without a node"
     return updated
-
-
-def _serve_for(
-    model: GpuModel, layouts: Sequence[Layout], items: Sequence[Item]
-) -> dict[tuple[str, str], int]:
-    """Which of ``items`` these layouts serve, largest class first, smallest fitting slot each."""
-    slots: Counter[str] = Counter()
-    for lay in layouts:
-        for name, n in lay:
-            slots[name] += n
-    serve: Counter[tuple[str, str]] = Counter()
-    for it in sorted(items, key=lambda i: -(model.profile(i.klass).compute_slices)):  # type: ignore[union-attr]
-        kp = model.profile(it.klass)
-        assert kp is not None
-        options = sorted(
-            (q for q in packing.plain_profiles(model) if slots[q.name] > 0 and packing.dominates(q, kp)),
-            key=lambda q: (q.compute_slices, q.memory_slices),
-        )
-        if options:
-            slots[options[0].name] -= 1
-            serve[(it.klass, options[0].name)] += 1
-    return dict(serve)
-
-
-def _take_items(items: list[Item], sub: packing.PackResult, *, prefer: str) -> list[Item]:
-    """Remove from ``items`` (in place) the ones ``sub.serve`` accounts for, this node's own first."""
-    need: Counter[str] = Counter()
-    for (k, _q), n in sub.serve.items():
-        need[k] += n
-    taken = []
-    for it in sorted(items, key=lambda i: i.node != prefer):
-        if need[it.klass] > 0:
-            need[it.klass] -= 1
-            taken.append(it)
-            items.remove(it)
-    return taken

@@ -260,18 +260,21 @@ def _milp(model: GpuModel, demand: Mapping[str, int], *, gpus: int, time_limit: 
     x = np.round(res.x[: len(layouts)])
     # With x fixed the rest is a transportation problem: its LP vertex is integral. Re-solving it
     # removes any fractional z a time-limited MILP may have left behind.
-    fixed = Bounds(
-        np.concatenate([x, np.zeros(len(pairs))]), np.concatenate([x, np.full(len(pairs), np.inf)])
-    )
-    lp = milp(cost, constraints=cons, integrality=np.zeros_like(cost), bounds=fixed)
-    if lp.x is None:
-        return PackResult((), {}, "milp", "time-limit", lb)
+    z = res.x[len(layouts) :]
+    if not np.allclose(z, np.round(z), atol=1e-6):
+        fixed = Bounds(
+            np.concatenate([x, np.zeros(len(pairs))]), np.concatenate([x, np.full(len(pairs), np.inf)])
+        )
+        lp = milp(cost, constraints=cons, integrality=np.zeros_like(cost), bounds=fixed)
+        if lp.x is None:
+            return PackResult((), {}, "milp", "time-limit", lb)
+        z = lp.x[len(layouts) :]
     chosen: list[Layout] = []
     for i, lay in enumerate(layouts):
         chosen += [lay] * int(x[i])
     serve: Counter[tuple[str, str]] = Counter()
     for j, pair in enumerate(pairs):
-        n = round(lp.x[len(layouts) + j])
+        n = round(z[j])
         if n:
             serve[pair] += n
     _repair(model, demand, chosen, serve)

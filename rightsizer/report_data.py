@@ -1,8 +1,12 @@
 """What the weekly report shows, fetched from Prometheus as plain data (no pandas here).
 
-Every statistic is computed on the server; the report pulls one range query per chart:
-fleet idle/allocated/total slices (``gpupilot:node_slices:*``), mean slice activity per node and hour
+Every statistic is computed on the server, one range query per chart: fleet idle/allocated/total
+slices (``gpupilot:node_slices:*``), mean slice activity per node and hour
 (``gpupilot:slice_activity:avg5m``) and the ``ALERTS`` series that fired in the window.
+
+Recording rules only have results from the moment they were loaded (unless their history was
+backfilled), so where a rule has no point the same quantity is computed from the raw series the rule
+is built from (``RAW_*`` below, the rules' expressions inlined); the charts then cover the whole window.
 """
 
 from __future__ import annotations
@@ -19,6 +23,14 @@ ALLOCATED = "sum(gpupilot:node_slices:allocated)"
 TOTAL = "sum(gpupilot:node_slices:total)"
 NODE_ACTIVITY = "avg by (Hostname) (gpupilot:slice_activity:avg5m)"
 FIRING = 'ALERTS{alertstate="firing"}'
+RAW_TOTAL = 'count(gpupilot_mig_instance_info or gpupilot_gpu_info{mig_mode="disabled"})'
+RAW_ALLOCATED = "count(count by (Hostname, UUID, GPU_I_ID) (gpupilot_device_pod_info)) or vector(0)"
+RAW_IDLE = (
+    "count(count by (Hostname, UUID, GPU_I_ID) ("
+    'max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!="", pod!=""}[5m])) < 0.05'
+    ' or max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=""}[5m])) < 5'
+    ")) or vector(0)"
+)
 ALERT_KEYS = ("Hostname", "namespace", "pod", "horizontalpodautoscaler", "gpu", "GPU_I_PROFILE", "instance")
 
 
@@ -68,6 +80,17 @@ def _aligned(series: list[Series], times: tuple[float, ...]) -> tuple[float | No
     return tuple(points.get(t) for t in times)
 
 
+def _filled(
+    client: PrometheusClient, rule: str, raw: str, times: tuple[float, ...], step: float
+) -> tuple[float | None, ...]:
+    """The rule's values, with the raw expression's where the rule has none."""
+    got = _aligned(client.range(rule, times[0], times[-1], step), times)
+    if all(v is not None for v in got):
+        return got
+    fallback = _aligned(client.range(raw, times[0], times[-1], step), times)
+    return tuple(v if v is not None else f for v, f in zip(got, fallback, strict=True))
+
+
 def steps(start: float, end: float, step: float) -> tuple[float, ...]:
     first = start - start % step + step
     n = int((end - first) // step) + 1
@@ -78,12 +101,11 @@ def fetch_trend(client: PrometheusClient, *, start: float, end: float, step: flo
     times = steps(start, end, step)
     if not times:
         return Trend((), (), (), ())
-    a, b = times[0], times[-1]
     return Trend(
         times,
-        _aligned(client.range(IDLE, a, b, step), times),
-        _aligned(client.range(ALLOCATED, a, b, step), times),
-        _aligned(client.range(TOTAL, a, b, step), times),
+        _filled(client, IDLE, RAW_IDLE, times, step),
+        _filled(client, ALLOCATED, RAW_ALLOCATED, times, step),
+        _filled(client, TOTAL, RAW_TOTAL, times, step),
     )
 
 
@@ -92,13 +114,24 @@ def fetch_heatmap(client: PrometheusClient, *, start: float, end: float, step: f
     if not hours:
         return Heatmap((), (), ())
     # Each cell: the mean over the hour ending at that step (a subquery-free avg_over_time).
-    query = f"avg by (Hostname) (avg_over_time(gpupilot:slice_activity:avg5m[{int(step)}s]))"
-    series = sorted(
-        client.range(query, hours[0], hours[-1], step), key=lambda s: s.labels.get("Hostname", "")
+    rng = f"[{int(step)}s]"
+    rule = f"avg by (Hostname) (avg_over_time(gpupilot:slice_activity:avg5m{rng}))"
+    raw = (
+        f'avg by (Hostname) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!=""}}{rng})'
+        f" or avg_over_time(DCGM_FI_DEV_GPU_UTIL{rng}) / 100)"
     )
-    nodes = tuple(s.labels.get("Hostname", "?") for s in series)
-    values = tuple(_aligned([s], hours) for s in series)
-    return Heatmap(hours, nodes, values)
+    by_node: dict[str, tuple[float | None, ...]] = {
+        s.labels.get("Hostname", "?"): _aligned([s], hours)
+        for s in client.range(rule, hours[0], hours[-1], step)
+    }
+    if not by_node or any(v is None for row in by_node.values() for v in row):
+        for s in client.range(raw, hours[0], hours[-1], step):
+            node = s.labels.get("Hostname", "?")
+            fallback = _aligned([s], hours)
+            have = by_node.get(node, tuple(None for _ in hours))
+            by_node[node] = tuple(v if v is not None else f for v, f in zip(have, fallback, strict=True))
+    nodes = tuple(sorted(by_node))
+    return Heatmap(hours, nodes, tuple(by_node[n] for n in nodes))
 
 
 def fetch_alerts(

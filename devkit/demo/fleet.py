@@ -30,14 +30,18 @@ class Device:
     start: int = 0
     pods: list[str] = field(default_factory=list)
     activity: float | None = None
+    processes: float | None = None
+    """Compute processes on the device: the idle signal where there is no activity series."""
 
     @property
     def state(self) -> str:
         if not self.pods:
             return "free"
-        if self.activity is None:
-            return "unknown"
-        return "busy" if self.activity >= IDLE_BELOW else "idle"
+        if self.activity is not None:
+            return "busy" if self.activity >= IDLE_BELOW else "idle"
+        if self.processes is not None:
+            return "busy" if self.processes > 0 else "idle"
+        return "unknown"
 
 
 @dataclass
@@ -109,6 +113,10 @@ def collect(url: str) -> tuple[list[Gpu], dict[str, str], str]:
         dev = devices.get(_key(s.labels))
         if dev is not None:
             dev.activity = max(s.value, dev.activity or 0.0)
+    for s in promql.query(url, "max by (Hostname, UUID, GPU_I_ID) (gpupilot_device_compute_processes)"):
+        dev = devices.get(_key(s.labels))
+        if dev is not None:
+            dev.processes = s.value
     configs = {
         s.labels.get("node", ""): s.labels.get("label_nvidia_com_mig_config", "")
         for s in promql.query(url, "kube_node_labels")
@@ -129,6 +137,12 @@ def _layout(gpu: Gpu) -> str:
             counts.items(), key=lambda kv: (-int(kv[0].split("g")[0]) if kv[0][0].isdigit() else 0, kv[0])
         )
     )
+
+
+def _evidence(dev: Device) -> str:
+    if dev.activity is not None:
+        return f"{dev.activity * 100:.1f}% activity"
+    return f"{dev.processes or 0:.0f} processes"
 
 
 GLYPH = {"busy": "█", "idle": "▒", "free": "·", "unknown": "?"}
@@ -169,9 +183,12 @@ def render(url: str) -> list[str]:
     )
     lines.append(
         f"SLICES: █ busy  ▒ allocated, idle (< {IDLE_BELOW:.0%} activity over 5 min)  · unallocated  "
-        "? allocated, no activity series (Ampere has no GPM)"
+        "? no signal"
     )
-    lines.append(f"activity from {source}")
+    lines.append(
+        f"activity from {source}; Ampere MIG slices have no activity counters (no GPM), "
+        "so there busy/idle = compute processes > 0 / = 0"
+    )
     waste = promql.query(url, "gpupilot:fleet_waste:gpu_equivalents")
     if waste:
         lines.append(
@@ -184,11 +201,8 @@ def render(url: str) -> list[str]:
         lines.extend(
             "  " + row
             for row in table(
-                ["NODE", "GPU", "DEVICE", "POD", "ACTIVITY"],
-                [
-                    [g.node, g.index, d.profile, ", ".join(d.pods), f"{(d.activity or 0) * 100:.1f}%"]
-                    for g, d in idle[:12]
-                ],
+                ["NODE", "GPU", "DEVICE", "POD", "EVIDENCE (5 min)"],
+                [[g.node, g.index, d.profile, ", ".join(d.pods), _evidence(d)] for g, d in idle[:12]],
             )
         )
     return lines

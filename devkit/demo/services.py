@@ -16,6 +16,9 @@ from devkit.demo.procs import ServiceError, Supervisor
 from devkit.demo.settings import DemoSettings
 from devkit.demo.tls import DemoTls
 
+EVALUATION_SECONDS = 5
+"""Scrape and rule interval of the demo's Prometheus: live values show up within seconds."""
+
 
 @dataclass
 class Endpoints:
@@ -85,7 +88,7 @@ def start_prometheus(settings: DemoSettings, data: Path, ends: Endpoints) -> pro
         rule_files=rules,
         scrape_jobs=jobs,
         scrape_interval="5s",
-        evaluation_interval="5s",
+        evaluation_interval=f"{EVALUATION_SECONDS}s",
         log_file=settings.logs / "prometheus.log",
     )
     settings.logs.mkdir(parents=True, exist_ok=True)
@@ -104,7 +107,10 @@ def wait_for_live_data(url: str, *, targets: int, timeout: float = 60.0) -> str:
     while time.monotonic() < deadline:
         up = int(sum(s.value for s in promql.query(url, "up == 1")))
         rules = len(promql.query(url, "gpupilot:slice_activity:avg5m"))
-        if up >= targets and rules:
+        if up >= targets and rules and promql.query(url, "gpupilot:device_idle:bool"):
+            # Rule groups are evaluated independently: one more interval lets the rules built on
+            # these (fleet waste, idle slices per node) see them.
+            time.sleep(EVALUATION_SECONDS + 1)
             return f"{up}/{targets} targets up, {rules} slices in gpupilot:slice_activity:avg5m"
         time.sleep(1)
     return f"{up}/{targets} targets up, {rules} slices with rule results after {timeout:.0f}s (continuing)"

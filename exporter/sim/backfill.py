@@ -213,6 +213,12 @@ def run(
         raise BackfillError(
             f"no sample between {format_time(settings.start)} and {format_time(settings.end)}"
         )
+    existing = _blocks_in(settings.out_dir)
+    if existing:
+        raise BackfillError(
+            f"{settings.out_dir} already holds {existing} TSDB blocks; remove it or choose another --out "
+            "(a second backfill would duplicate every sample)"
+        )
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     keep_dir = settings.out_dir / "openmetrics"
     if settings.keep_openmetrics:
@@ -253,6 +259,14 @@ def run(
                 proc.wait()
     bar.update(len(windows), total, final=True)
     return BackfillStats(total, len(series_names), len(windows), time.monotonic() - started)
+
+
+def _blocks_in(directory: Path) -> int:
+    if not directory.is_dir():
+        return 0
+    return sum(
+        1 for p in directory.iterdir() if p.is_dir() and len(p.name) == 26 and (p / "meta.json").exists()
+    )
 
 
 def _start_promtool(tool: str, source: Path, out_dir: Path) -> subprocess.Popen[bytes]:

@@ -111,6 +111,10 @@ def backfill_main(argv: Sequence[str]) -> int:
     try:
         path, settings, quiet = parse_backfill(argv, now=time.time())
         scenario = scenario_mod.load(path)
+    except ConfigError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    try:
         stats = backfill.run(scenario, settings, progress=None if quiet else sys.stderr)
     except ConfigError as e:
         print(f"{prog}: {e}", file=sys.stderr)

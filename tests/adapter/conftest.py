@@ -133,8 +133,10 @@ class Client:
         return self.get(
             path,
             cert=(self.pki.front_proxy.cert, self.pki.front_proxy.key),
-            headers={"X-Remote-User": "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
-                     "X-Remote-Group": "system:serviceaccounts"},
+            headers={
+                "X-Remote-User": "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+                "X-Remote-Group": "system:serviceaccounts",
+            },
             params=params,
         )
 

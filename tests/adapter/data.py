@@ -52,7 +52,9 @@ def pod_series(p: SimPod) -> list[tuple[str, dict[str, str], float]]:
     dev = {"gpu": str(idx % 8), "UUID": f"GPU-{idx:04d}", "Hostname": p.node, **base}
     out: list[tuple[str, dict[str, str], float]] = []
     if p.name == "trainer-0":
-        out.append(("DCGM_FI_PROF_GR_ENGINE_ACTIVE", {**dev, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1"}, 0.42))
+        out.append(
+            ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", {**dev, "GPU_I_PROFILE": "3g.40gb", "GPU_I_ID": "1"}, 0.42)
+        )
         out.append(("gpupilot:pod_gpu_utilization:percent", base, 42.0))
     else:
         out.append(("DCGM_FI_DEV_GPU_UTIL", dev, p.util))

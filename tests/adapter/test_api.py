@@ -5,6 +5,7 @@ form, v1beta1/v1beta2 shapes, values, 404/400 Status, stale values, external met
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -32,10 +33,17 @@ def test_pods_star_with_selector_v1beta2(adapter_client: Client) -> None:
     body = r.json()
     assert body["kind"] == "MetricValueList"
     assert body["apiVersion"] == "custom.metrics.k8s.io/v1beta2"
-    assert values(body) == {"llm-inference-7d9f-a": "90", "llm-inference-7d9f-b": "80", "llm-inference-7d9f-c": "70"}
+    assert values(body) == {
+        "llm-inference-7d9f-a": "90",
+        "llm-inference-7d9f-b": "80",
+        "llm-inference-7d9f-c": "70",
+    }
     item = body["items"][0]
     assert item["describedObject"] == {
-        "kind": "Pod", "namespace": "ai-serving", "name": "llm-inference-7d9f-a", "apiVersion": "/v1"
+        "kind": "Pod",
+        "namespace": "ai-serving",
+        "name": "llm-inference-7d9f-a",
+        "apiVersion": "/v1",
     }
     assert item["metric"] == {"name": "DCGM_FI_DEV_GPU_UTIL", "selector": None}
     assert item["windowSeconds"] == 60
@@ -55,7 +63,9 @@ def test_single_pod_and_quantity_forms(adapter_client: Client) -> None:
     body = adapter_client.as_hpa(f"{V2}/namespaces/ai-serving/pods/embedder-0/gpu_memory_used_bytes").json()
     assert len(body["items"]) == 1
     assert body["items"][0]["value"] == "1572864k"  # 1500 MiB = 1,572,864,000 bytes, canonical
-    ratio = adapter_client.as_hpa(f"{V2}/namespaces/ai-serving/pods/llm-inference-7d9f-a/gpu_memory_used_ratio").json()
+    ratio = adapter_client.as_hpa(
+        f"{V2}/namespaces/ai-serving/pods/llm-inference-7d9f-a/gpu_memory_used_ratio"
+    ).json()
     assert ratio["items"][0]["value"] == "250m"  # 20000 / (20000 + 60000)
 
 
@@ -66,7 +76,11 @@ def test_mig_pod_uses_the_recording_rule(adapter_client: Client) -> None:
 
 def test_namespace_metric_and_cluster_scoped_forms(adapter_client: Client) -> None:
     body = adapter_client.as_hpa(f"{V2}/namespaces/ai-serving/metrics/inference_queue_depth").json()
-    assert body["items"][0]["describedObject"] == {"kind": "Namespace", "name": "ai-serving", "apiVersion": "/v1"}
+    assert body["items"][0]["describedObject"] == {
+        "kind": "Namespace",
+        "name": "ai-serving",
+        "apiVersion": "/v1",
+    }
     assert body["items"][0]["value"] == "36"  # 14 + 12 + 10
     same = adapter_client.as_hpa(f"{V2}/namespaces/ai-serving/inference_queue_depth").json()
     assert same["items"][0]["value"] == "36"
@@ -88,13 +102,18 @@ def test_metric_label_selector(adapter_client: Client) -> None:
 
 def test_selector_paths_agree_whether_pods_are_named_or_matched_in_process(adapter_client: Client) -> None:
     # one embedder of five pods: named in the (POST) query; all five: namespace-wide and matched here
-    few = adapter_client.as_hpa(f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", {"labelSelector": "app=embedder"})
+    few = adapter_client.as_hpa(
+        f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", {"labelSelector": "app=embedder"}
+    )
     many = adapter_client.as_hpa(
         f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", {"labelSelector": "app!=nothing"}
     )
     assert values(few.json()) == {"embedder-0": "30"}
     assert values(many.json()) == {
-        "embedder-0": "30", "llm-inference-7d9f-a": "90", "llm-inference-7d9f-b": "80", "llm-inference-7d9f-c": "70"
+        "embedder-0": "30",
+        "llm-inference-7d9f-a": "90",
+        "llm-inference-7d9f-b": "80",
+        "llm-inference-7d9f-c": "70",
     }  # batch-stale is absent: its values are older than --max-value-age
 
 
@@ -110,7 +129,9 @@ def test_stale_values_are_served_when_the_age_limit_allows(
     adapter = start_adapter(base_settings(prom.url, pki, max_value_age=0.0))
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     # Prometheus' own 5-minute lookback has expired too: the series ended 10 minutes ago
-    assert client.as_hpa(f"{V2}/namespaces/ai-serving/pods/batch-stale/DCGM_FI_DEV_GPU_UTIL").status_code == 404
+    assert (
+        client.as_hpa(f"{V2}/namespaces/ai-serving/pods/batch-stale/DCGM_FI_DEV_GPU_UTIL").status_code == 404
+    )
     adapter2 = start_adapter(base_settings(prom.url, pki, max_value_age=900.0))
     client2 = Client(f"https://127.0.0.1:{adapter2.port}", pki)
     r = client2.as_hpa(f"{V2}/namespaces/ai-serving/pods/batch-stale/DCGM_FI_DEV_GPU_UTIL")
@@ -121,17 +142,39 @@ def test_stale_values_are_served_when_the_age_limit_allows(
 @pytest.mark.parametrize(
     ("path", "params", "code", "text"),
     [
-        (f"{V2}/namespaces/ai-serving/pods/*/no_such_metric", LLM, 404, "could not find the metric no_such_metric for pods"),
-        (f"{V2}/namespaces/ai-serving/pods/ghost-pod/DCGM_FI_DEV_GPU_UTIL", None, 404, "for pods ghost-pod in namespace ai-serving"),
-        (f"{V2}/namespaces/ai-serving/deployments.apps/llm-inference/DCGM_FI_DEV_GPU_UTIL", None, 404, "for deployments.apps"),
+        (
+            f"{V2}/namespaces/ai-serving/pods/*/no_such_metric",
+            LLM,
+            404,
+            "could not find the metric no_such_metric for pods",
+        ),
+        (
+            f"{V2}/namespaces/ai-serving/pods/ghost-pod/DCGM_FI_DEV_GPU_UTIL",
+            None,
+            404,
+            "for pods ghost-pod in namespace ai-serving",
+        ),
+        (
+            f"{V2}/namespaces/ai-serving/deployments.apps/llm-inference/DCGM_FI_DEV_GPU_UTIL",
+            None,
+            404,
+            "for deployments.apps",
+        ),
         (f"{V2}/namespaces/ai-serving/widgets/*/DCGM_FI_DEV_GPU_UTIL", None, 404, "for widgets"),
-        (f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", {"labelSelector": "app in (x"}, 400, "unbalanced"),
+        (
+            f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL",
+            {"labelSelector": "app in (x"},
+            400,
+            "unbalanced",
+        ),
         (f"{V2}/pods/*/DCGM_FI_DEV_GPU_UTIL", None, 400, "pods are namespaced"),
         ("/apis/custom.metrics.k8s.io/v2/namespaces/x/pods/*/y", None, 404, "version v2"),
         (f"{EXT}/namespaces/ai-serving/no_such_external", None, 404, "external metric no_such_external"),
     ],
 )
-def test_errors_are_status_objects(adapter_client: Client, path: str, params: dict | None, code: int, text: str) -> None:
+def test_errors_are_status_objects(
+    adapter_client: Client, path: str, params: dict | None, code: int, text: str
+) -> None:
     r = adapter_client.as_hpa(path, params)
     assert r.status_code == code
     body = r.json()
@@ -141,7 +184,9 @@ def test_errors_are_status_objects(adapter_client: Client, path: str, params: di
 
 
 def test_empty_selection_is_an_empty_list(adapter_client: Client) -> None:
-    body = adapter_client.as_hpa(f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", {"labelSelector": "app=nobody"}).json()
+    body = adapter_client.as_hpa(
+        f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", {"labelSelector": "app=nobody"}
+    ).json()
     assert body["kind"] == "MetricValueList" and body["items"] == []
 
 
@@ -150,13 +195,19 @@ def test_discovery(adapter_client: Client) -> None:
     assert body["kind"] == "APIResourceList" and body["groupVersion"] == "custom.metrics.k8s.io/v1beta2"
     entries = {e["name"]: e for e in body["resources"]}
     assert entries["pods/DCGM_FI_DEV_GPU_UTIL"] == {
-        "name": "pods/DCGM_FI_DEV_GPU_UTIL", "singularName": "", "namespaced": True, "kind": "MetricValueList", "verbs": ["get"]
+        "name": "pods/DCGM_FI_DEV_GPU_UTIL",
+        "singularName": "",
+        "namespaced": True,
+        "kind": "MetricValueList",
+        "verbs": ["get"],
     }
     assert entries["nodes/DCGM_FI_DEV_GPU_UTIL"]["namespaced"] is False
     assert "pods/gpu_utilization" in entries and "pods/inference_queue_depth" in entries
     assert adapter_client.as_hpa(V1).json()["groupVersion"] == "custom.metrics.k8s.io/v1beta1"
     ext = adapter_client.as_hpa(EXT).json()
-    assert {e["name"]: e["kind"] for e in ext["resources"]}["gpupilot_fleet_waste_gpu_equivalents"] == "ExternalMetricValueList"
+    assert {e["name"]: e["kind"] for e in ext["resources"]}[
+        "gpupilot_fleet_waste_gpu_equivalents"
+    ] == "ExternalMetricValueList"
     groups = adapter_client.as_hpa("/apis").json()
     custom = next(g for g in groups["groups"] if g["name"] == "custom.metrics.k8s.io")
     assert custom["preferredVersion"]["version"] == "v1beta2"
@@ -165,7 +216,9 @@ def test_discovery(adapter_client: Client) -> None:
 
 def test_external_metrics(adapter_client: Client) -> None:
     body = adapter_client.as_hpa(f"{EXT}/namespaces/ai-serving/gpupilot_fleet_waste_gpu_equivalents").json()
-    assert body["kind"] == "ExternalMetricValueList" and body["apiVersion"] == "external.metrics.k8s.io/v1beta1"
+    assert (
+        body["kind"] == "ExternalMetricValueList" and body["apiVersion"] == "external.metrics.k8s.io/v1beta1"
+    )
     assert body["items"][0]["value"] == "1500m"
     assert set(body["items"][0]) == {"metricName", "metricLabels", "timestamp", "window", "value"}
     total = adapter_client.as_hpa(f"{EXT}/namespaces/ai-serving/inference_queue_depth_total").json()
@@ -174,11 +227,15 @@ def test_external_metrics(adapter_client: Client) -> None:
     assert other["items"] == []  # scoped by namespace: research has no queue
 
 
-def test_external_metrics_can_be_switched_off(prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]) -> None:
+def test_external_metrics_can_be_switched_off(
+    prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
+) -> None:
     adapter = start_adapter(base_settings(prom.url, pki, external_metrics=False))
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     assert client.as_hpa(EXT).status_code == 404
-    assert client.as_hpa(f"{EXT}/namespaces/ai-serving/gpupilot_fleet_waste_gpu_equivalents").status_code == 404
+    assert (
+        client.as_hpa(f"{EXT}/namespaces/ai-serving/gpupilot_fleet_waste_gpu_equivalents").status_code == 404
+    )
     names = [g["name"] for g in client.as_hpa("/apis").json()["groups"]]
     assert names == ["custom.metrics.k8s.io"]
 
@@ -197,7 +254,9 @@ def test_version_health_and_self_metrics(adapter_client: Client) -> None:
     assert "gpupilot_adapter_discovery_age_seconds" in text
 
 
-def test_prometheus_down_is_503_with_the_cause(pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]) -> None:
+def test_prometheus_down_is_503_with_the_cause(
+    pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
+) -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     adapter = start_adapter(base_settings(dead, pki, pod_source="none"))
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
@@ -214,7 +273,9 @@ def test_prometheus_query_error_is_503_naming_the_error(
     prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], tmp_path
 ) -> None:
     cfg = tmp_path / "bad-query.yaml"
-    cfg.write_text("metrics:\n  - name: broken\n    series: DCGM_FI_DEV_GPU_UTIL\n    query: 'rate(<<series>>{<<matchers>>})'\n")
+    cfg.write_text(
+        "metrics:\n  - name: broken\n    series: DCGM_FI_DEV_GPU_UTIL\n    query: 'rate(<<series>>{<<matchers>>})'\n"
+    )
     adapter = start_adapter(base_settings(prom.url, pki, config_path=cfg))
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     r = client.as_hpa(f"{V2}/namespaces/ai-serving/pods/embedder-0/broken")
@@ -225,3 +286,23 @@ def test_prometheus_query_error_is_503_naming_the_error(
 def test_data_fixture_matches_the_seed_expectations() -> None:
     llm = [p for p in data.PODS if p.app == "llm-inference"]
     assert sum(p.util for p in llm) / len(llm) == 80
+
+
+def test_too_many_requests_in_flight_is_429(
+    prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
+) -> None:
+    settings = base_settings(prom.url, pki, max_requests_inflight=2)
+    settings = replace(settings, prometheus=replace(settings.prometheus, timeout=0.25))
+    adapter = start_adapter(settings)
+    client = Client(f"https://127.0.0.1:{adapter.port}", pki)
+    gate = adapter.server.app.inflight
+    assert gate.acquire() and gate.acquire()  # two slow requests hold both slots
+    try:
+        r = client.as_hpa(f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", LLM)
+        assert r.status_code == 429
+        assert r.json()["reason"] == "TooManyRequests"
+        assert client.as_hpa(V2).status_code == 200  # discovery is not held back
+    finally:
+        gate.release()
+        gate.release()
+    assert client.as_hpa(f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", LLM).status_code == 200

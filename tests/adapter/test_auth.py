@@ -4,6 +4,7 @@ refused at the handshake), client-certificate users, 401/403 as Status JSON."""
 
 from __future__ import annotations
 
+import socket
 import ssl
 from collections.abc import Callable
 
@@ -16,11 +17,16 @@ from adapter.app import Adapter
 from adapter.auth import Authenticator, Authorizer, RequestHeaderSettings, User
 from adapter.errors import Forbidden, Unauthorized
 from adapter.settings import ServeSettings
-from tests.adapter.conftest import Client, PromEnv
+from tests.adapter.conftest import Client, PromEnv, base_settings
 from tests.adapter.pki import Pki
 
-PATH = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/llm-inference-7d9f-a/DCGM_FI_DEV_GPU_UTIL"
-HPA_USER = {"X-Remote-User": "system:serviceaccount:kube-system:horizontal-pod-autoscaler", "X-Remote-Group": "system:serviceaccounts"}
+PATH = (
+    "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/llm-inference-7d9f-a/DCGM_FI_DEV_GPU_UTIL"
+)
+HPA_USER = {
+    "X-Remote-User": "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
+    "X-Remote-Group": "system:serviceaccounts",
+}
 
 
 def test_front_proxy_with_allowed_cn_passes(adapter_client: Client) -> None:
@@ -65,9 +71,10 @@ def test_server_certificate_verifies_against_the_serving_ca(adapter_client: Clie
         requests.get(adapter_client.base + "/healthz", timeout=5)  # system CAs do not know ours
     ctx = ssl.create_default_context(cafile=str(adapter_client.pki.serving_ca.path))
     host, port = adapter_client.base.removeprefix("https://").split(":")
-    import socket
-
-    with socket.create_connection((host, int(port)), timeout=5) as raw, ctx.wrap_socket(raw, server_hostname=host) as tls:
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        ctx.wrap_socket(raw, server_hostname=host) as tls,
+    ):
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
 
 
@@ -75,11 +82,17 @@ def test_authenticator_unit_paths(pki: Pki) -> None:
     def cert(issued) -> x509.Certificate:  # type: ignore[no-untyped-def]
         return x509.load_pem_x509_certificate(issued.cert.read_bytes())
 
-    rh = RequestHeaderSettings(ca_certs=(pki.front_proxy_ca.cert,), allowed_names=frozenset({"front-proxy-client"}))
+    rh = RequestHeaderSettings(
+        ca_certs=(pki.front_proxy_ca.cert,), allowed_names=frozenset({"front-proxy-client"})
+    )
     auth = Authenticator(requestheader=rh, client_cas=(pki.client_ca.cert,))
     user = auth.authenticate(
         peer_cert=cert(pki.front_proxy),
-        headers={"x-remote-user": ["bob"], "X-Remote-Group": ["g1", "g2"], "X-Remote-Extra-Scopes": ["a", "b"]},
+        headers={
+            "x-remote-user": ["bob"],
+            "X-Remote-Group": ["g1", "g2"],
+            "X-Remote-Extra-Scopes": ["a", "b"],
+        },
     )
     assert user == User("bob", ("g1", "g2"), {"scopes": ("a", "b")}, via="requestheader")
     alice = auth.authenticate(peer_cert=cert(pki.alice), headers={})
@@ -87,8 +100,12 @@ def test_authenticator_unit_paths(pki: Pki) -> None:
     with pytest.raises(Unauthorized, match="no client certificate or bearer token"):
         auth.authenticate(peer_cert=None, headers={"X-Remote-User": ["admin"]})
     # an empty allowed-names list accepts any CN from the request-header CA, as kube-apiserver does
-    open_rh = Authenticator(requestheader=RequestHeaderSettings(ca_certs=(pki.front_proxy_ca.cert,), allowed_names=frozenset()))
-    assert open_rh.authenticate(peer_cert=cert(pki.wrong_cn_proxy), headers={"X-Remote-User": ["x"]}).name == "x"
+    open_rh = Authenticator(
+        requestheader=RequestHeaderSettings(ca_certs=(pki.front_proxy_ca.cert,), allowed_names=frozenset())
+    )
+    assert (
+        open_rh.authenticate(peer_cert=cert(pki.wrong_cn_proxy), headers={"X-Remote-User": ["x"]}).name == "x"
+    )
 
 
 def test_authorizer_none_allows_and_unknown_mode_is_rejected() -> None:
@@ -99,10 +116,13 @@ def test_authorizer_none_allows_and_unknown_mode_is_rejected() -> None:
 
 
 def test_authorization_none_logs_a_warning(
-    prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], caplog: pytest.LogCaptureFixture
+    prom: PromEnv,
+    pki: Pki,
+    start_adapter: Callable[[ServeSettings], Adapter],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from tests.adapter.conftest import base_settings
-
     with caplog.at_level("WARNING"):
         start_adapter(base_settings(prom.url, pki))
-    assert any("--authorization-mode none" in r.message and "local use only" in r.message for r in caplog.records)
+    assert any(
+        "--authorization-mode none" in r.message and "local use only" in r.message for r in caplog.records
+    )

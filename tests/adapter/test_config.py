@@ -13,7 +13,12 @@ from adapter.errors import ConfigError
 def test_default_config_serves_the_dcgm_and_application_metrics() -> None:
     cfg = load_config(None)
     names = {m.name for m in cfg.metrics}
-    assert {"DCGM_FI_DEV_GPU_UTIL", "gpu_utilization", "gpu_memory_used_bytes", "inference_queue_depth"} <= names
+    assert {
+        "DCGM_FI_DEV_GPU_UTIL",
+        "gpu_utilization",
+        "gpu_memory_used_bytes",
+        "inference_queue_depth",
+    } <= names
     assert cfg.metric("gpu_utilization").series == "gpupilot:pod_gpu_utilization:percent"  # type: ignore[union-attr]
     util = cfg.metric("DCGM_FI_DEV_GPU_UTIL")
     assert util is not None
@@ -37,16 +42,32 @@ def test_rename_and_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "where", "what"),
     [
-        ("metrics:\n  - name: x\n    resources: {pdos: pod, namespaces: namespace}\n", "metrics[0].resources.pdos", "unknown resource"),
-        ("metrics:\n  - name: x\n    query: 'sum(<<serie>>)'\n", "metrics[0].query", "unknown placeholder <<serie>>"),
+        (
+            "metrics:\n  - name: x\n    resources: {pdos: pod, namespaces: namespace}\n",
+            "metrics[0].resources.pdos",
+            "unknown resource",
+        ),
+        (
+            "metrics:\n  - name: x\n    query: 'sum(<<serie>>)'\n",
+            "metrics[0].query",
+            "unknown placeholder <<serie>>",
+        ),
         ("metrics:\n  - name: x\n  - name: x\n", "metrics[1].name", "defined twice"),
         ("metrics:\n  - series: y\n", "metrics[0].name", "is required"),
         ("metrics:\n  - name: x\n    window: soon\n", "metrics[0].window", "not a duration"),
         ("metrics:\n  - name: x\n    colour: red\n", "metrics[0].colour", "unknown field"),
-        ("metrics:\n  - name: x\n    resources: {pods: pod}\n", "metrics[0].resources", "need a 'namespaces' label"),
+        (
+            "metrics:\n  - name: x\n    resources: {pods: pod}\n",
+            "metrics[0].resources",
+            "need a 'namespaces' label",
+        ),
         ("metrics:\n  - name: x\n    query: 'sum(x{<<matchers>>}'\n", "metrics[0].query", "unbalanced"),
         ("metrics: {name: x}\n", "metrics", "must be a list"),
-        ("external:\n  - name: e\n    namespaceLabel: 'bad label'\n", "external[0].namespaceLabel", "not a Prometheus label"),
+        (
+            "external:\n  - name: e\n    namespaceLabel: 'bad label'\n",
+            "external[0].namespaceLabel",
+            "not a Prometheus label",
+        ),
         ("metrics: []\n", "metrics", "no metrics defined"),
         ("metrics:\n  - name: x\n   bad: indent\n", "line 3", "invalid YAML"),
     ],
@@ -67,11 +88,26 @@ def test_missing_file(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yaml")
 
 
-def test_cli_reports_a_bad_config_in_one_line_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_reports_a_bad_config_in_one_line_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     f = tmp_path / "adapter.yaml"
     f.write_text("metrics:\n  - name: x\n    resources: {pdos: pod}\n")
-    code = main(["serve", "--prometheus-url", "http://127.0.0.1:9", "--config", str(f), "--pod-source", "none",
-                 "--authorization-mode", "none", "--self-signed-cert-dir", str(tmp_path / "tls")])
+    code = main(
+        [
+            "serve",
+            "--prometheus-url",
+            "http://127.0.0.1:9",
+            "--config",
+            str(f),
+            "--pod-source",
+            "none",
+            "--authorization-mode",
+            "none",
+            "--self-signed-cert-dir",
+            str(tmp_path / "tls"),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.count("\n") == 0
@@ -80,6 +116,16 @@ def test_cli_reports_a_bad_config_in_one_line_and_exits_2(tmp_path: Path, capsys
 
 
 def test_cli_requires_tls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["serve", "--prometheus-url", "http://127.0.0.1:9", "--pod-source", "none", "--authorization-mode", "none"])
+    code = main(
+        [
+            "serve",
+            "--prometheus-url",
+            "http://127.0.0.1:9",
+            "--pod-source",
+            "none",
+            "--authorization-mode",
+            "none",
+        ]
+    )
     assert code == 2
     assert "TLS is required" in capsys.readouterr().err

@@ -42,7 +42,9 @@ def test_current_replicas_flag_and_clamp(prom: PromEnv, capsys: pytest.CaptureFi
     assert "FINAL: 6 → 6 replicas (no change)" in out
 
 
-def test_missing_metric_is_reported_not_fatal(prom: PromEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_metric_is_reported_not_fatal(
+    prom: PromEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     hpa = tmp_path / "hpa.yaml"
     hpa.write_text(SEED_HPA.read_text().replace("inference_queue_depth", "no_such_metric"))
     code = main(["explain-hpa", "-f", str(hpa), "--prometheus-url", prom.url])
@@ -57,11 +59,16 @@ def test_missing_metric_is_reported_not_fatal(prom: PromEnv, tmp_path: Path, cap
     ("content", "message"),
     [
         ("apiVersion: v1\nkind: ConfigMap\n", "no HorizontalPodAutoscaler document found"),
-        ("apiVersion: autoscaling/v1\nkind: HorizontalPodAutoscaler\nspec: {}\n", "only autoscaling/v2 is supported"),
+        (
+            "apiVersion: autoscaling/v1\nkind: HorizontalPodAutoscaler\nspec: {}\n",
+            "only autoscaling/v2 is supported",
+        ),
         ("kind: [unclosed\n", "invalid YAML"),
     ],
 )
-def test_bad_hpa_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str) -> None:
+def test_bad_hpa_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
     f = tmp_path / "hpa.yaml"
     f.write_text(content)
     code = main(["explain-hpa", "-f", str(f), "--prometheus-url", "http://127.0.0.1:9"])
@@ -75,3 +82,42 @@ def test_prometheus_down_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     err = capsys.readouterr().err.strip()
     assert code == 1
     assert err.startswith("gpupilot-adapter explain-hpa: Prometheus at http://127.0.0.1:9 unreachable")
+
+
+def test_object_and_external_metrics(prom: PromEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hpa = tmp_path / "hpa.yaml"
+    hpa.write_text(
+        """
+apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: mixed, namespace: ai-serving}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: llm-inference}
+  minReplicas: 1
+  maxReplicas: 10
+  metrics:
+    - type: Object
+      object:
+        describedObject: {apiVersion: v1, kind: Namespace, name: ai-serving}
+        metric: {name: inference_queue_depth}
+        target: {type: AverageValue, averageValue: "10"}
+    - type: External
+      external:
+        metric: {name: gpupilot_fleet_waste_gpu_equivalents}
+        target: {type: Value, value: "500m"}
+    - type: Resource
+      resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
+"""
+    )
+    code = main(["explain-hpa", "-f", str(hpa), "--prometheus-url", prom.url, "--selector", "app=llm-inference"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ") and "/" in line.split()[0]}
+    # Object AverageValue: 36 queued in the namespace, 10 per replica → ceil(3.6) = 4
+    assert rows["namespaces/ai-serving/inference_queue_depth"][4] == "36"
+    assert rows["namespaces/ai-serving/inference_queue_depth"][6] == "4"
+    # External Value: 1.5 vs 0.5 → ratio 3 × 3 ready pods = 9
+    assert rows["external/gpupilot_fleet_waste_gpu_equivalents"][4] == "1.5"
+    assert rows["external/gpupilot_fleet_waste_gpu_equivalents"][6] == "9"
+    assert "resource/cpu: served by metrics-server, not by this adapter" in out
+    assert "FINAL: 3 → 6 replicas (scale up)" in out  # no behavior: limited to max(2 × 3, 4) = 6

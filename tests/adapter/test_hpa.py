@@ -10,20 +10,28 @@ RUNNING = [PodState(f"p{i}") for i in range(4)]
 
 def test_inside_tolerance_keeps_replicas() -> None:
     # mean 80 vs target 75: ratio 1.067, |1 - r| <= 0.1
-    p = hpa.pods_metric(current_replicas=3, target=75, values={"p0": 90, "p1": 80, "p2": 70}, pods=RUNNING[:3])
+    p = hpa.pods_metric(
+        current_replicas=3, target=75, values={"p0": 90, "p1": 80, "p2": 70}, pods=RUNNING[:3]
+    )
     assert (p.replicas, p.usage) == (3, 80)
     assert p.ratio == pytest.approx(80 / 75)
 
 
 def test_just_outside_tolerance_scales() -> None:
     # mean 12 vs 10: ratio 1.2 → ceil(1.2 × 3) = ceil(3.6) = 4
-    p = hpa.pods_metric(current_replicas=3, target=10, values={"p0": 14, "p1": 12, "p2": 10}, pods=RUNNING[:3])
+    p = hpa.pods_metric(
+        current_replicas=3, target=10, values={"p0": 14, "p1": 12, "p2": 10}, pods=RUNNING[:3]
+    )
     assert p.replicas == 4
     # ratio 1.05 is inside the band
-    p = hpa.pods_metric(current_replicas=3, target=10, values={"p0": 10.5, "p1": 10.5, "p2": 10.5}, pods=RUNNING[:3])
+    p = hpa.pods_metric(
+        current_replicas=3, target=10, values={"p0": 10.5, "p1": 10.5, "p2": 10.5}, pods=RUNNING[:3]
+    )
     assert p.replicas == 3
     # 11/10 in float64 is 1.1000000000000001, so |1 - r| > 0.1 and Go's controller scales: so do we
-    p = hpa.pods_metric(current_replicas=3, target=10, values={"p0": 11, "p1": 11, "p2": 11}, pods=RUNNING[:3])
+    p = hpa.pods_metric(
+        current_replicas=3, target=10, values={"p0": 11, "p1": 11, "p2": 11}, pods=RUNNING[:3]
+    )
     assert p.replicas == 4
 
 
@@ -73,49 +81,129 @@ def test_value_and_average_value_targets() -> None:
 
 
 def test_two_metrics_largest_wins_and_clamp() -> None:
-    d = hpa.decide(current=3, min_replicas=2, max_replicas=8, proposals=[3, 4], failed_metrics=0,
-                   scale_up=None, scale_down=None, behavior_given=False)
+    d = hpa.decide(
+        current=3,
+        min_replicas=2,
+        max_replicas=8,
+        proposals=[3, 4],
+        failed_metrics=0,
+        scale_up=None,
+        scale_down=None,
+        behavior_given=False,
+    )
     assert (d.recommended, d.final) == (4, 4)
-    d = hpa.decide(current=3, min_replicas=2, max_replicas=5, proposals=[2, 12], failed_metrics=0,
-                   scale_up=None, scale_down=None, behavior_given=False)
+    d = hpa.decide(
+        current=3,
+        min_replicas=2,
+        max_replicas=5,
+        proposals=[2, 12],
+        failed_metrics=0,
+        scale_up=None,
+        scale_down=None,
+        behavior_given=False,
+    )
     assert d.final == 5  # limited to 6 by max(2×3, 4), then clamped to maxReplicas 5
-    d = hpa.decide(current=3, min_replicas=2, max_replicas=8, proposals=[1], failed_metrics=0,
-                   scale_up=None, scale_down=None, behavior_given=False)
+    d = hpa.decide(
+        current=3,
+        min_replicas=2,
+        max_replicas=8,
+        proposals=[1],
+        failed_metrics=0,
+        scale_up=None,
+        scale_down=None,
+        behavior_given=False,
+    )
     assert d.final == 2  # minReplicas
 
 
 def test_failed_metric_blocks_scale_down_only() -> None:
-    d = hpa.decide(current=5, min_replicas=1, max_replicas=10, proposals=[2], failed_metrics=1,
-                   scale_up=None, scale_down=None, behavior_given=False)
+    d = hpa.decide(
+        current=5,
+        min_replicas=1,
+        max_replicas=10,
+        proposals=[2],
+        failed_metrics=1,
+        scale_up=None,
+        scale_down=None,
+        behavior_given=False,
+    )
     assert d.final == 5
-    d = hpa.decide(current=5, min_replicas=1, max_replicas=10, proposals=[7], failed_metrics=1,
-                   scale_up=None, scale_down=None, behavior_given=False)
+    d = hpa.decide(
+        current=5,
+        min_replicas=1,
+        max_replicas=10,
+        proposals=[7],
+        failed_metrics=1,
+        scale_up=None,
+        scale_down=None,
+        behavior_given=False,
+    )
     assert d.final == 7
 
 
 def test_behavior_policies_of_the_seed() -> None:
     up = Rules(60, "Max", (Policy("Pods", 2, 120),))
     down = Rules(300, "Max", (Policy("Pods", 1, 300),))
-    d = hpa.decide(current=3, min_replicas=2, max_replicas=8, proposals=[8], failed_metrics=0,
-                   scale_up=up, scale_down=down, behavior_given=True)
+    d = hpa.decide(
+        current=3,
+        min_replicas=2,
+        max_replicas=8,
+        proposals=[8],
+        failed_metrics=0,
+        scale_up=up,
+        scale_down=down,
+        behavior_given=True,
+    )
     assert d.final == 5  # at most +2 pods per period
     assert any("stabilisation 60s" in s for s in d.steps)
-    d = hpa.decide(current=6, min_replicas=2, max_replicas=8, proposals=[2], failed_metrics=0,
-                   scale_up=up, scale_down=down, behavior_given=True)
+    d = hpa.decide(
+        current=6,
+        min_replicas=2,
+        max_replicas=8,
+        proposals=[2],
+        failed_metrics=0,
+        scale_up=up,
+        scale_down=down,
+        behavior_given=True,
+    )
     assert d.final == 5  # at most -1 pod per period
-    d = hpa.decide(current=6, min_replicas=2, max_replicas=8, proposals=[2], failed_metrics=0,
-                   scale_up=up, scale_down=Rules(300, "Disabled"), behavior_given=True)
+    d = hpa.decide(
+        current=6,
+        min_replicas=2,
+        max_replicas=8,
+        proposals=[2],
+        failed_metrics=0,
+        scale_up=up,
+        scale_down=Rules(300, "Disabled"),
+        behavior_given=True,
+    )
     assert d.final == 6
 
 
 def test_percent_policy_and_min_select() -> None:
     rules = Rules(0, "Min", (Policy("Percent", 50, 60), Policy("Pods", 4, 60)))
-    d = hpa.decide(current=4, min_replicas=1, max_replicas=100, proposals=[20], failed_metrics=0,
-                   scale_up=rules, scale_down=None, behavior_given=True)
+    d = hpa.decide(
+        current=4,
+        min_replicas=1,
+        max_replicas=100,
+        proposals=[20],
+        failed_metrics=0,
+        scale_up=rules,
+        scale_down=None,
+        behavior_given=True,
+    )
     assert d.final == 6  # min(4 × 1.5, 4 + 4) = 6
 
 
 def test_scaled_to_zero_is_left_alone() -> None:
-    d = hpa.decide(current=0, min_replicas=1, max_replicas=8, proposals=[4], failed_metrics=0,
-                   scale_up=None, scale_down=None, behavior_given=False)
+    d = hpa.decide(
+        current=0,
+        min_replicas=1,
+        max_replicas=8,
+        proposals=[4],
+        failed_metrics=0,
+        scale_up=None,
+        scale_down=None,
+        behavior_given=False,
+    )
     assert d.final == 0

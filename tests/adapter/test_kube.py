@@ -27,7 +27,9 @@ LLM = {"labelSelector": "app=llm-inference"}
 def kube(tmp_path: Path) -> Iterator[KubeDouble]:
     with KubeDouble(run_mig_manager=False, cluster_policy=False, default_mig_configmap=False) as double:
         for suffix in ("a", "b"):
-            double.add_pod(f"llm-inference-7d9f-{suffix}", namespace="ai-serving", labels={"app": "llm-inference"})
+            double.add_pod(
+                f"llm-inference-7d9f-{suffix}", namespace="ai-serving", labels={"app": "llm-inference"}
+            )
         double.add_pod("embedder-0", namespace="ai-serving", labels={"app": "embedder"})
         yield double
 
@@ -43,7 +45,9 @@ def kube_settings(prom: PromEnv, pki: Pki, kube: KubeDouble, tmp_path: Path, **a
         "cache_ttl": 0.3,
         **auth,
     }
-    return ServeSettings(**{**settings.__dict__, "kubeconfig": str(kubeconfig), "auth": AuthSettings(**fields)})  # type: ignore[arg-type]
+    return ServeSettings(
+        **{**settings.__dict__, "kubeconfig": str(kubeconfig), "auth": AuthSettings(**fields)}
+    )  # type: ignore[arg-type]
 
 
 def names(r) -> set[str]:  # type: ignore[no-untyped-def]
@@ -60,7 +64,11 @@ def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 def test_subject_access_review_then_watch_driven_values(
-    prom: PromEnv, pki: Pki, kube: KubeDouble, tmp_path: Path, start_adapter: Callable[[ServeSettings], Adapter]
+    prom: PromEnv,
+    pki: Pki,
+    kube: KubeDouble,
+    tmp_path: Path,
+    start_adapter: Callable[[ServeSettings], Adapter],
 ) -> None:
     adapter = start_adapter(kube_settings(prom, pki, kube, tmp_path))
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
@@ -70,11 +78,19 @@ def test_subject_access_review_then_watch_driven_values(
     assert denied.status_code == 403
     body = denied.json()
     assert (body["kind"], body["reason"], body["code"]) == ("Status", "Forbidden", 403)
-    assert f'user "{HPA_SA}" cannot get pods/DCGM_FI_DEV_GPU_UTIL in API group \'custom.metrics.k8s.io\'' in body["message"]
+    assert (
+        f"user \"{HPA_SA}\" cannot get pods/DCGM_FI_DEV_GPU_UTIL in API group 'custom.metrics.k8s.io'"
+        in body["message"]
+    )
     reviews = [a for a in kube.actions(verb="review") if a.name == HPA_SA]
     assert reviews[-1].detail["attrs"] == {
-        "verb": "get", "group": "custom.metrics.k8s.io", "version": "v1beta2", "resource": "pods",
-        "namespace": "ai-serving", "name": "*", "subresource": "DCGM_FI_DEV_GPU_UTIL",
+        "verb": "get",
+        "group": "custom.metrics.k8s.io",
+        "version": "v1beta2",
+        "resource": "pods",
+        "namespace": "ai-serving",
+        "name": "*",
+        "subresource": "DCGM_FI_DEV_GPU_UTIL",
     }
 
     kube.allow(HPA_SA, "get", "*", group="custom.metrics.k8s.io")
@@ -96,7 +112,11 @@ def test_subject_access_review_then_watch_driven_values(
 
 
 def test_bearer_tokens_go_through_token_review(
-    prom: PromEnv, pki: Pki, kube: KubeDouble, tmp_path: Path, start_adapter: Callable[[ServeSettings], Adapter]
+    prom: PromEnv,
+    pki: Pki,
+    kube: KubeDouble,
+    tmp_path: Path,
+    start_adapter: Callable[[ServeSettings], Adapter],
 ) -> None:
     kube.add_token("hpa-token", HPA_SA, ["system:serviceaccounts"])
     kube.allow("system:serviceaccounts", "get", "*", group="custom.metrics.k8s.io")
@@ -106,17 +126,28 @@ def test_bearer_tokens_go_through_token_review(
     assert wait_for(lambda: client.get("/readyz").status_code == 200)
     ok = client.get(PODS_PATH, headers={"Authorization": "Bearer hpa-token"}, params=LLM)
     assert ok.status_code == 200
-    assert client.get("/apis/custom.metrics.k8s.io/v1beta2", headers={"Authorization": "Bearer hpa-token"}).status_code == 200
+    assert (
+        client.get(
+            "/apis/custom.metrics.k8s.io/v1beta2", headers={"Authorization": "Bearer hpa-token"}
+        ).status_code
+        == 200
+    )
     bad = client.get(PODS_PATH, headers={"Authorization": "Bearer forged"}, params=LLM)
     assert bad.status_code == 401
     assert "not accepted by TokenReview" in bad.json()["message"]
     # the token is reviewed as the user; spoofed X-Remote-User next to it changes nothing
-    spoof = client.get(PODS_PATH, headers={"Authorization": "Bearer forged", "X-Remote-User": HPA_SA}, params=LLM)
+    spoof = client.get(
+        PODS_PATH, headers={"Authorization": "Bearer forged", "X-Remote-User": HPA_SA}, params=LLM
+    )
     assert spoof.status_code == 401
 
 
 def test_kubernetes_failure_is_503(
-    prom: PromEnv, pki: Pki, kube: KubeDouble, tmp_path: Path, start_adapter: Callable[[ServeSettings], Adapter]
+    prom: PromEnv,
+    pki: Pki,
+    kube: KubeDouble,
+    tmp_path: Path,
+    start_adapter: Callable[[ServeSettings], Adapter],
 ) -> None:
     adapter = start_adapter(kube_settings(prom, pki, kube, tmp_path))
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
@@ -127,7 +158,11 @@ def test_kubernetes_failure_is_503(
 
 
 def test_request_header_ca_from_the_published_configmap(
-    prom: PromEnv, pki: Pki, kube: KubeDouble, tmp_path: Path, start_adapter: Callable[[ServeSettings], Adapter]
+    prom: PromEnv,
+    pki: Pki,
+    kube: KubeDouble,
+    tmp_path: Path,
+    start_adapter: Callable[[ServeSettings], Adapter],
 ) -> None:
     kube.add_configmap(
         "extension-apiserver-authentication",
@@ -141,13 +176,22 @@ def test_request_header_ca_from_the_published_configmap(
     )
     kube.allow(HPA_SA, "get", "*", group="custom.metrics.k8s.io")
     adapter = start_adapter(
-        kube_settings(prom, pki, kube, tmp_path, requestheader_client_ca_file=None, client_ca_file=None,
-                      requestheader_allowed_names=())
+        kube_settings(
+            prom,
+            pki,
+            kube,
+            tmp_path,
+            requestheader_client_ca_file=None,
+            client_ca_file=None,
+            requestheader_allowed_names=(),
+        )
     )
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     assert wait_for(lambda: client.get("/readyz").status_code == 200)
     assert client.as_hpa(PODS_PATH, LLM).status_code == 200
-    wrong = client.get(PODS_PATH, cert=(pki.wrong_cn_proxy.cert, pki.wrong_cn_proxy.key), headers={"X-Remote-User": HPA_SA})
+    wrong = client.get(
+        PODS_PATH, cert=(pki.wrong_cn_proxy.cert, pki.wrong_cn_proxy.key), headers={"X-Remote-User": HPA_SA}
+    )
     assert wrong.status_code == 401
 
 
@@ -155,10 +199,23 @@ def test_explain_hpa_with_the_kubernetes_pod_source(
     prom: PromEnv, kube: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     kube.add_pod("llm-inference-7d9f-c", namespace="ai-serving", labels={"app": "llm-inference"})
-    kube.add_pod("llm-inference-7d9f-new", namespace="ai-serving", labels={"app": "llm-inference"}, phase="Pending")
+    kube.add_pod(
+        "llm-inference-7d9f-new", namespace="ai-serving", labels={"app": "llm-inference"}, phase="Pending"
+    )
     seed = Path(__file__).resolve().parents[2] / "examples" / "hpa-llm-inference.yaml"
-    code = main(["explain-hpa", "-f", str(seed), "--prometheus-url", prom.url, "--pod-source", "kubernetes",
-                 "--kubeconfig", str(kube.write_kubeconfig(tmp_path / "kc"))])
+    code = main(
+        [
+            "explain-hpa",
+            "-f",
+            str(seed),
+            "--prometheus-url",
+            prom.url,
+            "--pod-source",
+            "kubernetes",
+            "--kubeconfig",
+            str(kube.write_kubeconfig(tmp_path / "kc")),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "4 pod(s)" in out and "llm-inference-7d9f-new  pending" in out

@@ -1,6 +1,6 @@
 """The real kubectl as a client of ``gpupilot-adapter serve`` run as a process: a kubeconfig with the
 test CA and a client certificate, ``kubectl version`` (/version), ``kubectl get --raw`` on discovery
-and values, ``kubectl api-resources`` (aggregated discovery fallback); and SIGHUP reloading the config."""
+and values, ``kubectl api-versions`` (the discovery walk); and SIGHUP reloading the config."""
 
 from __future__ import annotations
 
@@ -41,19 +41,42 @@ def served(prom: PromEnv, pki: Pki, tmp_path: Path) -> Iterator[Served]:
     port = free_port()
     log = tmp_path / "adapter.log"
     cmd = [
-        sys.executable, "-m", "adapter", "serve", "--prometheus-url", prom.url, "--config", str(config),
-        "--secure-port", str(port), "--bind-address", "127.0.0.1",
-        "--tls-cert-file", str(pki.server.cert), "--tls-private-key-file", str(pki.server.key),
-        "--client-ca-file", str(pki.client_ca.path),
-        "--requestheader-client-ca-file", str(pki.front_proxy_ca.path),
-        "--requestheader-allowed-names", "front-proxy-client",
-        "--authorization-mode", "none", "--pod-source", "prometheus", "--config-check-interval", "3600",
+        sys.executable,
+        "-m",
+        "adapter",
+        "serve",
+        "--prometheus-url",
+        prom.url,
+        "--config",
+        str(config),
+        "--secure-port",
+        str(port),
+        "--bind-address",
+        "127.0.0.1",
+        "--tls-cert-file",
+        str(pki.server.cert),
+        "--tls-private-key-file",
+        str(pki.server.key),
+        "--client-ca-file",
+        str(pki.client_ca.path),
+        "--requestheader-client-ca-file",
+        str(pki.front_proxy_ca.path),
+        "--requestheader-allowed-names",
+        "front-proxy-client",
+        "--authorization-mode",
+        "none",
+        "--pod-source",
+        "prometheus",
+        "--config-check-interval",
+        "3600",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if requests.get(f"https://127.0.0.1:{port}/readyz", verify=str(pki.serving_ca.path), timeout=2).ok:
+            if requests.get(
+                f"https://127.0.0.1:{port}/readyz", verify=str(pki.serving_ca.path), timeout=2
+            ).ok:
                 break
         except requests.RequestException:
             time.sleep(0.2)
@@ -66,10 +89,21 @@ def served(prom: PromEnv, pki: Pki, tmp_path: Path) -> Iterator[Served]:
             {
                 "apiVersion": "v1",
                 "kind": "Config",
-                "clusters": [{"name": "adapter", "cluster": {"server": f"https://127.0.0.1:{port}",
-                                                              "certificate-authority": str(pki.serving_ca.path)}}],
-                "users": [{"name": "alice", "user": {"client-certificate": str(pki.alice.cert),
-                                                      "client-key": str(pki.alice.key)}}],
+                "clusters": [
+                    {
+                        "name": "adapter",
+                        "cluster": {
+                            "server": f"https://127.0.0.1:{port}",
+                            "certificate-authority": str(pki.serving_ca.path),
+                        },
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "alice",
+                        "user": {"client-certificate": str(pki.alice.cert), "client-key": str(pki.alice.key)},
+                    }
+                ],
                 "contexts": [{"name": "adapter", "context": {"cluster": "adapter", "user": "alice"}}],
                 "current-context": "adapter",
             }
@@ -85,8 +119,18 @@ def served(prom: PromEnv, pki: Pki, tmp_path: Path) -> Iterator[Served]:
 
 def kubectl(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["kubectl", "--kubeconfig", str(served.kubeconfig), "--cache-dir", str(served.kubeconfig.parent / "cache"), *args],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            "kubectl",
+            "--kubeconfig",
+            str(served.kubeconfig),
+            "--cache-dir",
+            str(served.kubeconfig.parent / "cache"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -100,24 +144,35 @@ def test_kubectl_version_and_raw_gets(served: Served) -> None:
     assert "pods/DCGM_FI_DEV_GPU_UTIL" in {r["name"] for r in json.loads(disc.stdout)["resources"]}
 
     raw = kubectl(
-        served, "get", "--raw",
+        served,
+        "get",
+        "--raw",
         "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL?labelSelector=app%3Dllm-inference",
     )
     assert raw.returncode == 0, raw.stderr
     items = json.loads(raw.stdout)["items"]
     assert {i["describedObject"]["name"]: i["value"] for i in items} == {
-        "llm-inference-7d9f-a": "90", "llm-inference-7d9f-b": "80", "llm-inference-7d9f-c": "70"
+        "llm-inference-7d9f-a": "90",
+        "llm-inference-7d9f-b": "80",
+        "llm-inference-7d9f-c": "70",
     }
 
-    missing = kubectl(served, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/nope")
+    missing = kubectl(
+        served, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/nope"
+    )
     assert missing.returncode != 0
     assert "could not find the metric nope" in missing.stderr or "NotFound" in missing.stderr
 
 
-def test_kubectl_api_resources_uses_our_discovery(served: Served) -> None:
-    res = kubectl(served, "api-resources", "--api-group=custom.metrics.k8s.io", "-o", "name")
+def test_kubectl_discovery_walk(served: Served) -> None:
+    # api-versions walks /api, /apis (aggregated-discovery request, plain fallback) and each group
+    res = kubectl(served, "api-versions")
     assert res.returncode == 0, res.stderr
-    assert "pods/DCGM_FI_DEV_GPU_UTIL.custom.metrics.k8s.io" in res.stdout.split()
+    assert {"custom.metrics.k8s.io/v1beta2", "custom.metrics.k8s.io/v1beta1"} <= set(res.stdout.split())
+    # this config serves no external metric: the empty group is left out rather than break discovery
+    assert "external.metrics.k8s.io/v1beta1" not in res.stdout.split()
+    # api-resources hides sub-resource-like names (pods/X) but must not fail on our discovery
+    assert kubectl(served, "api-resources", "--api-group=custom.metrics.k8s.io").returncode == 0
 
 
 def test_sighup_reloads_the_config(served: Served) -> None:

@@ -39,7 +39,15 @@ def test_non_finite_values_have_no_quantity(bad: float) -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("75", 75.0), ("750m", 0.75), ("1.5k", 1500.0), ("2Gi", 2.0 * 2**30), ("3e9", 3e9), ("10", 10.0), (10, 10.0)],
+    [
+        ("75", 75.0),
+        ("750m", 0.75),
+        ("1.5k", 1500.0),
+        ("2Gi", 2.0 * 2**30),
+        ("3e9", 3e9),
+        ("10", 10.0),
+        (10, 10.0),
+    ],
 )
 def test_parse(text: str | int, value: float) -> None:
     assert parse_quantity(text) == pytest.approx(value)

@@ -53,7 +53,12 @@ def test_config_file_change_reloads_without_dropping_requests(
         assert client.as_hpa(path + "gpu_busy").status_code == 404  # renamed
         # a broken file is refused and the working config stays
         cfg.write_text("metrics:\n  - name: [broken\n")
-        assert wait_for(lambda: 'gpupilot_adapter_config_reloads_total{result="failure"} 1.0' in client.as_hpa("/metrics").text)
+        assert wait_for(
+            lambda: (
+                'gpupilot_adapter_config_reloads_total{result="failure"} 1.0'
+                in client.as_hpa("/metrics").text
+            )
+        )
         assert client.as_hpa(path + "gpu_hot").status_code == 200
     finally:
         stop.set()
@@ -75,7 +80,9 @@ def test_new_series_are_discovered_within_seconds(
         return {e["name"] for e in client.as_hpa(V2).json()["resources"]}
 
     assert wait_for(lambda: "pods/DCGM_FI_DEV_GPU_UTIL" in listed() and "pods/late_arrival" not in listed())
-    gauge = Gauge("gpu_late_arrival", "appears during the test", ["namespace", "pod"], registry=prom.live.registry)
+    gauge = Gauge(
+        "gpu_late_arrival", "appears during the test", ["namespace", "pod"], registry=prom.live.registry
+    )
     gauge.labels("ai-serving", "embedder-0").set(7)
     start = time.monotonic()
     assert wait_for(lambda: "pods/late_arrival" in listed(), timeout=30)

@@ -71,7 +71,10 @@ def test_label_selector_object() -> None:
     sel = from_label_selector(
         {
             "matchLabels": {"app": "llm-inference"},
-            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["gpu"]}, {"key": "canary", "operator": "DoesNotExist"}],
+            "matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["gpu"]},
+                {"key": "canary", "operator": "DoesNotExist"},
+            ],
         },
         where="test",
     )

@@ -1,5 +1,5 @@
 """Every panel query of every committed dashboard returns data from a real Prometheus over a week of
-simulated fleet history (the ``prometheus_history`` fixture, rules loaded and backfilled).
+simulated fleet history (the ``prometheus_history`` fixture: backfilled, then scraped live, rules loaded).
 
 Template variables take the values their own queries return on that history: a panel passes when
 some real selection shows data (a MIG panel on a node without MIG is rightly empty), and fails on a

@@ -9,8 +9,10 @@ namespace/image wiring, the generated monitoring manifests being in sync, and th
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,11 @@ KNOWN_API_VERSIONS = {
     "PrometheusRule": "monitoring.coreos.com/v1",
     "PodDisruptionBudget": "policy/v1",
     "NetworkPolicy": "networking.k8s.io/v1",
+    "Namespace": "v1",
+    "Certificate": "cert-manager.io/v1",
+    "Issuer": "cert-manager.io/v1",
 }
+METRICS_GROUPS = {"custom.metrics.k8s.io", "external.metrics.k8s.io"}
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "APIService", "Namespace"}
 WORKLOAD_KINDS = {"DaemonSet", "Deployment", "CronJob"}
 FORBIDDEN_VERBS = {"*", "delete", "deletecollection", "escalate", "bind", "impersonate"}
@@ -50,8 +56,18 @@ FORBIDDEN_VERBS = {"*", "delete", "deletecollection", "escalate", "bind", "imper
 ROOT_ALLOWED = {("DaemonSet", "gpupilot-exporter")}
 
 
+def _kind(path: Path) -> str:
+    return str(yaml.safe_load(path.read_text()).get("kind", "Kustomization"))
+
+
 def kustomizations() -> list[str]:
-    dirs = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml"))
+    """Every buildable kustomization under deploy/ (Components are built through overlays)."""
+    dirs = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml") if _kind(p) == "Kustomization")
+    return [str(d.relative_to(DEPLOY)) for d in dirs]
+
+
+def components() -> list[str]:
+    dirs = sorted(p.parent for p in DEPLOY.rglob("kustomization.yaml") if _kind(p) == "Component")
     return [str(d.relative_to(DEPLOY)) for d in dirs]
 
 
@@ -122,7 +138,11 @@ def test_rbac_has_no_wildcards_secrets_or_destructive_verbs() -> None:
     for rel, obj, rule in rules:
         where = f"deploy/{rel}: {ident(obj)} rule {rule}"
         assert not FORBIDDEN_VERBS & set(rule.get("verbs", [])), where
-        assert "*" not in rule.get("resources", []), where
+        if "*" in rule.get("resources", []):
+            # The metrics APIs name resources after metrics, which are not known in advance; read
+            # access to all of them is what the HPA controller needs (as its own ClusterRole has).
+            assert set(rule["apiGroups"]) <= METRICS_GROUPS, where
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}, where
         assert "*" not in rule.get("apiGroups", []), where
         assert "secrets" not in rule.get("resources", []), where
         assert "nonResourceURLs" not in rule or "*" not in rule["nonResourceURLs"], where
@@ -263,15 +283,24 @@ def test_service_accounts_configmaps_and_ports_referenced_exist() -> None:
                     assert ("ConfigMap", vol["configMap"]["name"]) in names, f"deploy/{rel}: {vol}"
 
 
+# Objects gpupilot places outside its own namespace, and why (see the overlay's kustomization).
+FOREIGN_NAMESPACE_OBJECTS = {
+    ("Role", "gpu-operator", "gpupilot-rightsizer-mig-config"),
+    ("RoleBinding", "gpu-operator", "gpupilot-rightsizer-mig-config"),
+    ("RoleBinding", "kube-system", "gpupilot-adapter-auth-reader"),
+}
+
+
 def test_overlay_wires_namespace_images_and_runtime_class() -> None:
     objs = render(OVERLAY)
-    assert not [o for o in objs if o["kind"] == "Namespace"], (
-        "the overlay must not own the operator's namespace"
-    )
+    namespaces = [o["metadata"]["name"] for o in objs if o["kind"] == "Namespace"]
+    assert namespaces == ["gpupilot"], "the overlay owns gpupilot's namespace only, never gpu-operator"
     by_sa = {o["metadata"]["name"]: o["metadata"]["namespace"] for o in objs if o["kind"] == "ServiceAccount"}
     for obj in objs:
         if obj["kind"] not in CLUSTER_SCOPED:
-            assert obj["metadata"].get("namespace") in {"gpu-operator", "kube-system"}, ident(obj)
+            ns = obj["metadata"].get("namespace")
+            key = (obj["kind"], ns, obj["metadata"]["name"])
+            assert ns == "gpupilot" or key in FOREIGN_NAMESPACE_OBJECTS, ident(obj)
         if obj["kind"] in WORKLOAD_KINDS:
             for c in pod_spec(obj)["containers"]:
                 assert c["image"].startswith("ghcr.io/gpupilot/gpupilot:"), f"{ident(obj)}: {c['image']}"
@@ -294,6 +323,24 @@ def test_overlay_wires_namespace_images_and_runtime_class() -> None:
     assert pod_spec(ds)["runtimeClassName"] == "nvidia"
     kinds = {o["kind"] for o in objs}
     assert {"DaemonSet", "Deployment", "ServiceMonitor", "PrometheusRule", "APIService"} <= kinds
+
+
+@pytest.mark.parametrize("component", components())
+def test_overlay_with_each_optional_component_renders(component: str, tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(DEPLOY / OVERLAY, tmp_path)],
+                "components": [os.path.relpath(DEPLOY / component, tmp_path)],
+            }
+        )
+    )
+    res = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, f"overlay + {component}: {res.stderr.strip()}"
+    objs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    for obj in objs:
+        assert obj["apiVersion"] == KNOWN_API_VERSIONS.get(obj["kind"]), ident(obj)
+    assert len(objs) > len(render(OVERLAY)), f"{component} adds nothing"
 
 
 def test_monitoring_is_generated_from_rules_and_dashboards() -> None:
@@ -355,3 +402,36 @@ def test_dockerfile_builds_every_package_as_non_root() -> None:
         assert needed not in ignored, f".dockerignore excludes {needed}, which the build needs"
     for script in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]:
         assert f"{script} --help" in text, f"the image build does not smoke-test {script}"
+
+
+@pytest.mark.parametrize("rel", ["rightsizer", OVERLAY])
+def test_rightsizer_config_is_accepted_by_serve_check(rel: str, tmp_path: Path) -> None:
+    deployment = find(rel, "Deployment", "gpupilot-rightsizer")
+    (container,) = pod_spec(deployment)["containers"]
+    config_path = container["args"][container["args"].index("--config") + 1]
+    mount = next(m for m in container["volumeMounts"] if config_path.startswith(m["mountPath"] + "/"))
+    volume = next(v for v in pod_spec(deployment)["volumes"] if v["name"] == mount["name"])
+    cm = find(rel, "ConfigMap", volume["configMap"]["name"])
+    text = cm["data"][config_path.rsplit("/", 1)[1]]
+    (tmp_path / "rightsizer.yaml").write_text(text)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rightsizer",
+            "serve",
+            "--config",
+            str(tmp_path / "rightsizer.yaml"),
+            "--check",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert res.returncode == 0, (
+        f"deploy/{rel}: serve --check rejects the shipped config: {res.stderr.strip()}"
+    )
+    listen_port = int(yaml.safe_load(text)["listen"].rsplit(":", 1)[1])
+    assert [p["containerPort"] for p in container["ports"]] == [listen_port]
+    assert yaml.safe_load(text)["state_dir"] in {m["mountPath"] for m in container["volumeMounts"]}

@@ -73,7 +73,9 @@ def test_pods_are_evicted_only_after_cordon_and_relabel_only_after_eviction(kube
     report, _ = run_apply(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
     assert report.ok
     node_writes = kube.actions(resource="nodes", name="gpu-a")
-    cordon = next(a for a in node_writes if a.verb == "patch" and a.detail["body"].get("spec", {}).get("unschedulable"))
+    cordon = next(
+        a for a in node_writes if a.verb == "patch" and a.detail["body"].get("spec", {}).get("unschedulable")
+    )
     relabel = next(a for a in node_writes if a.verb == "patch" and "labels" in a.detail["body"]["metadata"])
     evictions = kube.actions(verb="evict")
     assert len(evictions) == 2
@@ -98,7 +100,9 @@ def test_writes_into_the_custom_configmap_the_cluster_policy_already_uses(kube):
     )
     kube.add_configmap("custom-mig-config", data={"config.yaml": seed})
     kube.store.update(
-        "nvidia.com/clusterpolicies", "", "cluster-policy",
+        "nvidia.com/clusterpolicies",
+        "",
+        "cluster-policy",
         lambda cp: cp["spec"]["migManager"]["config"].update(name="custom-mig-config"),
     )
     seed_node(kube, "gpu-a")
@@ -116,11 +120,16 @@ def test_failure_rolls_back_restores_label_uncordons_records_event_and_stops(kub
     seed_node(kube, "gpu-b")
     plan = make_plan([Change("gpu-a", "all-1g.10gb", NO_PLACEMENT), Change("gpu-b", "all-1g.10gb", GOOD)])
     report, lines = run_apply(kube, plan)
-    assert [(o.node, o.result) for o in report.outcomes] == [("gpu-a", "rolled-back"), ("gpu-b", "not-started")]
+    assert [(o.node, o.result) for o in report.outcomes] == [
+        ("gpu-a", "rolled-back"),
+        ("gpu-b", "not-started"),
+    ]
     assert "failed" in report.outcomes[0].reason and "gpu-a" in report.outcomes[1].reason
     labels = kube.labels("gpu-a")
     assert labels[proto.CONFIG_LABEL] == "all-1g.10gb"
-    kube.wait_for(lambda: kube.labels("gpu-a").get(proto.STATE_LABEL) == "success")  # manager: already applied
+    kube.wait_for(
+        lambda: kube.labels("gpu-a").get(proto.STATE_LABEL) == "success"
+    )  # manager: already applied
     assert not kube.node("gpu-a")["spec"].get("unschedulable")
     assert kube.annotations("gpu-a")[proto.ANN_STEP] == "rolled-back"
     warnings = [e for e in kube.events(involving="gpu-a") if e["type"] == "Warning"]
@@ -147,13 +156,23 @@ def test_killed_apply_resumes_without_repeating_steps(kube, crash_after):
     with pytest.raises(Crash):
         run_apply(kube, plan, progress=crash)
     step_at_crash = kube.annotations("gpu-a")[proto.ANN_STEP]
-    cordons_before = len([a for a in kube.actions(verb="patch", name="gpu-a") if a.detail["body"].get("spec", {}).get("unschedulable")])
+    cordons_before = len(
+        [
+            a
+            for a in kube.actions(verb="patch", name="gpu-a")
+            if a.detail["body"].get("spec", {}).get("unschedulable")
+        ]
+    )
     report, lines = run_apply(kube, plan)
     assert [o.result for o in report.outcomes] == ["applied"]
     assert ("gpu-a", f"resuming after step {step_at_crash}") in lines
     assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == plan.nodes[0].config_name
     assert len(kube.actions(verb="evict")) == 2  # each pod evicted once across both runs
-    cordons = [a for a in kube.actions(verb="patch", name="gpu-a") if a.detail["body"].get("spec", {}).get("unschedulable")]
+    cordons = [
+        a
+        for a in kube.actions(verb="patch", name="gpu-a")
+        if a.detail["body"].get("spec", {}).get("unschedulable")
+    ]
     assert len(cordons) == cordons_before == 1
     again, _ = run_apply(kube, plan)
     assert again.outcomes[0].result == "already-applied"
@@ -185,7 +204,9 @@ def test_conflicts_are_retried(kube):
     kube.inject_fault(409, method="PATCH", path_contains="/clusterpolicies/", count=1)
     report, _ = run_apply(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
     assert report.ok
-    assert all(f.count == 0 for f in kube.api.faults if f.method == "PATCH" or "configmaps" in f.path_contains)
+    assert all(
+        f.count == 0 for f in kube.api.faults if f.method == "PATCH" or "configmaps" in f.path_contains
+    )
     assert "mine" in configs_in(kube, GPUPILOT_CONFIGMAP)
     conflicts = [r for r in kube.api.request_log if r[0] == "PATCH" and "/nodes/gpu-a" in r[1]]
     assert len(conflicts) >= 3 + 4  # 3 refused + cordon, drained, relabel, finish
@@ -194,7 +215,13 @@ def test_conflicts_are_retried(kube):
 def test_nodes_changed_since_the_plan_are_skipped_with_a_reason(kube):
     seed_node(kube, "gpu-a")
     seed_node(kube, "gpu-b", config="all-balanced")
-    plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD), Change("gpu-b", "all-1g.10gb", GOOD), Change("gone", "x", GOOD)])
+    plan = make_plan(
+        [
+            Change("gpu-a", "all-1g.10gb", GOOD),
+            Change("gpu-b", "all-1g.10gb", GOOD),
+            Change("gone", "x", GOOD),
+        ]
+    )
     report, _ = run_apply(kube, plan)
     by_node = {o.node: o for o in report.outcomes}
     assert by_node["gpu-a"].result == "applied"
@@ -236,5 +263,8 @@ def test_manager_too_slow_times_out_and_rolls_back():
         settings = dataclasses.replace(FAST, timeout_s=0.4)
         report, _ = run_apply(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]), settings)
         assert report.outcomes[0].result == "rolled-back"
-        assert "timed out after 0.4s waiting for nvidia.com/mig.config.state=success (last state pending)" in report.outcomes[0].reason
+        assert (
+            "timed out after 0.4s waiting for nvidia.com/mig.config.state=success (last state pending)"
+            in report.outcomes[0].reason
+        )
         assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == "all-1g.10gb"

@@ -52,11 +52,17 @@ def test_dry_run_changes_nothing_and_prints_runnable_kubectl_commands(setup, cap
     ):
         assert expected in script, expected
     assert "gpu-a-cpu-job" not in script  # only pods holding GPUs are evicted
-    assert script.index("kubectl cordon gpu-a") < script.index("/eviction") < script.index("kubectl label node")
+    assert (
+        script.index("kubectl cordon gpu-a") < script.index("/eviction") < script.index("kubectl label node")
+    )
     # The script is exact: run by bash + kubectl against the same API, it reconfigures the node.
     done = subprocess.run(
-        ["bash", "-c", script], env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-        capture_output=True, text=True, timeout=180, check=False,
+        ["bash", "-c", script],
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == target
@@ -97,14 +103,19 @@ def test_yes_applies_with_progress_on_stderr_and_a_table_on_stdout(setup, capsys
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:]}
     assert rows == {"gpu-a": "applied", "gpu-b": "skipped"}
     assert f"plan {plan.plan_id}" in out
+    assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == plan.nodes[0].config_name
 
 
 def test_failed_node_makes_the_exit_code_non_zero(tmp_path, capsys):
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a", pods=0)
-        plan = write_plan(make_plan([Change("gpu-a", "all-1g.10gb", {"3g.40gb": 2, "1g.10gb": 1})]), tmp_path / "p.json")
+        plan = write_plan(
+            make_plan([Change("gpu-a", "all-1g.10gb", {"3g.40gb": 2, "1g.10gb": 1})]), tmp_path / "p.json"
+        )
         cfg = kube.write_kubeconfig(tmp_path / "kc")
-        code = main(["apply", "--plan", str(plan), "--kubeconfig", str(cfg), "--configmap-sync", "0", "--yes"])
+        code = main(
+            ["apply", "--plan", str(plan), "--kubeconfig", str(cfg), "--configmap-sync", "0", "--yes"]
+        )
         assert code == 1
         out = capsys.readouterr().out
         assert "rolled-back" in out and "mig.config.state=failed" in out
@@ -143,6 +154,18 @@ def test_help_explains_every_flag(capsys):
     with pytest.raises(SystemExit):
         main(["apply", "--help"])
     text = capsys.readouterr().out
-    for flag in ("--plan", "--kubeconfig", "--context", "--dry-run", "--yes", "--max-parallel", "--timeout",
-                 "--eviction-timeout", "--configmap", "--namespace", "--cluster-policy", "--configmap-sync"):
+    for flag in (
+        "--plan",
+        "--kubeconfig",
+        "--context",
+        "--dry-run",
+        "--yes",
+        "--max-parallel",
+        "--timeout",
+        "--eviction-timeout",
+        "--configmap",
+        "--namespace",
+        "--cluster-policy",
+        "--configmap-sync",
+    ):
         assert flag in text

@@ -54,7 +54,7 @@ def test_slice_counts_match_the_scenario(prometheus_history: Any) -> None:
         r["metric"]["Hostname"]: float(r["value"][1])
         for r in _query(prometheus_history.url, "gpupilot:node_slices:allocated", at)
     }
-    assert allocated == {"sim-h100-a": 2, "sim-h100-b": 4, "sim-a100": 1, "sim-h200": 1}
+    assert allocated == {"sim-h100-a": 2, "sim-h100-b": 4, "sim-a100": 2, "sim-h200": 1}
 
 
 def _alert_expr(name: str) -> str:

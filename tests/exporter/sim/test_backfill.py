@@ -118,6 +118,7 @@ def test_cli_backfill_blocks_read_by_real_prometheus(
     assert backfill_main([*argv, "--keep-openmetrics", "--quiet"]) == 0
     blocks = [p for p in out.iterdir() if p.is_dir() and len(p.name) == 26]
     assert len(blocks) == 2  # two 2-hour windows
+    assert backfill_main([*argv, "--quiet"]) == 2  # never twice into the same directory
     kept = sorted((out / "openmetrics").glob("*.om"))
     assert kept and all(p.read_text().endswith("# EOF\n") for p in kept)
     t = WINDOW_START + 1800.0

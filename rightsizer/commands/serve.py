@@ -1,0 +1,162 @@
+"""``gpupilot-rightsizer serve --config FILE``: scheduled report, plan and guarded auto-apply."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from rightsizer import report, serve_config
+from rightsizer.apply import Applier, ApplyReport, ApplySettings
+from rightsizer.kube import Kube, KubeSettings
+from rightsizer.plan import Plan, dump_plan
+from rightsizer.plan_runner import PlanSettings, make_plan, window_text
+from rightsizer.prometheus import PrometheusClient
+from rightsizer.scheduler import Service
+from rightsizer.serve_config import AutoApply, PlanJob, ReportJob, ServeConfig
+
+log = logging.getLogger(__name__)
+
+
+class LiveJobs:
+    """The real work: Prometheus → plan, Prometheus → report, plan → Kubernetes."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+
+    def make_plan(self, *, end: float, job: PlanJob) -> Plan:
+        settings = PlanSettings(
+            window_s=job.window_s,
+            window_text=window_text(job.window_s),
+            optimiser={"max_nodes": job.max_nodes} if job.max_nodes else {},
+        )
+        with PrometheusClient(self.config.prometheus_url) as client:
+            plan = make_plan(client, end=end, settings=settings)
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        dump_plan(plan, self.config.state_dir / "plan.json")
+        return plan
+
+    def write_report(self, *, end: float, job: ReportJob, plan: Plan | None, out_dir: Path) -> Path:
+        with PrometheusClient(self.config.prometheus_url) as client:
+            written = report.generate(
+                client, out=out_dir, end=end, window_s=job.window_s, price=job.price_per_gpu_hour, plan=plan
+            )
+        return written.html
+
+    def apply(self, plan: Plan, *, settings: AutoApply) -> ApplyReport:
+        kube = Kube.connect(KubeSettings(kubeconfig=settings.kubeconfig))
+        try:
+            return Applier(kube, plan, ApplySettings(max_parallel=settings.max_parallel)).run()
+        finally:
+            kube.close()
+
+
+def http_server(service: Service, scheduler: Any, host: str, port: int) -> ThreadingHTTPServer:
+    registry = service.registry()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("http: " + format, *args)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            if path == "/metrics":
+                body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+            elif path in ("/health", "/healthz"):
+                body, ctype, code = json.dumps(service.health(scheduler)).encode(), "application/json", 200
+            else:
+                body, ctype, code = b"not found: try /health or /metrics\n", "text/plain", 404
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    return server
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run the rightsizer as a service: a weekly report (cron, explicit time zone), a plan every N "
+        "hours and, if enabled, a guarded auto-apply (maintenance window, max nodes per day, minimum "
+        "GPUs freed). Serves /health and /metrics. Stops cleanly on SIGTERM/SIGINT, letting a running "
+        "job finish. See examples/rightsizer-serve.yaml."
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="YAML schedule (see examples/rightsizer-serve.yaml)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="validate the config, print the next run of each job, exit"
+    )
+
+
+def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> int:
+    service = Service(config, jobs=jobs or LiveJobs(config))
+    scheduler = BackgroundScheduler(timezone=config.timezone, executors={"default": ThreadPoolExecutor(2)})
+    service.add_jobs(scheduler)
+    try:
+        server = http_server(service, scheduler, config.listen_host, config.listen_port)
+    except OSError as exc:
+        print(
+            f"error: cannot listen on {config.listen_host}:{config.listen_port}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return 1
+    thread = threading.Thread(target=server.serve_forever, args=(0.2,), name="serve-http", daemon=True)
+    thread.start()
+    scheduler.start()
+    log.info("serving /health and /metrics on %s:%d", *server.server_address[:2])
+    for job in scheduler.get_jobs():
+        log.info("job %s: next run %s", job.id, job.next_run_time)
+    stop.wait()
+    log.info("stopping: waiting for running jobs to finish")
+    scheduler.shutdown(wait=True)
+    server.shutdown()
+    server.server_close()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = serve_config.load(args.config)
+    except serve_config.ServeConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        service = Service(config, jobs=LiveJobs(config))
+        scheduler = BackgroundScheduler(timezone=config.timezone)
+        service.add_jobs(scheduler)
+        scheduler.start(paused=True)
+        for job in scheduler.get_jobs():
+            print(
+                f"{job.id}: next run {job.next_run_time.isoformat(timespec='minutes') if job.next_run_time else 'never'}"
+            )
+        scheduler.shutdown(wait=False)
+        return 0
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return serve(config, stop=stop)
