@@ -21,15 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rightsizer import apply_protocol as proto
-from rightsizer import mig_configmap
+from rightsizer.apply_configs import write_configs
+from rightsizer.apply_settings import ApplyError, ApplySettings, seconds_text
 from rightsizer.kube import ConflictError, Kube, KubeError, NotFoundError, TooManyRequestsError
 from rightsizer.plan import NodePlan, Plan
 
 log = logging.getLogger(__name__)
 
-
-class ApplyError(RuntimeError):
-    """Apply cannot start (no ClusterPolicy, unreadable ConfigMap, …); one line, nothing was changed on nodes."""
+__all__ = ["Applier", "ApplyError", "ApplyReport", "ApplySettings", "NodeOutcome", "write_configs"]
 
 
 class Clock(Protocol):
@@ -44,33 +43,6 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
-
-
-@dataclass(frozen=True)
-class ApplySettings:
-    namespace: str = "gpu-operator"
-    """Namespace of the GPU Operator (where the MIG Manager reads its ConfigMap)."""
-    configmap: str | None = None
-    """ConfigMap to write; ``None``: the one the ClusterPolicy points at unless that is the operator's
-    default (which the operator owns and rewrites), else ``gpupilot-mig-parted-config``."""
-    cluster_policy: str | None = None
-    """ClusterPolicy name; ``None``: the only one in the cluster."""
-    max_parallel: int = 1
-    """Nodes reconfigured at the same time (a batch); a failure stops later batches."""
-    timeout_s: float = 900.0
-    """Per node: how long the MIG Manager may take from relabel to ``success`` (it waits up to 5 min
-    for operands to stop, then reconfigures; a reboot takes longer)."""
-    eviction_timeout_s: float = 300.0
-    """Per node: how long evictions may be refused (429, PodDisruptionBudget) or pods take to go."""
-    configmap_sync_s: float = 60.0
-    """After changing the ConfigMap, wait this long before relabelling: kubelet propagates ConfigMap
-    volume updates to the MIG Manager's pod with a delay (about a minute by default)."""
-    retry_interval_s: float = 2.0
-    """Pause between eviction retries and between polls after a failed watch."""
-    conflict_retries: int = 8
-    """How often a 409 Conflict is answered by re-reading and re-applying before giving up."""
-    event_namespace: str = "default"
-    """Namespace of the Events recorded about nodes (``kubectl describe node`` lists them)."""
 
 
 @dataclass(frozen=True)
@@ -117,61 +89,8 @@ Progress = Callable[[str, str], None]
 """``progress(node, message)``: called after every persisted step (the CLI prints it on stderr)."""
 
 
-def seconds_text(seconds: float) -> str:
-    """``0.4s``, ``12s``, ``15m``: durations in messages as people read them."""
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    if seconds < 600 or seconds % 60:
-        return f"{seconds:.0f}s"
-    return f"{seconds / 60:.0f}m"
-
-
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
-class ConfigTarget:
-    """Where the plan's configs go, and what it takes to get them there."""
-
-    configmap: str
-    cluster_policy: str
-    repoint: bool
-    merge: mig_configmap.Merge
-    existing: dict[str, Any] | None
-    changed: bool
-
-
-def resolve_config_target(kube: Kube, plan: Plan, settings: ApplySettings) -> ConfigTarget:
-    policies = kube.list_cluster_policies()
-    if settings.cluster_policy:
-        policies = [p for p in policies if p["metadata"]["name"] == settings.cluster_policy]
-    if len(policies) != 1:
-        which = (
-            f"ClusterPolicy {settings.cluster_policy!r}"
-            if settings.cluster_policy
-            else "exactly one ClusterPolicy"
-        )
-        raise ApplyError(
-            f"expected {which} (clusterpolicies.nvidia.com), found {len(policies)}: is the GPU Operator installed?"
-        )
-    policy = policies[0]
-    cfg = ((policy.get("spec") or {}).get("migManager") or {}).get("config") or {}
-    pointed = str(cfg.get("name") or mig_configmap.OPERATOR_DEFAULT_CONFIGMAP)
-    target = settings.configmap or (
-        pointed if pointed != mig_configmap.OPERATOR_DEFAULT_CONFIGMAP else mig_configmap.GPUPILOT_CONFIGMAP
-    )
-    try:
-        existing = kube.get_configmap(settings.namespace, target)
-        sources = []
-        if pointed != target:
-            sources.append(mig_configmap.configs_of(kube.get_configmap(settings.namespace, pointed)))
-        sources.append(mig_configmap.configs_of(existing))
-    except mig_configmap.ConfigMapError as exc:
-        raise ApplyError(str(exc)) from exc
-    merged = mig_configmap.merge(existing=sources, wanted=mig_configmap.plan_configs(plan))
-    changed = existing is None or mig_configmap.configs_of(existing) != merged.configs
-    return ConfigTarget(target, policy["metadata"]["name"], pointed != target, merged, existing, changed)
 
 
 class Applier:
@@ -188,51 +107,10 @@ class Applier:
         self.progress: Progress = progress or (lambda node, msg: log.info("%s: %s", node, msg))
         self.clock: Clock = clock or SystemClock()
 
-    # -- step 1 ---------------------------------------------------------------------------------
-    def write_configs(self) -> ConfigTarget:
-        for _ in range(self.settings.conflict_retries):
-            target = resolve_config_target(self.kube, self.plan, self.settings)
-            try:
-                if target.changed:
-                    data = {mig_configmap.DATA_KEY: target.merge.render()}
-                    if target.existing is None:
-                        self.kube.create_configmap(self.settings.namespace, target.configmap, data)
-                    else:
-                        updated = dict(target.existing)
-                        updated["data"] = {**(target.existing.get("data") or {}), **data}
-                        self.kube.replace_configmap(updated)
-                    self.progress(
-                        "-",
-                        f"ConfigMap {self.settings.namespace}/{target.configmap}: added {len(target.merge.added)}, "
-                        f"kept {len(target.merge.kept)} config(s)",
-                    )
-                if target.repoint:
-                    policy = self.kube.list_cluster_policies()
-                    rv = next(p for p in policy if p["metadata"]["name"] == target.cluster_policy)[
-                        "metadata"
-                    ]["resourceVersion"]
-                    self.kube.patch_cluster_policy(
-                        target.cluster_policy,
-                        {
-                            "metadata": {"resourceVersion": rv},
-                            "spec": {"migManager": {"config": {"name": target.configmap}}},
-                        },
-                    )
-                    self.progress(
-                        "-",
-                        f"ClusterPolicy {target.cluster_policy}: migManager.config.name={target.configmap}",
-                    )
-                return target
-            except ConflictError as exc:
-                log.info("conflict writing configs, retrying: %s", exc)
-        raise ApplyError(
-            f"ConfigMap {target.configmap}: kept conflicting after {self.settings.conflict_retries} tries"
-        )
-
     # -- the whole run --------------------------------------------------------------------------
     def run(self) -> ApplyReport:
         nodes = list(self.plan.changed_nodes)
-        target = self.write_configs()
+        target = write_configs(self.kube, self.plan, self.settings, progress=self.progress)
         if (target.changed or target.repoint) and self.settings.configmap_sync_s > 0:
             self.progress(
                 "-",

@@ -14,7 +14,8 @@ import shlex
 from typing import Any
 
 from rightsizer import apply_protocol as proto
-from rightsizer.apply import ApplySettings, ConfigTarget, resolve_config_target
+from rightsizer.apply_configs import ConfigTarget, resolve_config_target
+from rightsizer.apply_settings import ApplySettings
 from rightsizer.kube import Kube, NotFoundError
 from rightsizer.mig_configmap import DATA_KEY, dump_yaml
 from rightsizer.plan import Plan

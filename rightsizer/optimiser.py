@@ -557,13 +557,33 @@ def _distribute(  # noqa: PLR0917
     assert not layouts, "more pooled layouts than GPUs"
     free = {(node, g.index): Counter(g.counts) for node, gs in plans.items() for g in gs}
     by_slot = {(node, g.index): g for node, gs in plans.items() for g in gs}
+    # Indexes of GPUs with a free slot of each profile, fleet-wide and per node (sets, kept exact).
+    anywhere: dict[str, set[tuple[str, int]]] = {}
+    on_node: dict[tuple[str, str], set[int]] = {}
+    for key, c in free.items():
+        for q, n in c.items():
+            if n > 0:
+                anywhere.setdefault(q, set()).add(key)
+                on_node.setdefault((q, key[0]), set()).add(key[1])
     want: Counter[tuple[str, str]] = Counter(res.serve)
-    for it in sorted(items, key=lambda i: -packing.size(model, i.klass)):
+    for it in sorted(items, key=lambda i: (-packing.size(model, i.klass), i.node, i.gpu)):
         options = [q for (k, q), n in want.items() if k == it.klass and n > 0]
-        spots = [(key, q) for q in options for key, c in free.items() if c[q] > 0]
-        assert spots, f"pooled packing left {it.klass} without a slot"
-        key, q = min(spots, key=lambda kq: (kq[0] != (it.node, it.gpu), kq[0][0] != it.node))
+        spot: tuple[tuple[str, int], str] | None = None
+        for q in options:  # own GPU, then own node, then anywhere
+            local = on_node.get((q, it.node), set())
+            if it.gpu in local:
+                spot = ((it.node, it.gpu), q)
+                break
+            if local and spot is None:
+                spot = ((it.node, min(local)), q)
+        if spot is None:
+            spot = next(((min(anywhere[q]), q) for q in options if anywhere.get(q)), None)
+        assert spot is not None, f"pooled packing left {it.klass} without a slot"
+        key, q = spot
         free[key][q] -= 1
+        if free[key][q] == 0:
+            anywhere[q].discard(key)
+            on_node[(q, key[0])].discard(key[1])
         want[(it.klass, q)] -= 1
         by_slot[key].items.append(_served(it, q))
     updated: dict[str, NodeProposal] = {}

@@ -129,8 +129,14 @@ def _pack(
     if uniform:
         return pack_uniform(model, demand, gpus=gpus)
     started = time.perf_counter()
+    lb = lp_lower_bound(model, demand, gpus=gpus)
+    greedy = pack_greedy(model, demand, gpus=gpus)
+    if greedy.feasible and greedy.gpus == lb:
+        # The LP bound proves the greedy answer optimal: fewest GPUs, and every device served by
+        # its own class (no idle allocated slices, no profile change). No MILP needed.
+        return _with_time(PackResult(greedy.layouts, greedy.serve, "greedy", "optimal", lb), started)
     try:
-        res = _milp(model, demand, gpus=gpus, time_limit=time_limit)
+        res = _milp(model, demand, gpus=gpus, time_limit=time_limit, lb=lb)
     except (ValueError, RuntimeError) as exc:  # pragma: no cover - solver trouble: fall back
         res = None
         note = f"MILP failed ({exc}); greedy used"
@@ -138,8 +144,6 @@ def _pack(
         note = ""
     if res is not None and res.feasible:
         return _with_time(res, started)
-    greedy = pack_greedy(model, demand, gpus=gpus)
-    lb = res.lower_bound if res is not None else lp_lower_bound(model, demand)
     notes: tuple[str, ...] = (note,) if note else ()
     if res is not None and res.status == "time-limit":
         notes += ("MILP hit its time limit without a feasible answer; greedy used",)
@@ -242,9 +246,12 @@ def lp_lower_bound(model: GpuModel, demand: Mapping[str, int], *, gpus: int | No
     return math.ceil(float(np.sum(res.x[: len(layouts)])) - 1e-6)
 
 
-def _milp(model: GpuModel, demand: Mapping[str, int], *, gpus: int, time_limit: float) -> PackResult:
+def _milp(
+    model: GpuModel, demand: Mapping[str, int], *, gpus: int, time_limit: float, lb: int | None = None
+) -> PackResult:
     cost, cons, integ, bounds, pairs, layouts = _build(model, demand, gpus)
-    lb = lp_lower_bound(model, demand, gpus=gpus)
+    if lb is None:
+        lb = lp_lower_bound(model, demand, gpus=gpus)
     res = milp(
         cost,
         constraints=cons,
@@ -334,41 +341,60 @@ def pack_uniform(model: GpuModel, demand: Mapping[str, int], *, gpus: int) -> Pa
     return best[1]
 
 
+@lru_cache(maxsize=65536)
+def fits_layout(model: GpuModel, layout: Layout) -> bool:
+    """:func:`mig_geometry.placement.fits`, memoised: a model has at most a few hundred layouts."""
+    return fits(model, dict(layout))
+
+
+def _plus(layout: Layout, name: str) -> Layout:
+    counts = dict(layout)
+    counts[name] = counts.get(name, 0) + 1
+    return as_layout(counts)
+
+
 def complete(model: GpuModel, counts: Mapping[str, int]) -> dict[str, int]:
-    """Add instances (largest first) until nothing else fits: spare capacity stays schedulable."""
-    out = dict(counts)
+    """Add instances (smallest first, as the MILP's tie-break does) until nothing else fits, so spare
+    capacity stays schedulable as the most devices."""
+    layout = as_layout(dict(counts))
+    order = sorted(plain_profiles(model), key=lambda p: (p.compute_slices, p.memory_slices))
     changed = True
     while changed:
         changed = False
-        for q in sorted(plain_profiles(model), key=lambda p: (-p.compute_slices, -p.memory_slices)):
-            trial = {**out, q.name: out.get(q.name, 0) + 1}
-            if fits(model, trial):
-                out = trial
+        for q in order:
+            trial = _plus(layout, q.name)
+            if fits_layout(model, trial):
+                layout = trial
                 changed = True
                 break
-    return {k: v for k, v in out.items() if v}
+    return dict(layout)
 
 
 def pack_greedy(model: GpuModel, demand: Mapping[str, int], *, gpus: int) -> PackResult:
-    """First-fit decreasing; a device that fits no open GPU opens a new one (upsizing if it must)."""
-    items = sorted(
-        (k for k, v in demand.items() for _ in range(v)),
-        key=lambda k: (-size(model, k), k),
-    )
-    open_gpus: list[dict[str, int]] = []
-    serve: Counter[tuple[str, str]] = Counter()
+    """Best-fit decreasing: each device (largest first) joins the fullest open GPU it fits on, else
+    opens a new one. GPUs are tracked by layout, so a step costs O(distinct layouts), not O(GPUs)."""
+    items = sorted((k for k, v in demand.items() for _ in range(v)), key=lambda k: (-size(model, k), k))
+    open_gpus: Counter[Layout] = Counter()
+    opened = 0
     for k in items:
-        placed = False
-        for counts in open_gpus:
-            trial = {**counts, k: counts.get(k, 0) + 1}
-            if fits(model, trial):
-                counts[k] = trial[k]
-                placed = True
-                break
-        if not placed:
-            if len(open_gpus) >= gpus:
+        best: Layout | None = None
+        best_key: tuple[int, Layout] | None = None
+        for sig, n in open_gpus.items():
+            if n <= 0 or not fits_layout(model, _plus(sig, k)):
+                continue
+            key = (-sum(size(model, name) * c for name, c in sig), sig)
+            if best_key is None or key < best_key:
+                best, best_key = sig, key
+        if best is None:
+            if opened >= gpus:
                 return PackResult((), {}, "greedy", "infeasible", 0)
-            open_gpus.append({k: 1})
-        serve[(k, k)] += 1
-    layouts = tuple(as_layout(complete(model, c)) for c in open_gpus)
-    return PackResult(layouts, dict(serve), "greedy", "heuristic", 0)
+            opened += 1
+            open_gpus[as_layout({k: 1})] += 1
+        else:
+            open_gpus[best] -= 1
+            open_gpus[_plus(best, k)] += 1
+    layouts: list[Layout] = []
+    for sig, n in sorted(open_gpus.items()):
+        layouts += [as_layout(complete(model, dict(sig)))] * n
+    serve = {(k, k): v for k, v in demand.items() if v > 0}
+    return PackResult(tuple(layouts), serve, "greedy", "heuristic", 0)

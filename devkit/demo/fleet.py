@@ -192,7 +192,8 @@ def render(url: str) -> list[str]:
     waste = promql.query(url, "gpupilot:fleet_waste:gpu_equivalents")
     if waste:
         lines.append(
-            f"fleet waste now: {waste[0].value:.2f} GPU-equivalents of allocated compute doing nothing"
+            f"fleet waste now: {waste[0].value:.2f} GPU-equivalents of allocated compute doing nothing "
+            "(gpupilot:fleet_waste:gpu_equivalents)"
         )
     idle = [(g, d) for g in gpus for d in g.devices if d.state == "idle"]
     if idle:

@@ -23,7 +23,7 @@ from typing import BinaryIO
 import yaml
 
 from devkit import history as sim_history
-from devkit.demo import rulesubset
+from devkit.demo import procs, rulesubset
 from devkit.demo.console import StepFailed
 from devkit.demo.settings import DemoSettings
 from devkit.prometheus import PrometheusError
@@ -85,7 +85,7 @@ def ensure_history(settings: DemoSettings, *, log: Path) -> tuple[Path, str]:
         age = (now - old.built_at) / 60
         return (
             data,
-            f"reused {old.days:g} days of history built {age:.0f} min ago (same scenario, days, step)",
+            f"reused {old.days:g} days of history built {age:.0f} min ago (same scenario, rules, days and step)",
         )
     if settings.history_dir.exists():
         shutil.rmtree(settings.history_dir)
@@ -100,9 +100,12 @@ def ensure_history(settings: DemoSettings, *, log: Path) -> tuple[Path, str]:
     ]  # fmt: skip
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        assert proc.stderr is not None
-        code = _relay_progress(proc, out)
+        proc = procs.popen_in_own_group(cmd, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        try:
+            code = _relay_progress(proc, out)
+        finally:
+            # Interrupted (Ctrl-C, SIGTERM) or failed: the backfill and its promtool children go too.
+            procs.stop_group(proc)
     if code != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
         shutil.rmtree(settings.history_dir, ignore_errors=True)

@@ -20,19 +20,22 @@ SECTION_STEPS = 5
 MARKER = "GPUPILOT_DEMO_DIR"
 
 
+def preflight_error(settings: DemoSettings) -> str | None:
+    """What makes the demo impossible, as one line saying what to do; None when it can run."""
+    if not shutil.which("prometheus") or not shutil.which("promtool"):
+        return "prometheus/promtool not found: run 'make demo' (installs Debian's prometheus as root)"
+    if not settings.scenario.is_file():
+        return f"{settings.scenario} not found: set DEMO_SCENARIO to a fleet scenario file"
+    return None
+
+
 def check_prerequisites(con: Console, settings: DemoSettings) -> None:
-    missing = [tool for tool in ("prometheus", "promtool", "kubectl") if not shutil.which(tool)]
-    if "prometheus" in missing or "promtool" in missing:
-        raise SystemExit(
-            "error: prometheus/promtool not found: run 'make demo' (installs Debian's prometheus as root)"
-        )
-    if missing:
+    if not shutil.which("kubectl"):
         con.note("kubectl not found: the raw custom.metrics answer will be skipped")
-    if not settings.scenario.exists():
-        raise StepFailed(f"{settings.scenario} not found: set DEMO_SCENARIO to a fleet scenario file")
-    con.note(
-        f"scenario {settings.scenario.relative_to(settings.root) if settings.scenario.is_relative_to(settings.root) else settings.scenario}"
-    )
+    shown = settings.scenario
+    if shown.is_relative_to(settings.root):
+        shown = shown.relative_to(settings.root)
+    con.note(f"prometheus {shutil.which('prometheus')}, scenario {shown}")
 
 
 def run(settings: DemoSettings, con: Console) -> int:
@@ -126,6 +129,10 @@ def main() -> int:
         settings = from_env()
     except SettingsError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    problem = preflight_error(settings)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     raise_on_signals()
     settings.work.mkdir(parents=True, exist_ok=True)

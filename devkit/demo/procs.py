@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 PR_SET_PDEATHSIG = 1
 
@@ -117,6 +118,27 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals, *, only_if
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, sig)
+
+
+def stop_group(proc: subprocess.Popen[bytes], *, grace: float = 10.0) -> None:
+    """SIGTERM a child started with ``start_new_session=True`` and its group; SIGKILL after ``grace``."""
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc, signal.SIGKILL)
+        proc.wait(timeout=5)
+    _signal_group(proc, signal.SIGKILL, only_if_alive=False)
+
+
+def popen_in_own_group(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """A one-off child (e.g. the backfill) in its own process group that dies with the demo."""
+    return subprocess.Popen(
+        list(argv),
+        start_new_session=True,
+        preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
+        **kwargs,
+    )
 
 
 class Interrupted(Exception):

@@ -84,7 +84,9 @@ def test_prometheus_down_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert err.startswith("gpupilot-adapter explain-hpa: Prometheus at http://127.0.0.1:9 unreachable")
 
 
-def test_object_and_external_metrics(prom: PromEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_object_and_external_metrics(
+    prom: PromEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     hpa = tmp_path / "hpa.yaml"
     hpa.write_text(
         """
@@ -109,10 +111,16 @@ spec:
       resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
 """
     )
-    code = main(["explain-hpa", "-f", str(hpa), "--prometheus-url", prom.url, "--selector", "app=llm-inference"])
+    code = main(
+        ["explain-hpa", "-f", str(hpa), "--prometheus-url", prom.url, "--selector", "app=llm-inference"]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("  ") and "/" in line.split()[0]}
+    rows = {
+        line.split()[0]: line.split()
+        for line in out.splitlines()
+        if line.startswith("  ") and "/" in line.split()[0]
+    }
     # Object AverageValue: 36 queued in the namespace, 10 per replica → ceil(3.6) = 4
     assert rows["namespaces/ai-serving/inference_queue_depth"][4] == "36"
     assert rows["namespaces/ai-serving/inference_queue_depth"][6] == "4"

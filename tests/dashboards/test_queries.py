@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from tests.dashboards import panels
+from tests.rules import recorded
 
 RANGE_S = 6 * 3600
 STEP_S = 300
@@ -45,6 +46,7 @@ class Prom:
 
 @pytest.fixture(scope="module")
 def prom(prometheus_history: Any) -> Prom:
+    recorded.wait_for_records(prometheus_history.url)
     return Prom(prometheus_history.url, time.time())
 
 

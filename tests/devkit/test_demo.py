@@ -3,6 +3,7 @@ second run reuses the history and stops every process on SIGTERM, and bad settin
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from devkit.demo import history
-from devkit.demo.console import table
+from devkit.demo.console import Console, StepFailed, table
 from devkit.demo.main import MARKER
 from devkit.demo.settings import SettingsError, from_env
 
@@ -177,6 +178,38 @@ def test_bad_settings_fail_with_one_line(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "DEMO_DAYS='-3'" in proc.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "devkit.demo"],
+        cwd=ROOT,
+        env=demo_env(tmp_path, DEMO_SCENARIO=str(tmp_path / "nope.yaml")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert (
+        missing.stderr.strip()
+        == f"error: {tmp_path / 'nope.yaml'} not found: set DEMO_SCENARIO to a fleet scenario file"
+    )
+    assert not (tmp_path / "history").exists(), "nothing is started or written for an impossible run"
+
+
+def test_a_failing_step_prints_one_line_and_the_rest_goes_on() -> None:
+    out = io.StringIO()
+    con = Console(total_steps=2, out=out)
+    with con.step("first"):
+        raise StepFailed("gpupilot-adapter is not available in this checkout yet")
+    with con.step("second"):
+        con.note("ran")
+    text = out.getvalue()
+    assert (
+        "==> [1/2] first\n      ✗ skipped: gpupilot-adapter is not available in this checkout yet\n" in text
+    )
+    assert "==> [2/2] second\n      ran\n      ok (" in text
+    assert con.degraded == ["first: gpupilot-adapter is not available in this checkout yet"]
+    with pytest.raises(KeyboardInterrupt), con.step("third"):
+        raise KeyboardInterrupt  # anything else propagates, so the demo's clean-up runs
 
 
 def test_history_is_reused_only_for_the_same_scenario_rules_days_and_step(tmp_path: Path) -> None:
@@ -209,3 +242,32 @@ def test_table_aligns_columns() -> None:
     assert lines[0] == "NODE           BUSY"
     assert lines[2] == "gpu-a             3"
     assert lines[3] == "gpu-long-name    12"
+
+
+def test_sigterm_during_the_backfill_leaves_nothing_behind(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "devkit.demo"],
+        cwd=ROOT,
+        env=demo_env(tmp_path, DEMO_DAYS="3", DEMO_EXIT="1"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            if "History:" in line:
+                break
+        deadline = time.monotonic() + 30
+        while not any("backfill" in p for p in leftovers(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert any("backfill" in p for p in leftovers(tmp_path)), "the backfill should be running"
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "SIGTERM received: stopping." in rest
+    assert proc.returncode == 128 + signal.SIGTERM
+    time.sleep(0.5)
+    assert leftovers(tmp_path) == []

@@ -60,7 +60,8 @@ class MigManagerSettings:
     with_reboot: bool = False
     """``WITH_REBOOT=true``: a MIG mode change passes through ``rebooting``."""
     reboot_s: float = 0.02
-    poll_s: float = 0.005
+    poll_s: float = 0.05
+    """Fallback poll; every store write wakes the manager at once anyway."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.kubedouble import patching, selectors
-from tests.kubedouble.store import KINDS, Kind, Store, find_kind, now_rfc3339, storage_key
+from tests.kubedouble.discovery import discovery
+from tests.kubedouble.store import Kind, Store, find_kind, now_rfc3339, storage_key
 
 _CORE = re.compile(
     r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>[a-z]+))?/?$"
@@ -290,61 +291,6 @@ class Api:
     def close(self) -> None:
         for t in self._timers:
             t.cancel()
-
-
-_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
-
-
-def discovery(path: str) -> dict[str, Any] | None:
-    """Legacy discovery documents (``/api``, ``/apis``, ``/api/v1``, ``/apis/{group}/{version}``) for kubectl."""
-    path = path.rstrip("/")
-    groups: dict[str, list[Kind]] = {}
-    for k in KINDS:
-        groups.setdefault(k.api_version, []).append(k)
-    if path == "/api":
-        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
-    if path == "/apis":
-        return {
-            "kind": "APIGroupList",
-            "apiVersion": "v1",
-            "groups": [
-                {
-                    "name": gv.split("/")[0],
-                    "versions": [{"groupVersion": gv, "version": gv.split("/")[1]}],
-                    "preferredVersion": {"groupVersion": gv, "version": gv.split("/")[1]},
-                }
-                for gv in groups
-                if "/" in gv
-            ],
-        }
-    gv = "v1" if path == "/api/v1" else path.removeprefix("/apis/") if path.startswith("/apis/") else None
-    if gv is None or gv not in groups:
-        return None
-    resources = []
-    for k in groups[gv]:
-        verbs = ["create"] if not k.storable else _VERBS
-        resources.append(
-            {
-                "name": k.plural,
-                "singularName": k.kind.lower(),
-                "namespaced": k.namespaced,
-                "kind": k.kind,
-                "verbs": verbs,
-            }
-        )
-        if k.plural == "pods":
-            resources.append(
-                {
-                    "name": "pods/eviction",
-                    "singularName": "",
-                    "namespaced": True,
-                    "kind": "Eviction",
-                    "group": "policy",
-                    "version": "v1",
-                    "verbs": ["create"],
-                }
-            )
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
 
 
 Route = tuple[Kind, str, str, str]  # kind, namespace, name, subresource

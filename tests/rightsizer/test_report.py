@@ -10,9 +10,9 @@ import time
 import pytest
 from PIL import Image
 
+from rightsizer import report_data as data_api
 from rightsizer.cli import main
 from rightsizer.plan import load_plan
-from rightsizer import report_data
 from rightsizer.prometheus import PrometheusClient
 from rightsizer.report import build_report, generate, write_report
 from tests.rightsizer.report_support import plan_with_evidence, report_data
@@ -175,8 +175,8 @@ def test_history_fills_trend_and_heatmap_over_the_whole_window(prometheus_histor
     """Rule results exist only since Prometheus started; the raw-series fallback covers the rest."""
     end = prometheus_history.end
     with PrometheusClient(prometheus_history.url) as client:
-        trend = report_data.fetch_trend(client, start=end - 7 * 86400, end=end, step=1800)
-        heat = report_data.fetch_heatmap(client, start=end - 7 * 86400, end=end)
+        trend = data_api.fetch_trend(client, start=end - 7 * 86400, end=end, step=1800)
+        heat = data_api.fetch_heatmap(client, start=end - 7 * 86400, end=end)
     assert sum(v is not None for v in trend.total) >= 0.95 * len(trend.times)
     assert sum(v is not None for v in trend.idle) >= 0.95 * len(trend.times)
     assert max(v for v in trend.total if v is not None) > 0

@@ -11,6 +11,7 @@ import pytest
 import requests
 import yaml
 
+from tests.rules import recorded
 from tests.rules.test_rules import ALERTS
 
 
@@ -19,6 +20,12 @@ def _query(url: str, expr: str, at: float) -> list[dict[str, Any]]:
     assert body["status"] == "success", f"{expr}: {body.get('error')}"
     result: list[dict[str, Any]] = body["data"]["result"]
     return result
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _recorded(prometheus_history: Any) -> None:
+    """Every recording rule has data (level-2 groups lag level-1 by one evaluation)."""
+    recorded.wait_for_records(prometheus_history.url)
 
 
 @pytest.fixture(scope="module")

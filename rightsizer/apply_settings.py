@@ -1,0 +1,45 @@
+"""Settings and errors shared by ``apply``, its config writer and ``--dry-run``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ApplyError(RuntimeError):
+    """Apply cannot start (no ClusterPolicy, unreadable ConfigMap, …); one line, nothing was changed on nodes."""
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    namespace: str = "gpu-operator"
+    """Namespace of the GPU Operator (where the MIG Manager reads its ConfigMap)."""
+    configmap: str | None = None
+    """ConfigMap to write; ``None``: the one the ClusterPolicy points at unless that is the operator's
+    default (which the operator owns and rewrites), else ``gpupilot-mig-parted-config``."""
+    cluster_policy: str | None = None
+    """ClusterPolicy name; ``None``: the only one in the cluster."""
+    max_parallel: int = 1
+    """Nodes reconfigured at the same time (a batch); a failure stops later batches."""
+    timeout_s: float = 900.0
+    """Per node: how long the MIG Manager may take from relabel to ``success`` (it waits up to 5 min
+    for operands to stop, then reconfigures; a reboot takes longer)."""
+    eviction_timeout_s: float = 300.0
+    """Per node: how long evictions may be refused (429, PodDisruptionBudget) or pods take to go."""
+    configmap_sync_s: float = 60.0
+    """After changing the ConfigMap, wait this long before relabelling: kubelet propagates ConfigMap
+    volume updates to the MIG Manager's pod with a delay (about a minute by default)."""
+    retry_interval_s: float = 2.0
+    """Pause between eviction retries and between polls after a failed watch."""
+    conflict_retries: int = 8
+    """How often a 409 Conflict is answered by re-reading and re-applying before giving up."""
+    event_namespace: str = "default"
+    """Namespace of the Events recorded about nodes (``kubectl describe node`` lists them)."""
+
+
+def seconds_text(seconds: float) -> str:
+    """``0.4s``, ``12s``, ``15m``: durations in messages as people read them."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 600 or seconds % 60:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m"
