@@ -9,6 +9,7 @@ SubjectAccessReview), :meth:`MetricsApi.answer` returns (status, JSON body). Err
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -96,8 +97,14 @@ def status(code: int, reason: str, message: str, *, details: Json | None = None)
     return body
 
 
+@functools.lru_cache(maxsize=64)
+def _rfc3339(second: int) -> str:
+    return dt.datetime.fromtimestamp(second, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def rfc3339(ts: float) -> str:
-    return dt.datetime.fromtimestamp(int(ts), tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """All items of an answer share one evaluation time: format each second once."""
+    return _rfc3339(int(ts))
 
 
 def label_selector_object(selector: Selector) -> Json | None:

@@ -18,6 +18,7 @@ denied answers cached for ``ttl`` seconds; ``none`` allows everything (local use
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import NameOID
 
 from adapter.api import RequestInfo
@@ -61,7 +63,16 @@ def load_pem_certs(pem: bytes, *, source: str) -> tuple[x509.Certificate, ...]:
     return certs
 
 
-def _issued_by(cert: x509.Certificate, cas: Iterable[x509.Certificate]) -> bool:
+def _issued_by(cert: x509.Certificate, cas: tuple[x509.Certificate, ...]) -> bool:
+    """Whether a CA in ``cas`` signed ``cert`` (memoised: a proxy reuses one certificate)."""
+    return _issued_by_cached(cert.fingerprint(_SHA256), cert, cas)
+
+
+_SHA256 = hashes.SHA256()
+
+
+@functools.lru_cache(maxsize=1024)
+def _issued_by_cached(_fp: bytes, cert: x509.Certificate, cas: tuple[x509.Certificate, ...]) -> bool:
     for ca in cas:
         try:
             cert.verify_directly_issued_by(ca)

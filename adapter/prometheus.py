@@ -10,6 +10,7 @@ Metric names for discovery come from ``/api/v1/label/__name__/values`` through p
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import urllib.parse
@@ -69,7 +70,7 @@ class PrometheusClient:
         form = {"query": promql}
         if at is not None:
             form["time"] = f"{at:.3f}"
-        body = urllib.parse.urlencode(form)
+        body = _encode(tuple(form.items()))
         headers = {**self._headers, "Content-Type": "application/x-www-form-urlencoded"}
         start = time.perf_counter()
         try:
@@ -134,6 +135,12 @@ class PrometheusMetrics:
             ["purpose"],
             registry=registry,
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _encode(form: tuple[tuple[str, str], ...]) -> str:
+    """Form-encode a query; repeated HPA queries (with large pod sets) are encoded once."""
+    return urllib.parse.urlencode(form)
 
 
 def _short(exc: BaseException) -> str:

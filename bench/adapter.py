@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 import requests
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -101,6 +102,9 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     failures: dict[str, int] = field(default_factory=dict)
     behind: float = 0.0
+    adapter_cpu_s: float = 0.0
+    """CPU seconds the adapter process used during the scenario (0 for baseline scenarios)."""
+    prometheus_cpu_s: float = 0.0
     """Largest delay between a request's schedule and its send (load generator saturation)."""
 
     def fail(self, why: str) -> None:
@@ -124,6 +128,8 @@ class Result:
             "p99_ms": round(self.pct(99), 1),
             "max_ms": round(self.pct(100), 1),
             "max_send_lag_ms": round(self.behind * 1000, 1),
+            "adapter_cpu_ms_per_request": round(self.adapter_cpu_s * 1000 / max(total, 1), 2),
+            "prometheus_cpu_ms_per_request": round(self.prometheus_cpu_s * 1000 / max(total, 1), 2),
         }
 
 
@@ -239,6 +245,13 @@ def _mint_tls(directory: Path) -> tuple[Path, Path, Path, Path]:
     return ca_path, server_cert, server_key, directory / "client.pem"
 
 
+def _cpu(ps: psutil.Process | None) -> float:
+    if ps is None:
+        return 0.0
+    t = ps.cpu_times()
+    return float(t.user + t.system)
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -342,26 +355,37 @@ def _run(root: Path, seconds: float) -> dict[str, object]:
             warm = requests.Session()
             adapter_call(f"app={TARGET}", PODS_PER_DEPLOYMENT)(warm)
             adapter_call("tier=gpu", total_pods)(warm)
-            results = [
-                serial(
+            adapter_ps = psutil.Process(proc.pid)
+            prom_ps = psutil.Process(prom._proc.pid) if prom._proc is not None else None
+            scenarios: list[Callable[[], Result]] = [
+                lambda: serial(
                     "gpupilot hpa-500 serial",
                     SERIAL_REQUESTS,
                     adapter_call(f"app={TARGET}", PODS_PER_DEPLOYMENT),
                 ),
-                serial(
+                lambda: serial(
                     "baseline regex-500 serial", SERIAL_REQUESTS, baseline_call(url_500, PODS_PER_DEPLOYMENT)
                 ),
-                open_loop(
+                lambda: open_loop(
                     "gpupilot hpa-500", RATE_500, seconds, adapter_call(f"app={TARGET}", PODS_PER_DEPLOYMENT)
                 ),
-                open_loop(
+                lambda: open_loop(
                     "baseline regex-500 (GET)", RATE_500, seconds, baseline_call(url_500, PODS_PER_DEPLOYMENT)
                 ),
-                open_loop("gpupilot hpa-5000", RATE_5000, seconds, adapter_call("tier=gpu", total_pods)),
-                open_loop(
+                lambda: open_loop(
+                    "gpupilot hpa-5000", RATE_5000, seconds, adapter_call("tier=gpu", total_pods)
+                ),
+                lambda: open_loop(
                     "baseline regex-5000 (GET)", RATE_5000, seconds, baseline_call(url_5000, total_pods)
                 ),
             ]
+            results = []
+            for scenario in scenarios:
+                before = (_cpu(adapter_ps), _cpu(prom_ps))
+                result = scenario()
+                result.adapter_cpu_s = _cpu(adapter_ps) - before[0]
+                result.prometheus_cpu_s = _cpu(prom_ps) - before[1]
+                results.append(result)
             rss = peak_rss_mib(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -394,13 +418,15 @@ def render(res: dict[str, object]) -> str:
     lines = [
         f"adapter benchmark: {res['pods_in_prometheus']} pods in Prometheus, {res['seconds_per_scenario']} s per scenario, "
         f"{res['cpus']} CPUs, load average {res['load_average_1m_at_end']} at the end",
-        f"{'scenario':<28}{'rate/s':>7}{'ok':>7}{'fail':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}",
+        f"{'scenario':<28}{'rate/s':>7}{'ok':>7}{'fail':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+        f"{'adapter CPU ms/req':>20}{'prom CPU ms/req':>17}",
     ]
     for r in res["scenarios"]:  # type: ignore[attr-defined]
         fails = sum(r["failures"].values())
         rate = f"{r['rate_per_s']:g}" if r["rate_per_s"] else "serial"
         lines.append(
             f"{r['scenario']:<28}{rate:>7}{r['ok']:>7}{fails:>6}{r['p50_ms']:>9}{r['p99_ms']:>9}{r['max_ms']:>9}"
+            f"{r['adapter_cpu_ms_per_request']:>20}{r['prometheus_cpu_ms_per_request']:>17}"
         )
         if r["failures"]:
             lines.append(f"    failures: {r['failures']}")

@@ -319,7 +319,7 @@ def main(argv: list[str]) -> int:
     )
     rows = [
         ("current layouts", used_now, 0, "-"),
-        ("gpupilot (MILP per node)", ours, used_now - ours, f"{gap:+.2f} % vs per-node LP bound {bound}"),
+        ("gpupilot, exact per node", ours, used_now - ours, f"{gap:+.2f} % vs per-node LP bound {bound}"),
         (
             "gpupilot --allow-moves",
             ours_moves,
@@ -351,7 +351,9 @@ def main(argv: list[str]) -> int:
     for name, used, freed, note in rows:
         print(f"{name.ljust(width)}  {used:>11}  {freed:>10}  {note}")
     changed = sum(1 for p in fleet.nodes if p.changed)
+    methods = Counter(f"{p.method}/{p.status}" for p in fleet.nodes)
     print(f"\nnodes changed: {changed}; slices freed: {sum(p.slices_freed for p in fleet.nodes)}")
+    print("per-node solver: " + ", ".join(f"{m} {n}" for m, n in sorted(methods.items())))
     goals = [
         ("plan ≤ 60 s", t_plan <= 60),
         ("RSS ≤ 2 GiB", rss <= 2048),

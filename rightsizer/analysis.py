@@ -96,6 +96,14 @@ def _activity_queries(*, rule: bool, rng: str, sub: str, threshold: float) -> di
         "idle_hours": f"count_over_time(({hourly('avg_over_time', True)} < {threshold:g})[{sub}:1h])",
         "coverage_hours": f"count_over_time({hourly('count_over_time', False)}[{sub}:1h])",
         "fb_peak_mib": f"max by ({BY}) (max_over_time(DCGM_FI_DEV_FB_USED[{rng}]))",
+        # Without profiling metrics (Ampere MIG instances have no GPM), an hour in which the device
+        # ran no compute process is still an idle hour; p95 stays unknown.
+        "proc_idle_hours": (
+            f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_compute_processes[1h])) == 0)[{sub}:1h])"
+        ),
+        "proc_coverage_hours": (
+            f"count_over_time((max by ({BY}) (count_over_time(gpupilot_device_compute_processes[1h])))[{sub}:1h])"
+        ),
         "allocated_hours": (
             f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_pod_info[1h])))[{sub}:1h])"
         ),
@@ -140,7 +148,7 @@ def window_stats(
     if not parts:
         return pd.DataFrame(columns=[*IDENT]), rule_chunks
     long = pd.concat(parts, ignore_index=True)
-    summed = ["idle_hours", "coverage_hours", "allocated_hours"]
+    summed = ["idle_hours", "coverage_hours", "allocated_hours", "proc_idle_hours", "proc_coverage_hours"]
     agg = long.groupby([*IDENT, "stat"], as_index=False)["value"].agg(["max", "sum"])
     agg["value"] = agg["max"].where(~agg["stat"].isin(summed), agg["sum"])
     wide = agg.pivot_table(index=list(IDENT), columns="stat", values="value", aggfunc="first")
@@ -278,6 +286,7 @@ def analyse(
         rows[tuple(str(rec.get(k, "")) for k in IDENT)] = {str(k): v for k, v in rec.items()}
     window_h = settings.window_s / 3600.0
     devices: list[DeviceStats] = []
+    proc_only = 0
     for node in nodes:
         for gpu in node.gpus:
             model = gpu.model
@@ -300,6 +309,13 @@ def analyse(
                     )
                 r = row or {}
                 coverage = _opt(r, "coverage_hours") or 0.0
+                idle = _opt(r, "idle_hours") or 0.0
+                if not coverage and (_opt(r, "proc_coverage_hours") or 0.0) > 0:
+                    idle = _opt(r, "proc_idle_hours") or 0.0
+                    coverage_note = True
+                else:
+                    coverage_note = False
+                proc_only += coverage_note
                 devices.append(
                     DeviceStats(
                         node=node.name,
@@ -313,8 +329,10 @@ def analyse(
                         p95=_opt(r, "p95") if coverage else None,
                         max=_opt(r, "max") if coverage else None,
                         fb_peak_mib=_opt(r, "fb_peak_mib"),
-                        idle_hours=_opt(r, "idle_hours") or 0.0,
-                        coverage_hours=coverage,
+                        idle_hours=idle,
+                        coverage_hours=coverage
+                        if not coverage_note
+                        else _opt(r, "proc_coverage_hours") or 0.0,
                         window_hours=window_h,
                     )
                 )
@@ -326,6 +344,10 @@ def analyse(
     if rule_chunks < n_chunks:
         notes.append(
             f"{RULE} covered {rule_chunks} of {n_chunks} day(s) of the window; raw DCGM series used for the rest"
+        )
+    if proc_only:
+        notes.append(
+            f"{proc_only} device(s) without profiling metrics: idle hours from compute processes, activity unknown"
         )
     unknown = sum(1 for d in devices if d.unknown)
     if unknown:

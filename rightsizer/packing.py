@@ -14,8 +14,10 @@ devices served by profile q (integral at a vertex once ``x`` is integral: a tran
                Σ_k z_kq ≤ Σ_L n(L,q)·x_L          slots of profile q exist
                Σ_L x_L ≤ G                        GPUs available
 
-The LP relaxation's ``ceil(Σ x_L)`` is the lower bound reported beside the answer. With a time limit
-HiGHS may stop early; then its best feasible answer is used, or the greedy one if it has none.
+The LP relaxation's ``ceil(Σ x_L)`` is the lower bound reported beside the answer. A best-fit
+decreasing greedy runs first: when it reaches that bound it is optimal (it serves every device with
+its own class, so it has no waste either) and the MILP is skipped. With a time limit HiGHS may stop
+early; then its best feasible answer is used, or the greedy one if it has none.
 Uniform layouts (``nvidia.com/mig.strategy=single``) are solved exactly by enumeration.
 """
 

@@ -9,10 +9,11 @@ required keys are one-line :class:`PlanError`\\ s)::
       "created_at": "2026-11-29T23:40:00Z",
       "window": {"start": "...Z", "end": "...Z", "duration": "7d"},
       "prometheus_url": "http://prometheus:9090",
-      "settings": {"max_nodes": 10, "allow_moves": false, "time_limit_s": 20.0,
+      "settings": {"max_nodes": 10, "allow_moves": false, "time_limit_s": 20.0, "keep_profiles": false,
                    "idle_threshold": 0.05, "headroom": 0.2},
-      "solver": {"method": "milp" | "greedy" | "none", "status": "optimal" | "time-limit" | ...,
-                 "lower_bound_gpus": 12, "seconds": 0.8},
+      "solver": {"method": "greedy+milp+uniform",   # the per-node methods used, '+'-joined, or "none"
+                 "status": "optimal" | "time-limit" | "heuristic",   # worst among changed nodes
+                 "lower_bound_gpus": 12, "seconds": 0.8},  # LP bound on GPUs in use after the plan
       "totals": {"nodes": 4, "nodes_changed": 2, "gpus": 32, "gpus_needed": 20, "gpus_freed": 3,
                  "slices_freed": 11, "pods_disrupted": 5},
       "mig_parted_config": {"version": "v1", "mig-configs": {...}},   # every proposed config

@@ -48,7 +48,7 @@ def _evidence(node: NodePlan) -> str:
     if idle_free:
         lines.append(f"{len(idle_free)} unallocated device(s)")
     if unknown:
-        lines.append(f"{len(unknown)} device(s) without data (unknown)")
+        lines.append(f"{len(unknown)} device(s) with activity unknown (no data)")
     return "\n".join(lines) or "-"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -124,7 +125,24 @@ def wait_forever(con: Console, sup: Supervisor) -> None:
                 break
 
 
-def main() -> int:
+HELP_EPILOG = """environment:
+  DEMO_EXIT=1            show everything once, then stop (default: run until Ctrl-C)
+  DEMO_DAYS=N            days of history to backfill (default 14)
+  DEMO_STEP=120s         backfill sample spacing, seconds or minutes (default 120s)
+  DEMO_SCENARIO=FILE     fleet scenario (default examples/fleet-demo.yaml)
+  DEMO_SKIP_SECTIONS=1   start everything and print the URLs only
+  DEMO_DIR=DIR           working files (default .demo/ in the checkout)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        prog="python -m devkit.demo",
+        description="Simulated GPU fleet + real Prometheus + adapter + rightsizer on one machine "
+        "(what `make demo` runs). Settings come from the environment.",
+        epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     try:
         settings = from_env()
     except SettingsError as err:

@@ -73,6 +73,23 @@ def start_cluster_series(sup: Supervisor, settings: DemoSettings, ends: Endpoint
     return commands.shown("gpupilot-exporter", args, root=settings.root)
 
 
+class DemoPrometheus(prometheus.PrometheusServer):
+    """Scraped series without ``job``/``instance``, exactly as the backfill writes them.
+
+    Live samples then extend the backfilled series instead of starting new ones (whose
+    ``instance`` would also change with every run's free ports), so history and live data are one
+    series per device and nothing downstream sees duplicates.
+    """
+
+    def config(self) -> dict[str, object]:
+        cfg = super().config()
+        jobs = cfg.get("scrape_configs")
+        if isinstance(jobs, list):
+            for job in jobs:
+                job["metric_relabel_configs"] = [{"action": "labeldrop", "regex": "job|instance"}]
+        return cfg
+
+
 def start_prometheus(settings: DemoSettings, data: Path, ends: Endpoints) -> prometheus.PrometheusServer:
     rules = sorted((settings.root / "rules").glob("*.rules.yaml"))
     jobs = []
@@ -83,7 +100,7 @@ def start_prometheus(settings: DemoSettings, data: Path, ends: Endpoints) -> pro
         jobs.append(
             prometheus.ScrapeJob("kube-state-metrics", [ends.cluster.removeprefix("http://")], interval="5s")
         )
-    server = prometheus.PrometheusServer(
+    server = DemoPrometheus(
         data,
         rule_files=rules,
         scrape_jobs=jobs,
@@ -108,12 +125,23 @@ def wait_for_live_data(url: str, *, targets: int, timeout: float = 60.0) -> str:
         up = int(sum(s.value for s in promql.query(url, "up == 1")))
         rules = len(promql.query(url, "gpupilot:slice_activity:avg5m"))
         if up >= targets and rules and promql.query(url, "gpupilot:device_idle:bool"):
-            # Rule groups are evaluated independently: one more interval lets the rules built on
-            # these (fleet waste, idle slices per node) see them.
-            time.sleep(EVALUATION_SECONDS + 1)
-            return f"{up}/{targets} targets up, {rules} slices in gpupilot:slice_activity:avg5m"
+            # Rule groups are evaluated independently and the 5-minute means fill up with live
+            # scrapes: wait until the fleet-level result holds still for one evaluation.
+            settled = _wait_settled(url, "sum(gpupilot:fleet_waste:gpu_equivalents)", deadline=deadline)
+            return f"{up}/{targets} targets up, {rules} slices in gpupilot:slice_activity:avg5m{settled}"
         time.sleep(1)
     return f"{up}/{targets} targets up, {rules} slices with rule results after {timeout:.0f}s (continuing)"
+
+
+def _wait_settled(url: str, expr: str, *, deadline: float) -> str:
+    previous: list[float] | None = None
+    while time.monotonic() < deadline:
+        time.sleep(EVALUATION_SECONDS + 1)
+        current = [round(s.value, 6) for s in promql.query(url, expr)]
+        if current == previous:
+            return ""
+        previous = current
+    return f" ({expr} still changing)"
 
 
 def start_adapter(sup: Supervisor, settings: DemoSettings, tls: DemoTls, ends: Endpoints) -> str:

@@ -57,13 +57,22 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _repo_root() -> Path:
+    """The checkout the demo runs from: the current directory when it holds the project, else the
+    one this package was loaded from (an editable install), so `make demo` works from anywhere."""
+    cwd = Path.cwd()
+    if (cwd / "pyproject.toml").is_file() and (cwd / "rules").is_dir():
+        return cwd
+    return Path(__file__).resolve().parents[2]
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").lower() not in {"", "0", "false", "no"}
 
 
 def from_env(env: Mapping[str, str] | None = None, *, root: Path | None = None) -> DemoSettings:
     env = os.environ if env is None else env
-    base = (root or Path.cwd()).resolve()
+    base = (root or _repo_root()).resolve()
     scenario = Path(env.get("DEMO_SCENARIO", "examples/fleet-demo.yaml"))
     if not scenario.is_absolute():
         scenario = base / scenario

@@ -185,6 +185,7 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
         ("", "pods", "list"),
         ("", "pods/eviction", "create"),
         ("nvidia.com", "clusterpolicies", "get"),
+        ("nvidia.com", "clusterpolicies", "list"),
         ("nvidia.com", "clusterpolicies", "patch"),
         ("", "events", "create"),
     ]:

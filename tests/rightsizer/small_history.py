@@ -5,6 +5,8 @@ node-a  H100 80GB, mixed, GPU0 all-balanced: 3g (infer-a, ~8 % busy), 2g (train,
         7×1g.10gb with one allocated to batch-1 that has no activity data (unknown).
 node-b  H100 80GB, strategy single, 2 GPUs of 7×1g.10gb; svc-b's 3 pods use 1g at ~10 %.
 node-c  L4 (no MIG), one whole GPU held by web/l4-svc at ~10 % utilisation.
+node-d  A100 40GB (no GPM: no profiling metrics), 7×1g.5gb; ml/amp-0 runs a compute process from
+        06:00 to 18:00 UTC only, the other instances none.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def write_history(path: Path, *, end: float) -> float:
         "DCGM_FI_DEV_GPU_UTIL": "gauge",
         "kube_node_labels": "gauge",
         "kube_pod_owner": "gauge",
+        "gpupilot_device_compute_processes": "gauge",
     }
 
     def add(name: str, labels: dict[str, str], t: float, v: float) -> None:
@@ -215,6 +218,42 @@ def write_history(path: Path, *, end: float) -> float:
         add("gpupilot_device_pod_info", dl, t, 1)
         add("DCGM_FI_DEV_GPU_UTIL", dl, t, 10 + 3 * wave)
         add("DCGM_FI_DEV_FB_USED", dl, t, 5000)
+        # node-d: A100 40GB without GPM — only compute processes tell busy from idle
+        bd = _base("node-d", 0, "NVIDIA A100-SXM4-40GB")
+        add(
+            "gpupilot_gpu_info",
+            {
+                **bd,
+                "pci_device_id": "0x20b0",
+                "mig_mode": "enabled",
+                "gpm": "unsupported",
+                "memory_total_mib": "40960",
+            },
+            t,
+            1,
+        )
+        for k in range(7):
+            gi = str(7 + k)
+            il = {**bd, "GPU_I_PROFILE": "1g.5gb", "GPU_I_ID": gi}
+            add(
+                "gpupilot_mig_instance_info",
+                {
+                    **il,
+                    "compute_instance_id": "0",
+                    "placement_start": str(k),
+                    "placement_size": "1",
+                    "mig_uuid": f"MIG-d0-{gi}",
+                },
+                t,
+                1,
+            )
+            dl = dict(il)
+            busy = 0
+            if k == 0:
+                dl |= {"pod": "amp-0", "namespace": "ml", "container": "main"}
+                add("gpupilot_device_pod_info", dl, t, 1)
+                busy = 1 if 6 <= hour < 18 else 0
+            add("gpupilot_device_compute_processes", dl, t, busy)
         # kube-state-metrics
         add("kube_node_labels", {"node": "node-a", "label_nvidia_com_mig_config": "all-balanced"}, t, 1)
         add(

@@ -48,15 +48,15 @@ def result(small_history: History) -> Analysis:
         out = analysis.analyse(
             client, end=small_history.end, settings=analysis.AnalysisSettings(window_s=DAYS * 86400.0)
         )
-        # Three daily chunks × (7 statistics + 1 rule probe) + inventory (4) + owners (2):
+        # Three daily chunks × (9 statistics + 1 rule probe) + inventory (4) + owners (2):
         # the count depends on the window and chunk size, never on the number of samples.
-        assert client.queries == 3 * 8 + 4 + 2
+        assert client.queries == 3 * 10 + 4 + 2
     return out
 
 
 def test_inventory_from_info_series(result: Analysis) -> None:
     nodes = {n.name: n for n in result.nodes}
-    assert sorted(nodes) == ["node-a", "node-b", "node-c"]
+    assert sorted(nodes) == ["node-a", "node-b", "node-c", "node-d"]
     a = nodes["node-a"]
     assert a.mig_strategy == "mixed" and a.mig_config == "all-balanced"
     assert [g.model_key for g in a.gpus] == ["H100 80GB", "H100 80GB"]
@@ -95,6 +95,18 @@ def test_no_data_is_unknown_not_idle(result: Analysis) -> None:
     assert batch is not None and batch.allocated
     assert batch.unknown and batch.p95 is None and batch.idle_hours == 0 and batch.coverage_hours == 0
     assert any("unknown" in n for n in result.notes)
+
+
+def test_without_profiling_idle_hours_come_from_processes(result: Analysis) -> None:
+    amp = result.device("node-d", 0, "7")
+    assert amp is not None and amp.pods == (PodKey("ml", "amp-0"),)
+    assert amp.p95 is None and amp.unknown  # activity itself stays unknown
+    assert amp.coverage_hours == pytest.approx(DAYS * 24, abs=1)
+    # An hour touching the 06:00 sample counts as busy: up to one hour a day off the nominal 12.
+    assert amp.idle_hours == pytest.approx(DAYS * 12, abs=DAYS + 1)
+    spare = result.device("node-d", 0, "13")
+    assert spare is not None and spare.idle_hours == pytest.approx(DAYS * 24, abs=1)
+    assert any("idle hours from compute processes" in n for n in result.notes)
 
 
 def test_layout_change_keeps_series_apart(result: Analysis) -> None:
@@ -228,3 +240,26 @@ def test_plan_cli_no_inventory(
     )
     assert code == 1
     assert "no gpupilot_gpu_info series" in capsys.readouterr().err
+
+
+def test_plan_cli_keep_profiles_consolidates(
+    small_history: History, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    args = [
+        "plan",
+        "--prometheus-url",
+        small_history.url,
+        "--window",
+        f"{DAYS}d",
+        "--at",
+        str(small_history.end),
+    ]
+    assert main([*args, "--out", str(out), "--keep-profiles", "--max-nodes", "1"]) == 0
+    capsys.readouterr()
+    node = load_plan(out).node("node-a")
+    assert node is not None and node.changed
+    # Every pod keeps its profile: GPU0 keeps all-balanced (its free 1g takes batch-1), GPU1 is freed.
+    assert dict(node.proposed[0].mig_devices) == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
+    assert node.proposed[1].mig_enabled is False and node.gpus_freed == 1
+    assert [p.name for p in node.pods_disrupted] == ["batch-1"]

@@ -1,0 +1,303 @@
+"""One node: its devices' demand classes, the packed layouts, and which GPU and slot each gets.
+
+See :mod:`rightsizer.optimiser` for the rules; every proposed layout passes
+:func:`mig_geometry.placement.place` (:func:`assert_placeable`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from mig_geometry.catalogue import GpuModel
+from mig_geometry.layouts import Layout
+from mig_geometry.names import canonical_profile
+from mig_geometry.placement import place
+from rightsizer import packing
+from rightsizer.model import Analysis, GpuInventory, NodeInventory, PodKey, Workload
+from rightsizer.proposal import GpuPlan, Item, NodeProposal, OptimiserSettings
+
+# ---------------------------------------------------------------------------------------------- items
+
+
+def items_for_node(
+    node: NodeInventory,
+    analysis: Analysis,
+    *,
+    settings: OptimiserSettings,
+    workloads: Mapping[PodKey, Workload],
+) -> list[Item]:
+    out = []
+    window = max(analysis.window_hours, 1e-9)
+    for gpu in node.gpus:
+        model = gpu.model
+        if model is None or not model.mig_capable or not gpu.mig_enabled:
+            continue
+        for inst in gpu.instances:
+            dev = analysis.device(node.name, gpu.index, inst.gpu_instance_id)
+            if dev is None or not dev.pods:
+                continue
+            prof = canonical_profile(model, inst.profile)
+            if prof is None:
+                continue
+            known = not dev.unknown and dev.coverage_hours / window >= settings.min_coverage
+            busy = dev.p95 * prof.compute_slices if known and dev.p95 is not None else None
+            klass = prof.name
+            if known and not settings.keep_profiles and not prof.media_extensions:
+                w = workloads.get(dev.pods[0])
+                compute = w.demand_slices if w else (dev.p95 or 0) * prof.compute_slices
+                memory = w.demand_memory_mib if w else (dev.fb_peak_mib or 0.0)
+                klass = packing.class_for(model, compute=compute, memory_mib=memory).name
+            elif prof.media_extensions:
+                # +me instances are not packed: keep them where they are by pinning their class.
+                klass = prof.name
+            out.append(Item(node.name, gpu.index, prof.name, inst.gpu_instance_id, dev.pods, klass, busy))
+    return out
+
+
+def _current(gpu: GpuInventory, items: Sequence[Item]) -> GpuPlan:
+    counts: Counter[str] = Counter()
+    model = gpu.model
+    for inst in gpu.instances:
+        prof = canonical_profile(model, inst.profile) if model else None
+        counts[prof.name if prof else inst.profile] += 1
+    return GpuPlan(gpu.index, gpu.mig_enabled, dict(counts), [i for i in items if i.gpu == gpu.index])
+
+
+def _slices(model: GpuModel, items: Sequence[Item], *, proposed: bool) -> int:
+    total = 0
+    for it in items:
+        prof = model.profile(it.klass if proposed else it.profile_now)
+        total += prof.compute_slices if prof else 0
+    return total
+
+
+def is_pinned(gpu: GpuInventory, analysis: Analysis, node: str) -> bool:
+    """A whole GPU held by a pod, a GPU of an unknown model, or one carrying +me instances."""
+    if gpu.model is None or not gpu.model.mig_capable:
+        return True
+    if not gpu.mig_enabled:
+        dev = analysis.device(node, gpu.index, "")
+        return bool(dev and dev.pods)
+    return any(i.profile.endswith("+me") for i in gpu.instances)
+
+
+# ---------------------------------------------------------------------------------------------- per node
+
+
+def propose_node(
+    node: NodeInventory,
+    analysis: Analysis,
+    *,
+    settings: OptimiserSettings,
+    workloads: Mapping[PodKey, Workload],
+    time_limit: float,
+) -> NodeProposal:
+    items = items_for_node(node, analysis, settings=settings, workloads=workloads)
+    current = tuple(_current(g, items) for g in node.gpus)
+    model = next((g.model for g in node.gpus if g.model is not None), None)
+    used_now = sum(1 for g in node.gpus if _gpu_used(g, analysis, node.name))
+    busy = sum(i.busy_slices for i in items if i.busy_slices is not None)
+    whole_busy, whole_units = _whole_gpu_use(node, analysis)
+    unchanged = NodeProposal(
+        node,
+        model,
+        current,
+        current,
+        False,
+        "none",
+        "optimal",
+        used_now,
+        used_now,
+        used_now,
+        0,
+        0,
+        busy,
+        whole_busy=whole_busy,
+        whole_units=whole_units,
+    )
+    if model is None or not model.mig_capable or len({g.model_key for g in node.gpus}) != 1:
+        return with_changes(unchanged, reason="no MIG-capable model, or mixed models on the node")
+    pinned = [g for g in node.gpus if is_pinned(g, analysis, node.name)]
+    pool = [g for g in node.gpus if g not in pinned]
+    pool_items = [i for i in items if i.gpu in {g.index for g in pool}]
+    slices_now = _slices(model, pool_items, proposed=False)
+    used_pool_now = sum(1 for g in pool if any(i.gpu == g.index for i in pool_items))
+    base = with_changes(unchanged, slices_now=slices_now, slices_after=slices_now)
+    single = node.mig_strategy == "single"
+    if single and pinned:
+        return with_changes(base, reason="single strategy with whole GPUs in use: left alone")
+    if not pool:
+        return with_changes(base, reason="no GPU free to re-partition")
+    demand = Counter(i.klass for i in pool_items)
+    res = packing.pack(model, demand, gpus=len(pool), time_limit=time_limit, uniform=single)
+    if not res.feasible:
+        # Upsized demand does not fit: consolidate with the profiles pods have now instead.
+        pool_items = [replace(i, klass=i.profile_now) for i in pool_items]
+        demand = Counter(i.klass for i in pool_items)
+        res = packing.pack(model, demand, gpus=len(pool), time_limit=time_limit, uniform=single)
+    if not res.feasible:
+        return with_changes(
+            base, reason="demand does not fit the node's GPUs", method=res.method, status=res.status
+        )
+    lower = res.lower_bound + len(pinned)
+    slices_after = res.allocated_slices(model)
+    try:
+        proposed = assign(model, pool, pool_items, res, single=single)
+    except AssertionError:
+        # A time-limited answer that does not assign cleanly: use the greedy packing instead.
+        res = packing.pack_greedy(model, demand, gpus=len(pool)) if not single else res
+        if not res.feasible:
+            return with_changes(base, reason="no clean assignment within the time limit", status="time-limit")
+        proposed = assign(model, pool, pool_items, res, single=single)
+    proposed_all = tuple(
+        sorted(
+            [*proposed, *(c for c in current if c.index in {g.index for g in pinned})], key=lambda g: g.index
+        )
+    )
+    assert_placeable(model, proposed_all, node.name)
+    used_after = res.gpus + (used_now - used_pool_now)
+    gain = used_after < used_now or slices_after < slices_now
+    layout_changed = any(_signature(a) != _signature(b) for a, b in zip(current, proposed_all, strict=True))
+    reason = "" if gain else "already as tight as the demand allows"
+    if gain and not layout_changed and used_after < used_now:
+        # The layout is already right; only moving pods between its GPUs would free some. A MIG
+        # plan does not reschedule pods, so the node counts at its current use (bound included).
+        lower = used_now
+        reason = (
+            f"pods would fit on {used_now - used_after} fewer GPU(s) with the current layout; "
+            "drain and reschedule them to free those GPUs (no MIG change needed)"
+        )
+    return NodeProposal(
+        node,
+        model,
+        current,
+        proposed_all if gain and layout_changed else current,
+        gain and layout_changed,
+        res.method,
+        res.status,
+        # When the node stays as it is, its current count is achievable: the bound cannot exceed it.
+        lower if gain and layout_changed else min(lower, used_now),
+        used_now,
+        used_after if gain and layout_changed else used_now,
+        slices_now,
+        slices_after if gain and layout_changed else slices_now,
+        busy,
+        reason=reason,
+        whole_busy=whole_busy,
+        whole_units=whole_units,
+    )
+
+
+def _whole_gpu_use(node: NodeInventory, analysis: Analysis) -> tuple[float, int]:
+    busy, units = 0.0, 0
+    for g in node.gpus:
+        if g.mig_enabled:
+            continue
+        dev = analysis.device(node.name, g.index, "")
+        if dev is None or not dev.pods or dev.unknown or dev.p95 is None:
+            continue
+        size = g.model.compute_slices if g.model is not None and g.model.mig_capable else 1
+        busy += dev.p95 * size
+        units += size
+    return busy, units
+
+
+def with_changes(p: NodeProposal, **changes: object) -> NodeProposal:
+    return replace(p, **changes)  # type: ignore[arg-type]
+
+
+def _gpu_used(gpu: GpuInventory, analysis: Analysis, node: str) -> bool:
+    if not gpu.mig_enabled:
+        dev = analysis.device(node, gpu.index, "")
+        return bool(dev and dev.pods)
+    return any((d := analysis.device(node, gpu.index, i.gpu_instance_id)) and d.pods for i in gpu.instances)
+
+
+def _signature(g: GpuPlan) -> tuple[bool, tuple[tuple[str, int], ...]]:
+    return (g.mig_enabled, tuple(sorted((k, v) for k, v in g.counts.items() if v)) if g.mig_enabled else ())
+
+
+def assign(
+    model: GpuModel,
+    pool: Sequence[GpuInventory],
+    items: Sequence[Item],
+    res: packing.PackResult,
+    *,
+    single: bool,
+) -> list[GpuPlan]:
+    """Put the packed layouts on physical GPUs (keeping GPUs whose layout is unchanged) and items on slots."""
+    layouts: list[Layout] = list(res.layouts)
+    gpus = list(pool)
+    plans: dict[int, GpuPlan] = {}
+    # 1. GPUs that already carry one of the layouts keep it (prefer the busiest of them).
+    busy_order = sorted(gpus, key=lambda g: -sum(1 for i in items if i.gpu == g.index))
+    for g in busy_order:
+        sig = (
+            tuple(sorted(Counter(_canon(model, i.profile) for i in g.instances).items()))
+            if g.mig_enabled
+            else None
+        )
+        if sig is not None and sig in layouts:
+            layouts.remove(sig)
+            plans[g.index] = GpuPlan(g.index, True, dict(sig))
+    # 2. The rest go to the busiest remaining GPUs, so fewer pods move.
+    for g in busy_order:
+        if g.index in plans:
+            continue
+        if layouts:
+            plans[g.index] = GpuPlan(g.index, True, dict(layouts.pop(0)))
+        elif single:
+            # Under the single strategy every GPU carries the node's one uniform layout.
+            uniform = res.layouts[0] if res.layouts else ()
+            plans[g.index] = GpuPlan(g.index, bool(uniform), dict(uniform))
+        else:
+            plans[g.index] = GpuPlan(g.index, False, {})
+    # 3. Items onto slots: an item stays on its GPU when that GPU has a slot of its class.
+    free = {idx: Counter(p.counts) for idx, p in plans.items()}
+    want: Counter[tuple[str, str]] = Counter(res.serve)
+    pending = sorted(items, key=lambda i: -(packing.size(model, i.klass)))
+    for it in list(pending):
+        q = _serving_profile(want, it.klass, prefer=free.get(it.gpu))
+        if q and free.get(it.gpu, Counter())[q] > 0:
+            free[it.gpu][q] -= 1
+            want[(it.klass, q)] -= 1
+            plans[it.gpu].items.append(served(it, q))
+            pending.remove(it)
+    for it in pending:
+        q = _serving_profile(want, it.klass, prefer=None)
+        idx = next((i for i, c in free.items() if q and c[q] > 0), None)
+        if q is None or idx is None:
+            raise AssertionError(f"packing left {it.klass} on {it.node} without a slot")
+        free[idx][q] -= 1
+        want[(it.klass, q)] -= 1
+        plans[idx].items.append(served(it, q))
+    return [plans[g.index] for g in gpus]
+
+
+def _canon(model: GpuModel, name: str) -> str:
+    prof = canonical_profile(model, name)
+    return prof.name if prof else name
+
+
+def _serving_profile(
+    want: Counter[tuple[str, str]], klass: str, *, prefer: Counter[str] | None
+) -> str | None:
+    options = [q for (k, q), n in want.items() if k == klass and n > 0]
+    if prefer is not None:
+        local = [q for q in options if prefer[q] > 0]
+        if local:
+            return local[0]
+    return options[0] if options else None
+
+
+def served(it: Item, profile: str) -> Item:
+    return Item(it.node, it.gpu, it.profile_now, it.gpu_instance_id, it.pods, profile, it.busy_slices)
+
+
+def assert_placeable(model: GpuModel, gpus: Sequence[GpuPlan], node: str) -> None:
+    for g in gpus:
+        if g.mig_enabled and g.counts:
+            result = place(model, g.counts)
+            assert result.ok, f"{node} GPU {g.index}: proposed layout has no placement: {result.reason}"
