@@ -64,7 +64,7 @@ class KubeClient:
         except (config.ConfigException, OSError) as exc:
             hint = kubeconfig or "in-cluster service account"
             raise KubernetesUnavailable(
-                f"Kubernetes client configuration ({hint}) failed: {exc}; pass --kubeconfig"
+                f"Kubernetes client configuration ({hint}) failed: {str(exc).rstrip('.')}; pass --kubeconfig"
             ) from exc
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)

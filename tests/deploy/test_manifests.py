@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -436,3 +437,48 @@ def test_rightsizer_config_is_accepted_by_serve_check(rel: str, tmp_path: Path) 
     listen_port = int(yaml.safe_load(text)["listen"].rsplit(":", 1)[1])
     assert [p["containerPort"] for p in container["ports"]] == [listen_port]
     assert yaml.safe_load(text)["state_dir"] in {m["mountPath"] for m in container["volumeMounts"]}
+
+
+# kubernetes-client method → the (apiGroup, resource, verb) it needs.
+CLIENT_CALLS = {
+    "read_node": ("", "nodes", "get"),
+    "list_node": ("", "nodes", "list"),
+    "patch_node": ("", "nodes", "patch"),
+    "read_namespaced_pod": ("", "pods", "get"),
+    "list_namespaced_pod": ("", "pods", "list"),
+    "list_pod_for_all_namespaces": ("", "pods", "list"),
+    "create_namespaced_pod_eviction": ("", "pods/eviction", "create"),
+    "read_namespaced_config_map": ("", "configmaps", "get"),
+    "create_namespaced_config_map": ("", "configmaps", "create"),
+    "replace_namespaced_config_map": ("", "configmaps", "update"),
+    "patch_namespaced_config_map": ("", "configmaps", "patch"),
+    "get_cluster_custom_object": ("nvidia.com", "clusterpolicies", "get"),
+    "list_cluster_custom_object": ("nvidia.com", "clusterpolicies", "list"),
+    "patch_cluster_custom_object": ("nvidia.com", "clusterpolicies", "patch"),
+    "create_namespaced_event": ("", "events", "create"),
+}
+
+
+def test_rightsizer_rbac_grants_every_call_its_code_makes() -> None:
+    """Read the rightsizer's Kubernetes calls from its source and check each one is granted."""
+    source = "\n".join(p.read_text() for p in (ROOT / "rightsizer").rglob("*.py"))
+    used = {CLIENT_CALLS[m] for m in CLIENT_CALLS if re.search(rf"\b{m}\b", source)}
+    if re.search(r"watch\.Watch\(", source) and ("", "nodes", "list") in used:
+        used.add(("", "nodes", "watch"))
+    assert ("", "pods/eviction", "create") in used, "the scan no longer finds the eviction call"
+    rules = [
+        rule
+        for obj in render(OVERLAY)
+        if obj["kind"] in {"ClusterRole", "Role"}
+        and obj["metadata"]["name"].startswith("gpupilot-rightsizer")
+        for rule in obj["rules"]
+    ]
+    granted = {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    missing = sorted(used - granted)
+    assert not missing, f"the rightsizer calls the API for {missing} but its RBAC does not grant it"
