@@ -8,13 +8,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv prometheus test lint typecheck unit demo bench clean protos dashboards rules-test history
+.PHONY: help venv prometheus test lint unit demo bench clean protos dashboards manifests rules-test history history
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
 	@echo "make test   lint, type checks, import contracts, promtool rule tests and pytest"
 	@echo "make bench  benchmarks, each beside its baseline, ratios printed"
 	@echo "make lint   ruff + mypy + import-linter only"
+	@echo "make manifests  regenerate dashboards/*.json and deploy/monitoring from their sources"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,6 +74,10 @@ protos: venv
 
 dashboards: venv
 	$(BIN)/python -m dashboards.build
+
+manifests: venv
+	$(BIN)/python -m dashboards.build
+	$(BIN)/python -m devkit.manifests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info .demo

@@ -44,7 +44,7 @@ def test_once_prints_the_exposition_of_a_simulated_node() -> None:
     fams = {f.name: f for f in text_string_to_metric_families(res.stdout)}
     temps = fams["DCGM_FI_DEV_GPU_TEMP"].samples
     assert {s.labels["Hostname"] for s in temps} == {"gpu-h100-b"}
-    assert {s.labels["gpu"] for s in temps} == {"0", "1"}
+    assert {s.labels["gpu"] for s in temps} == {"0", "1", "2"}
     # the scenario's own pods attribute devices in sim mode
     assert any(s.labels.get("namespace") == "ai-serving" for s in temps)
     assert len(fams["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].samples) >= 7

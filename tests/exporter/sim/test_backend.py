@@ -115,7 +115,7 @@ def test_allocations_map_devices_to_pods_with_resource_names(demo: scenario.Scen
     ]
     assert whole[0].pod.startswith("llm-inference-")
     mig_refs = [refs[0] for uuid, refs in allocs.items() if uuid.startswith("MIG-")]
-    assert {r.resource for r in mig_refs} == {"nvidia.com/mig-1g.10gb"}
+    assert {r.resource for r in mig_refs} == {"nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"}
     single = SimBackend(demo, node="gpu-a100-a").allocations()
     assert {refs[0].resource for refs in single.values()} == {"nvidia.com/gpu"}  # single strategy
     fams = {

@@ -57,7 +57,8 @@ def test_node_labels_carry_mig_labels(demo: scenario.Scenario) -> None:
     assert a100["label_nvidia_com_mig_config_state"] == "success"
     assert a100["label_nvidia_com_gpu_product"] == "NVIDIA-A100-SXM4-40GB-MIG-3g.20gb"
     cap = {(lab["node"], lab["resource"]): v for lab, v in _by_name(demo, T)["kube_node_status_capacity"]}
-    assert cap[("gpu-h100-b", "nvidia_com_mig_1g_10gb")] == 7 and cap[("gpu-a100-a", "nvidia_com_gpu")] == 4
+    # gpu-h100-b: GPU 1 is all-1g.10gb (7), GPU 2 all-balanced (2 more 1g.10gb)
+    assert cap[("gpu-h100-b", "nvidia_com_mig_1g_10gb")] == 9 and cap[("gpu-a100-a", "nvidia_com_gpu")] == 4
 
 
 def test_hpa_series_and_desired_replicas_follow_the_metrics(demo: scenario.Scenario) -> None:
