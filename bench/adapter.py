@@ -24,8 +24,6 @@ Run: ``python -m bench.adapter [--seconds 20]`` (``make bench`` runs it with the
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import ipaddress
 import json
 import os
 import queue
@@ -43,11 +41,8 @@ from pathlib import Path
 
 import psutil
 import requests
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from devkit import pki
 from devkit.prometheus import PrometheusServer, backfill_openmetrics, free_port
 
 NAMESPACE = "ai-serving"
@@ -196,53 +191,11 @@ def serial(name: str, count: int, call: Callable[[requests.Session], str | None]
 
 def _mint_tls(directory: Path) -> tuple[Path, Path, Path, Path]:
     """Serving pair for 127.0.0.1 and a client certificate (CA-issued) for the load generator."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def issue(cn: str, server: bool) -> tuple[Path, Path]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)]))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=1))
-        )
-        if server:
-            b = b.add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-        cert = b.sign(ca_key, hashes.SHA256())
-        cp, kp = directory / f"{cn}.crt", directory / f"{cn}.key"
-        cp.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        kp.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-            )
-        )
-        return cp, kp
-
-    ca_path = directory / "ca.crt"
-    ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    server_cert, server_key = issue("adapter", True)
-    client_cert, client_key = issue("hpa-bench", False)
-    (directory / "client.pem").write_bytes(client_cert.read_bytes() + client_key.read_bytes())
-    return ca_path, server_cert, server_key, directory / "client.pem"
+    ca = pki.make_ca(directory, "ca", cn="bench-ca", days=1)
+    server = ca.issue(directory, cn="adapter", server=True)
+    client = ca.issue(directory, cn="hpa-bench")
+    (directory / "client.pem").write_bytes(client.cert.read_bytes() + client.key.read_bytes())
+    return ca.path, server.cert, server.key, directory / "client.pem"
 
 
 def _cpu(ps: psutil.Process | None) -> float:

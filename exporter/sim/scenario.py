@@ -1,4 +1,4 @@
-"""A fleet scenario: YAML → validated, frozen dataclasses (see docs/readme/simulator.md).
+"""A fleet scenario: YAML → validated, frozen dataclasses (see README.md, "The fleet simulator").
 
 Every error is one line naming the file, the path inside it and the problem, e.g.
 ``fleet.yaml: nodes[2].gpus[0].mig: 3g.40gb×2 + 1g.10gb×1 has no valid placement on H100 80GB``.

@@ -15,7 +15,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((REPO / "rules").glob("*.rules.yaml"))
 TEST_FILES = sorted((REPO / "rules" / "tests").glob("*.test.yaml"))
-RUNBOOK = REPO / "docs" / "readme" / "rules.md"
+RUNBOOK = REPO / "README.md"
 RUNBOOK_PREFIX = "https://github.com/gpupilot/gpupilot/blob/main/README.md#"
 AGREED_RECORDS = {
     "gpupilot:pod_gpu_utilization:percent",
