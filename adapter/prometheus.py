@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -144,8 +145,14 @@ def _encode(form: tuple[tuple[str, str], ...]) -> str:
 
 
 def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else type(exc).__name__
+    """The root cause in a few words: ``[Errno 111] Connection refused``, not urllib3's whole chain."""
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    text = str(exc).strip()
+    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if errno:
+        return errno.group(0).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
     return first[:300]
 
 
