@@ -12,6 +12,7 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -130,3 +131,23 @@ def valid_for(cert_path: Path, *, at_least: dt.timedelta) -> bool:
     """Whether the certificate at ``cert_path`` stays valid for ``at_least`` from now."""
     cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
     return cert.not_valid_after_utc > dt.datetime.now(dt.UTC) + at_least
+
+
+def write_kubeconfig(
+    path: Path, *, server: str, ca_cert: Path, client: Issued, name: str = "gpupilot"
+) -> Path:
+    """A kubeconfig whose only cluster is ``server``, trusted through ``ca_cert``, with a client cert."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority": str(ca_cert)}}],
+        "users": [
+            {"name": name, "user": {"client-certificate": str(client.cert), "client-key": str(client.key)}}
+        ],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path

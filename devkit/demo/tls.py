@@ -10,8 +10,6 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from devkit import pki
 
 
@@ -45,27 +43,5 @@ def ensure_tls(directory: Path, *, days: int = 30) -> DemoTls:
 
 def write_kubeconfig(path: Path, *, server: str, tls: DemoTls) -> Path:
     """A kubeconfig whose only cluster is the adapter, trusted through the demo CA, with a client cert."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "gpupilot-demo",
-                "cluster": {"server": server, "certificate-authority": str(tls.ca_cert)},
-            }
-        ],
-        "users": [
-            {
-                "name": "gpupilot-demo",
-                "user": {"client-certificate": str(tls.client_cert), "client-key": str(tls.client_key)},
-            }
-        ],
-        "contexts": [
-            {"name": "gpupilot-demo", "context": {"cluster": "gpupilot-demo", "user": "gpupilot-demo"}}
-        ],
-        "current-context": "gpupilot-demo",
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
-    return path
+    client = pki.Issued(tls.client_cert, tls.client_key)
+    return pki.write_kubeconfig(path, server=server, ca_cert=tls.ca_cert, client=client, name="gpupilot-demo")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import requests
-import yaml
 
+from devkit.pki import write_kubeconfig
 from devkit.prometheus import free_port
 from tests.adapter.conftest import PromEnv
 from tests.adapter.pki import Pki
@@ -83,31 +83,11 @@ def served(prom: PromEnv, pki: Pki, tmp_path: Path) -> Iterator[Served]:
     else:
         proc.kill()
         raise RuntimeError(f"adapter did not start: {log.read_text()[-500:]}")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "adapter",
-                        "cluster": {
-                            "server": f"https://127.0.0.1:{port}",
-                            "certificate-authority": str(pki.serving_ca.path),
-                        },
-                    }
-                ],
-                "users": [
-                    {
-                        "name": "alice",
-                        "user": {"client-certificate": str(pki.alice.cert), "client-key": str(pki.alice.key)},
-                    }
-                ],
-                "contexts": [{"name": "adapter", "context": {"cluster": "adapter", "user": "alice"}}],
-                "current-context": "adapter",
-            }
-        )
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig",
+        server=f"https://127.0.0.1:{port}",
+        ca_cert=pki.serving_ca.path,
+        client=pki.alice,
     )
     yield Served(port, kubeconfig, config, proc, log)
     proc.send_signal(signal.SIGTERM)
