@@ -8,6 +8,30 @@ from adapter.hpa import PodState, Policy, Rules
 RUNNING = [PodState(f"p{i}") for i in range(4)]
 
 
+def decide(
+    *,
+    current: int,
+    min_replicas: int,
+    max_replicas: int,
+    proposals: list[int],
+    failed_metrics: int = 0,
+    scale_up: Rules | None = None,
+    scale_down: Rules | None = None,
+    behavior_given: bool = False,
+) -> hpa.Decision:
+    """``hpa.decide`` with the HPA's defaults: no failed metric, no behavior section."""
+    return hpa.decide(
+        current=current,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        proposals=proposals,
+        failed_metrics=failed_metrics,
+        scale_up=scale_up,
+        scale_down=scale_down,
+        behavior_given=behavior_given,
+    )
+
+
 def test_inside_tolerance_keeps_replicas() -> None:
     # mean 80 vs target 75: ratio 1.067, |1 - r| <= 0.1
     p = hpa.pods_metric(
@@ -81,98 +105,50 @@ def test_value_and_average_value_targets() -> None:
 
 
 def test_two_metrics_largest_wins_and_clamp() -> None:
-    d = hpa.decide(
-        current=3,
-        min_replicas=2,
-        max_replicas=8,
-        proposals=[3, 4],
-        failed_metrics=0,
-        scale_up=None,
-        scale_down=None,
-        behavior_given=False,
-    )
+    d = decide(current=3, min_replicas=2, max_replicas=8, proposals=[3, 4])
     assert (d.recommended, d.final) == (4, 4)
-    d = hpa.decide(
-        current=3,
-        min_replicas=2,
-        max_replicas=5,
-        proposals=[2, 12],
-        failed_metrics=0,
-        scale_up=None,
-        scale_down=None,
-        behavior_given=False,
-    )
+    d = decide(current=3, min_replicas=2, max_replicas=5, proposals=[2, 12])
     assert d.final == 5  # limited to 6 by max(2×3, 4), then clamped to maxReplicas 5
-    d = hpa.decide(
-        current=3,
-        min_replicas=2,
-        max_replicas=8,
-        proposals=[1],
-        failed_metrics=0,
-        scale_up=None,
-        scale_down=None,
-        behavior_given=False,
-    )
+    d = decide(current=3, min_replicas=2, max_replicas=8, proposals=[1])
     assert d.final == 2  # minReplicas
 
 
 def test_failed_metric_blocks_scale_down_only() -> None:
-    d = hpa.decide(
-        current=5,
-        min_replicas=1,
-        max_replicas=10,
-        proposals=[2],
-        failed_metrics=1,
-        scale_up=None,
-        scale_down=None,
-        behavior_given=False,
-    )
+    d = decide(current=5, min_replicas=1, max_replicas=10, proposals=[2], failed_metrics=1)
     assert d.final == 5
-    d = hpa.decide(
-        current=5,
-        min_replicas=1,
-        max_replicas=10,
-        proposals=[7],
-        failed_metrics=1,
-        scale_up=None,
-        scale_down=None,
-        behavior_given=False,
-    )
+    d = decide(current=5, min_replicas=1, max_replicas=10, proposals=[7], failed_metrics=1)
     assert d.final == 7
 
 
 def test_behavior_policies_of_the_seed() -> None:
     up = Rules(60, "Max", (Policy("Pods", 2, 120),))
     down = Rules(300, "Max", (Policy("Pods", 1, 300),))
-    d = hpa.decide(
+    d = decide(
         current=3,
         min_replicas=2,
         max_replicas=8,
         proposals=[8],
-        failed_metrics=0,
         scale_up=up,
         scale_down=down,
         behavior_given=True,
     )
     assert d.final == 5  # at most +2 pods per period
     assert any("stabilisation 60s" in s for s in d.steps)
-    d = hpa.decide(
+    d = decide(
         current=6,
         min_replicas=2,
         max_replicas=8,
         proposals=[2],
-        failed_metrics=0,
         scale_up=up,
         scale_down=down,
         behavior_given=True,
     )
     assert d.final == 5  # at most -1 pod per period
-    d = hpa.decide(
+    d = decide(
         current=6,
         min_replicas=2,
         max_replicas=8,
         proposals=[2],
-        failed_metrics=0,
         scale_up=up,
         scale_down=Rules(300, "Disabled"),
         behavior_given=True,
@@ -182,28 +158,12 @@ def test_behavior_policies_of_the_seed() -> None:
 
 def test_percent_policy_and_min_select() -> None:
     rules = Rules(0, "Min", (Policy("Percent", 50, 60), Policy("Pods", 4, 60)))
-    d = hpa.decide(
-        current=4,
-        min_replicas=1,
-        max_replicas=100,
-        proposals=[20],
-        failed_metrics=0,
-        scale_up=rules,
-        scale_down=None,
-        behavior_given=True,
+    d = decide(
+        current=4, min_replicas=1, max_replicas=100, proposals=[20], scale_up=rules, behavior_given=True
     )
     assert d.final == 6  # min(4 × 1.5, 4 + 4) = 6
 
 
 def test_scaled_to_zero_is_left_alone() -> None:
-    d = hpa.decide(
-        current=0,
-        min_replicas=1,
-        max_replicas=8,
-        proposals=[4],
-        failed_metrics=0,
-        scale_up=None,
-        scale_down=None,
-        behavior_given=False,
-    )
+    d = decide(current=0, min_replicas=1, max_replicas=8, proposals=[4])
     assert d.final == 0
