@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
@@ -158,8 +159,8 @@ def _short(exc: BaseException) -> str:
 
 def _json(resp: requests.Response) -> dict[str, Any]:
     try:
-        data = resp.json()
-    except ValueError:
+        data = orjson.loads(resp.content)
+    except orjson.JSONDecodeError:
         return {}
     return data if isinstance(data, dict) else {}
 
