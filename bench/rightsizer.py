@@ -25,10 +25,10 @@ from collections.abc import Sequence
 
 from mig_geometry.catalogue import GpuModel, find_model
 from mig_geometry.placement import place
-from rightsizer import packing
-from rightsizer.analysis import build_workloads
-from rightsizer.model import Analysis, DeviceStats, GpuInventory, InstanceInfo, NodeInventory, PodKey
-from rightsizer.optimiser import OptimiserSettings, items_for_node, optimise
+from rightsizer.analysis.history import build_workloads
+from rightsizer.analysis.types import Analysis, DeviceStats, GpuInventory, InstanceInfo, NodeInventory, PodKey
+from rightsizer.optimise import packing
+from rightsizer.optimise.fleet import OptimiserSettings, items_for_node, optimise
 
 WINDOW_H = 14 * 24.0
 GPUS_PER_NODE = 8

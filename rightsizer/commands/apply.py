@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from rightsizer import dryrun
-from rightsizer.apply import Applier, ApplyError, ApplyReport, ApplySettings
+from rightsizer.apply import dryrun
+from rightsizer.apply.applier import Applier, ApplyError, ApplyReport, ApplySettings
+from rightsizer.clients.kube import Kube, KubeError, KubeSettings
 from rightsizer.durations import parse_duration
-from rightsizer.kube import Kube, KubeError, KubeSettings
-from rightsizer.plan import Plan, PlanError, load_plan
+from rightsizer.plan.model import Plan, PlanError, load_plan
 
 
 def _duration(text: str) -> float:

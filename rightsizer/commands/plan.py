@@ -9,9 +9,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rightsizer import analysis, optimiser, planning, table
-from rightsizer.plan import dump_plan
-from rightsizer.prometheus import PrometheusClient, PrometheusError
+from rightsizer.analysis import history as analysis
+from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
+from rightsizer.optimise import fleet as optimiser
+from rightsizer.plan import build as planning
+from rightsizer.plan import table
+from rightsizer.plan.model import dump_plan
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from rightsizer import report
+from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.durations import parse_duration
-from rightsizer.plan import PlanError, load_plan
-from rightsizer.plan_runner import NoInventoryError
-from rightsizer.prometheus import PrometheusClient, PrometheusError
+from rightsizer.plan.model import PlanError, load_plan
+from rightsizer.plan.pipeline import NoInventoryError
+from rightsizer.report import build as report
 
 
 def _window(text: str) -> float:

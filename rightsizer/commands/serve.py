@@ -17,14 +17,15 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from rightsizer import report, serve_config
-from rightsizer.apply import Applier, ApplyReport, ApplySettings
-from rightsizer.kube import Kube, KubeSettings
-from rightsizer.plan import Plan, dump_plan
-from rightsizer.plan_runner import PlanSettings, make_plan, window_text
-from rightsizer.prometheus import PrometheusClient
-from rightsizer.scheduler import Service
-from rightsizer.serve_config import AutoApply, PlanJob, ReportJob, ServeConfig
+from rightsizer.apply.applier import Applier, ApplyReport, ApplySettings
+from rightsizer.clients.kube import Kube, KubeSettings
+from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.plan.model import Plan, dump_plan
+from rightsizer.plan.pipeline import PlanSettings, make_plan, window_text
+from rightsizer.report import build as report
+from rightsizer.serve import config as serve_config
+from rightsizer.serve.config import AutoApply, PlanJob, ReportJob, ServeConfig
+from rightsizer.serve.scheduler import Service
 
 log = logging.getLogger(__name__)
 

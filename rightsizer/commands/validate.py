@@ -9,7 +9,8 @@ from pathlib import Path
 import yaml
 
 from mig_geometry.catalogue import by_device_id
-from rightsizer import migparted, timeslicing
+from rightsizer.migparted import config as migparted
+from rightsizer.migparted import timeslicing
 
 
 def _device_id(text: str) -> int:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rightsizer.apply import ApplySettings
-from rightsizer.plan import Plan, config_name_for, content_hash, dump_plan, plan_from_dict
+from rightsizer.apply.applier import ApplySettings
+from rightsizer.plan.model import Plan, config_name_for, content_hash, dump_plan, plan_from_dict
 from tests.kubedouble import KubeDouble
 
 H100_FILTER = "0x233010DE"

@@ -1,4 +1,4 @@
-"""Build :class:`rightsizer.model.Analysis` objects by hand for optimiser tests and the benchmark."""
+"""Build :class:`rightsizer.analysis.types.Analysis` objects by hand for optimiser tests and the benchmark."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from mig_geometry.catalogue import find_model
 from mig_geometry.placement import place
-from rightsizer.analysis import build_workloads
-from rightsizer.model import Analysis, DeviceStats, GpuInventory, InstanceInfo, NodeInventory, PodKey
+from rightsizer.analysis.history import build_workloads
+from rightsizer.analysis.types import Analysis, DeviceStats, GpuInventory, InstanceInfo, NodeInventory, PodKey
 
 WINDOW_H = 168.0
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rightsizer.plan import Plan, plan_from_dict, plan_to_dict
-from rightsizer.report_data import AlertSeen, Heatmap, ReportData, Trend
+from rightsizer.plan.model import Plan, plan_from_dict, plan_to_dict
+from rightsizer.report.data import AlertSeen, Heatmap, ReportData, Trend
 from tests.rightsizer.apply_support import Change, make_plan
 
 END = 1_764_460_800.0  # 2025-11-30 00:00 UTC

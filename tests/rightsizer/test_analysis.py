@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 from devkit.prometheus import PrometheusServer, backfill_openmetrics, free_port
-from rightsizer import analysis
+from rightsizer.analysis import history as analysis
+from rightsizer.analysis.types import Analysis, PodKey
 from rightsizer.cli import main
-from rightsizer.model import Analysis, PodKey
-from rightsizer.plan import load_plan
-from rightsizer.prometheus import PrometheusClient, PrometheusQueryError, PrometheusUnavailable
+from rightsizer.clients.prometheus import PrometheusClient, PrometheusQueryError, PrometheusUnavailable
+from rightsizer.plan.model import load_plan
 from tests.rightsizer.small_history import DAYS, GAP_HOURS, write_history
 
 pytestmark = pytest.mark.prometheus

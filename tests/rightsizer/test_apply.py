@@ -8,10 +8,10 @@ import dataclasses
 import pytest
 import yaml
 
-from rightsizer import apply_protocol as proto
-from rightsizer.apply import Applier
-from rightsizer.kube import Kube
-from rightsizer.mig_configmap import GPUPILOT_CONFIGMAP
+from rightsizer.apply import protocol as proto
+from rightsizer.apply.applier import Applier
+from rightsizer.apply.configmap import GPUPILOT_CONFIGMAP
+from rightsizer.clients.kube import Kube
 from tests.kubedouble import KubeDouble, MigManagerSettings, default_mig_configs
 from tests.rightsizer.apply_support import FAST, Change, make_plan, seed_node
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from rightsizer import apply_protocol as proto
+from rightsizer.apply import protocol as proto
 from rightsizer.cli import main
 from tests.kubedouble import KubeDouble
 from tests.rightsizer.apply_support import Change, make_plan, seed_node, write_plan

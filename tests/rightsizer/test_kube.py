@@ -1,4 +1,4 @@
-"""rightsizer.kube: the typed error hierarchy (temporary vs permanent, wrapping the client's
+"""rightsizer.clients.kube: the typed error hierarchy (temporary vs permanent, wrapping the client's
 exception) and kubeconfig loading, against the API double."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from rightsizer import kube as k
+from rightsizer.clients import kube as k
 from tests.kubedouble import KubeDouble
 
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from mig_geometry.catalogue import find_model
-from rightsizer import migparted
-from rightsizer.migparted import MigEntry, MigPartedError
+from rightsizer.migparted import config as migparted
+from rightsizer.migparted.config import MigEntry, MigPartedError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "mig-configs"
 H100 = find_model("H100 80GB")

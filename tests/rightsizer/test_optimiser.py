@@ -10,8 +10,8 @@ import pytest
 
 from mig_geometry.catalogue import find_model
 from mig_geometry.placement import fits
-from rightsizer import packing
-from rightsizer.optimiser import OptimiserSettings, optimise
+from rightsizer.optimise import packing
+from rightsizer.optimise.fleet import OptimiserSettings, optimise
 from tests.rightsizer.fleetspec import Dev, Node, build
 
 H100 = find_model("H100 80GB")

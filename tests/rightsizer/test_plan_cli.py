@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rightsizer.cli import main
-from rightsizer.plan import load_plan
+from rightsizer.plan.model import load_plan
 
 pytestmark = pytest.mark.prometheus
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rightsizer import plan as planmod
-from rightsizer.plan import (
+from rightsizer.plan import model as planmod
+from rightsizer.plan.model import (
     DisruptedPod,
     Evidence,
     GpuLayout,

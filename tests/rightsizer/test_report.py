@@ -10,11 +10,11 @@ import time
 import pytest
 from PIL import Image
 
-from rightsizer import report_data as data_api
 from rightsizer.cli import main
-from rightsizer.plan import load_plan
-from rightsizer.prometheus import PrometheusClient
-from rightsizer.report import build_report, generate, write_report
+from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.plan.model import load_plan
+from rightsizer.report import data as data_api
+from rightsizer.report.build import build_report, generate, write_report
 from tests.rightsizer.report_support import plan_with_evidence, report_data
 
 PRICE = 2.5

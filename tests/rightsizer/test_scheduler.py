@@ -23,10 +23,10 @@ from apscheduler.executors.debug import DebugExecutor
 from apscheduler.schedulers.base import BaseScheduler
 
 from devkit.prometheus import free_port
-from rightsizer.apply import ApplyReport, NodeOutcome
+from rightsizer.apply.applier import ApplyReport, NodeOutcome
 from rightsizer.cli import main
-from rightsizer.scheduler import Service
-from rightsizer.serve_config import ServeConfigError, load, parse
+from rightsizer.serve.config import ServeConfigError, load, parse
+from rightsizer.serve.scheduler import Service
 from tests.rightsizer.apply_support import Change, make_plan
 
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rightsizer import mig_configmap
-from rightsizer.apply_settings import ApplyError, ApplySettings
-from rightsizer.kube import ConflictError, Kube
-from rightsizer.plan import Plan
+from rightsizer.apply import configmap as mig_configmap
+from rightsizer.apply.settings import ApplyError, ApplySettings
+from rightsizer.clients.kube import ConflictError, Kube
+from rightsizer.plan.model import Plan
 
 log = logging.getLogger(__name__)
 

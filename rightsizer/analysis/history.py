@@ -31,7 +31,7 @@ import pandas as pd
 
 from mig_geometry.catalogue import GpuModel, by_device_id
 from mig_geometry.names import canonical_profile
-from rightsizer.model import (
+from rightsizer.analysis.types import (
     Analysis,
     DeviceStats,
     GpuInventory,
@@ -40,7 +40,7 @@ from rightsizer.model import (
     PodKey,
     Workload,
 )
-from rightsizer.prometheus import PrometheusClient, Sample
+from rightsizer.clients.prometheus import PrometheusClient, Sample
 
 IDENT = ("Hostname", "gpu", "UUID", "GPU_I_ID", "GPU_I_PROFILE")
 BY = "Hostname, gpu, UUID, GPU_I_PROFILE, GPU_I_ID"

@@ -7,7 +7,7 @@
    ``nvidia.com/mig.config`` → watch ``nvidia.com/mig.config.state`` through pending/rebooting to success.
 3. On ``failed`` or a timeout: restore the previous label, uncordon, record a Warning Event, and start no
    further batch. On success: uncordon (unless it was cordoned before we came) and a Normal Event.
-4. Steps are recorded on the node (:mod:`rightsizer.apply_protocol`), so a rerun resumes or skips.
+4. Steps are recorded on the node (:mod:`rightsizer.apply.protocol`), so a rerun resumes or skips.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rightsizer import apply_protocol as proto
-from rightsizer.apply_configs import write_configs
-from rightsizer.apply_settings import ApplyError, ApplySettings, seconds_text
-from rightsizer.kube import ConflictError, Kube, KubeError, NotFoundError, TooManyRequestsError
-from rightsizer.plan import NodePlan, Plan
+from rightsizer.apply import protocol as proto
+from rightsizer.apply.configs import write_configs
+from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
+from rightsizer.clients.kube import ConflictError, Kube, KubeError, NotFoundError, TooManyRequestsError
+from rightsizer.plan.model import NodePlan, Plan
 
 log = logging.getLogger(__name__)
 

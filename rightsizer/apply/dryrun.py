@@ -13,12 +13,12 @@ import json
 import shlex
 from typing import Any
 
-from rightsizer import apply_protocol as proto
-from rightsizer.apply_configs import ConfigTarget, resolve_config_target
-from rightsizer.apply_settings import ApplySettings
-from rightsizer.kube import Kube, NotFoundError
-from rightsizer.mig_configmap import DATA_KEY, dump_yaml
-from rightsizer.plan import Plan
+from rightsizer.apply import protocol as proto
+from rightsizer.apply.configmap import DATA_KEY, dump_yaml
+from rightsizer.apply.configs import ConfigTarget, resolve_config_target
+from rightsizer.apply.settings import ApplySettings
+from rightsizer.clients.kube import Kube, NotFoundError
+from rightsizer.plan.model import Plan
 
 
 def _q(text: str) -> str:

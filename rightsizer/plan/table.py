@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rightsizer.plan import GpuLayout, NodePlan, Plan
+from rightsizer.plan.model import GpuLayout, NodePlan, Plan
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -7,10 +7,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from mig_geometry.catalogue import GpuModel
-from rightsizer import packing
-from rightsizer.model import Analysis, GpuInventory
-from rightsizer.nodeopt import assert_placeable, assign, is_pinned, served, with_changes
-from rightsizer.proposal import GpuPlan, Item, NodeProposal, OptimiserSettings
+from rightsizer.analysis.types import Analysis, GpuInventory
+from rightsizer.optimise import packing
+from rightsizer.optimise.node import assert_placeable, assign, is_pinned, served, with_changes
+from rightsizer.optimise.proposal import GpuPlan, Item, NodeProposal, OptimiserSettings
 
 
 def pool_moves(

@@ -17,10 +17,10 @@ from __future__ import annotations
 import math
 import time
 
-from rightsizer.model import Analysis, DeviceStats, NodeInventory
-from rightsizer.nodeopt import items_for_node, propose_node, with_changes
-from rightsizer.pooling import pool_moves
-from rightsizer.proposal import (
+from rightsizer.analysis.types import Analysis, DeviceStats, NodeInventory
+from rightsizer.optimise.node import items_for_node, propose_node, with_changes
+from rightsizer.optimise.pooling import pool_moves
+from rightsizer.optimise.proposal import (
     FleetProposal,
     GpuPlan,
     Item,

@@ -1,5 +1,5 @@
-"""The weekly rightsizing report: numbers from :mod:`rightsizer.report_data`, charts from
-:mod:`rightsizer.charts`, written as a self-contained HTML file (PNGs inlined as data URIs), a
+"""The weekly rightsizing report: numbers from :mod:`rightsizer.report.data`, charts from
+:mod:`rightsizer.report.charts`, written as a self-contained HTML file (PNGs inlined as data URIs), a
 Markdown file and the PNGs themselves."""
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mig_geometry.placement import describe
-from rightsizer import charts, report_data, report_render
-from rightsizer.plan import GpuLayout, NodePlan, Plan
-from rightsizer.plan_runner import PlanSettings, make_plan, window_text
-from rightsizer.prometheus import PrometheusClient
-from rightsizer.report_data import ReportData
+from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.plan.model import GpuLayout, NodePlan, Plan
+from rightsizer.plan.pipeline import PlanSettings, make_plan, window_text
+from rightsizer.report import charts
+from rightsizer.report import data as report_data
+from rightsizer.report import render as report_render
+from rightsizer.report.data import ReportData
 
 HOURS_PER_WEEK = 168.0
 TOP_IDLE = 15

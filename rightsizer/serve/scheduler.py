@@ -24,9 +24,9 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from rightsizer.apply import ApplyReport
-from rightsizer.plan import Plan
-from rightsizer.serve_config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
+from rightsizer.apply.applier import ApplyReport
+from rightsizer.plan.model import Plan
+from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""HTML and Markdown renderings of a :class:`rightsizer.report.Report` (same sections, same numbers)."""
+"""HTML and Markdown renderings of a :class:`rightsizer.report.build.Report` (same sections, same numbers)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import base64
 from html import escape
 from typing import TYPE_CHECKING
 
-from rightsizer.report_data import iso
+from rightsizer.report.data import iso
 
 if TYPE_CHECKING:  # report.py imports this module to write files
-    from rightsizer.report import Report
+    from rightsizer.report.build import Report
 
 
 def data_uri(png: bytes) -> str:

@@ -1,6 +1,6 @@
 """One node: its devices' demand classes, the packed layouts, and which GPU and slot each gets.
 
-See :mod:`rightsizer.optimiser` for the rules; every proposed layout passes
+See :mod:`rightsizer.optimise.fleet` for the rules; every proposed layout passes
 :func:`mig_geometry.placement.place` (:func:`assert_placeable`).
 """
 
@@ -14,9 +14,9 @@ from mig_geometry.catalogue import GpuModel
 from mig_geometry.layouts import Layout
 from mig_geometry.names import canonical_profile
 from mig_geometry.placement import place
-from rightsizer import packing
-from rightsizer.model import Analysis, GpuInventory, NodeInventory, PodKey, Workload
-from rightsizer.proposal import GpuPlan, Item, NodeProposal, OptimiserSettings
+from rightsizer.analysis.types import Analysis, GpuInventory, NodeInventory, PodKey, Workload
+from rightsizer.optimise import packing
+from rightsizer.optimise.proposal import GpuPlan, Item, NodeProposal, OptimiserSettings
 
 # ---------------------------------------------------------------------------------------------- items
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from rightsizer.plan import Plan
+from rightsizer.plan.model import Plan
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster on big files
 _BaseDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)

@@ -1,4 +1,4 @@
-"""Optimiser proposals + analysis → the :class:`rightsizer.plan.Plan` written to ``plan.json``."""
+"""Optimiser proposals + analysis → the :class:`rightsizer.plan.model.Plan` written to ``plan.json``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rightsizer import migparted, timeslicing
-from rightsizer.model import Analysis, NodeInventory, PodKey
-from rightsizer.optimiser import FleetProposal, GpuPlan, Item, NodeProposal
-from rightsizer.plan import (
+from rightsizer.analysis.types import Analysis, NodeInventory, PodKey
+from rightsizer.migparted import config as migparted
+from rightsizer.migparted import timeslicing
+from rightsizer.optimise.fleet import FleetProposal, GpuPlan, Item, NodeProposal
+from rightsizer.plan.model import (
     SCHEMA,
     DisruptedPod,
     Evidence,

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from rightsizer.plan import Plan
-from rightsizer.prometheus import PrometheusClient, Series
+from rightsizer.clients.prometheus import PrometheusClient, Series
+from rightsizer.plan.model import Plan
 
 IDLE = "sum(gpupilot:node_slices:idle)"
 ALLOCATED = "sum(gpupilot:node_slices:allocated)"

@@ -6,9 +6,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rightsizer import analysis, optimiser, planning
-from rightsizer.plan import Plan
-from rightsizer.prometheus import PrometheusClient
+from rightsizer.analysis import history as analysis
+from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.optimise import fleet as optimiser
+from rightsizer.plan import build as planning
+from rightsizer.plan.model import Plan
 
 
 class NoInventoryError(RuntimeError):
@@ -20,7 +22,7 @@ class PlanSettings:
     window_s: float = 7 * 86400.0
     window_text: str = "7d"
     optimiser: Mapping[str, Any] = field(default_factory=dict)
-    """Keyword arguments of :class:`rightsizer.optimiser.OptimiserSettings` (e.g. ``max_nodes``)."""
+    """Keyword arguments of :class:`rightsizer.optimise.fleet.OptimiserSettings` (e.g. ``max_nodes``)."""
 
 
 def make_plan(

@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 
-from rightsizer.report_data import AlertSeen, Heatmap, Trend
+from rightsizer.report.data import AlertSeen, Heatmap, Trend
 
 INK = "#1f2933"
 MUTED = "#7b8794"

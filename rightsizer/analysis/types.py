@@ -1,6 +1,6 @@
 """Plain data the analysis hands to the optimiser and the report: no pandas here, on purpose.
 
-:mod:`rightsizer.analysis` (the only module that imports pandas) turns Prometheus answers into
+:mod:`rightsizer.analysis.history` (the only module that imports pandas) turns Prometheus answers into
 these frozen dataclasses; everything downstream works on them.
 """
 

@@ -1,8 +1,8 @@
 """The optimiser's data: settings, per-device demand items, per-GPU and per-node proposals.
 
-Plain frozen dataclasses shared by :mod:`rightsizer.nodeopt` (one node),
-:mod:`rightsizer.pooling` (nodes pooled under ``--allow-moves``) and :mod:`rightsizer.optimiser`
-(the fleet); :mod:`rightsizer.planning` turns them into a plan.
+Plain frozen dataclasses shared by :mod:`rightsizer.optimise.node` (one node),
+:mod:`rightsizer.optimise.pooling` (nodes pooled under ``--allow-moves``) and :mod:`rightsizer.optimise.fleet`
+(the fleet); :mod:`rightsizer.plan.build` turns them into a plan.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mig_geometry.catalogue import GpuModel
-from rightsizer.model import NodeInventory, PodKey
+from rightsizer.analysis.types import NodeInventory, PodKey
 
 
 @dataclass(frozen=True)

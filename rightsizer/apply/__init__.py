@@ -1,0 +1,1 @@
+"""Applying a plan through the MIG Manager's label protocol: configs, node protocol, dry run."""

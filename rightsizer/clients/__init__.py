@@ -1,0 +1,1 @@
+"""The rightsizer's doors to outside systems: Kubernetes and Prometheus."""

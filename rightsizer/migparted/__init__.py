@@ -1,0 +1,1 @@
+"""NVIDIA's config formats: mig-parted configs and device-plugin time-slicing."""

@@ -1,0 +1,1 @@
+"""Pure optimisation: demand items, packing, per-node and pooled proposals."""

@@ -1,0 +1,1 @@
+"""The weekly report: data from Prometheus, charts, HTML and Markdown."""

@@ -1,0 +1,1 @@
+"""``serve``: the schedule's configuration and the APScheduler service."""
