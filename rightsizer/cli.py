@@ -12,6 +12,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from rightsizer.errors import RightsizerError
+
 COMMANDS: dict[str, str] = {
     "validate": "check mig-parted configs against the MIG geometry catalogue",
     "plan": "read Prometheus history and propose better MIG layouts (read-only)",
@@ -46,7 +48,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     module = importlib.import_module(f"rightsizer.commands.{args.command}")
-    code: int = module.run(args)
+    try:
+        code: int = module.run(args)
+    except RightsizerError as err:
+        # The one catch for the whole tree: whatever a command did not handle itself ends as one
+        # line and the error's exit code (2 for bad input, 1 for failures), never a traceback.
+        print(f"gpupilot-rightsizer {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"gpupilot-rightsizer {args.command}: interrupted", file=sys.stderr)
+        return 130
     return code
 
 

@@ -24,6 +24,7 @@ from rightsizer.apply import protocol as proto
 from rightsizer.apply.configs import write_configs
 from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
 from rightsizer.clients.kube import ConflictError, Kube, KubeError, NotFoundError, TooManyRequestsError
+from rightsizer.errors import RightsizerError
 from rightsizer.plan.model import NodePlan, Plan
 
 log = logging.getLogger(__name__)
@@ -77,11 +78,11 @@ class ApplyReport:
         return not self.failed
 
 
-class NodeFailure(Exception):
+class NodeFailure(RightsizerError):
     """The node cannot be reconfigured now; it is rolled back with this reason."""
 
 
-class NodeSkip(Exception):
+class NodeSkip(RightsizerError):
     """The node is not ours to touch (changed since the plan, another plan in flight)."""
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from rightsizer.errors import RightsizerError
 from rightsizer.plan.model import Plan
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster on big files
@@ -48,7 +49,7 @@ OPERATOR_DEFAULT_CONFIGMAP = "default-mig-parted-config"
 GPUPILOT_CONFIGMAP = "gpupilot-mig-parted-config"
 
 
-class ConfigMapError(ValueError):
+class ConfigMapError(RightsizerError, ValueError):
     """A ConfigMap whose mig-parted content cannot be read; one line naming it."""
 
 

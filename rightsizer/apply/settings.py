@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rightsizer.errors import RightsizerError
 
-class ApplyError(RuntimeError):
+
+class ApplyError(RightsizerError, RuntimeError):
     """Apply cannot start (no ClusterPolicy, unreadable ConfigMap, …); one line, nothing was changed on nodes."""
 
 

@@ -25,13 +25,15 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from rightsizer.errors import RightsizerError
+
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 
 
-class KubeError(Exception):
+class KubeError(RightsizerError):
     """The Kubernetes API refused or could not be reached; ``status`` is the HTTP code (0 = none)."""
 
     temporary = False

@@ -17,8 +17,10 @@ from typing import Any
 
 import requests
 
+from rightsizer.errors import RightsizerError
 
-class PrometheusError(RuntimeError):
+
+class PrometheusError(RightsizerError, RuntimeError):
     """Something went wrong talking to Prometheus; ``str()`` is one line naming the URL."""
 
 

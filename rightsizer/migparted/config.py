@@ -20,6 +20,7 @@ import yaml
 from mig_geometry.catalogue import NVIDIA_VENDOR_ID, GpuModel, by_device_id
 from mig_geometry.names import canonical_profile
 from mig_geometry.placement import place
+from rightsizer.errors import InputError
 
 ENTRY_FIELDS = ("devices", "device-filter", "mig-enabled", "mig-devices")
 TOP_FIELDS = ("version", "mig-configs")
@@ -27,7 +28,7 @@ DEFAULT_DEVICE_ID = 0x2330
 """H100 80GB HBM3 (SXM): what entries without a ``device-filter`` are checked against by default."""
 
 
-class MigPartedError(ValueError):
+class MigPartedError(InputError, ValueError):
     """A file that cannot be read or parsed as YAML; one line, with the line number where known."""
 
 

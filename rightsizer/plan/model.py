@@ -57,12 +57,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rightsizer.errors import InputError
+
 SCHEMA = "gpupilot.plan/v1"
 
 JsonDict = dict[str, Any]
 
 
-class PlanError(ValueError):
+class PlanError(InputError, ValueError):
     """A plan file that cannot be read; the message is one line naming the file and field."""
 
 

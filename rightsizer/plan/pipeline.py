@@ -8,12 +8,13 @@ from typing import Any
 
 from rightsizer.analysis import history as analysis
 from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.errors import RightsizerError
 from rightsizer.optimise import fleet as optimiser
 from rightsizer.plan import build as planning
 from rightsizer.plan.model import Plan
 
 
-class NoInventoryError(RuntimeError):
+class NoInventoryError(RightsizerError, RuntimeError):
     """Prometheus has no ``gpupilot_gpu_info`` at the end of the window: nothing to plan."""
 
 

@@ -27,12 +27,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from rightsizer.durations import parse_duration
+from rightsizer.errors import InputError
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _SCHEDULE = re.compile(r"^(?P<days>[a-z,\-*]+)\s+(?P<h>\d{1,2}):(?P<m>\d{2})$")
 
 
-class ServeConfigError(ValueError):
+class ServeConfigError(InputError, ValueError):
     """One line: file, field, what is wrong and what would be right."""
 
 
