@@ -8,7 +8,6 @@ SubjectAccessReview), :meth:`MetricsApi.answer` returns (status, JSON body). Err
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from adapter.errors import AdapterError, BadRequest, NotFound
 from adapter.quantity import format_quantity
 from adapter.selectors import Selector, parse_selector
 from adapter.values import ExternalValue, MetricValues, ObjectValue
+from gpupilot_common.timefmt import format_time
 
 CUSTOM = "custom.metrics.k8s.io"
 EXTERNAL = "external.metrics.k8s.io"
@@ -99,7 +99,7 @@ def status(code: int, reason: str, message: str, *, details: Json | None = None)
 
 @functools.lru_cache(maxsize=64)
 def _rfc3339(second: int) -> str:
-    return dt.datetime.fromtimestamp(second, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(second)
 
 
 def rfc3339(ts: float) -> str:

@@ -36,6 +36,7 @@ import yaml
 from adapter import resources
 from adapter.errors import ConfigError
 from adapter.resources import Resource
+from gpupilot_common import timefmt
 
 DEFAULT_QUERY = "avg by (<<by>>) (<<series>>{<<matchers>>})"
 DEFAULT_EXTERNAL_QUERY = "sum(<<series>>{<<matchers>>})"
@@ -44,7 +45,6 @@ _PLACEHOLDER = re.compile(r"<<(\w*)>>")
 _KNOWN_PLACEHOLDERS = {"series", "matchers", "by"}
 _METRIC_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:.-]*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h)$")
 _TOP_KEYS = {"metrics", "external", "defaults"}
 _METRIC_KEYS = {"name", "series", "resources", "query", "window"}
 _EXTERNAL_KEYS = {"name", "series", "query", "window", "namespaceLabel"}
@@ -93,15 +93,11 @@ def _fail(source: str, where: str, message: str) -> ConfigError:
 
 
 def parse_duration(text: object, *, source: str, where: str) -> int:
-    if isinstance(text, int) and not isinstance(text, bool) and text > 0:
-        return text
-    match = _DURATION.match(str(text))
-    if not match:
-        raise _fail(source, where, f"{text!r} is not a duration such as 30s, 1m or 2h")
-    amount, unit = int(match.group(1)), match.group(2)
-    seconds = {"ms": amount / 1000, "s": amount, "m": amount * 60, "h": amount * 3600}[unit]
-    if seconds < 1:
-        raise _fail(source, where, f"{text!r} is shorter than one second")
+    """A query window in Prometheus' duration grammar, whole seconds from 1s to 1d."""
+    try:
+        seconds = timefmt.parse_duration(text, minimum=1.0, maximum=86400.0)
+    except ValueError as exc:
+        raise _fail(source, where, str(exc)) from None
     return int(seconds)
 
 

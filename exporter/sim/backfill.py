@@ -32,7 +32,7 @@ from exporter.sim import cluster
 from exporter.sim.backend import SimBackend
 from exporter.sim.model import Scenario
 from exporter.sim.patterns import Array
-from exporter.sim.timespec import format_time
+from gpupilot_common.timefmt import format_time
 
 BLOCK_S = 7200
 """Prometheus' block duration: windows never straddle a block boundary."""

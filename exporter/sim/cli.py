@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from exporter.errors import ConfigError
-from exporter.sim import backfill, cluster_server, timespec
+from exporter.sim import backfill, cluster_server
 from exporter.sim import scenario as scenario_mod
+from gpupilot_common import timefmt as timespec
 
 MAX_DAYS = 90.0
 """Longer ranges need ``--force``: 90 days of a large fleet is hours of promtool and gigabytes of disk."""
@@ -62,11 +63,9 @@ def parse_backfill(argv: Sequence[str], *, now: float) -> tuple[Path, backfill.B
     """Settings from the command line; :class:`ConfigError` (one line) on a bad range."""
     args = _backfill_parser().parse_args(list(argv))
     try:
-        step = timespec.parse_duration(args.step)
+        step = timespec.parse_duration(args.step, maximum=86400.0)
     except ValueError as e:
         raise ConfigError(f"--step: {e}") from None
-    if step <= 0:
-        raise ConfigError(f"--step: must be positive, got {args.step}")
     try:
         end = timespec.parse_time(args.end, now=now) if args.end else now
     except ValueError as e:

@@ -11,9 +11,9 @@ from typing import NoReturn, cast, get_args
 
 from exporter import fields
 from exporter.errors import ScenarioError
-from exporter.sim import timespec
 from exporter.sim.model import Fault, FaultKind, Hpa, HpaMetric, Node
 from exporter.sim.patterns import IDLE, Pattern, PatternKind
+from gpupilot_common import timefmt as timespec
 
 
 class Ctx:
@@ -75,7 +75,7 @@ class Ctx:
 
     def duration(self, raw: object, path: str) -> float:
         try:
-            value = timespec.parse_duration(raw)
+            value = timespec.parse_duration(raw, allow_zero=True)
         except ValueError as e:
             self.fail(path, str(e))
         if value < 0:

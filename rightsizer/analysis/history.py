@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from gpupilot_common.timefmt import format_time
 from mig_geometry.catalogue import GpuModel, by_device_id
 from mig_geometry.names import canonical_profile
 from rightsizer.analysis.types import (
@@ -138,7 +139,9 @@ def window_stats(
         rule_chunks += rule
         seconds = max(2, round(hi - lo))
         rng, sub = f"{seconds}s", f"{seconds - 1}s"
-        progress(f"querying history chunk {i}/{len(pieces)} ({(hi - lo) / 3600:.0f} h ending {_iso(hi)})")
+        progress(
+            f"querying history chunk {i}/{len(pieces)} ({(hi - lo) / 3600:.0f} h ending {format_time(hi)})"
+        )
         for column, query in _activity_queries(
             rule=rule, rng=rng, sub=sub, threshold=settings.idle_threshold
         ).items():
@@ -153,10 +156,6 @@ def window_stats(
     agg["value"] = agg["max"].where(~agg["stat"].isin(summed), agg["sum"])
     wide = agg.pivot_table(index=list(IDENT), columns="stat", values="value", aggfunc="first")
     return wide.reset_index(), rule_chunks
-
-
-def _iso(t: float) -> str:
-    return pd.Timestamp(t, unit="s", tz="UTC").strftime("%Y-%m-%dT%H:%MZ")
 
 
 # ---------------------------------------------------------------------------------------------- inventory
@@ -278,7 +277,7 @@ def analyse(
 ) -> Analysis:
     """Inventory at ``end``, device statistics over the window, and per-workload demand."""
     start = end - settings.window_s
-    progress(f"reading inventory from {client.url} at {_iso(end)}")
+    progress(f"reading inventory from {client.url} at {format_time(end)}")
     nodes, holders = inventory(client, at=end, lookback_s=settings.inventory_lookback_s)
     stats, rule_chunks = window_stats(client, start=start, end=end, settings=settings, progress=progress)
     rows: dict[tuple[str, ...], dict[str, object]] = {}

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpupilot_common.timefmt import format_time
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.configs import write_configs
 from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
@@ -91,7 +92,7 @@ Progress = Callable[[str, str], None]
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(dt.datetime.now(dt.UTC))
 
 
 class Applier:

@@ -7,16 +7,23 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from gpupilot_common.timefmt import parse_duration
 from rightsizer.apply import dryrun
 from rightsizer.apply.applier import Applier, ApplyError, ApplyReport, ApplySettings
 from rightsizer.clients.kube import Kube, KubeError, KubeSettings
-from rightsizer.durations import parse_duration
 from rightsizer.plan.model import Plan, PlanError, load_plan
 
 
 def _duration(text: str) -> float:
     try:
-        return parse_duration(text)
+        return parse_duration(text, maximum=86400.0)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration_or_zero(text: str) -> float:
+    try:
+        return parse_duration(text, maximum=86400.0, allow_zero=True)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -87,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--configmap-sync",
-        type=_duration,
+        type=_duration_or_zero,
         default=60.0,
         metavar="DURATION",
         help="wait after changing the ConfigMap before relabelling, for kubelet to deliver it to the "

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
+from gpupilot_common import timefmt
+from gpupilot_common.timefmt import format_time
 from rightsizer.analysis import history as analysis
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.optimise import fleet as optimiser
@@ -16,33 +16,24 @@ from rightsizer.plan import build as planning
 from rightsizer.plan import table
 from rightsizer.plan.model import dump_plan
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+# Prometheus keeps 15 days by default and long-term stores keep years; past a year a window is a typo.
+MAX_WINDOW = 366 * 86400.0
 
 
 def parse_duration(text: str) -> float:
-    m = _DURATION.match(text.strip())
-    if not m:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 7d, 36h or 90m")
-    value = float(m.group(1)) * _UNITS[m.group(2)]
-    if value <= 0:
-        raise argparse.ArgumentTypeError("the duration must be positive")
-    return value
+    """``--window``: Prometheus' duration grammar (``7d``, ``36h``, ``1h30m``), positive, at most 366 days."""
+    try:
+        return timefmt.parse_duration(text, maximum=MAX_WINDOW)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_time(text: str) -> float:
-    """Unix seconds, or an ISO 8601 time (``2026-11-29T12:00:00Z``; no zone means UTC)."""
+    """Unix seconds, or an RFC 3339 / ISO 8601 time (``2026-11-29T12:00:00Z``; no zone means UTC)."""
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither Unix seconds nor an ISO 8601 time") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+        return timefmt.parse_time(text, now=time.time())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -168,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if not result.nodes:
         print(
-            f"error: no gpupilot_gpu_info series at {planning.iso(end)} in {args.prometheus_url}; "
+            f"error: no gpupilot_gpu_info series at {format_time(end)} in {args.prometheus_url}; "
             "is the exporter scraped? (use --at for history that ended earlier)",
             file=sys.stderr,
         )

@@ -7,8 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from gpupilot_common.timefmt import parse_duration
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
-from rightsizer.durations import parse_duration
 from rightsizer.plan.model import PlanError, load_plan
 from rightsizer.plan.pipeline import NoInventoryError
 from rightsizer.report import build as report

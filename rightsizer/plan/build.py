@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gpupilot_common.timefmt import format_time
 from rightsizer.analysis.types import Analysis, NodeInventory, PodKey
 from rightsizer.migparted import config as migparted
 from rightsizer.migparted import timeslicing
@@ -34,11 +35,6 @@ class PlanContext:
     """The ``--window`` text (``7d``)."""
     settings: Mapping[str, Any]
     created_at: datetime | None = None
-
-
-def iso(t: float | datetime) -> str:
-    dt = t if isinstance(t, datetime) else datetime.fromtimestamp(t, tz=UTC)
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _layouts(gpus: Sequence[GpuPlan]) -> tuple[GpuLayout, ...]:
@@ -158,7 +154,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
                 evidence=_evidence(analysis, p.node),
             )
         )
-    window = Window(iso(analysis.start), iso(analysis.end), context.window)
+    window = Window(format_time(analysis.start), format_time(analysis.end), context.window)
     merged: dict[str, Any] = {"version": "v1", "mig-configs": {}}
     for n in nodes:
         if n.changed:
@@ -193,7 +189,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
     return Plan(
         schema=SCHEMA,
         plan_id=plan_id_for(nodes=nodes, window=window),
-        created_at=iso(context.created_at or datetime.now(tz=UTC)),
+        created_at=format_time(context.created_at or datetime.now(tz=UTC)),
         window=window,
         prometheus_url=analysis.prometheus_url,
         settings=dict(context.settings),

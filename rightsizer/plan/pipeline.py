@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupilot_common.timefmt import format_time
 from rightsizer.analysis import history as analysis
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.errors import RightsizerError
@@ -38,7 +39,7 @@ def make_plan(
     )
     if not result.nodes:
         raise NoInventoryError(
-            f"no gpupilot_gpu_info series at {planning.iso(end)} in {client.url}; is the exporter scraped?"
+            f"no gpupilot_gpu_info series at {format_time(end)} in {client.url}; is the exporter scraped?"
         )
     fleet = optimiser.optimise(result, settings=optimiser.OptimiserSettings(**dict(settings.optimiser)))
     return planning.build_plan(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from rightsizer.clients.prometheus import PrometheusClient, Series
 from rightsizer.plan.model import Plan
@@ -179,7 +178,3 @@ def collect(
     progress("alerts")
     alerts = fetch_alerts(client, start=start, end=end)
     return ReportData(start, end, trend, heatmap, alerts, plan, price_per_gpu_hour, client.url)
-
-
-def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -6,7 +6,7 @@ import base64
 from html import escape
 from typing import TYPE_CHECKING
 
-from rightsizer.report.data import iso
+from gpupilot_common.timefmt import format_time as iso
 
 if TYPE_CHECKING:  # report.py imports this module to write files
     from rightsizer.report.build import Report

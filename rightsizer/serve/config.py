@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from rightsizer.durations import parse_duration
+from gpupilot_common.timefmt import parse_duration
 from rightsizer.errors import InputError
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")

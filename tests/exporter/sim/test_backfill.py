@@ -147,7 +147,7 @@ def test_cli_backfill_blocks_read_by_real_prometheus(
     ("args", "message"),
     [
         (["--start", "2026-11-02T00:00:00Z", "--end", "2026-11-01T00:00:00Z"], "is not after --start"),
-        (["--days", "1", "--step", "0s"], "--step: must be positive"),
+        (["--days", "1", "--step", "0s"], "--step: '0s' is zero"),
         (["--days", "1", "--step", "fast"], "--step: 'fast' is not a duration"),
         (["--start", "now-1d", "--end", "now+1d"], "is in the future"),
         (["--days", "120"], "more than 90; add --force"),

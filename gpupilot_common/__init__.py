@@ -1,0 +1,1 @@
+"""Code shared by the three services, which may not import each other: pure helpers, no I/O."""
