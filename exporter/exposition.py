@@ -195,8 +195,9 @@ def device_families(
             sets = _pod_variants(base, gpu_pods)
             for spec in selected:
                 add(spec, gpu, gpu_values, sets)
-        elif not per_instance:
+        elif not per_instance or not gpu.instances:
             # GPU-level fields once per physical GPU, without pods; device fields per instance below.
+            # (per-instance with no instance yet: still once per GPU, so power does not vanish.)
             for spec in selected:
                 if spec.level == "gpu":
                     add(spec, gpu, gpu_values, [base])

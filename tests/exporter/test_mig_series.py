@@ -70,6 +70,12 @@ def test_per_gpu_default_publishes_gpu_fields_once_and_sums_are_right() -> None:
     assert per_gpu["DCGM_FI_DEV_FB_USED"].samples == per_inst["DCGM_FI_DEV_FB_USED"].samples
 
 
+def test_mig_gpu_without_instances_keeps_its_gpu_fields_in_per_instance_mode() -> None:
+    fams = by_name(device_families(fakes.node(fakes.mig_gpu(0, 0)), hostname="n", layout=PER_INSTANCE))
+    ((labels, value),) = fams["DCGM_FI_DEV_POWER_USAGE"].samples
+    assert value == 312.5 and "GPU_I_ID" not in dict(labels)
+
+
 def test_whole_gpus_look_the_same_in_both_modes() -> None:
     snap = fakes.node(fakes.whole_gpu(0))
     assert device_families(snap, hostname="n") == device_families(snap, hostname="n", layout=PER_INSTANCE)
