@@ -154,6 +154,10 @@ def test_nvidia_dashboard_panels_answer_for_mig_nodes_in_per_instance_mode(prom:
     # MIG instances held by pods carry them on GPU-level series too (dcgm-exporter's layout)
     held = query(prom, 'DCGM_FI_DEV_POWER_USAGE{Hostname="gpu-h100-b", GPU_I_ID!="", pod!=""}')
     assert len(held) >= 4
+    # gpupilot's own rules and dashboards take max by GPU first, so they stay right in this mode:
+    # one power series per physical GPU (gpu-h100-b: 3, gpu-a100-a: 2)
+    fleet_power = 'max by (Hostname, UUID) (DCGM_FI_DEV_POWER_USAGE{job="per-instance"})'
+    assert len(query(prom, fleet_power)) == 5
 
 
 @pytest.mark.prometheus
