@@ -19,7 +19,7 @@ gets one series per container, each with the device's value.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter import fields, health, xid_catalogue
@@ -28,8 +28,6 @@ from exporter.snapshot import Allocations, GpuSnapshot, MigInstance, NodeSnapsho
 from exporter.windows import GpuWindow, WindowCounts
 
 LabelPairs = tuple[tuple[str, str], ...]
-
-_DEFAULT_LAYOUT: SeriesLayout | None = None
 
 
 @dataclass
@@ -74,10 +72,14 @@ def _pods(allocations: Allocations | None, device_id: str) -> tuple[PodRef, ...]
     return allocations.get(device_id, ())
 
 
+_COMPUTED = frozenset({fields.XID_FIELD.name, *(f.name for f in fields.EXP_FIELDS)})
+"""Fields whose series are built from more than one value (labels from the event, windows, checks)."""
+
+
 def _field_samples(
     spec: fields.FieldSpec,
     gpu: GpuSnapshot,
-    values: dict[str, float] | None,
+    values: Mapping[str, float] | None,
     *,
     layout: SeriesLayout,
     window: GpuWindow | None,
@@ -126,9 +128,7 @@ def device_families(
 
     ``windows`` (from :class:`exporter.windows.EventWindows`) feeds ``DCGM_EXP_XID_ERRORS_COUNT``
     and ``DCGM_EXP_CLOCK_EVENTS_COUNT``; without it those two families are left out."""
-    global _DEFAULT_LAYOUT  # noqa: PLW0603 - built once: parsing the default counters file
-    if layout is None:
-        layout = _DEFAULT_LAYOUT = _DEFAULT_LAYOUT or SeriesLayout()
+    layout = layout or SeriesLayout()  # the default counters file is parsed once (layout.py)
     selected = layout.selection.metrics
     fams: dict[str, Family] = {spec.name: Family(spec.name, spec.kind, spec.help) for spec in selected}
     per_instance = layout.mig_series == "per-instance"
@@ -136,9 +136,18 @@ def device_families(
     def add(
         spec: fields.FieldSpec,
         gpu: GpuSnapshot,
-        values: dict[str, float] | None,
+        values: Mapping[str, float] | None,
         label_sets: Iterable[LabelPairs],
     ) -> None:
+        name = spec.name
+        if name not in _COMPUTED:  # a plain field: the common, fast case
+            if values is None or name not in values:
+                return
+            value = values[name]
+            fam = fams[name]
+            for labels in label_sets:
+                fam.samples.append((labels, value))
+            return
         window = windows.get(gpu.info.uuid) if windows is not None else None
         samples = _field_samples(spec, gpu, values, layout=layout, window=window)
         if not samples:
@@ -189,7 +198,7 @@ def device_families(
                 1.0,
             )
         )
-        gpu_values = dict(gpu.values)
+        gpu_values = gpu.values
         gpu_pods = _pods(allocations, info.uuid)
         if not info.mig_enabled:
             sets = _pod_variants(base, gpu_pods)
@@ -225,7 +234,7 @@ def device_families(
             )
             inst_pods = _pods(allocations, inst.uuid)
             variants = _pod_variants(ibase, inst_pods)
-            inst_values = dict(inst.values)
+            inst_values = inst.values
             for spec in selected:
                 if spec.level == "device":
                     add(spec, gpu, inst_values, variants)
