@@ -1,14 +1,16 @@
 """Xid code → short message, for the ``err_msg`` label of dcgm-exporter's Xid series.
 
 Written from NVIDIA's published Xid catalogue ("Xid Errors", NVIDIA GPU deployment and management
-documentation): one line per code, the catalogue's short description. Codes the catalogue marks
-unused or reserved keep that word, so a label never claims more than the catalogue does; codes
-newer than this table read ``Unknown Xid``.
+documentation): one line per code 0-172, the catalogue's short description, worded as dcgm-exporter
+publishes it in ``err_msg`` (so alerts matching on it keep working; code 45's text is cut where
+dcgm-exporter cuts it). Codes the catalogue marks unused or reserved keep that word; codes newer
+than this table read ``Unknown Xid``.
 """
 
 from __future__ import annotations
 
 _TABLE = """
+0 No Error
 1 Invalid or corrupted push buffer stream
 2 Invalid or corrupted push buffer stream
 3 Invalid or corrupted push buffer stream
@@ -53,7 +55,7 @@ _TABLE = """
 42 Video processor exception
 43 GPU stopped processing
 44 Graphics Engine fault during context switch
-45 Preemptive cleanup, due to previous errors
+45 Preemptive cleanup, due to previous errors -- Most likely to see when running multiple cuda
 46 GPU stopped processing
 47 Video processor exception
 48 Double Bit ECC Error
@@ -134,44 +136,53 @@ _TABLE = """
 123 SPI PMU RPC Write Failure
 124 SPI PMU RPC Erase Failure
 125 Inforom FS Failure
-126 Reserved
-127 Reserved
-128 Reserved
-129 Reserved
-130 Reserved
-131 Reserved
-132 Reserved
-133 Reserved
-134 Reserved
-135 Reserved
-136 Reserved
-137 NVLink FLA privilege error
-138 Reserved
-139 Reserved
+126 Robust Channel CE10 Error
+127 Robust Channel CE11 Error
+128 Robust Channel CE12 Error
+129 Robust Channel CE13 Error
+130 Robust Channel CE14 Error
+131 Robust Channel CE15 Error
+132 Robust Channel CE16 Error
+133 Robust Channel CE17 Error
+134 Robust Channel CE18 Error
+135 Robust Channel CE19 Error
+136 ALI Training Fail
+137 NVLink Privilege Error
+138 Robust Channel DLA Error
+139 Robust Channel OFA1 Error
 140 Unrecovered ECC Error
-141 Reserved
-142 Reserved
+141 Robust Channel Fast Path Error
+142 Robust Channel NVENVC3 Error
 143 GPU Initialization Failure
-144 NVLINK: SAW Error
+144 NVLINK: Saw Error
 145 NVLINK: RLW Error
 146 NVLINK: TLW Error
 147 NVLINK: TREX Error
 148 NVLINK: NVLPW_CTRL Error
 149 NVLINK: NETIR Error
 150 NVLINK: MSE Error
-151 Key rotation Error
-152 Reserved
-153 Reserved
+151 Robust Channel Key rotation Error
+152 Robust Channel DLA SMMU Error
+153 Robust Channel DLA timeout Error
 154 GPU Recovery Action Changed
 155 NVLINK: SW Defined Error
 156 Resource Retirement Event
 157 Resource Retirement Failure
 158 GPU Fatal Timeout
-159 CHI Non-Data Error
+159 Robust Channel CHI Non-Data Error
 160 Channel Retirement Event
 161 Channel Retirement Failure
-162 Power Smoothing HW Circuitry capability reengaged
-163 Power Smoothing HW Circuitry capability disengaged
+162 Power Smoothing HW Circuitry Reengaged
+163 Power Smoothing HW Circuitry Disengaged
+164 Power Smoothing HW Circuitry Low Lifetime
+165 Power Smoothing HW Circuitry Lifetime Exhausted
+166 NVLINK Secure Crypto Error
+167 PCIE Fatal Timeout
+168 Reduced GPU Memory Capacity (Errors found in write protection region)
+169 Internal micro-controller halt
+170 NVLINK: Interrupt seen in CC mode
+171 Uncorrectable DRAM Error
+172 Uncorrectable SRAM Error
 """
 
 MESSAGES: dict[int, str] = {

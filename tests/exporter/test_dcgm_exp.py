@@ -108,12 +108,14 @@ def test_health_fails_memory_on_double_bit_errors_and_warns_on_thermal_throttlin
 
 
 def test_xid_catalogue_covers_every_published_code_and_labels_follow_pods() -> None:
-    assert sorted(xid_catalogue.MESSAGES) == list(range(1, 164))
+    assert sorted(xid_catalogue.MESSAGES) == list(range(173))
     assert xid_catalogue.message(13) == "Graphics Engine Exception"
     assert xid_catalogue.message(31) == "GPU memory page fault"
     assert xid_catalogue.message(48) == "Double Bit ECC Error"
     assert xid_catalogue.message(94) == "Contained ECC error"
     assert xid_catalogue.message(119) == "GSP RPC Timeout"
+    assert xid_catalogue.message(154) == "GPU Recovery Action Changed"
+    assert xid_catalogue.message(172) == "Uncorrectable SRAM Error"
     assert xid_catalogue.message(9999) == "Unknown Xid"
     snap = fakes.node(fakes.with_xid(fakes.whole_gpu(0), 119))
     pod = PodRef("ai", "llm-0", "server")
