@@ -92,8 +92,8 @@ def build_parser() -> _Parser:
     p.add_argument(
         "--node-name",
         metavar="NAME",
-        help="value of the Hostname label (default: $NODE_NAME, else the scenario node with "
-        "--backend sim, else the host name)",
+        help="value of the node label, Hostname unless --hostname-label says otherwise (default: "
+        "$NODE_NAME, else the scenario node with --backend sim, else the host name)",
     )
     p.add_argument(
         "-f",
@@ -101,8 +101,8 @@ def build_parser() -> _Parser:
         type=Path,
         metavar="FILE",
         help="dcgm-exporter counters CSV ('DCGM field, gauge|counter|label, help' per line, '#' "
-        "comments a line out) naming the fields to publish; default $DCGM_EXPORTER_COLLECTORS, "
-        "else dcgm-exporter's default set plus SM_ACTIVE, SM_OCCUPANCY and volatile ECC totals",
+        "comments a line out) naming the fields to publish (default $DCGM_EXPORTER_COLLECTORS, "
+        "else dcgm-exporter's default set plus SM_ACTIVE, SM_OCCUPANCY and volatile ECC totals)",
     )
     p.add_argument(
         "--mig-series",
