@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from exporter import counters, webconfig
+from exporter import counters, webconfig, windows
 from exporter.backend import Backend
 from exporter.collector import AllocationsSource, Collector
 from exporter.errors import ConfigError
@@ -196,6 +196,11 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
     ):
         if not (1000.0 <= ms <= 86_400_000.0):  # NaN fails too
             raise ConfigError(f"{flag} {ms:g}: must be between 1000 and 86400000 milliseconds")
+        if ms / 1000.0 / args.interval > windows.MAX_ENTRIES:
+            raise ConfigError(
+                f"{flag} {ms:g}: the window holds more than {windows.MAX_ENTRIES} collections at "
+                f"--interval {args.interval:g}; shorten the window or raise --interval"
+            )
     collectors = args.collectors or (
         Path(env["DCGM_EXPORTER_COLLECTORS"]) if env.get("DCGM_EXPORTER_COLLECTORS") else None
     )

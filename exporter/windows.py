@@ -5,7 +5,8 @@ Xid: the snapshot carries each GPU's Xid counts since start, so the count in the
 difference with the oldest snapshot inside it. Clock events: each snapshot carries the current
 clock-event-reasons bitmask (``DCGM_FI_DEV_CLOCKS_EVENT_REASONS``); a reason's count is the number
 of collections in the window that had its bit set, as dcgm-exporter counts samples. Memory is
-bounded by the number of collections per window (30 at 10 s over 5 min).
+bounded by the number of collections per window (30 at 10 s over 5 min), and by
+:data:`MAX_ENTRIES` whatever the clock does.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
 )
 """DCGM's clock event reason bits and dcgm-exporter's ``clock_event`` label values."""
 REASONS_FIELD = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+MAX_ENTRIES = 4096
+"""Hard bound on kept collections, should the clock stand still or jump back (a frozen test clock)."""
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,13 @@ def reasons(mask: int) -> list[str]:
 
 
 class EventWindows:
-    def __init__(self, *, xid_window_s: float, clock_events_window_s: float) -> None:
+    def __init__(
+        self, *, xid_window_s: float, clock_events_window_s: float, max_entries: int = MAX_ENTRIES
+    ) -> None:
         self.xid_window_s = xid_window_s
         self.clock_events_window_s = clock_events_window_s
-        self._xid: deque[tuple[float, dict[str, dict[int, int]]]] = deque()
-        self._masks: deque[tuple[float, dict[str, int]]] = deque()
+        self._xid: deque[tuple[float, dict[str, dict[int, int]]]] = deque(maxlen=max_entries)
+        self._masks: deque[tuple[float, dict[str, int]]] = deque(maxlen=max_entries)
 
     def update(self, snapshot: NodeSnapshot) -> WindowCounts:
         """Add one snapshot (its ``taken_at`` is the time) and return the counts up to it."""

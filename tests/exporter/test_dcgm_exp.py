@@ -9,6 +9,7 @@ from types import MappingProxyType
 import pytest
 
 from exporter import cli, counters, health, xid_catalogue
+from exporter import windows as windows_mod
 from exporter.exposition import Family, device_families
 from exporter.layout import SeriesLayout
 from exporter.sim import scenario as scenario_mod
@@ -66,6 +67,14 @@ def test_clock_events_count_collections_per_reason_in_the_window() -> None:
     for i, mask in enumerate([0x4, 0x4 | 0x1, 0x1, 0x1]):  # every 10 s
         got = windows.update(fakes.node(gpu_at({}, mask), taken_at=T0 + 10 * i))
     assert dict(got[fakes.gpu_info(0).uuid].clock_events) == {"gpu_idle": 3, "power_cap": 1}
+
+
+def test_windows_stay_bounded_when_the_clock_stands_still() -> None:
+    windows = EventWindows(xid_window_s=60.0, clock_events_window_s=30.0, max_entries=50)
+    snap = fakes.node(gpu_at({}, 0x1), taken_at=T0)
+    for _ in range(200):
+        got = windows.update(snap)
+    assert dict(got[fakes.gpu_info(0).uuid].clock_events) == {"gpu_idle": 50}
 
 
 def test_exp_families_have_dcgm_exporters_labels() -> None:
@@ -145,6 +154,14 @@ def test_hostname_label_flag(flag: str, label: str | None) -> None:
 def test_window_flags_are_checked() -> None:
     with pytest.raises(Exception, match="--xid-count-window-size 5: must be between 1000 and 86400000"):
         cli.parse_settings(["--xid-count-window-size", "5"], environ={})
+    too_many = [
+        "--interval",
+        "1",
+        "--clock-events-count-window-size",
+        str((windows_mod.MAX_ENTRIES + 1) * 1000),
+    ]
+    with pytest.raises(Exception, match="holds more than 4096 collections at --interval 1"):
+        cli.parse_settings(too_many, environ={})
     layout = cli.parse_settings(["--clock-events-count-window-size", "60000"], environ={}).layout
     assert layout.clock_events_window_s == 60.0
 
