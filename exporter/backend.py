@@ -1,4 +1,9 @@
-"""The protocol every device backend (NVML, simulator) implements."""
+"""The protocol every device backend (NVML, simulator) implements.
+
+A DCGM-hostengine backend (Ampere's DCP profiling counters, which NVML does not expose) would be one
+more implementation returning the same :class:`~exporter.snapshot.NodeSnapshot`, chosen in
+:func:`exporter.cli.build_backend`. It is not built: DCGM cannot be installed or tested here.
+"""
 
 from __future__ import annotations
 

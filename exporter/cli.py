@@ -20,10 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from exporter import webconfig
+from exporter import counters, webconfig, windows
 from exporter.backend import Backend
 from exporter.collector import AllocationsSource, Collector
 from exporter.errors import ConfigError
+from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
 from exporter.server import MetricsServer
 from exporter.settings import (
     DEFAULT_POD_RESOURCES_SOCKET,
@@ -91,8 +92,46 @@ def build_parser() -> _Parser:
     p.add_argument(
         "--node-name",
         metavar="NAME",
-        help="value of the Hostname label (default: $NODE_NAME, else the scenario node with "
-        "--backend sim, else the host name)",
+        help="value of the node label, Hostname unless --hostname-label says otherwise (default: "
+        "$NODE_NAME, else the scenario node with --backend sim, else the host name)",
+    )
+    p.add_argument(
+        "-f",
+        "--collectors",
+        type=Path,
+        metavar="FILE",
+        help="dcgm-exporter counters CSV ('DCGM field, gauge|counter|label, help' per line, '#' "
+        "comments a line out) naming the fields to publish (default $DCGM_EXPORTER_COLLECTORS, "
+        "else dcgm-exporter's default set plus SM_ACTIVE, SM_OCCUPANCY and volatile ECC totals)",
+    )
+    p.add_argument(
+        "--mig-series",
+        choices=MIG_SERIES,
+        default="per-gpu",
+        help="per-gpu: GPU-level fields (power, temperature…) once per physical GPU, so sums are "
+        "right; per-instance: dcgm-exporter's layout, every field once per MIG instance with its "
+        "GPU_I_PROFILE, GPU_I_ID and pods (default per-gpu)",
+    )
+    p.add_argument(
+        "--hostname-label",
+        choices=HOSTNAME_LABELS,
+        default="Hostname",
+        help="name of the node label: Hostname (dcgm-exporter 4.x), hostname (its next release) "
+        "or none (as its --no-hostname) (default Hostname)",
+    )
+    p.add_argument(
+        "--xid-count-window-size",
+        type=float,
+        metavar="MS",
+        default=300000.0,
+        help="window of DCGM_EXP_XID_ERRORS_COUNT in milliseconds (default 300000)",
+    )
+    p.add_argument(
+        "--clock-events-count-window-size",
+        type=float,
+        metavar="MS",
+        default=300000.0,
+        help="window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds (default 300000)",
     )
     p.add_argument(
         "--kubernetes",
@@ -151,6 +190,31 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
         raise ConfigError("--backend sim needs --scenario FILE (e.g. examples/fleet-demo.yaml)")
     if args.backend != "sim" and (args.scenario is not None or args.node is not None):
         raise ConfigError("--scenario and --node only apply to --backend sim")
+    for flag, ms in (
+        ("--xid-count-window-size", args.xid_count_window_size),
+        ("--clock-events-count-window-size", args.clock_events_count_window_size),
+    ):
+        if not (1000.0 <= ms <= 86_400_000.0):  # NaN fails too
+            raise ConfigError(f"{flag} {ms:g}: must be between 1000 and 86400000 milliseconds")
+        if ms / 1000.0 / args.interval > windows.MAX_ENTRIES:
+            raise ConfigError(
+                f"{flag} {ms:g}: the window holds more than {windows.MAX_ENTRIES} collections at "
+                f"--interval {args.interval:g}; shorten the window or raise --interval"
+            )
+    collectors = args.collectors or (
+        Path(env["DCGM_EXPORTER_COLLECTORS"]) if env.get("DCGM_EXPORTER_COLLECTORS") else None
+    )
+    if collectors is not None:
+        selection = counters.select(counters.load(collectors))
+    else:
+        selection = counters.gpupilot_default()
+    layout = SeriesLayout(
+        selection=selection,
+        mig_series=args.mig_series,
+        hostname_label=args.hostname_label,
+        xid_window_s=args.xid_count_window_size / 1000.0,
+        clock_events_window_s=args.clock_events_count_window_size / 1000.0,
+    )
     node_name = args.node_name or env.get("NODE_NAME", "")
     if not node_name and args.backend != "sim":
         node_name = socket.gethostname()
@@ -167,6 +231,18 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
         log_level=args.log_level,
         listen=parse_listen(args.listen),
         collector=CollectorSettings(interval=args.interval, collect_timeout=timeout),
+        layout=layout,
+    )
+
+
+def unreadable_line(layout: SeriesLayout) -> str:
+    """One line naming the counters-file fields this exporter cannot read ("" when none)."""
+    names = layout.selection.unreadable
+    if not names:
+        return ""
+    return (
+        f"{layout.selection.source}: {len(names)} field(s) this exporter cannot read, not published: "
+        + ", ".join(names)
     )
 
 
@@ -260,6 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    unreadable = unreadable_line(settings.layout)
+    if unreadable:
+        if settings.once:
+            print(f"{PROG}: {unreadable}", file=sys.stderr)
+        else:
+            log.warning("%s", unreadable)
     try:
         web = webconfig.load(settings.web_config) if settings.web_config else None
         backend = build_backend(settings)
@@ -268,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             hostname=hostname_for(settings, backend),
             settings=settings.collector,
             allocations=build_allocations(settings, backend),
+            layout=settings.layout,
         )
         if settings.once:
             try:

@@ -28,9 +28,11 @@ from exporter.backend import Backend
 from exporter.deadline import CallTimeout, DeadlineWorker
 from exporter.errors import BackendError, BackendUnavailable
 from exporter.exposition import Family, device_families
+from exporter.layout import SeriesLayout
 from exporter.render import Page, render_page
 from exporter.settings import CollectorSettings
 from exporter.snapshot import Allocations, NodeSnapshot
+from exporter.windows import EventWindows
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +52,18 @@ class Collector:
         hostname: str,
         settings: CollectorSettings,
         allocations: AllocationsSource | None = None,
+        layout: SeriesLayout | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.backend = backend
         self.hostname = hostname
         self.settings = settings
+        self.layout = layout or SeriesLayout()
+        self._windows = EventWindows(
+            xid_window_s=self.layout.xid_window_s,
+            clock_events_window_s=self.layout.clock_events_window_s,
+        )
         self._allocations_source = allocations
         self._clock = clock
         self._wall_clock = wall_clock
@@ -128,7 +136,13 @@ class Collector:
             self._fail("read", f"backend read failed: {type(exc).__name__}: {exc}", start)
             return False
         allocations = self._read_allocations()
-        families = device_families(snap, hostname=self.hostname, allocations=allocations)
+        families = device_families(
+            snap,
+            hostname=self.hostname,
+            allocations=allocations,
+            layout=self.layout,
+            windows=self._windows.update(snap),
+        )
         for kind, count in snap.field_errors.items():
             self._errors[kind] = self._errors.get(kind, 0) + count
         now = self._clock()

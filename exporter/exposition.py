@@ -4,21 +4,28 @@ Both the HTTP exporter (which pre-renders these once per collection) and ``gpupi
 backfill`` (which writes them with timestamps as OpenMetrics) go through :func:`device_families`,
 so live scrapes and backfilled history carry identical names and labels.
 
-Placement rules of the metric contract (DESIGN.md):
-* fields with ``level == "gpu"`` appear once per physical GPU; on a MIG GPU they carry no pod
-  labels (a GPU's power belongs to no single pod);
-* ``device`` fields appear on a whole GPU, or once per MIG instance with ``GPU_I_PROFILE``/``GPU_I_ID``;
-* with pod attribution, a device held by several containers (time-slicing) gets one series per
-  container, each with the device's value.
+Which fields, their types and the host label come from a :class:`~exporter.layout.SeriesLayout`
+(the counters file). Placement on MIG GPUs depends on ``layout.mig_series``:
+
+* ``per-gpu`` (default): fields with ``level == "gpu"`` appear once per physical GPU, without pod
+  labels (a GPU's power belongs to no single pod); ``device`` fields once per MIG instance with
+  ``GPU_I_PROFILE``/``GPU_I_ID`` and the instance's pods. Sums over GPUs are right.
+* ``per-instance`` (dcgm-exporter's layout): every field once per MIG instance, GPU-level values
+  repeated on each instance, each with the instance's labels and pods.
+
+On a whole GPU every field follows its pods; a device held by several containers (time-slicing)
+gets one series per container, each with the device's value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter import fields
+from exporter import fields, health, xid_catalogue
+from exporter.layout import SeriesLayout
 from exporter.snapshot import Allocations, GpuSnapshot, MigInstance, NodeSnapshot, PodRef
+from exporter.windows import GpuWindow, WindowCounts
 
 LabelPairs = tuple[tuple[str, str], ...]
 
@@ -33,17 +40,20 @@ class Family:
     samples: list[tuple[LabelPairs, float]] = field(default_factory=list)
 
 
-def _gpu_labels(gpu: GpuSnapshot, hostname: str) -> LabelPairs:
+def _gpu_labels(gpu: GpuSnapshot, hostname: str, layout: SeriesLayout) -> LabelPairs:
     info = gpu.info
-    return (
+    labels: list[tuple[str, str]] = [
         ("gpu", str(info.index)),
         ("UUID", info.uuid),
         ("pci_bus_id", info.pci_bus_id),
         ("device", info.device),
         ("modelName", info.model_name),
-        ("Hostname", hostname),
-        ("DCGM_FI_DRIVER_VERSION", info.driver_version),
-    )
+    ]
+    if layout.host_label is not None:
+        labels.append((layout.host_label, hostname))
+    if "DCGM_FI_DRIVER_VERSION" in layout.selection.labels:
+        labels.append(("DCGM_FI_DRIVER_VERSION", info.driver_version))
+    return tuple(labels)
 
 
 def _instance_labels(base: LabelPairs, inst: MigInstance) -> LabelPairs:
@@ -62,22 +72,90 @@ def _pods(allocations: Allocations | None, device_id: str) -> tuple[PodRef, ...]
     return allocations.get(device_id, ())
 
 
+_COMPUTED = frozenset({fields.XID_FIELD.name, *(f.name for f in fields.EXP_FIELDS)})
+"""Fields whose series are built from more than one value (labels from the event, windows, checks)."""
+
+
+def _field_samples(
+    spec: fields.FieldSpec,
+    gpu: GpuSnapshot,
+    values: Mapping[str, float] | None,
+    *,
+    layout: SeriesLayout,
+    window: GpuWindow | None,
+) -> list[tuple[LabelPairs, float]]:
+    """(extra labels, value) of one field on one device; ``values`` is the device's own values
+    (None: the field does not apply there). Empty when the device has no value."""
+    name = spec.name
+    if name == fields.XID_FIELD.name:
+        last = gpu.last_xid
+        if last is None:
+            return []
+        return [((("err_code", str(last.code)), ("err_msg", xid_message(last.code))), float(last.code))]
+    if name == fields.EXP_XID_COUNT.name:
+        if window is None:
+            return []
+        win = (("window_size_in_ms", str(round(layout.xid_window_s * 1000))),)
+        if not window.xid:
+            return [(win, 0.0)]
+        return [((*win, ("xid", str(c))), float(n)) for c, n in sorted(window.xid.items())]
+    if name == fields.EXP_CLOCK_EVENTS_COUNT.name:
+        if window is None:
+            return []
+        win = (("window_size_in_ms", str(round(layout.clock_events_window_s * 1000))),)
+        if not window.clock_events:
+            return [(win, 0.0)]
+        return [((*win, ("clock_event", r)), float(n)) for r, n in sorted(window.clock_events.items())]
+    if name == fields.EXP_GPU_HEALTH.name:
+        return [
+            ((("health_watch", watch), ("health_error_code", code)), float(result))
+            for watch, result, code in health.status(gpu.values)
+        ]
+    if values is None or name not in values:
+        return []
+    return [((), values[name])]
+
+
 def device_families(
-    snapshot: NodeSnapshot, *, hostname: str, allocations: Allocations | None = None
+    snapshot: NodeSnapshot,
+    *,
+    hostname: str,
+    allocations: Allocations | None = None,
+    layout: SeriesLayout | None = None,
+    windows: WindowCounts | None = None,
 ) -> list[Family]:
-    """The device series of one snapshot (no exporter self-metrics), in a stable order."""
-    fams: dict[str, Family] = {}
+    """The device series of one snapshot (no exporter self-metrics), in a stable order.
 
-    def add(spec: fields.FieldSpec, label_sets: Iterable[LabelPairs], value: float) -> None:
-        fam = fams.get(spec.name)
-        if fam is None:
-            fam = fams[spec.name] = Family(spec.name, spec.kind, spec.help)
+    ``windows`` (from :class:`exporter.windows.EventWindows`) feeds ``DCGM_EXP_XID_ERRORS_COUNT``
+    and ``DCGM_EXP_CLOCK_EVENTS_COUNT``; without it those two families are left out."""
+    layout = layout or SeriesLayout()  # the default counters file is parsed once (layout.py)
+    selected = layout.selection.metrics
+    fams: dict[str, Family] = {spec.name: Family(spec.name, spec.kind, spec.help) for spec in selected}
+    per_instance = layout.mig_series == "per-instance"
+
+    def add(
+        spec: fields.FieldSpec,
+        gpu: GpuSnapshot,
+        values: Mapping[str, float] | None,
+        label_sets: Iterable[LabelPairs],
+    ) -> None:
+        name = spec.name
+        if name not in _COMPUTED:  # a plain field: the common, fast case
+            if values is None or name not in values:
+                return
+            value = values[name]
+            fam = fams[name]
+            for labels in label_sets:
+                fam.samples.append((labels, value))
+            return
+        window = windows.get(gpu.info.uuid) if windows is not None else None
+        samples = _field_samples(spec, gpu, values, layout=layout, window=window)
+        if not samples:
+            return
+        fam = fams[spec.name]
         for labels in label_sets:
-            fam.samples.append((labels, value))
-
-    for spec in fields.FIELDS:
-        fams[spec.name] = Family(spec.name, spec.kind, spec.help)
-    fams[fields.XID_FIELD.name] = Family(fields.XID_FIELD.name, "gauge", fields.XID_FIELD.help)
+            for extra, value in samples:
+                fam.samples.append(((*labels, *extra), value))
 
     gpu_info = Family(
         "gpupilot_gpu_info",
@@ -106,7 +184,7 @@ def device_families(
     )
 
     for gpu in snapshot.gpus:
-        base = _gpu_labels(gpu, hostname)
+        base = _gpu_labels(gpu, hostname, layout)
         info = gpu.info
         gpu_info.samples.append(
             (
@@ -120,22 +198,18 @@ def device_families(
                 1.0,
             )
         )
+        gpu_values = gpu.values
         gpu_pods = _pods(allocations, info.uuid)
-        # On a MIG GPU, GPU-level fields belong to no single pod; on a whole GPU they follow its pod.
-        gpu_level_sets = [base] if info.mig_enabled else _pod_variants(base, gpu_pods)
-        for spec in fields.FIELDS:
-            if spec.name not in gpu.values:
-                continue
-            if info.mig_enabled and spec.level != "gpu":
-                continue
-            add(spec, gpu_level_sets, gpu.values[spec.name])
-        if gpu.last_xid is not None:
-            xid_labels = (
-                *base,
-                ("err_code", str(gpu.last_xid.code)),
-                ("err_msg", xid_message(gpu.last_xid.code)),
-            )
-            fams[fields.XID_FIELD.name].samples.append((xid_labels, float(gpu.last_xid.code)))
+        if not info.mig_enabled:
+            sets = _pod_variants(base, gpu_pods)
+            for spec in selected:
+                add(spec, gpu, gpu_values, sets)
+        elif not per_instance or not gpu.instances:
+            # GPU-level fields once per physical GPU, without pods; device fields per instance below.
+            # (per-instance with no instance yet: still once per GPU, so power does not vanish.)
+            for spec in selected:
+                if spec.level == "gpu":
+                    add(spec, gpu, gpu_values, [base])
         for code, count in sorted(gpu.xid_counts.items()):
             xid_total.samples.append(((*base, ("xid", str(code))), float(count)))
         if not info.mig_enabled:
@@ -160,9 +234,12 @@ def device_families(
             )
             inst_pods = _pods(allocations, inst.uuid)
             variants = _pod_variants(ibase, inst_pods)
-            for spec in fields.FIELDS:
-                if spec.level == "device" and spec.name in inst.values:
-                    add(spec, variants, inst.values[spec.name])
+            inst_values = inst.values
+            for spec in selected:
+                if spec.level == "device":
+                    add(spec, gpu, inst_values, variants)
+                elif per_instance and spec.level == "gpu":
+                    add(spec, gpu, gpu_values, variants)
             if inst_pods:
                 for labels in variants:
                     pod_info.samples.append((labels, 1.0))
@@ -175,42 +252,21 @@ def device_families(
         "gauge",
         "1 for a GPU that was enumerated before but can no longer be read (fell off the bus).",
     )
+    host = layout.host_label
     for gone in snapshot.lost:
-        lost.samples.append(
-            (
-                (
-                    ("gpu", str(gone.index)),
-                    ("UUID", gone.uuid),
-                    ("pci_bus_id", gone.pci_bus_id),
-                    ("Hostname", hostname),
-                    ("reason", gone.reason),
-                ),
-                1.0,
-            )
+        lost_labels: LabelPairs = (
+            ("gpu", str(gone.index)),
+            ("UUID", gone.uuid),
+            ("pci_bus_id", gone.pci_bus_id),
         )
+        if host is not None:
+            lost_labels = (*lost_labels, (host, hostname))
+        lost.samples.append(((*lost_labels, ("reason", gone.reason)), 1.0))
     out = [f for f in fams.values() if f.samples]
     out.extend(f for f in (gpu_info, mig_info, pod_info, procs, xid_total, lost) if f.samples)
     return out
 
 
-_XID_MESSAGES = {
-    13: "Graphics Engine Exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    45: "Preemptive cleanup, due to previous errors",
-    48: "Double Bit ECC Error",
-    63: "ECC page retirement or row remapping recording event",
-    64: "ECC page retirement or row remapper recording failure",
-    74: "NVLINK Error",
-    79: "GPU has fallen off the bus",
-    92: "High single-bit ECC error rate",
-    94: "Contained ECC error",
-    95: "Uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-}
-
-
 def xid_message(code: int) -> str:
     """Short description of an Xid code (NVIDIA's Xid catalogue); ``Unknown Xid`` otherwise."""
-    return _XID_MESSAGES.get(code, "Unknown Xid")
+    return xid_catalogue.message(code)

@@ -103,11 +103,115 @@ FIELDS: tuple[FieldSpec, ...] = (
         "DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "gpu", "The rate of data transmitted over the PCIe bus."
     ),
     FieldSpec("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "gpu", "The rate of data received over the PCIe bus."),
+    # -- opt-in fields of dcgm-exporter's counters file (commented out in its default) ----------
+    FieldSpec(
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "gauge", "device", "Ratio of cycles the fp64 pipes are active."
+    ),
+    FieldSpec(
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "gauge", "device", "Ratio of cycles the fp32 pipes are active."
+    ),
+    FieldSpec(
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge", "device", "Ratio of cycles the fp16 pipes are active."
+    ),
+    *(
+        FieldSpec(
+            f"DCGM_FI_DEV_{cause}_VIOLATION",
+            "counter",
+            "gpu",
+            f"Throttling duration due to {what} (in us).",
+        )
+        for cause, what in (
+            ("POWER", "power constraints"),
+            ("THERMAL", "thermal constraints"),
+            ("SYNC_BOOST", "sync-boost constraints"),
+            ("BOARD_LIMIT", "board limit constraints"),
+            ("LOW_UTIL", "low utilization"),
+            ("RELIABILITY", "reliability constraints"),
+        )
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "counter", "gpu", "Total number of single-bit persistent ECC errors."
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "counter", "gpu", "Total number of double-bit persistent ECC errors."
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_RETIRED_SBE", "counter", "gpu", "Total number of retired pages due to single-bit errors."
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_RETIRED_DBE", "counter", "gpu", "Total number of retired pages due to double-bit errors."
+    ),
+    FieldSpec("DCGM_FI_DEV_RETIRED_PENDING", "counter", "gpu", "Total number of pages pending retirement."),
+    FieldSpec(
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "counter",
+        "gpu",
+        "Total number of NVLink flow-control CRC errors.",
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "counter",
+        "gpu",
+        "Total number of NVLink data CRC errors.",
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", "counter", "gpu", "Total number of NVLink retries."
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "counter",
+        "gpu",
+        "Total number of NVLink recovery errors.",
+    ),
+    FieldSpec(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
+        "counter",
+        "gpu",
+        "The number of bytes of active NVLink rx or tx data including both header and payload.",
+    ),
+    FieldSpec("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "gpu", "vGPU License status"),
+    FieldSpec(
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "gauge",
+        "gpu",
+        "Current clock event reasons (bitmask of DCGM_CLOCKS_EVENT_REASON_*).",
+    ),
 )
 
 XID_FIELD = FieldSpec("DCGM_FI_DEV_XID_ERRORS", "gauge", "gpu", "Value of the last XID error encountered.")
 
-BY_NAME: dict[str, FieldSpec] = {f.name: f for f in (*FIELDS, XID_FIELD)}
+EXP_XID_COUNT = FieldSpec(
+    "DCGM_EXP_XID_ERRORS_COUNT",
+    "gauge",
+    "gpu",
+    "Count of XID Errors within user-specified time window (see xid-count-window-size param).",
+)
+EXP_CLOCK_EVENTS_COUNT = FieldSpec(
+    "DCGM_EXP_CLOCK_EVENTS_COUNT",
+    "gauge",
+    "gpu",
+    "Count of clock events within the user-specified time window (see clock-events-count-window-size param).",
+)
+EXP_GPU_HEALTH = FieldSpec(
+    "DCGM_EXP_GPU_HEALTH_STATUS", "gauge", "gpu", "GPU health status (0 pass, 10 warn, 20 fail) by watch."
+)
+EXP_FIELDS: tuple[FieldSpec, ...] = (EXP_XID_COUNT, EXP_CLOCK_EVENTS_COUNT, EXP_GPU_HEALTH)
+"""dcgm-exporter's own series: computed from other fields over a window, not read from a device."""
+
+BY_NAME: dict[str, FieldSpec] = {f.name: f for f in (*FIELDS, XID_FIELD, *EXP_FIELDS)}
+"""Every field this exporter can publish, with its default type and help."""
+
+LABEL_FIELDS: frozenset[str] = frozenset({"DCGM_FI_DRIVER_VERSION"})
+"""Fields a counters file may turn into labels (type ``label``) that this exporter can read."""
+
+GPUPILOT_EXTRAS: tuple[str, ...] = (
+    "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+)
+"""Published on top of dcgm-exporter's default set when no ``--collectors`` file is given: the
+per-slice activity of the metric contract and the volatile ECC counts the alert rules use."""
 
 GPU_LABELS: tuple[str, ...] = (
     "gpu",

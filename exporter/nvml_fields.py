@@ -186,17 +186,28 @@ def read_gpu_level(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float
         if v is not None:
             out[name] = float(v)
     _read_field_values(calls, key, handle, out)
+    read_opt_in(calls, key, handle, out)
 
 
 def _read_field_values(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:
-    """Memory temperature and NVLink data counters through ``nvmlDeviceGetFieldValues``."""
+    """Memory temperature, NVLink data counters (all links, and link 0 alone) and NVLink error
+    totals through one ``nvmlDeviceGetFieldValues``."""
     lib = calls.lib
     ids: list[Any] = [lib.NVML_FI_DEV_MEMORY_TEMP]
     with_nvlink = (key, "nvlink") not in calls.unsupported
+    links = int(lib.NVML_NVLINK_MAX_LINKS) if with_nvlink else 0
+    for link in range(links):
+        ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link))
+        ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link))
+    # NVML's all-links error totals → DCGM's fields of the same meaning
+    errors = [
+        (lib.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"),
+        (lib.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL"),
+        (lib.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"),
+        (lib.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"),
+    ]
     if with_nvlink:
-        for link in range(int(lib.NVML_NVLINK_MAX_LINKS)):
-            ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link))
-            ids.append((lib.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link))
+        ids.extend(fid for fid, _ in errors)
     values = calls.call(
         key,
         "field_values",
@@ -207,16 +218,95 @@ def _read_field_values(calls: NvmlCalls, key: str, handle: Any, out: dict[str, f
     )
     if values is None:
         return
+    values = list(values)
     temp = _field_value(lib, values[0])
     if temp is not None:
         out["DCGM_FI_DEV_MEMORY_TEMP"] = temp
     if not with_nvlink:
         return
-    nvlink = [x for x in (_field_value(lib, fv) for fv in list(values)[1:]) if x is not None]
+    data = values[1 : 1 + 2 * links]
+    nvlink = [x for x in (_field_value(lib, fv) for fv in data) if x is not None]
     if nvlink:
         out["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] = float(sum(nvlink))
-    elif all(fv.nvmlReturn == lib.NVML_ERROR_NOT_SUPPORTED for fv in list(values)[1:]):
+        link0 = [x for x in (_field_value(lib, fv) for fv in data[:2]) if x is not None]
+        if link0:
+            out["DCGM_FI_DEV_NVLINK_BANDWIDTH_L0"] = float(sum(link0))
+    elif all(fv.nvmlReturn == lib.NVML_ERROR_NOT_SUPPORTED for fv in data):
         calls.unsupported.add((key, "nvlink"))  # no NVLink on this GPU: stop asking
+        return
+    for fv, (_, dcgm) in zip(values[1 + 2 * links :], errors, strict=False):
+        v = _field_value(lib, fv)
+        if v is not None:
+            out[dcgm] = v
+
+
+def read_opt_in(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:
+    """dcgm-exporter's opt-in GPU-level fields: throttling (violation) time, aggregate ECC, retired
+    pages, vGPU licence, clock event reasons. Each absent where NVML says NOT_SUPPORTED."""
+    lib = calls.lib
+    c = calls.call
+    for policy, name in (
+        (lib.NVML_PERF_POLICY_POWER, "DCGM_FI_DEV_POWER_VIOLATION"),
+        (lib.NVML_PERF_POLICY_THERMAL, "DCGM_FI_DEV_THERMAL_VIOLATION"),
+        (lib.NVML_PERF_POLICY_SYNC_BOOST, "DCGM_FI_DEV_SYNC_BOOST_VIOLATION"),
+        (lib.NVML_PERF_POLICY_BOARD_LIMIT, "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION"),
+        (lib.NVML_PERF_POLICY_LOW_UTILIZATION, "DCGM_FI_DEV_LOW_UTIL_VIOLATION"),
+        (lib.NVML_PERF_POLICY_RELIABILITY, "DCGM_FI_DEV_RELIABILITY_VIOLATION"),
+    ):
+        # NVML counts throttled time in ns; DCGM's violation fields are in us.
+        v = c(key, f"violation:{name}", _kinds(name), lib.nvmlDeviceGetViolationStatus, handle, policy)
+        if v is not None:
+            out[name] = float(v.violationTime) / 1000.0
+    for name, err_type in (
+        ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+    ):
+        v = c(
+            key,
+            f"ecc:{name}",
+            _kinds(name),
+            lib.nvmlDeviceGetTotalEccErrors,
+            handle,
+            err_type,
+            lib.NVML_AGGREGATE_ECC,
+        )
+        if v is not None:
+            out[name] = float(v)
+    for name, cause in (
+        ("DCGM_FI_DEV_RETIRED_SBE", lib.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
+        ("DCGM_FI_DEV_RETIRED_DBE", lib.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+    ):
+        pages = c(key, f"retired:{name}", _kinds(name), lib.nvmlDeviceGetRetiredPages, handle, cause)
+        if pages is not None:
+            out[name] = float(len(pages))
+    pending = c(
+        key,
+        "retired_pending",
+        _kinds("DCGM_FI_DEV_RETIRED_PENDING"),
+        lib.nvmlDeviceGetRetiredPagesPendingStatus,
+        handle,
+    )
+    if pending is not None:
+        out["DCGM_FI_DEV_RETIRED_PENDING"] = 1.0 if pending == lib.NVML_FEATURE_ENABLED else 0.0
+    lic = c(
+        key,
+        "vgpu_license",
+        _kinds("DCGM_FI_DEV_VGPU_LICENSE_STATUS"),
+        lib.nvmlDeviceGetGridLicensableFeatures,
+        handle,
+    )
+    if lic is not None and int(lic.isGridLicenseSupported):
+        features = lic.gridLicensableFeatures[: int(lic.licensableFeaturesCount)]
+        out["DCGM_FI_DEV_VGPU_LICENSE_STATUS"] = 1.0 if any(int(f.featureState) for f in features) else 0.0
+    mask = c(
+        key,
+        "clock_events",
+        _kinds("DCGM_FI_DEV_CLOCKS_EVENT_REASONS"),
+        lib.nvmlDeviceGetCurrentClocksEventReasons,
+        handle,
+    )
+    if mask is not None:
+        out["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] = float(mask)
 
 
 def read_pcie_throughput(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:

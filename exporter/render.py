@@ -6,9 +6,12 @@ snapshot-age sample (its value changes every second), which is appended to the p
 through a copy of the paused gzip compressor, so every response is one valid gzip member.
 
 Types: DCGM counters keep their names without ``_total`` (dcgm-exporter's contract). Text 0.0.4
-declares them ``counter`` exactly as dcgm-exporter does; OpenMetrics requires counter samples to end
-in ``_total``, so there those families are declared ``unknown`` and the names stay identical.
-Counters that already end in ``_total`` are proper OpenMetrics counters.
+declares them ``counter`` exactly as dcgm-exporter does. OpenMetrics requires counter samples to end
+in ``_total``, so a page holding such a counter says so (``openmetrics_safe`` is False) and the
+server answers with the text format even when OpenMetrics is preferred, as dcgm-exporter (text
+only) does: Prometheus then records them as counters with their names unchanged. The page's
+OpenMetrics rendering, used when every counter ends in ``_total``, declares any other counter
+``unknown``, never an invalid counter.
 """
 
 from __future__ import annotations
@@ -145,6 +148,13 @@ class Page:
     """``time.monotonic()`` when the served snapshot was collected; ``None`` before the first one."""
     age_prefix: str
     """``gpupilot_exporter_snapshot_age_seconds{…} `` — the sample line up to its value."""
+    openmetrics_safe: bool = True
+    """False when a counter family's name lacks ``_total`` (DCGM's counters): OpenMetrics would
+    have to rename it or drop its type, so serve the text format instead."""
+
+    def negotiate(self, *, wants_openmetrics: bool) -> bool:
+        """Whether to answer in OpenMetrics, given the client's preference."""
+        return wants_openmetrics and self.openmetrics_safe
 
     def tail(self, *, openmetrics: bool, now: float) -> bytes:
         """The per-scrape part: the age family (when a snapshot exists), plus ``# EOF`` for OpenMetrics."""
@@ -181,4 +191,5 @@ def render_page(
         openmetrics_gzip=_GzipPrefix(om),
         snapshot_at=snapshot_at,
         age_prefix=f"{AGE_NAME}{format_labels(age_labels)} ",
+        openmetrics_safe=not any(f.kind == "counter" and not f.name.endswith("_total") for f in families),
     )

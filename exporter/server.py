@@ -161,9 +161,10 @@ class _App:
             if not authorized:
                 challenge = (("WWW-Authenticate", 'Basic realm="gpupilot-exporter"'),)
                 return 401, "text/plain; charset=utf-8", b"unauthorized\n", challenge
-            om = wants_openmetrics(req.headers.get("accept", ""))
+            page = self.source.page
+            om = page.negotiate(wants_openmetrics=wants_openmetrics(req.headers.get("accept", "")))
             gz = accepts_gzip(req.headers.get("accept-encoding", ""))
-            body = self.source.page.body(openmetrics=om, gzip=gz, now=self.clock())
+            body = page.body(openmetrics=om, gzip=gz, now=self.clock())
             ctype = OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE
             enc = (("Content-Encoding", "gzip"),) if gz else ()
             return 200, ctype, body, (*enc, ("Vary", "Accept, Accept-Encoding"))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from exporter.layout import SeriesLayout
+
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
@@ -55,4 +57,6 @@ class Settings:
     """One collection, exposition on stdout, exit."""
     log_level: str = "info"
     listen: ListenAddress = field(default_factory=ListenAddress)
+    layout: SeriesLayout = field(default_factory=SeriesLayout)
+    """Fields (``-f``/``--collectors``), MIG series layout and host label of the device series."""
     collector: CollectorSettings = field(default_factory=CollectorSettings)

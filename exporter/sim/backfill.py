@@ -26,8 +26,10 @@ from typing import IO, TextIO
 
 import numpy as np
 
+from exporter import counters, fields
 from exporter.errors import ConfigError
 from exporter.exposition import LabelPairs, device_families
+from exporter.layout import SeriesLayout
 from exporter.sim import cluster
 from exporter.sim.backend import SimBackend
 from exporter.sim.model import Scenario
@@ -57,6 +59,29 @@ class BackfillSettings:
     """Keep the OpenMetrics files in ``out_dir/openmetrics`` (Prometheus ignores that folder)."""
     jobs: int = 2
     """promtool processes running at once (promtool's parser is the bottleneck: ~170k samples/s each)."""
+    layout: SeriesLayout | None = None
+    """Fields, MIG series and host label, as the live exporter's flags; None = its defaults."""
+
+
+WINDOWED = frozenset(f.name for f in fields.EXP_FIELDS)
+"""dcgm-exporter's own series are computed across collections; history is not backfilled for them."""
+
+
+def backfill_layout(layout: SeriesLayout) -> SeriesLayout:
+    """``layout`` without the ``DCGM_EXP_*`` series (see :data:`WINDOWED`)."""
+    sel = layout.selection
+    kept = tuple(m for m in sel.metrics if m.name not in WINDOWED)
+    if len(kept) == len(sel.metrics):
+        return layout
+    dropped = tuple(m.name for m in sel.metrics if m.name in WINDOWED)
+    selection = counters.Selection(kept, sel.labels, (*sel.unreadable, *dropped), sel.source)
+    return SeriesLayout(
+        selection=selection,
+        mig_series=layout.mig_series,
+        hostname_label=layout.hostname_label,
+        xid_window_s=layout.xid_window_s,
+        clock_events_window_s=layout.clock_events_window_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -100,8 +125,9 @@ class _Formatter:
 class Backfiller:
     """Computes windows of samples for every node of a scenario plus its cluster series."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, *, layout: SeriesLayout | None = None) -> None:
         self.scenario = scenario
+        self.layout = backfill_layout(layout or SeriesLayout())
         self.backends = [SimBackend(scenario, node=n.name) for n in scenario.nodes]
         self.allocations = [b.allocations() for b in self.backends]
         self.cluster_series = cluster.series(scenario)
@@ -131,7 +157,12 @@ class Backfiller:
         for i0, i1 in itertools.pairwise(cuts):
             t0 = float(ts[i0])
             snap = model.build(t0, model.state(t0), tag_of.__getitem__, keys)
-            fams = device_families(snap, hostname=backend.hostname, allocations=allocs)  # type: ignore[arg-type]
+            fams = device_families(
+                snap,
+                hostname=backend.hostname,
+                allocations=allocs,  # type: ignore[arg-type]
+                layout=self.layout,
+            )
             for fam in fams:
                 run = runs.setdefault(fam.name, _Run(fam.kind, fam.help, []))
                 for labels, v in fam.samples:
@@ -223,7 +254,7 @@ def run(
     keep_dir = settings.out_dir / "openmetrics"
     if settings.keep_openmetrics:
         keep_dir.mkdir(exist_ok=True)
-    filler = Backfiller(scenario)
+    filler = Backfiller(scenario, layout=settings.layout)
     first_block = math.floor(ts_all_first / BLOCK_S) * BLOCK_S
     windows = list(range(int(first_block), int(settings.end) + 1, BLOCK_S))
     bar = _Progress(progress, len(windows))

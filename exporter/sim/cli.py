@@ -6,12 +6,15 @@ Dispatched by :mod:`exporter.cli`. Bad input ends with one line on stderr and ex
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from exporter import counters
 from exporter.errors import ConfigError
+from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
 from exporter.sim import backfill, cluster_server
 from exporter.sim import scenario as scenario_mod
 from gpupilot_common import timefmt as timespec
@@ -56,6 +59,26 @@ def _backfill_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--force", action="store_true", help=f"allow ranges longer than {MAX_DAYS:g} days")
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    p.add_argument(
+        "-f",
+        "--collectors",
+        type=Path,
+        metavar="FILE",
+        help="dcgm-exporter counters CSV, as the live exporter's -f (DCGM_EXP_* series are not "
+        "backfilled: they count across collections)",
+    )
+    p.add_argument(
+        "--mig-series",
+        choices=MIG_SERIES,
+        default="per-gpu",
+        help="MIG series layout, as the live exporter's flag (default per-gpu)",
+    )
+    p.add_argument(
+        "--hostname-label",
+        choices=HOSTNAME_LABELS,
+        default="Hostname",
+        help="node label name, as the live exporter's flag (default Hostname)",
+    )
     return p
 
 
@@ -94,6 +117,9 @@ def parse_backfill(argv: Sequence[str], *, now: float) -> tuple[Path, backfill.B
         raise ConfigError(f"the range is {days:.1f} days, more than {MAX_DAYS:g}; add --force if you mean it")
     if args.jobs < 1:
         raise ConfigError(f"--jobs: must be at least 1, got {args.jobs}")
+    layout = SeriesLayout(mig_series=args.mig_series, hostname_label=args.hostname_label)
+    if args.collectors is not None:
+        layout = dataclasses.replace(layout, selection=counters.select(counters.load(args.collectors)))
     settings = backfill.BackfillSettings(
         start=start,
         end=end,
@@ -101,6 +127,7 @@ def parse_backfill(argv: Sequence[str], *, now: float) -> tuple[Path, backfill.B
         out_dir=args.out,
         keep_openmetrics=args.keep_openmetrics,
         jobs=args.jobs,
+        layout=layout,
     )
     return args.scenario, settings, bool(args.quiet)
 
@@ -113,6 +140,10 @@ def backfill_main(argv: Sequence[str]) -> int:
     except ConfigError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
+    if settings.layout is not None:
+        skipped = backfill.backfill_layout(settings.layout).selection.unreadable
+        if skipped:
+            print(f"{prog}: not backfilled: {', '.join(skipped)}", file=sys.stderr)
     try:
         stats = backfill.run(scenario, settings, progress=None if quiet else sys.stderr)
     except ConfigError as e:

@@ -35,7 +35,14 @@ _PROF_RATIOS = {
     "DCGM_FI_PROF_SM_ACTIVE": 0.92,
     "DCGM_FI_PROF_SM_OCCUPANCY": 0.45,
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.55,
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": 0.04,
+    "DCGM_FI_PROF_PIPE_FP32_ACTIVE": 0.3,
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": 0.18,
 }
+_NVLINK_LINKS = {"A100 40GB": 12, "A100 80GB": 12, "A30": 4}
+"""NVLink links per GPU (18 on Hopper SXM); the L0 counter is one link's share of the total."""
+_CLOCK_IDLE, _CLOCK_POWER_CAP, _CLOCK_SW_THERMAL = 0x1, 0x4, 0x20
+_VIOLATION_CAUSES = ("THERMAL", "SYNC_BOOST", "BOARD_LIMIT", "RELIABILITY")
 
 
 @dataclass(frozen=True)
@@ -157,14 +164,57 @@ class NodeModel:
         pcie = 2.0e8 * act + 1.0e6 * (1.5 + patterns.noise(seed, f"{ent}:pcie", ts))
         out[(idx, -1, "DCGM_FI_PROF_PCIE_TX_BYTES")] = rounded(pcie)
         out[(idx, -1, "DCGM_FI_PROF_PCIE_RX_BYTES")] = rounded(pcie * 1.7)
-        out[(idx, -1, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")] = rounded(1.0e8 * act_integral)
-        u = patterns.uniform(seed, f"{ent}:rates", np.arange(3, dtype=np.int64))
+        nvlink_total = rounded(1.0e8 * act_integral)
+        out[(idx, -1, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")] = nvlink_total
+        out[(idx, -1, "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0")] = np.floor(
+            nvlink_total / _NVLINK_LINKS.get(gpu.model.key, 18)
+        )
+        u = patterns.uniform(seed, f"{ent}:rates", np.arange(6, dtype=np.int64))
         out[(idx, -1, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER")] = np.floor(since / (3600.0 * (24 + 48 * u[0])))
         out[(idx, -1, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")] = np.floor(since / (86400.0 * (2 + 3 * u[1])))
         out[(idx, -1, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL")] = np.zeros_like(ts)
         out[(idx, -1, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")] = np.full_like(ts, math.floor(3 * u[2]))
         out[(idx, -1, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS")] = np.zeros_like(ts)
         out[(idx, -1, "DCGM_FI_DEV_ROW_REMAP_FAILURE")] = np.zeros_like(ts)
+        self._opt_in(out, gpu, ts, since=since, act_integral=act_integral, u=u)
+
+    def _opt_in(
+        self, out: dict[Key, Array], gpu: Gpu, ts: Array, *, since: Array, act_integral: Array, u: Array
+    ) -> None:
+        """dcgm-exporter's opt-in fields: violations (us), ECC/retired-page totals, NVLink errors,
+        clock event reasons. No vGPU in the simulator, so no DCGM_FI_DEV_VGPU_LICENSE_STATUS."""
+        idx = gpu.index
+        idle_w, tdp = _tdp(gpu)
+        power = out[(idx, -1, "DCGM_FI_DEV_POWER_USAGE")]
+        temp = out[(idx, -1, "DCGM_FI_DEV_GPU_TEMP")]
+        # 4 % of busy time capped by power, idle time counted as low-utilisation throttling.
+        out[(idx, -1, "DCGM_FI_DEV_POWER_VIOLATION")] = np.floor(0.04 * act_integral * 1e6)
+        out[(idx, -1, "DCGM_FI_DEV_LOW_UTIL_VIOLATION")] = np.floor(
+            np.maximum(since - act_integral, 0.0) * 0.8 * 1e6
+        )
+        for cause in _VIOLATION_CAUSES:
+            out[(idx, -1, f"DCGM_FI_DEV_{cause}_VIOLATION")] = np.zeros_like(ts)
+        sbe_vol = out[(idx, -1, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")]
+        out[(idx, -1, "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL")] = sbe_vol + math.floor(40 * u[3])
+        out[(idx, -1, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL")] = np.zeros_like(ts)
+        out[(idx, -1, "DCGM_FI_DEV_RETIRED_SBE")] = np.full_like(ts, math.floor(3 * u[4]))
+        out[(idx, -1, "DCGM_FI_DEV_RETIRED_DBE")] = np.zeros_like(ts)
+        out[(idx, -1, "DCGM_FI_DEV_RETIRED_PENDING")] = np.zeros_like(ts)
+        out[(idx, -1, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")] = np.floor(
+            since / (86400.0 * (5 + 10 * u[5]))
+        )
+        out[(idx, -1, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL")] = np.zeros_like(ts)
+        out[(idx, -1, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL")] = np.floor(
+            since / (86400.0 * (2 + 4 * u[5]))
+        )
+        out[(idx, -1, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL")] = np.zeros_like(ts)
+        busy = power - idle_w
+        reasons = (
+            np.where(busy < 0.02 * (tdp - idle_w), _CLOCK_IDLE, 0)
+            | np.where(power >= 0.97 * tdp, _CLOCK_POWER_CAP, 0)
+            | np.where(temp >= 83.0, _CLOCK_SW_THERMAL, 0)
+        )
+        out[(idx, -1, "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")] = reasons.astype(np.float64)
 
     # -- faults --------------------------------------------------------------------------------
     def state(self, t: float) -> FaultState:

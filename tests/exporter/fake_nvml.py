@@ -60,6 +60,23 @@ NVML_GPM_METRIC_DRAM_BW_UTIL = 10
 NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20
 NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21
 NVML_GPM_METRIC_MAX = 477
+NVML_GPM_METRIC_FP64_UTIL = 11
+NVML_GPM_METRIC_FP32_UTIL = 12
+NVML_GPM_METRIC_FP16_UTIL = 13
+NVML_AGGREGATE_ECC = 1
+NVML_PERF_POLICY_POWER = 0
+NVML_PERF_POLICY_THERMAL = 1
+NVML_PERF_POLICY_SYNC_BOOST = 2
+NVML_PERF_POLICY_BOARD_LIMIT = 3
+NVML_PERF_POLICY_LOW_UTILIZATION = 4
+NVML_PERF_POLICY_RELIABILITY = 5
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+NVML_FEATURE_ENABLED = 1
+NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL = 38
+NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL = 45
+NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL = 52
+NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL = 59
 
 MIB = 1024 * 1024
 
@@ -143,6 +160,17 @@ class FakeGpu:
     fail: dict[str, int] = field(default_factory=dict)
     """Function name → NVML error code that call raises on this GPU."""
     lost: bool = False
+    violations_ns: tuple[int, ...] | None = (5_000_000, 0, 0, 0, 7_000_000_000, 0)
+    """Throttled ns per NVML_PERF_POLICY_* (power, thermal, sync boost, board, low util, reliability)."""
+    ecc_aggregate: tuple[int, int] | None = (12, 0)
+    retired_pages: tuple[int, int] | None = None
+    """(single-bit, double-bit) retired pages; None = row remapping GPU (Ampere+), NOT_SUPPORTED."""
+    retired_pending: bool = False
+    nvlink_errors: dict[int, int] = field(default_factory=dict)
+    """NVML field id (…_ERROR_COUNT_TOTAL) → count, for GPUs with NVLink."""
+    vgpu_licensed: bool | None = None
+    """None: not a vGPU (NOT_SUPPORTED)."""
+    clock_event_reasons: int = 0x1
 
     def add_mig(self, mig: FakeMig) -> FakeMig:
         mig.parent = self
@@ -164,7 +192,7 @@ A100_PROFILES = {
     3: (5, "4g.20gb", 4),
     4: (0, "7g.40gb", 7),
 }
-GPM_BUSY = {1: 62.5, 2: 48.0, 3: 30.0, 5: 22.0, 10: 41.0, 20: 100.0, 21: 200.0}
+GPM_BUSY = {1: 62.5, 2: 48.0, 3: 30.0, 5: 22.0, 10: 41.0, 11: 2.0, 12: 25.0, 13: 12.5, 20: 100.0, 21: 200.0}
 
 
 def h100_mig(index: int = 0) -> FakeGpu:
@@ -476,9 +504,10 @@ class FakeNvml:
     def nvmlDeviceGetTotalEccErrors(self, handle: Any, errorType: int, counterType: int) -> int:
         self._enter("nvmlDeviceGetTotalEccErrors", handle)
         gpu = self._whole_only(handle)
-        if gpu.ecc is None:
+        counts = gpu.ecc if counterType == NVML_VOLATILE_ECC else gpu.ecc_aggregate
+        if counts is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-        return gpu.ecc[errorType]
+        return counts[errorType]
 
     def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[Any]) -> list[SimpleNamespace]:
         self._enter("nvmlDeviceGetFieldValues", handle)
@@ -503,6 +532,9 @@ class FakeNvml:
             ):
                 fv.nvmlReturn = NVML_SUCCESS
                 fv.value.ullVal = gpu.nvlink[scope]
+            elif fid in gpu.nvlink_errors and gpu.nvlink is not None:
+                fv.nvmlReturn = NVML_SUCCESS
+                fv.value.ullVal = gpu.nvlink_errors[fid]
             out.append(fv)
         return out
 
@@ -658,3 +690,39 @@ class FakeNvml:
             else:
                 m.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
         return metricsGet
+
+    # opt-in GPU-level fields
+    def nvmlDeviceGetViolationStatus(self, device: Any, perfPolicyType: int) -> SimpleNamespace:
+        self._enter("nvmlDeviceGetViolationStatus", device)
+        gpu = self._whole_only(device)
+        if gpu.violations_ns is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(referenceTime=0, violationTime=gpu.violations_ns[perfPolicyType])
+
+    def nvmlDeviceGetRetiredPages(self, device: Any, sourceFilter: int) -> list[int]:
+        self._enter("nvmlDeviceGetRetiredPages", device)
+        gpu = self._whole_only(device)
+        if gpu.retired_pages is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return [0x1000 * i for i in range(gpu.retired_pages[sourceFilter])]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, device: Any) -> int:
+        self._enter("nvmlDeviceGetRetiredPagesPendingStatus", device)
+        gpu = self._whole_only(device)
+        if gpu.retired_pages is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return NVML_FEATURE_ENABLED if gpu.retired_pending else 0
+
+    def nvmlDeviceGetGridLicensableFeatures(self, handle: Any) -> SimpleNamespace:
+        self._enter("nvmlDeviceGetGridLicensableFeatures", handle)
+        gpu = self._whole_only(handle)
+        if gpu.vgpu_licensed is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        feature = SimpleNamespace(featureCode=1, featureState=int(gpu.vgpu_licensed))
+        return SimpleNamespace(
+            isGridLicenseSupported=1, licensableFeaturesCount=1, gridLicensableFeatures=[feature]
+        )
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        self._enter("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        return self._whole_only(handle).clock_event_reasons

@@ -138,6 +138,11 @@ def test_help_explains_every_flag() -> None:
         "--web-config",
         "--once",
         "--log-level",
+        "--collectors",
+        "--mig-series",
+        "--hostname-label",
+        "--xid-count-window-size",
+        "--clock-events-count-window-size",
         "backfill",
         "cluster",
     ):

@@ -315,7 +315,7 @@ def test_gpu_without_nvlink_stops_being_asked_for_links():
         lib.advance(10)
         snap = backend.read()
     backend.close()
-    assert requested == [73, 1, 1], "memory temperature plus 36 links × 2 once, then only the temperature"
+    assert requested == [77, 1, 1], "temperature, 36 links × 2 and 4 error totals once, then the temperature"
     assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in snap.gpus[0].values
 
 
@@ -353,3 +353,65 @@ def test_open_twice_releases_the_first_session(h100):
     assert lib.live_samples == 6 and len(lib.event_sets) == 1
     lib.advance(10)
     assert len(backend.read().gpus[0].instances) == 5
+
+
+def whole_h100() -> fk.FakeGpu:
+    gpu = fk.h100_mig()
+    gpu.mig_enabled, gpu.migs, gpu.remapped = False, [], (0, 0, 0, 0)
+    return gpu
+
+
+def test_opt_in_fields_from_nvml_in_dcgm_units():
+    gpu = whole_h100()
+    gpu.nvlink_errors = {
+        fk.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL: 4,
+        fk.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL: 9,
+    }
+    gpu.clock_event_reasons = 0x4 | 0x20  # power cap + SW thermal
+    backend, lib = backend_for(gpu)
+    backend.open()
+    try:
+        lib.advance(1)
+        v = backend.read().gpus[0].values
+    finally:
+        backend.close()
+    assert v["DCGM_FI_DEV_POWER_VIOLATION"] == 5_000  # 5 ms in NVML's ns → DCGM's us
+    assert v["DCGM_FI_DEV_LOW_UTIL_VIOLATION"] == 7_000_000
+    assert v["DCGM_FI_DEV_THERMAL_VIOLATION"] == 0
+    assert v["DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"] == 12 and v["DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"] == 0
+    assert v["DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"] == 4
+    assert v["DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"] == 9
+    assert "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL" not in v  # NVML answered NOT_SUPPORTED
+    assert v["DCGM_FI_DEV_NVLINK_BANDWIDTH_L0"] == 2 * 1000  # link 0, tx + rx
+    assert v["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] == 0x24
+    assert v["DCGM_FI_PROF_PIPE_FP64_ACTIVE"] == pytest.approx(0.02)
+    assert v["DCGM_FI_PROF_PIPE_FP32_ACTIVE"] == pytest.approx(0.25)
+    assert v["DCGM_FI_PROF_PIPE_FP16_ACTIVE"] == pytest.approx(0.125)
+    # row-remapping GPU, bare metal: no retired pages, no vGPU licence — absent, not 0
+    for absent in (
+        "DCGM_FI_DEV_RETIRED_SBE",
+        "DCGM_FI_DEV_RETIRED_PENDING",
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    ):
+        assert absent not in v
+
+
+def test_retired_pages_and_vgpu_licence_where_the_gpu_has_them():
+    gpu = fk.l4()
+    gpu.retired_pages, gpu.retired_pending, gpu.vgpu_licensed = (3, 1), True, True
+    backend, lib = backend_for(gpu)
+    backend.open()
+    try:
+        v = backend.read().gpus[0].values
+        gpu.vgpu_licensed = False
+        lib.advance(10)
+        later = backend.read().gpus[0].values
+    finally:
+        backend.close()
+    assert (v["DCGM_FI_DEV_RETIRED_SBE"], v["DCGM_FI_DEV_RETIRED_DBE"], v["DCGM_FI_DEV_RETIRED_PENDING"]) == (
+        3,
+        1,
+        1,
+    )
+    assert v["DCGM_FI_DEV_VGPU_LICENSE_STATUS"] == 1 and later["DCGM_FI_DEV_VGPU_LICENSE_STATUS"] == 0
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0" not in v  # the L4 has no NVLink

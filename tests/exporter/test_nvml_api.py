@@ -44,6 +44,9 @@ def test_gpm_metric_constants_exist_with_dcgm_ids(name):
         "NVML_GPM_METRIC_SM_OCCUPANCY": 3,
         "NVML_GPM_METRIC_ANY_TENSOR_UTIL": 5,
         "NVML_GPM_METRIC_DRAM_BW_UTIL": 10,
+        "NVML_GPM_METRIC_FP64_UTIL": 11,
+        "NVML_GPM_METRIC_FP32_UTIL": 12,
+        "NVML_GPM_METRIC_FP16_UTIL": 13,
         "NVML_GPM_METRIC_PCIE_TX_PER_SEC": 20,
         "NVML_GPM_METRIC_PCIE_RX_PER_SEC": 21,
     }

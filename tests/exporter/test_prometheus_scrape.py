@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from devkit.prometheus import PrometheusServer, ScrapeJob
-from exporter import webconfig
+from exporter import fields, webconfig
 from exporter.collector import Collector
 from exporter.exposition import device_families
 from exporter.server import MetricsServer
@@ -110,10 +110,17 @@ def test_scrape_is_clean_and_self_metrics_arrive(
     assert 0.0 <= age < 5.0
     errors = query(prom, 'gpupilot_exporter_collection_errors_total{kind="timeout"}')
     assert float(errors[0]["value"][1]) == 0.0  # type: ignore[index]
-    # Prometheus negotiated OpenMetrics: the DCGM counters arrive as "unknown", ours as counters
+    # Prometheus prefers OpenMetrics; the DCGM counters (no _total) keep name and type because the
+    # exporter answers in text 0.0.4 then, as dcgm-exporter does. Every DCGM counter, as published:
     meta = requests.get(f"{prom.url}/api/v1/metadata", timeout=10).json()["data"]
-    assert meta["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0]["type"] == "unknown"
-    assert meta["gpupilot_exporter_collection_errors"][0]["type"] == "counter"
+    dcgm_counters = [f.name for f in fields.BY_NAME.values() if f.kind == "counter"]
+    published = [name for name in dcgm_counters if name in meta]
+    assert len(published) >= 7
+    for name in published:
+        assert [m["type"] for m in meta[name]] == ["counter"], name
+    assert meta["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"][0]["type"] == "counter"
+    assert meta["DCGM_FI_DEV_GPU_TEMP"][0]["type"] == "gauge"
+    assert meta["gpupilot_exporter_collection_errors_total"][0]["type"] == "counter"
 
 
 class _SecurePrometheus(PrometheusServer):

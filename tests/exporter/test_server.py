@@ -16,9 +16,10 @@ import pytest
 import requests
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
-from exporter import webconfig
+from exporter import counters, webconfig
 from exporter.collector import Collector
 from exporter.errors import ConfigError
+from exporter.layout import SeriesLayout
 from exporter.server import MetricsServer, accepts_gzip, wants_openmetrics
 from exporter.settings import CollectorSettings
 from tests.exporter import fakes
@@ -85,13 +86,32 @@ def test_metrics_text_by_default_and_ready_after_first_collection(
     assert requests.get(server.url + "/health", timeout=5).status_code == 200
 
 
-def test_openmetrics_when_asked_like_prometheus(server: MetricsServer, collector: Collector) -> None:
+def test_text_even_when_openmetrics_is_preferred_while_dcgm_counters_lack_total(
+    server: MetricsServer, collector: Collector
+) -> None:
     collector.collect_once()
     r = requests.get(server.url + "/metrics", headers={"Accept": PROMETHEUS_ACCEPT}, timeout=5)
+    assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in r.text
+    assert not r.text.endswith("# EOF\n")
+
+
+def test_openmetrics_when_asked_and_every_counter_ends_in_total(clock: Clock) -> None:
+    only_gauges = counters.select(counters.parse("DCGM_FI_DEV_GPU_TEMP, gauge, t\n", source="x"))
+    collector = Collector(
+        fakes.FakeBackend(fakes.node(fakes.whole_gpu(0))),
+        hostname="node-a",
+        settings=CollectorSettings(interval=10, collect_timeout=1),
+        layout=SeriesLayout(selection=only_gauges),
+        clock=clock,
+    )
+    collector.collect_once()
+    with MetricsServer(collector, host="127.0.0.1", port=0, clock=clock) as srv:
+        r = requests.get(srv.url + "/metrics", headers={"Accept": PROMETHEUS_ACCEPT}, timeout=5)
     assert r.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
     assert r.text.endswith("# EOF\n")
     fams = {f.name: f for f in parse_openmetrics(r.text)}
-    assert fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].type == "unknown"
+    assert fams["DCGM_FI_DEV_GPU_TEMP"].type == "gauge"
     assert fams["gpupilot_exporter_collection_errors"].type == "counter"
 
 

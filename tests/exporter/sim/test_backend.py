@@ -49,8 +49,9 @@ def test_whole_gpu_fields_are_consistent(demo: scenario.Scenario) -> None:
     gpu = snap.gpus[0]
     assert not gpu.info.mig_enabled and gpu.info.gpm_supported
     v = gpu.values
-    gpu_fields = {f.name for f in fields.FIELDS}
-    assert gpu_fields <= set(v)  # an H100 whole GPU has every field of the contract
+    gpu_fields = {f.name for f in fields.FIELDS} - {"DCGM_FI_DEV_VGPU_LICENSE_STATUS"}
+    assert gpu_fields <= set(v)  # an H100 whole GPU has every field but vGPU's (bare metal)
+    assert "DCGM_FI_DEV_VGPU_LICENSE_STATUS" not in v
     total = gpu.info.memory_total_mib
     assert v["DCGM_FI_DEV_FB_FREE"] + v["DCGM_FI_DEV_FB_USED"] + v["DCGM_FI_DEV_FB_RESERVED"] == total
     assert v["DCGM_FI_DEV_FB_USED"] == 71000  # llm-inference's memory

@@ -16,6 +16,7 @@ import pytest
 from devkit.prometheus import PrometheusServer
 from exporter.exposition import device_families
 from exporter.sim import backfill, cluster, scenario
+from exporter.sim import cli as sim_cli
 from exporter.sim.backend import SimBackend
 from exporter.sim.cli import backfill_main
 
@@ -218,3 +219,49 @@ def test_progress_reports_percent_rate_and_eta() -> None:
     bar.update(4, 4000, final=True)
     text = out.getvalue()
     assert " 25.0%" in text and "100.0%" in text and "samples/s" in text and "ETA" in text
+
+
+def test_window_follows_the_live_exporters_layout(
+    small: tuple[Path, scenario.Scenario], tmp_path: Path
+) -> None:
+    _, s = small
+    mine = tmp_path / "c.csv"
+    mine.write_text("DCGM_FI_DEV_POWER_USAGE, gauge, p\nDCGM_EXP_GPU_HEALTH_STATUS, gauge, h\n")
+    _, settings, _ = sim_cli.parse_backfill(
+        [
+            "--scenario",
+            "x",
+            "--days",
+            "1",
+            "--out",
+            str(tmp_path),
+            "-f",
+            str(mine),
+            "--mig-series",
+            "per-instance",
+            "--hostname-label",
+            "hostname",
+        ],
+        now=WINDOW_START + 86400,
+    )
+    assert settings.layout is not None
+    ts = backfill.timestamps(WINDOW_START, WINDOW_START + 600, 60.0)
+    buf = io.StringIO()
+    backfill.write_window(buf, backfill.Backfiller(s, layout=settings.layout).window(ts), ts)
+    got = _parse(buf.getvalue())[ts[0]]
+    layout = backfill.backfill_layout(settings.layout)
+    fmt = backfill._Formatter()
+    want = {}
+    for node in s.nodes:
+        b = SimBackend(s, node=node.name)
+        snap = b.snapshot_at(float(ts[0]))
+        for fam in device_families(snap, hostname=node.name, allocations=b.allocations(), layout=layout):
+            for labels, v in fam.samples:
+                want[fmt.prefix(fam.name, labels).rstrip()] = v
+    devices = {k: v for k, v in got.items() if k.startswith(("DCGM_", "gpupilot_"))}
+    assert devices == want
+    power = [k for k in devices if k.startswith("DCGM_FI_DEV_POWER_USAGE{")]
+    assert power and all('hostname="' in k and "Hostname=" not in k for k in power)
+    assert any('GPU_I_ID="' in k for k in power)  # per-instance: the MIG GPU's power on each instance
+    assert not any(k.startswith("DCGM_EXP_") for k in devices)  # windowed series are not backfilled
+    assert layout.selection.unreadable == ("DCGM_EXP_GPU_HEALTH_STATUS",)
