@@ -12,6 +12,7 @@ WORKDIR /src
 # Only what the distribution is built from (see .dockerignore): pyproject, README, the packages.
 COPY pyproject.toml README.md ./
 COPY mig_geometry/ mig_geometry/
+COPY gpupilot_common/ gpupilot_common/
 COPY exporter/ exporter/
 COPY adapter/ adapter/
 COPY rightsizer/ rightsizer/
