@@ -283,7 +283,9 @@ def _entry(
         owner = _owner(entry)
         if got.verdict == INVALID and got.reason.startswith("profile ") and owner is not None:
             # Another GPU's config in a shared file: not an error for this device.
-            reason = f"{', '.join(entry.mig_devices)}: {owner.key} profile(s)"
+            reason = (
+                got.reason if node is not None else f"{', '.join(entry.mig_devices)}: {owner.key} profile(s)"
+            )
             return [Verdict(source, config, index, device_id, got.device, NOT_FOR, reason, named=True)]
         return [got]
     if not entry.mig_enabled or entry.devices == ():

@@ -93,6 +93,8 @@ class MigPartedConfig:
     source: str
     configs: Mapping[str, tuple[MigEntry, ...]]
     issues: tuple[Issue, ...] = ()
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    """``mig-configs`` as written (to hand a config on unchanged)."""
 
 
 def _broken(source: str, reason: str) -> MigPartedConfig:
@@ -128,7 +130,7 @@ def parse_document(doc: object, *, source: str) -> MigPartedConfig:
             if entry is not None:
                 entries.append(entry)
         configs[cname] = tuple(entries)
-    return MigPartedConfig(source, configs, tuple(issues))
+    return MigPartedConfig(source, configs, tuple(issues), raw=raw_configs)
 
 
 def _parse_entry(
