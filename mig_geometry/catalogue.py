@@ -367,8 +367,11 @@ MODELS: tuple[GpuModel, ...] = (
         8,
         _seven_slice_profiles(total_gb=96, total_mib=97871, sms=_H100_SMS),
         132,
+        inferred=True,
         aliases=("GH200", "GH200 96GB", "H100-96GB", "H20"),
-        source=f"{_CONFIG} (names, all-balanced filter); placements of the Hopper family; {_INFERRED_MIB}",
+        source=(
+            f"{_CONFIG} (names, all-balanced filter); placements inferred from the Hopper family; {_INFERRED_MIB}"
+        ),
         products=(
             Product(0x2342, "GH200 96GB"),
             Product(0x233D, "H100 96GB"),
@@ -447,8 +450,8 @@ MODELS: tuple[GpuModel, ...] = (
         inferred=True,
         aliases=("B300-288GB",),
         source=(
-            "GPU Operator default config (device-filter 0x318210DE); names 1g.34gb..7g.269gb as cloud "
-            f"MIG profile lists publish them; placements inferred from the Hopper family; {_INFERRED_MIB}"
+            "GPU Operator default config (device-filter 0x318210DE); names 1g.34gb..7g.269gb as AWS "
+            f"publishes them for p6-b300 MIG; placements inferred from the Hopper family; {_INFERRED_MIB}"
         ),
         products=(Product(0x3182, "B300"),),
     ),

@@ -317,9 +317,10 @@ def _promote(r: Verdict) -> Verdict:
 
 
 def _owner(entry: MigEntry) -> GpuModel | None:
-    """The first catalogued GPU holding every one of the entry's names, if any."""
+    """A catalogued GPU holding every one of the entry's names: one it fits first, else the first."""
     names = list(entry.mig_devices)
-    return next((m for m in mig_models() if all(m.compute_profile(n) for n in names)), None)
+    owners = [m for m in mig_models() if all(m.compute_profile(n) for n in names)]
+    return next((m for m in owners if check_model(m, entry) is None), owners[0] if owners else None)
 
 
 def _best_guess(entry: MigEntry) -> GpuModel | None:
