@@ -11,6 +11,7 @@ file, also for YAML embedded in a ConfigMap); nothing here raises anything but
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,10 +177,15 @@ def _config_map(
         out.notes.append(f"{where}: no mig-parted or sharing config under data; skipped")
 
 
+_MIG_KEY = re.compile(r"^\s*[\"']?mig-configs[\"']?\s*:", re.MULTILINE)
+_SHARING_KEY = re.compile(r"^\s*[\"']?(sharing|timeSlicing)[\"']?\s*:", re.MULTILINE)
+
+
 def _content_kind(text: str) -> str | None:
-    if "mig-configs" in text:
+    """``mig`` / ``sharing`` when the text has that config's top key on a line of its own."""
+    if _MIG_KEY.search(text):
         return "mig"
-    if "sharing" in text or "timeSlicing" in text:
+    if _SHARING_KEY.search(text):
         return "sharing"
     return None
 

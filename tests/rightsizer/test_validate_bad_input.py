@@ -162,3 +162,18 @@ def test_loader_survives_generated_documents(tree: Any, wrap: bool) -> None:
 @given(st.text(alphabet=st.sampled_from(list("ab:-[]{}'\"|>\n #&*!0x1g.10gb\t,?%@`")), max_size=200))
 def test_loader_survives_generated_text(text: str) -> None:
     _exercise(text)
+
+
+def test_config_maps_of_other_kinds_are_noted_not_parsed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script that merely mentions 'sharing' is not a sharing config; the MIG config beside it is found."""
+    text = (
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: scripts}\ndata:\n"
+        "  run.sh: |\n    echo 'time sharing: [unbalanced'\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: mig}\ndata:\n  config.yaml: |\n"
+        "    version: v1\n    mig-configs:\n      all-disabled:\n        - devices: all\n          mig-enabled: false\n"
+    )
+    code, out, _ = run(tmp_path, text, capsys)
+    assert code == 0
+    assert "document 1 (ConfigMap scripts): no mig-parted or sharing config under data; skipped" in out
