@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 
 NVIDIA_VENDOR_ID = 0x10DE
 
@@ -43,6 +43,7 @@ class ProfileName:
         return f"{self.gpu_slices}g.{self.memory_gb}gb{self.variant}"
 
 
+@cache
 def parse_name(name: str) -> ProfileName | None:
     """Parse ``[Nc.]Mg.XXgb[variant]``; ``None`` if the text is not of that form."""
     m = _NAME.match(name)
@@ -151,7 +152,7 @@ class GpuModel:
 
     def profile(self, name: str) -> Profile | None:
         """The GPU-instance profile named exactly ``name`` (or one of its published aliases)."""
-        return _profile_index(self).get(name)
+        return self._profile_index.get(name)
 
     def profile_by_id(self, gi_profile_id: int) -> Profile | None:
         for p in self.profiles:
@@ -183,15 +184,14 @@ class GpuModel:
                         out.extend(f"{c}c.{n}" for n in p.names)
         return tuple(out)
 
+    @cached_property
+    def _profile_index(self) -> Mapping[str, Profile]:
+        return {n: p for p in self.profiles for n in p.names}
+
     @property
     def full_profile(self) -> Profile | None:
         """The profile that takes the whole GPU (7g / 4g on A30)."""
         return max(self.profiles, key=lambda p: p.compute_slices, default=None)
-
-
-@cache
-def _profile_index(model: GpuModel) -> Mapping[str, Profile]:
-    return {n: p for p in model.profiles for n in p.names}
 
 
 def name_gb(slices: int, of: int, total_gb: int) -> int:

@@ -97,10 +97,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
     try:
-        found = manifest.load_path(path)
-    except MigPartedError as exc:
+        text = manifest.read_text(path)
+    except MigPartedError as exc:  # unreadable or oversized: the wrong file was given
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE if "cannot read" in str(exc) else EXIT_INVALID
+        return EXIT_USAGE
+    try:
+        found = manifest.load_manifest(text, source=str(path))
+    except MigPartedError as exc:  # not YAML: the file is invalid
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     if not found.mig and not found.sharing:
         for note in found.notes:
             print(f"note: {note}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from mig_geometry.catalogue import (
     GpuModel,
@@ -127,14 +128,22 @@ def check_model(model: GpuModel, entry: MigEntry) -> str | None:
         return None
     if not model.mig_capable:
         return f"{model.key} does not support MIG; use mig-enabled: false"
-    gis, why = gpu_instances(model, entry.mig_devices)
+    return _check_counts(model.key, tuple(entry.mig_devices.items()))
+
+
+@lru_cache(maxsize=4096)
+def _check_counts(model_key: str, items: tuple[tuple[str, int], ...]) -> str | None:
+    """Memoised: a file repeats the same layouts (one per config), each checked on every model."""
+    model = next(m for m in mig_models() if m.key == model_key)
+    counts = dict(items)
+    gis, why = gpu_instances(model, counts)
     if why:
         return why
     result = place(model, gis)
     if result.ok:
         return None
-    if set(gis) != {n for n, c in entry.mig_devices.items() if c}:
-        return f"{describe(entry.mig_devices)} needs GPU instances {describe(gis)}: {result.reason}"
+    if set(gis) != {n for n, c in counts.items() if c}:
+        return f"{describe(counts)} needs GPU instances {describe(gis)}: {result.reason}"
     return result.reason
 
 
@@ -353,6 +362,7 @@ def summarise(verdicts: Sequence[Verdict], *, limit: int = 3) -> list[tuple[str,
     groups: dict[tuple[str, str, int, str, bool], list[Verdict]] = {}
     for v in verdicts:
         groups.setdefault((v.source, v.config, v.entry, v.verdict, v.error), []).append(v)
+    several = {(k[0], k[1]) for k in groups if k[2] != 0}
     rows = []
     for (_src, config, entry, verdict, error), vs in groups.items():
         names = list(
@@ -368,6 +378,6 @@ def summarise(verdicts: Sequence[Verdict], *, limit: int = 3) -> list[tuple[str,
             devices = ", ".join(names)
             reasons = list(dict.fromkeys(v.reason for v in vs))
             reason = reasons[0] if len(reasons) == 1 else "; ".join(reasons[:2])
-        label = f"{config}[{entry}]" if any(k[1] == config and k[2] != 0 for k in groups) else config
+        label = f"{config}[{entry}]" if (_src, config) in several else config
         rows.append((label, devices, verdict.upper() if error else verdict, reason))
     return rows

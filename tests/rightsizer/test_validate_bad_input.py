@@ -177,3 +177,10 @@ def test_config_maps_of_other_kinds_are_noted_not_parsed(
     code, out, _ = run(tmp_path, text, capsys)
     assert code == 0
     assert "document 1 (ConfigMap scripts): no mig-parted or sharing config under data; skipped" in out
+
+
+def test_oversized_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(tmp_path, "# x\n" * 300_000, capsys)
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert "is too large for a config file (limit 1048576)" in line
