@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from mig_geometry.catalogue import GpuModel, find_model
-from rightsizer.migparted.applicability import NodeProfiles
-from rightsizer.migparted.config import MigPartedError
+from rightsizer.migparted.applicability import NodeProfiles, validate
+from rightsizer.migparted.config import MigPartedError, parse_document
 from rightsizer.migparted.manifest import load_manifest
 
 SUFFIX = "-mig-config"
@@ -83,3 +83,25 @@ def disagreements(node: NodeProfiles, model: GpuModel | None) -> list[str]:
                 f"node {node.node}: the catalogue's {model.key} has {gi.name}; its MIG Manager does not list it"
             )
     return out
+
+
+def veto(
+    cm: Mapping[str, Any] | None,
+    *,
+    node: str,
+    device_id: int | None,
+    config_name: str,
+    document: Mapping[str, Any],
+) -> str | None:
+    """Why the node's own profile list refuses ``config_name`` of ``document``; ``None``: no objection.
+
+    No per-node ConfigMap (MIG Manager before v26.3) is no objection: the catalogue decided already.
+    """
+    if cm is None:
+        return None
+    node_profiles = from_configmap(cm, node=node, device_id=device_id)
+    raw = (document.get("mig-configs") or {}).get(config_name)
+    parsed = parse_document({"version": "v1", "mig-configs": {config_name: raw}}, source=config_name)
+    result = validate([parsed], device_id=device_id, node=node_profiles)
+    problems = [v.reason for v in result.verdicts if v.error] + [i.reason for i in result.structural]
+    return problems[0] if problems else None
