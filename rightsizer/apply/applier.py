@@ -26,6 +26,8 @@ from rightsizer.apply.configs import write_configs
 from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
 from rightsizer.clients.kube import ConflictError, Kube, KubeError, NotFoundError, TooManyRequestsError
 from rightsizer.errors import RightsizerError
+from rightsizer.migparted import nodeprofiles
+from rightsizer.migparted.config import MigPartedError
 from rightsizer.plan.model import NodePlan, Plan
 
 log = logging.getLogger(__name__)
@@ -146,6 +148,22 @@ class Applier:
             self.plan.plan_id, target.configmap, target.changed, target.repoint, tuple(outcomes)
         )
 
+    def _node_objection(self, pn: NodePlan) -> str:
+        """The node's own MIG Manager profile list (v26.3+) overrides the catalogue: a config naming a
+        profile it does not offer would fail on the node, so the node is not touched."""
+        cm = self.kube.get_configmap(self.settings.namespace, nodeprofiles.configmap_name(pn.name))
+        try:
+            device_id = int(pn.pci_device_id, 16) or None
+        except ValueError:
+            device_id = None
+        try:
+            why = nodeprofiles.veto(
+                cm, node=pn.name, device_id=device_id, config_name=pn.config_name, document=pn.config_document
+            )
+        except MigPartedError as exc:
+            return f"its MIG Manager's ConfigMap cannot be read: {exc}"
+        return f"{pn.config_name} is not offered by the node's MIG Manager: {why}" if why else ""
+
     # -- one node --------------------------------------------------------------------------------
     def apply_node(self, pn: NodePlan) -> NodeOutcome:
         started = self.clock.monotonic()
@@ -176,6 +194,11 @@ class Applier:
             self.progress(pn.name, decision.reason)
             return outcome("already-applied", decision.reason)
         step = decision.step
+        if step is None:
+            objection = self._node_objection(pn)
+            if objection:
+                self.progress(pn.name, f"skipped: {objection}")
+                return outcome("skipped", objection)
         if step is not None:
             self.progress(pn.name, decision.reason)
         try:

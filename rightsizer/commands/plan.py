@@ -11,6 +11,8 @@ from gpupilot_common import timefmt
 from gpupilot_common.timefmt import format_time
 from rightsizer.analysis import history as analysis
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
+from rightsizer.migparted import manifest
+from rightsizer.migparted.config import MigPartedConfig, MigPartedError
 from rightsizer.optimise import fleet as optimiser
 from rightsizer.plan import build as planning
 from rightsizer.plan import table
@@ -124,6 +126,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="R",
         help="an hour with mean activity below R counts as idle (default 0.05)",
     )
+    parser.add_argument(
+        "--mig-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=(
+            "the cluster's mig-parted ConfigMap (e.g. kubectl get cm default-mig-parted-config -o yaml); "
+            "a proposed layout equal to one of its configs (all-1g.10gb, all-balanced, ...) is named by "
+            "it instead of a new gpupilot-... config"
+        ),
+    )
     parser.add_argument("--all-nodes", action="store_true", help="list unchanged nodes in the table too")
     parser.add_argument(
         "--timeout",
@@ -136,6 +149,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     end = args.at if args.at is not None else time.time()
+    cluster_configs: list[MigPartedConfig] = []
+    if args.mig_config is not None:
+        try:
+            cluster_configs = manifest.load_path(args.mig_config).mig
+        except MigPartedError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        broken = [i.line() for d in cluster_configs for i in d.issues]
+        if broken or not cluster_configs:
+            print(
+                f"error: {broken[0] if broken else f'{args.mig_config}: no mig-parted config found'}",
+                file=sys.stderr,
+            )
+            return 2
     window_text = _window_text(args.window)
     settings = analysis.AnalysisSettings(
         window_s=args.window, idle_threshold=args.idle_threshold, headroom=args.headroom
@@ -179,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
                 "headroom": args.headroom,
                 "idle_threshold": args.idle_threshold,
             },
+            cluster_configs=cluster_configs,
         ),
     )
     try:

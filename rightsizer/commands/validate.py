@@ -1,4 +1,8 @@
-"""``gpupilot-rightsizer validate FILE``: check mig-parted configs against the geometry catalogue."""
+"""``gpupilot-rightsizer validate FILE``: which mig-parted configs fit which GPUs, as NVIDIA decides.
+
+Prints a table (config, device, verdict, reason) on stdout and one line per error on stderr.
+Exit 0 when nothing is invalid, 1 when something is, 2 for usage errors (bad flags, unreadable file).
+"""
 
 from __future__ import annotations
 
@@ -6,31 +10,36 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
 from mig_geometry.catalogue import by_device_id
-from rightsizer.migparted import config as migparted
-from rightsizer.migparted import timeslicing
+from rightsizer.clients.kube import Kube, KubeError, KubeSettings
+from rightsizer.migparted import applicability, manifest, nodeprofiles, timeslicing
+from rightsizer.migparted.config import MigPartedError
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 def _device_id(text: str) -> int:
     try:
         value = int(text, 16)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a PCI device id like 0x2330") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a PCI device id like 0x2330 or 0x233010DE"
+        ) from None
     if value > 0xFFFF:
+        if value > 0xFFFFFFFF or value & 0xFFFF != 0x10DE:
+            raise argparse.ArgumentTypeError(f"{text!r}: the 32-bit form is 0xDDDD10DE (NVIDIA's vendor id)")
         value >>= 16
-    if by_device_id(value) is None:
-        raise argparse.ArgumentTypeError(f"device id 0x{value:04x} is not in the geometry catalogue")
     return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Check mig-parted configs (bare, or in a ConfigMap under data.config.yaml; several YAML "
-        "documents allowed) against the MIG geometry catalogue: fields, profile names, counts and "
-        "whether a placement exists. Device-plugin time-slicing configs in the file are checked too. "
-        "Exit 0 when valid, 1 with one line per error."
+        "Check the mig-parted configs in FILE (bare, or in ConfigMaps anywhere in a multi-document "
+        "manifest, as NVIDIA ships them) against the MIG geometry catalogue, per config × device: "
+        "exact profile names as mig-parted matches them, counts, compute-instance profiles and "
+        "whether a placement exists. Device-plugin time-slicing configs are checked too; other "
+        "Kubernetes objects are skipped with a note. Exit 0 when nothing is invalid, 1 when "
+        "something is, 2 for usage errors."
     )
     parser.add_argument("file", type=Path, metavar="FILE", help="YAML file with mig-parted config(s)")
     parser.add_argument(
@@ -39,54 +48,141 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="ID",
         help=(
-            "PCI device id to check against, e.g. 0x2330 or 0x233010DE. Without it, entries with a "
-            "device-filter are checked against the filter's devices and entries without one against "
-            "H100 80GB (0x2330). With it, every entry is checked against this device, and entries "
-            "whose device-filter excludes it are skipped."
+            "PCI device id of the GPU to check for, e.g. 0x2330 or 0x233010DE. Without it, entries with "
+            "a device-filter are checked against each device the filter names and entries without one "
+            "against every catalogued MIG GPU (an entry must fit at least one). With it, entries whose "
+            "filter excludes the device are skipped and entries made of another GPU's profiles are "
+            "shown as 'not for this device'."
         ),
     )
+    parser.add_argument(
+        "--node",
+        metavar="NAME",
+        default=None,
+        help=(
+            "Check for this node: read the profile list its MIG Manager (v26.3+) wrote to the "
+            "per-node ConfigMap and use it as the authority for the node's GPU, reporting where it "
+            "disagrees with the catalogue. Needs a kubeconfig (--kubeconfig or the usual defaults)."
+        ),
+    )
+    parser.add_argument("--kubeconfig", type=Path, default=None, metavar="PATH", help="kubeconfig for --node")
+    parser.add_argument(
+        "--namespace",
+        default="gpu-operator",
+        metavar="NS",
+        help="namespace of the MIG Manager's per-node ConfigMap (default: gpu-operator)",
+    )
+
+
+def _table(rows: list[tuple[str, str, str, str]]) -> str:
+    head = ("CONFIG", "DEVICE", "VERDICT", "REASON")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
+    lines = []
+    for r in [head, *rows]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3])
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def run(args: argparse.Namespace) -> int:
     path: Path = args.file
+    if not path.is_file():
+        print(f"error: {path}: cannot read: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    node = None
+    node_notes: list[str] = []
+    if args.node:
+        try:
+            node, node_notes = _node(args)
+        except (KubeError, MigPartedError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     try:
-        text = migparted.read_text(path)
-        docs = migparted.load_text(text, source=str(path), allow_none=True)
-        sharing = timeslicing.find_in_text(text, source=str(path))
-    except migparted.MigPartedError as exc:
+        text = manifest.read_text(path)
+    except MigPartedError as exc:  # unreadable or oversized: the wrong file was given
         print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except yaml.YAMLError as exc:  # pragma: no cover - load_text reports YAML errors first
-        print(f"error: {path}: invalid YAML: {exc}", file=sys.stderr)
-        return 1
-    if not docs and not sharing:
+        return EXIT_USAGE
+    try:
+        found = manifest.load_manifest(text, source=str(path))
+    except MigPartedError as exc:  # not YAML: the file is invalid
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if not found.mig and not found.sharing:
+        for note in found.notes:
+            print(f"note: {note}")
         print(
             f"error: {path}: no mig-parted config found (expected 'version: v1' and 'mig-configs', "
-            "bare or under a ConfigMap's data.config.yaml)",
+            "bare or in a ConfigMap's data)",
             file=sys.stderr,
         )
-        return 1
-    result = migparted.validate(docs, device_id=args.device_id)
-    lines = [issue.line() for issue in result.issues]
-    for cfg in sharing:
-        lines += timeslicing.check(cfg)
-    for line in lines:
+        return EXIT_INVALID
+    result = applicability.validate(found.mig, device_id=args.device_id, node=node)
+    errors = [issue.line() for issue in result.issues]
+    for cfg in found.sharing:
+        errors += timeslicing.check(cfg)
+    rows = applicability.summarise(result.verdicts)
+    if rows:
+        print(_table(rows))
+    for note in [*found.notes, *node_notes, *_inferred_notes(result.verdicts)]:
+        print(f"note: {note}")
+    for line in errors:
         print(line, file=sys.stderr)
-    if lines:
-        print(f"{path}: {len(lines)} error(s)", file=sys.stderr)
-        return 1
-    device = (
-        f"0x{args.device_id:04x} {by_device_id(args.device_id).key}"  # type: ignore[union-attr]
-        if args.device_id is not None
-        else "their device-filter, else 0x2330 H100 80GB"
-    )
+    if errors:
+        print(f"{path}: {len(errors)} error(s)", file=sys.stderr)
+        return EXIT_INVALID
     parts = []
-    if docs:
-        part = f"{result.configs} mig-parted config(s), {result.entries_checked} entry(ies) checked against {device}"
+    if found.mig:
+        target = _target(args.device_id)
+        part = f"{result.configs} mig-parted config(s), {result.entries_checked} entry(ies) checked against {target}"
         if result.entries_skipped:
             part += f", {result.entries_skipped} skipped (device-filter excludes it)"
         parts.append(part)
-    if sharing:
-        parts.append(f"{len(sharing)} time-slicing config(s)")
+    if found.sharing:
+        parts.append(f"{len(found.sharing)} time-slicing config(s)")
     print(f"{path}: OK: {'; '.join(parts)}")
-    return 0
+    return EXIT_OK
+
+
+def _node(args: argparse.Namespace) -> tuple[applicability.NodeProfiles | None, list[str]]:
+    """The node's MIG Manager profile list (None where it wrote none) and where it disagrees."""
+    kube = Kube.connect(KubeSettings(kubeconfig=args.kubeconfig))
+    try:
+        labels = (kube.get_node(args.node).get("metadata") or {}).get("labels") or {}
+        cm = kube.get_configmap(args.namespace, nodeprofiles.configmap_name(args.node))
+    finally:
+        kube.close()
+    model = nodeprofiles.model_from_labels(labels)
+    if args.device_id is None and model is not None:
+        args.device_id = model.device_id
+    if cm is None:
+        where = f"{args.namespace}/{nodeprofiles.configmap_name(args.node)}"
+        return None, [
+            f"node {args.node}: no ConfigMap {where} (MIG Manager before v26.3?); using the catalogue"
+        ]
+    node = nodeprofiles.from_configmap(cm, node=args.node, device_id=args.device_id)
+    if args.device_id is None:
+        args.device_id = node.device_id
+    return node, nodeprofiles.disagreements(node, model if model is not None else None)
+
+
+def _target(device_id: int | None) -> str:
+    if device_id is None:
+        return "their device-filter, else every catalogued MIG GPU"
+    model = by_device_id(device_id)
+    return f"0x{device_id:04x} {model.key if model else '(not in catalogue)'}"
+
+
+def _inferred_notes(verdicts: list[applicability.Verdict] | tuple[applicability.Verdict, ...]) -> list[str]:
+    out = []
+    seen = set()
+    for v in verdicts:
+        if (
+            v.device_id is None
+            or not v.named
+            or v.verdict not in (applicability.VALID, applicability.INVALID)
+        ):
+            continue
+        model = by_device_id(v.device_id)
+        if model is not None and model.inferred and model.key not in seen:
+            seen.add(model.key)
+            out.append(f"{model.key} is inferred (not confirmed on hardware): {model.source}")
+    return out

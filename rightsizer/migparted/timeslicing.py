@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 SHARING_FIELDS = ("version", "flags", "sharing")
 TIME_SLICING_FIELDS = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
 RESOURCE_FIELDS = ("name", "rename", "replicas", "devices")
@@ -43,24 +41,6 @@ def sharing_document(
             }
         },
     }
-
-
-def find_in_text(text: str, *, source: str) -> list[SharingConfig]:
-    """Device-plugin configs in YAML text: bare, or in any ConfigMap data key (seed: key ``any``)."""
-    out = []
-    docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    for i, doc in enumerate(docs):
-        label = source if len(docs) == 1 else f"{source} document {i + 1}"
-        if not isinstance(doc, dict):
-            continue
-        if doc.get("kind") == "ConfigMap" and isinstance(doc.get("data"), dict):
-            name = (doc.get("metadata") or {}).get("name", "?")
-            for key, value in doc["data"].items():
-                if isinstance(value, str) and "sharing" in value and "mig-configs" not in value:
-                    out.append(SharingConfig(f"{label} (ConfigMap {name}) data.{key}", yaml.safe_load(value)))
-        elif "sharing" in doc or "flags" in doc:
-            out.append(SharingConfig(label, doc))
-    return out
 
 
 def check(config: SharingConfig) -> list[str]:

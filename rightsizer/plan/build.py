@@ -10,7 +10,7 @@ from typing import Any
 from gpupilot_common.timefmt import format_time
 from rightsizer.analysis.types import Analysis, NodeInventory, PodKey
 from rightsizer.migparted import config as migparted
-from rightsizer.migparted import timeslicing
+from rightsizer.migparted import resolve, timeslicing
 from rightsizer.optimise.fleet import FleetProposal, GpuPlan, Item, NodeProposal
 from rightsizer.plan.model import (
     SCHEMA,
@@ -35,6 +35,8 @@ class PlanContext:
     """The ``--window`` text (``7d``)."""
     settings: Mapping[str, Any]
     created_at: datetime | None = None
+    cluster_configs: Sequence[migparted.MigPartedConfig] = ()
+    """The cluster's mig-parted configs: a proposed layout equal to one of them is named by it."""
 
 
 def _layouts(gpus: Sequence[GpuPlan]) -> tuple[GpuLayout, ...]:
@@ -44,11 +46,16 @@ def _layouts(gpus: Sequence[GpuPlan]) -> tuple[GpuLayout, ...]:
     )
 
 
-def _config(node: NodeInventory, gpus: Sequence[GpuPlan]) -> tuple[str, dict[str, Any]]:
+def _config(
+    node: NodeInventory, gpus: Sequence[GpuPlan], cluster: Sequence[migparted.MigPartedConfig] = ()
+) -> tuple[str, dict[str, Any]]:
     device_id = node.gpus[0].pci_device_id if node.gpus and node.gpus[0].pci_device_id else None
-    entries = migparted.entries_for_layouts(
-        [(g.index, g.mig_enabled, g.counts) for g in gpus], device_id=device_id
-    )
+    layouts = [(g.index, g.mig_enabled, g.counts) for g in gpus]
+    existing = resolve.matching_config(cluster, device_id=device_id, layouts=layouts) if cluster else None
+    if existing is not None:
+        name, raw = existing
+        return name, {"version": "v1", "mig-configs": {name: raw}}
+    entries = migparted.entries_for_layouts(layouts, device_id=device_id)
     dicts = [e.to_dict() for e in entries]
     name = config_name_for(dicts)
     return name, migparted.document({name: entries})
@@ -132,7 +139,7 @@ def _resize_notes(p: NodeProposal) -> list[str]:
 def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext) -> Plan:
     nodes: list[NodePlan] = []
     for p in fleet.nodes:
-        name, doc = _config(p.node, p.proposed)
+        name, doc = _config(p.node, p.proposed, context.cluster_configs)
         device_id = p.node.gpus[0].pci_device_id if p.node.gpus else 0
         nodes.append(
             NodePlan(

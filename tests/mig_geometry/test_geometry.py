@@ -10,7 +10,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mig_geometry.catalogue import MODELS, GpuModel, by_device_id, find_model
+from mig_geometry.catalogue import (
+    MODELS,
+    GpuModel,
+    ProfileName,
+    by_device_id,
+    find_model,
+    models_with_name,
+    name_gb,
+    near_misses,
+    parse_name,
+)
 from mig_geometry.layouts import as_layout, compute_slices, maximal_layouts, valid_layouts
 from mig_geometry.names import canonical_profile, memory_slices_for
 from mig_geometry.placement import describe, fits, place
@@ -74,7 +84,7 @@ def test_counts_match_reference(m: GpuModel) -> None:
 
 def test_a30_is_a_four_slice_part() -> None:
     a30 = model("A30")
-    assert [p.name for p in a30.profiles] == ["1g.6gb", "2g.12gb", "4g.24gb"]
+    assert [p.name for p in a30.profiles] == ["1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"]
     assert fits(a30, {"1g.6gb": 4}) and fits(a30, {"2g.12gb": 2}) and fits(a30, {"2g.12gb": 1, "1g.6gb": 2})
     assert not fits(a30, {"4g.24gb": 1, "1g.6gb": 1})
     assert not fits(a30, {"1g.6gb": 5})
@@ -222,7 +232,34 @@ def test_name_derivation_for_driver_spellings() -> None:
             ["1g.18gb", "1g.18gb+me", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb"],
         ),
         (0x2901, "B200", ["1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"]),
-        (0x20B7, "A30", ["1g.6gb", "2g.12gb", "4g.24gb"]),
+        (0x20B7, "A30", ["1g.6gb", "1g.6gb+me", "2g.12gb", "2g.12gb+me", "4g.24gb"]),
+        (0x2941, "GB200", ["1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb"]),
+        (
+            0x3182,
+            "B300",
+            ["1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb"],
+        ),
+        (
+            0x31C2,
+            "GB300",
+            ["1g.35gb", "1g.35gb+me", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb"],
+        ),
+        (
+            0x2BB5,
+            "RTX PRO 6000",
+            [
+                "1g.24gb",
+                "1g.24gb+gfx",
+                "1g.24gb-me",
+                "1g.24gb+me.all",
+                "2g.48gb",
+                "2g.48gb+gfx",
+                "2g.48gb-me",
+                "2g.48gb+me.all",
+                "4g.96gb",
+                "4g.96gb+gfx",
+            ],
+        ),
     ],
 )
 def test_catalogue_by_device_id(device_id: int, key: str, names: list[str]) -> None:
@@ -272,3 +309,122 @@ def test_profile_tables_are_consistent() -> None:
     assert h100.profile("1g.10gb").sms == 16 and h100.profile("1g.20gb").sms == 26  # type: ignore[union-attr]
     assert h100.profile("7g.80gb").sms == 132  # type: ignore[union-attr]
     assert by_device_id(0x2236).mig_capable is False  # type: ignore[union-attr]  # A10
+
+
+# -- the catalogue's facts: names by mig-parted's rule, exact MiB, variants, CI profiles, sources ----------
+
+
+@pytest.mark.parametrize(
+    ("total_gb", "expected"),
+    [
+        (40, (5, 10, 20, 40)),  # A100 40GB
+        (80, (10, 20, 40, 80)),  # A100/H100 80GB
+        (94, (12, 24, 47, 94)),  # H100 NVL: 11.75 → 12, 23.5 → 24
+        (141, (18, 35, 71, 141)),  # H200: 70.5 → 71
+        (180, (23, 45, 90, 180)),  # B200: 22.5 → 23
+        (186, (23, 47, 93, 186)),  # GB200 (GPU Operator default config)
+        (189, (24, 47, 95, 189)),  # GB200 (mig-parted's Hopper/Blackwell example)
+        (269, (34, 67, 135, 269)),  # B300
+    ],
+)
+def test_names_follow_mig_parteds_rounding(total_gb: int, expected: tuple[int, ...]) -> None:
+    assert tuple(name_gb(s, 8, total_gb) for s in (1, 2, 4, 8)) == expected
+
+
+def test_a100_profiles_hold_the_published_mib_not_round_figures() -> None:
+    a40 = model("A100 40GB")
+    assert [a40.profile(n).memory_mib for n in ("1g.5gb", "1g.10gb", "3g.20gb", "7g.40gb")] == [  # type: ignore[union-attr]
+        4864,
+        9856,
+        19968,
+        40192,
+    ]
+    a80 = model("A100 80GB")
+    assert [a80.profile(n).memory_mib for n in ("1g.10gb", "2g.20gb", "4g.40gb", "7g.80gb")] == [  # type: ignore[union-attr]
+        9856,
+        19968,
+        40192,
+        80384,
+    ]
+    # No inferred profile holds more than its share of the part's memory.
+    for m in MIG_MODELS:
+        for p in m.profiles:
+            assert p.memory_mib <= m.memory_mib * p.memory_slices / m.memory_slices, (m.key, p.name)
+
+
+def test_every_mig_model_names_its_source_and_products() -> None:
+    for m in MIG_MODELS:
+        assert m.source, m.key
+        assert {p.device_id for p in m.products} == set(m.device_ids), m.key
+        if m.inferred:
+            assert "inferred" in m.source, m.key
+    assert not model("A100 40GB").inferred and "lgipp" in model("A100 40GB").source
+
+
+def test_gb200_accepts_both_published_name_sets_and_nothing_else() -> None:
+    gb200 = model("GB200")
+    for name in ("1g.23gb", "1g.24gb", "3g.93gb", "3g.95gb", "7g.186gb", "7g.189gb", "1g.24gb+me", "2g.47gb"):
+        assert gb200.profile(name) is not None, name
+    assert gb200.profile("1g.24gb") is gb200.profile("1g.23gb")
+    assert gb200.profile("7g.180gb") is None and gb200.profile("3g.94gb") is None
+
+
+@pytest.mark.parametrize(
+    ("key", "name", "gi", "size"),
+    [
+        ("H100 80GB", "1c.3g.40gb", "3g.40gb", 1),
+        ("A100 40GB", "2c.3g.20gb", "3g.20gb", 2),
+        ("A100 40GB", "1c.7g.40gb", "7g.40gb", 1),
+        ("H100 80GB", "4c.7g.80gb", "7g.80gb", 4),
+        ("A30", "2c.4g.24gb", "4g.24gb", 2),
+        ("H100 80GB", "3g.40gb", "3g.40gb", 3),
+    ],
+)
+def test_compute_instance_names(key: str, name: str, gi: str, size: int) -> None:
+    found = model(key).compute_profile(name)
+    assert found is not None and (found[0].name, found[1]) == (gi, size)
+
+
+@pytest.mark.parametrize(
+    ("key", "name"),
+    [
+        ("H100 80GB", "3c.4g.40gb"),  # a 4g instance has no 3-slice compute instance
+        ("H100 80GB", "3c.3g.40gb"),  # the whole instance is spelled 3g.40gb
+        ("H100 80GB", "1c.3g.47gb"),  # another GPU's GI name
+        ("H100 80GB", "1c.1g.10gb+me"),
+    ],
+)
+def test_compute_instance_names_refused(key: str, name: str) -> None:
+    assert model(key).compute_profile(name) is None
+
+
+@pytest.mark.parametrize(
+    ("key", "name", "hint"),
+    [
+        ("H100 96GB", "7g.94gb", "7g.96gb"),
+        ("H100 NVL", "7g.96gb", "7g.94gb"),
+        ("GH200 144GB", "3g.71gb", "3g.72gb"),
+        ("H200", "7g.144gb", "7g.141gb"),
+        ("B200", "7g.186gb", "7g.180gb"),
+        ("A100 80GB", "3g.39gb", "3g.40gb"),
+        ("A30", "1g.5gb", "1g.6gb"),
+    ],
+)
+def test_other_gpus_names_are_not_this_gpus_and_get_a_hint(key: str, name: str, hint: str) -> None:
+    m = model(key)
+    assert m.profile(name) is None and m.compute_profile(name) is None
+    assert near_misses(m, name)[0] == hint
+
+
+def test_parse_name_forms() -> None:
+    assert parse_name("1c.3g.40gb") == ProfileName(3, 40, "", 1)
+    assert parse_name("1g.24gb+me.all") == ProfileName(1, 24, "+me.all")
+    assert parse_name("2g.48gb-me") == ProfileName(2, 48, "-me")
+    for bad in ("3g.40GB", "3g", "g.40gb", "1g.10gb+xx", "1c.3g.40gb.x", ""):
+        assert parse_name(bad) is None, bad
+
+
+def test_unknown_subsystem_falls_back_to_the_device_id() -> None:
+    assert by_device_id(0x2330, 0x16C110DE) is model("H100 80GB")
+    assert by_device_id(0x9999) is None
+    assert models_with_name("7g.80gb") == (model("A100 80GB"), model("H100 80GB"))

@@ -268,3 +268,36 @@ def test_manager_too_slow_times_out_and_rolls_back():
             in report.outcomes[0].reason
         )
         assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == "all-1g.10gb"
+
+
+def test_node_whose_mig_manager_does_not_offer_the_layout_is_not_touched(kube):
+    """The per-node ConfigMap (MIG Manager v26.3+) is the authority: no cordon, no eviction, no relabel."""
+    seed_node(kube, "gpu-a")
+    seed_node(kube, "gpu-b")
+    offered = {"1g.10gb": 7, "2g.20gb": 3, "3g.40gb": 2, "7g.80gb": 1}  # this driver lists no 4g, and 1g ≤ 7
+    doc = {
+        "version": "v1",
+        "mig-configs": {
+            f"all-{n}": [{"devices": "all", "mig-enabled": True, "mig-devices": {n: c}}]
+            for n, c in offered.items()
+        },
+    }
+    kube.add_configmap("gpu-a-mig-config", data={"config.yaml": yaml.safe_dump(doc)})
+    kube.add_configmap("gpu-b-mig-config", data={"config.yaml": yaml.safe_dump(doc)})
+    plan = make_plan(
+        [Change("gpu-a", "all-1g.10gb", {"4g.40gb": 1, "3g.40gb": 1}), Change("gpu-b", "all-1g.10gb", GOOD)]
+    )
+    report, lines = run_apply(kube, plan, dataclasses.replace(FAST, max_parallel=2))
+    outcome = {o.node: o for o in report.outcomes}
+    assert outcome["gpu-a"].result == "skipped"
+    assert (
+        "is not offered by the node's MIG Manager: profile 4g.40gb is not offered on node gpu-a"
+        in outcome["gpu-a"].reason
+    )
+    assert not kube.node("gpu-a")["spec"].get("unschedulable")
+    assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == "all-1g.10gb"
+    assert not kube.actions(verb="evict", name="gpu-a-infer-0") and kube.actions(
+        verb="evict", name="gpu-b-infer-0"
+    )
+    assert outcome["gpu-b"].result == "applied"  # its layout uses offered profiles only
+    assert any(node == "gpu-a" and msg.startswith("skipped: ") for node, msg in lines)

@@ -18,7 +18,8 @@ def test_seed_examples_exit_zero_with_summary(capsys: pytest.CaptureFixture[str]
     for path in sorted((EXAMPLES / "mig-configs").glob("*.yaml")):
         assert main(["validate", str(path)]) == 0
         out = capsys.readouterr().out
-        assert "OK:" in out and "against their device-filter, else 0x2330 H100 80GB" in out
+        assert "OK:" in out and "against their device-filter, else every catalogued MIG GPU" in out
+        assert out.splitlines()[0].split() == ["CONFIG", "DEVICE", "VERDICT", "REASON"]
     assert (
         main(
             [
@@ -53,20 +54,27 @@ def test_invalid_layout_exit_one_one_line_each(tmp_path: Path, capsys: pytest.Ca
         '      mig-devices: {"3g.40gb": 2, "1g.10gb": 1}\n'
         "  ok:\n    - devices: all\n      mig-enabled: false\n"
     )
-    assert main(["validate", str(path)]) == 1
+    assert main(["validate", str(path), "--device-id", "0x2330"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0] == (
-        f"{path}: config big entry 0 (device 0x2330 H100 80GB): "
+        f"{path}: config big entry 0 (device 0x2330 H100 SXM5 80GB): "
         "3g.40gb×2 + 1g.10gb×1 has no valid placement on H100 80GB: needs 9 memory slices of 8"
     )
     assert err[-1] == f"{path}: 1 error(s)"
+    # Without --device-id it fits none of the GPUs that have these names: an error for each.
+    assert main(["validate", str(path)]) == 1
+    out, err2 = capsys.readouterr()
+    assert err2.strip().splitlines()[-1] == f"{path}: 2 error(s)"
+    assert "big     H100 SXM5 80GB" in out or "INVALID" in out
 
 
 def test_same_file_checked_for_a100_40gb_fails(capsys: pytest.CaptureFixture[str]) -> None:
     path = EXAMPLES / "mig-configs" / "seed-002-mig-parted-config.yaml"
     assert main(["validate", str(path), "--device-id", "0x20B0"]) == 1
     err = capsys.readouterr().err
-    assert "config all-1g.10gb entry 0 (device 0x20b0 A100 40GB): 1g.10gb×7 exceeds the maximum of 4" in err
+    assert (
+        "config all-1g.10gb entry 0 (device 0x20b0 A100-SXM4-40GB): 1g.10gb×7 exceeds the maximum of 4" in err
+    )
 
 
 def test_yaml_error_one_line_with_line_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,7 +87,7 @@ def test_yaml_error_one_line_with_line_number(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_missing_file_and_empty_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", str(tmp_path / "none.yaml")]) == 1
+    assert main(["validate", str(tmp_path / "none.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing\n")
@@ -87,11 +95,19 @@ def test_missing_file_and_empty_file(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "no mig-parted config found" in capsys.readouterr().err
 
 
-def test_unknown_device_id_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_malformed_device_id_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["validate", "x.yaml", "--device-id", "0x9999"])
+        main(["validate", "x.yaml", "--device-id", "H100"])
     assert exc.value.code == 2
-    assert "not in the geometry catalogue" in capsys.readouterr().err
+    assert "is not a PCI device id" in capsys.readouterr().err
+
+
+def test_device_id_outside_the_catalogue_is_checked_not_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    path = EXAMPLES / "mig-configs" / "seed-002-mig-parted-config.yaml"
+    # A GPU the catalogue does not know: disabled entries pass, MIG entries are not for it.
+    assert main(["validate", str(path), "--device-id", "0x999910DE"]) == 0
+    out = capsys.readouterr().out
+    assert "0x9999 uncatalogued GPU  unknown" in out and "--node NAME" in out
 
 
 def test_console_script_help_mentions_default_device() -> None:
@@ -104,5 +120,6 @@ def test_console_script_help_mentions_default_device() -> None:
     )
     assert res.returncode == 0
     text = " ".join(res.stdout.split())
-    assert "H100 80GB (0x2330)" in text
-    assert "--device-id" in text
+    assert "every catalogued MIG GPU" in text
+    for flag in ("--device-id", "--node", "--kubeconfig", "--namespace"):
+        assert flag in text
