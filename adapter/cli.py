@@ -7,10 +7,11 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from adapter import explain
+from adapter import explain, hpa, hpaspec, hpastate
 from adapter.app import Adapter
 from adapter.config import load_config
 from adapter.errors import AdapterError, ConfigError
@@ -27,9 +28,12 @@ def _csv(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
-def _add_prometheus(p: argparse.ArgumentParser) -> None:
+def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument(
-        "--prometheus-url", required=True, help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL"
+        "--prometheus-url",
+        required=required,
+        help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL"
+        + ("" if required else " (required unless --state is given)"),
     )
     p.add_argument(
         "--prometheus-timeout", type=float, default=5.0, help="seconds per Prometheus request (default 5)"
@@ -168,7 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="YAML file holding the HPA (and optionally its target)",
     )
-    _add_prometheus(e)
+    _add_prometheus(e, required=False)
+    e.add_argument(
+        "--state",
+        type=Path,
+        help="answer offline from this file's pods, metric values, replicas and history "
+        "(format: README, 'explain-hpa --state'); no Prometheus needed",
+    )
     e.add_argument(
         "--current-replicas", type=int, help="current replica count (default: pods matching the selector)"
     )
@@ -234,7 +244,28 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    spec = explain.load_hpa(args.filename)
+    spec = hpaspec.load_hpa(args.filename)
+    if args.current_replicas is not None and args.current_replicas < 0:
+        raise ConfigError(f"--current-replicas {args.current_replicas}: must be 0 or more")
+    if args.state is not None:
+        state = hpastate.load_state(args.state, spec)
+        inputs = explain.Inputs(
+            pods=list(state.pods),
+            observations=list(state.observations),
+            current=args.current_replicas if args.current_replicas is not None else state.current,
+            status=state.status,
+            history=state.history,
+            now=state.now,
+            sources=[f"pods, values and replicas from {args.state}"],
+        )
+        if state.history_given:
+            inputs.sources.append(f"history from {args.state}")
+        else:
+            inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
+        print(explain.render(explain.explain(spec, inputs)))
+        return 0
+    if not args.prometheus_url:
+        raise ConfigError("explain-hpa needs --prometheus-url, or --state FILE to answer offline")
     config = load_config(args.config)
     token = args.prometheus_bearer_token_file.read_text().strip() if args.prometheus_bearer_token_file else ""
     prometheus = PrometheusClient(
@@ -254,21 +285,36 @@ def _explain(args: argparse.Namespace) -> int:
         pods_source = PrometheusPodSource(prometheus, ttl=60)
     else:
         pods_source = None
-    values = MetricValues(
-        config=lambda: config, prometheus=prometheus, pods=pods_source, max_value_age=args.max_value_age
-    )
-    selector, origin = explain.target_selector(spec, args.selector)
-    pods = pods_source.select(spec.namespace, selector) if pods_source is not None else []
-    result = explain.explain(
-        spec, values=values, selector=selector, current_replicas=args.current_replicas, pods=pods
-    )
-    print(explain.render(result))
-    print(
-        f"  (selector from {origin}; values from {args.prometheus_url}, newer than {args.max_value_age:g}s)"
-    )
-    if pods_source is not None:
-        pods_source.close()
-    prometheus.close()
+    try:
+        values = MetricValues(
+            config=lambda: config, prometheus=prometheus, pods=pods_source, max_value_age=args.max_value_age
+        )
+        selector, origin = explain.target_selector(spec, args.selector)
+        pods = explain.pod_states(
+            pods_source.select(spec.namespace, selector) if pods_source is not None else []
+        )
+        observations, pods = explain.observe(
+            spec, values=values, prometheus=prometheus, selector=selector, pods=pods
+        )
+        current = args.current_replicas if args.current_replicas is not None else len(pods)
+        inputs = explain.Inputs(
+            pods=pods,
+            observations=observations,
+            current=current,
+            status=current,
+            history=hpa.History(started=True),
+            now=time.time(),
+            sources=[
+                f"selector from {origin}; pods from the {mode} pod source",
+                f"values from {args.prometheus_url}, newer than {args.max_value_age:g}s",
+            ],
+        )
+        inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
+        print(explain.render(explain.explain(spec, inputs)))
+    finally:
+        if pods_source is not None:
+            pods_source.close()
+        prometheus.close()
     return 0
 
 
