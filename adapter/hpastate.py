@@ -33,7 +33,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -77,16 +77,19 @@ def parse_duration(text: object, where: str) -> float:
 
 
 def parse_time(text: object, where: str) -> float:
-    if isinstance(text, datetime):
-        return text.timestamp()
+    if isinstance(text, datetime):  # YAML reads unquoted timestamps itself
+        return (text if text.tzinfo else text.replace(tzinfo=UTC)).timestamp()
     if isinstance(text, int | float) and not isinstance(text, bool):
         if not math.isfinite(text) or text < 0:
             raise ConfigError(f"{where}: {text!r} is not a Unix time")
         return float(text)
+    if re.fullmatch(r"\d+(\.\d+)?", str(text).strip()):
+        return parse_time(float(str(text)), where)
     try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+        parsed = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError as exc:
         raise ConfigError(f"{where}: {text!r} is not an RFC 3339 time (2026-11-30T12:00:00Z)") from exc
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
 def load_state(path: Path, spec: HpaSpec, *, now: float | None = None) -> State:

@@ -31,17 +31,28 @@ def test_seed_hpa(prom: PromEnv, capsys: pytest.CaptureFixture[str]) -> None:
         out
     )
     assert "llm-inference-7d9f-a  ready" in out and "DCGM_FI_DEV_GPU_UTIL=90" in out
-    # without history the answer assumes a steady HPA, and says what a new one would do
-    assert (
-        "caveat: no history" in out
-        and "an HPA created just now (its memory starts at 3) would go to 3" in out
-    )
+    # the last 300 s are rebuilt from range queries: steady at 4 (3 pods, queue 12 vs 10), so the
+    # 60 s scale-up window does not hold it back
+    assert "recommendation(s) of the last 300s recomputed from Prometheus range queries" in out, out
+    assert "caveat" not in out
     assert "FINAL: 3 → 4 replicas (scale up)" in out
     assert (
         "(selector from Deployment llm-inference in the same file; pods from the prometheus pod source)"
         in out
     )
     assert "(decision as Kubernetes v1.35)" in out
+
+
+def test_without_history_says_so(prom: PromEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain-hpa", "-f", str(SEED_HPA), "--prometheus-url", prom.url, "--no-history"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "FINAL: 3 → 4 replicas (scale up)" in out
+    # without history the answer assumes a steady HPA, and says what a new one would do
+    assert (
+        "caveat: no history" in out
+        and "an HPA created just now (its memory starts at 3) would go to 3" in out
+    )
 
 
 def test_current_replicas_flag_and_clamp(prom: PromEnv, capsys: pytest.CaptureFixture[str]) -> None:
