@@ -49,11 +49,11 @@ def test_replay_as_written_and_with_another_target(
     # as written: queue 12 vs 10 → 4 pods; then 12 × 3 / 4 = 9 per pod is inside the tolerance: 4
     # with target 6: 2 × 3 → 6 via 5 (+2 pods per 120 s after the 60 s scale-up window); 36 / 6 = 6
     assert "inference_queue_depth=6" in out
-    means = [line for line in out.splitlines() if line.strip().startswith("mean replicas")][0].split()
+    means = next(line for line in out.splitlines() if line.strip().startswith("mean replicas")).split()
     assert means[2] == "3.00"  # recorded
     assert 3.9 < float(means[3]) <= 4.0  # as written
     assert 5.5 < float(means[4]) <= 6.0  # target 6
-    events = [line for line in out.splitlines() if line.strip().startswith("scale events")][0].split()
+    events = next(line for line in out.splitlines() if line.strip().startswith("scale events")).split()
     assert events[-2:] == ["1/0", "2/0"]
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
 
