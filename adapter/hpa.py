@@ -126,6 +126,10 @@ class HpaModel:
     behavior: Behavior | None = None
     tolerance: float = DEFAULT_TOLERANCE
     """The controller's ``--horizontal-pod-autoscaler-tolerance``."""
+    cpu_initialization_period: float = hpa_calc.CPU_INITIALIZATION_PERIOD
+    """``--horizontal-pod-autoscaler-cpu-initialization-period`` (5 min)."""
+    initial_readiness_delay: float = hpa_calc.INITIAL_READINESS_DELAY
+    """``--horizontal-pod-autoscaler-initial-readiness-delay`` (30 s)."""
 
     def tolerances(self) -> Tolerances:
         down = up = self.tolerance
@@ -232,6 +236,7 @@ def decide(
                 pods=pods,
                 tolerances=tolerances,
                 now=now,
+                periods=(hpa.cpu_initialization_period, hpa.initial_readiness_delay),
             )
         except MetricUnavailable as exc:
             decision.outcomes.append(MetricOutcome(spec, None, str(exc)))
@@ -291,8 +296,10 @@ def evaluate_metric(
     pods: Sequence[PodState],
     tolerances: Tolerances,
     now: float,
+    periods: tuple[float, float] = (hpa_calc.CPU_INITIALIZATION_PERIOD, hpa_calc.INITIAL_READINESS_DELAY),
 ) -> Proposal:
-    """One metric's proposal (``computeReplicasForMetric``); ``MetricUnavailable`` when it fails."""
+    """One metric's proposal (``computeReplicasForMetric``); ``MetricUnavailable`` when it fails.
+    ``periods``: the CPU initialisation period and initial readiness delay."""
     if obs.error:
         raise MetricUnavailable(obs.error)
     if spec.target <= 0 or not math.isfinite(spec.target):
@@ -317,6 +324,8 @@ def evaluate_metric(
                 now=now,
                 metric_time=obs.timestamp,
                 metric_window=obs.window_seconds,
+                cpu_initialization_period=periods[0],
+                initial_readiness_delay=periods[1],
             )
         return hpa_calc.plain_metric_replicas(
             current=spec_replicas,
@@ -328,6 +337,8 @@ def evaluate_metric(
             now=now,
             metric_time=obs.timestamp,
             metric_window=obs.window_seconds,
+            cpu_initialization_period=periods[0],
+            initial_readiness_delay=periods[1],
         )
     if kind in ("Object", "External"):
         if not obs.values:

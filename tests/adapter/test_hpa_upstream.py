@@ -14,7 +14,7 @@ Go's zero time, written here as 0.0.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 
@@ -863,6 +863,9 @@ def test_store_scale_events() -> None:
 
 
 # -- reconcile-level cases (horizontal_test.go testCase) ------------------------------------------
+# Pods: one per CPU request (or per specReplicas), a single container; CPU levels are the pod's
+# milli-cores. Without ``recommendations: []`` upstream (``fresh=True`` here) the controller's memory
+# starts with the current size.
 @dataclass(frozen=True)
 class Reconcile:
     name: str
@@ -870,144 +873,415 @@ class Reconcile:
     max: int
     spec: int
     expected: int
-    metrics: tuple[MetricSpec, ...] = ()
-    observations: tuple[Observation, ...] = ()
-    cpu_levels: tuple[int, ...] = ()
-    cpu_requests: tuple[int, ...] = ()
+    metrics: tuple[MetricSpec, ...]
+    observations: tuple[Observation, ...]
+    requests: tuple[int, ...] | None = None
+    """Upstream ``reportedCPURequests``: when given (even empty) there is one pod per request, else
+    one per replica."""
+    readiness: tuple[bool, ...] = ()
+    phases: tuple[str, ...] = ()
+    deleting: tuple[bool, ...] = ()
+    start: tuple[float, ...] = ()
     behavior: Behavior | None = None
-    history: History = field(default_factory=lambda: History(started=True))
+    fresh: bool = False
 
 
-CPU30 = MetricSpec("Resource", "cpu", "Utilization", 30)
-CPU50 = MetricSpec("Resource", "cpu", "Utilization", 50)
-QPS_EXT = MetricSpec("External", "qps", "Value", 0.1)
+def cpu(target: int) -> MetricSpec:
+    return MetricSpec("Resource", "cpu", "Utilization", target)
+
+
+def pods_metric(target: float) -> MetricSpec:
+    return MetricSpec("Pods", "qps", "AverageValue", target)
+
+
+def obj(target_type: str, target: float) -> MetricSpec:
+    return MetricSpec("Object", "qps", target_type, target)
+
+
+def ext(target_type: str, target: float) -> MetricSpec:
+    return MetricSpec("External", "qps", target_type, target)
+
+
+INVALID = MetricSpec("CheddarCheese", "x", "Value", 1)
 FAILED = Observation(error="something went wrong")
 
 
-def _cpu_obs(levels: Sequence[int]) -> Observation:
-    return Observation(per_pod={f"test-pod-{i}": lv / 1000 for i, lv in enumerate(levels)}, timestamp=NOW)
+def levels(*milli: int) -> Observation:
+    return Observation(per_pod={f"test-pod-{i}": m / 1000 for i, m in enumerate(milli)}, timestamp=0.0)
 
 
+def value(*milli: int) -> Observation:
+    return Observation(values=tuple(m / 1000 for m in milli))
+
+
+R = Reconcile
+ONE = (1000,) * 3
+FIVE = (1000,) * 5
+JITTER = (900, 1000, 1100)
+UP700 = Behavior(_rules(0, 0, 700, 60, 0), hpa.scale_down_rules())
 RECONCILE = [
-    Reconcile("ZeroReplicas (scaling disabled)", 3, 5, 0, 0, (CPU50,), (_cpu_obs([]),)),
-    Reconcile("TooFewReplicas", 3, 5, 2, 3, (CPU50,), (FAILED,)),
-    Reconcile("TooManyReplicas", 3, 5, 10, 5, (CPU50,), (FAILED,)),
-    Reconcile("ScaleUp", 2, 6, 3, 5, (CPU30,), (_cpu_obs([300, 500, 700]),), cpu_requests=(1000,) * 3),
-    Reconcile(
-        "ScaleDown", 2, 6, 5, 3, (CPU50,), (_cpu_obs([100, 300, 500, 250, 250]),), cpu_requests=(1000,) * 5
-    ),
-    Reconcile(
-        "MaxReplicas",
-        2,
-        5,
-        3,
-        5,
-        (MetricSpec("Resource", "cpu", "Utilization", 90),),
-        (_cpu_obs([8000, 9500, 1000]),),
-        cpu_requests=(1000,) * 3,
-    ),
-    Reconcile(
-        "MinReplicas",
-        2,
-        5,
-        3,
-        2,
-        (MetricSpec("Resource", "cpu", "Utilization", 90),),
-        (_cpu_obs([10, 95, 10]),),
-        cpu_requests=(1000,) * 3,
-    ),
-    Reconcile(
-        "UpscaleCap",
-        1,
-        100,
-        3,
-        6,
-        (MetricSpec("Resource", "cpu", "Utilization", 10),),
-        (_cpu_obs([100, 200, 300]),),
-        cpu_requests=(100,) * 3,
-    ),
-    Reconcile(
-        "ScaleUpOneMetricEmpty",
+    R("ScaleUp", 2, 6, 3, 5, (cpu(30),), (levels(300, 500, 700),), ONE),
+    R("ScaleUpUnreadyLessScale", 2, 6, 3, 4, (cpu(30),), (levels(300, 500, 700),), ONE, readiness=(F, T, T)),
+    R(
+        "ScaleUpHotCpuLessScale",
         2,
         6,
         3,
         4,
-        (CPU30, QPS_EXT),
-        (_cpu_obs([300, 400, 500]), FAILED),
-        cpu_requests=(1000,) * 3,
+        (cpu(30),),
+        (levels(300, 500, 700),),
+        ONE,
+        start=(HOT, COOL, COOL),
     ),
-    Reconcile(
+    R("ScaleUpUnreadyNoScale", 2, 6, 3, 3, (cpu(30),), (levels(400, 500, 700),), ONE, readiness=(T, F, F)),
+    R(
+        "ScaleUpHotCpuNoScale",
+        2,
+        6,
+        3,
+        3,
+        (cpu(30),),
+        (levels(400, 500, 700),),
+        ONE,
+        readiness=(T, F, F),
+        start=(COOL, HOT, HOT),
+    ),
+    R(
+        "ScaleUpIgnoresFailedPods",
+        2,
+        6,
+        2,
+        4,
+        (cpu(30),),
+        (levels(500, 700),),
+        (1000,) * 4,
+        readiness=(T, T, F, F),
+        phases=("Running", "Running", "Failed", "Failed"),
+    ),
+    R(
+        "ScaleUpIgnoresDeletionPods",
+        2,
+        6,
+        2,
+        4,
+        (cpu(30),),
+        (levels(500, 700),),
+        (1000,) * 4,
+        readiness=(T, T, F, F),
+        deleting=(F, F, T, T),
+    ),
+    R("ScaleUpCM", 2, 6, 3, 4, (pods_metric(15),), (levels(20000, 10000, 30000),), ONE),
+    R(
+        "ScaleUpCMUnreadyAndHotCpuNoLessScale",
+        2,
+        6,
+        3,
+        6,
+        (pods_metric(15),),
+        (levels(50000, 10000, 30000),),
+        ONE,
+        readiness=(T, T, F),
+        start=(COOL, COOL, HOT),
+    ),
+    R(
+        "ScaleUpCMUnreadyandCpuHot",
+        2,
+        6,
+        3,
+        6,
+        (pods_metric(15),),
+        (levels(50000, 15000, 30000),),
+        ONE,
+        readiness=(F, T, F),
+        start=(HOT, COOL, HOT),
+    ),
+    R(
+        "ScaleUpHotCpuNoScaleWouldScaleDown",
+        2,
+        6,
+        3,
+        6,
+        (pods_metric(15),),
+        (levels(50000, 15000, 30000),),
+        ONE,
+        start=(HOT, COOL, HOT),
+    ),
+    R("ScaleUpCMObject", 2, 6, 3, 4, (obj("Value", 15),), (value(20000),)),
+    R("ScaleUpFromZeroCMObject", 0, 6, 0, 2, (obj("Value", 15),), (value(20000),)),
+    R("ScaleUpFromZeroIgnoresToleranceCMObject", 0, 6, 0, 1, (obj("Value", 1),), (value(1000),)),
+    R("ScaleUpPerPodCMObject", 2, 6, 3, 4, (obj("AverageValue", 10),), (value(40000),)),
+    R("ScaleUpCMExternal", 2, 6, 3, 4, (ext("Value", 6.666),), (value(8600),)),
+    R("ScaleUpPerPodCMExternal", 2, 6, 3, 4, (ext("AverageValue", 2.222),), (value(8600),)),
+    R("ScaleDown", 2, 6, 5, 3, (cpu(50),), (levels(100, 300, 500, 250, 250),), FIVE, fresh=False),
+    R(
+        "ScaleDownWithScalingRules",
+        2,
+        6,
+        5,
+        3,
+        (cpu(50),),
+        (levels(100, 300, 500, 250, 250),),
+        FIVE,
+        behavior=Behavior(_rules(0, 0, 100, 15, 30), hpa.scale_down_rules(stabilization_seconds=0)),
+    ),
+    R(
+        "ScaleUpOneMetricInvalid",
+        2,
+        6,
+        3,
+        4,
+        (cpu(30), INVALID),
+        (levels(300, 400, 500), Observation()),
+        ONE,
+        fresh=True,
+    ),
+    R(
+        "ScaleUpFromZeroOneMetricInvalid",
+        0,
+        6,
+        0,
+        4,
+        (cpu(30), INVALID),
+        (levels(300, 400, 500), Observation()),
+        ONE,
+    ),
+    R("ScaleUpBothMetricsEmpty", 2, 6, 3, 3, (INVALID,), (Observation(),), ONE, fresh=True),
+    R(
+        "ScaleDownStabilizeInitialSize",
+        2,
+        6,
+        5,
+        5,
+        (cpu(50),),
+        (levels(100, 300, 500, 250, 250),),
+        FIVE,
+        fresh=True,
+    ),
+    R("ScaleDownCM", 2, 6, 5, 3, (pods_metric(20),), (levels(*[12000] * 5),), FIVE),
+    R("ScaleDownCMObject", 2, 6, 5, 3, (obj("Value", 20),), (value(12000),), FIVE),
+    R("ScaleDownToZeroCMObject", 0, 6, 5, 0, (obj("Value", 20),), (value(0),), FIVE),
+    R("ScaleDownPerPodCMObject", 2, 6, 5, 3, (obj("AverageValue", 20),), (value(60000),), FIVE),
+    R("ScaleDownCMExternal", 2, 6, 5, 3, (ext("Value", 14.4),), (value(8600),)),
+    R("ScaleDownToZeroCMExternal", 0, 6, 5, 0, (ext("Value", 14.4),), (value(0),)),
+    R("ScaleDownPerPodCMExternal", 2, 6, 5, 3, (ext("AverageValue", 3),), (value(8600),)),
+    R(
+        "ScaleDownIncludeUnreadyPods",
+        2,
+        6,
+        5,
+        2,
+        (cpu(50),),
+        (levels(100, 300, 500, 250, 250),),
+        FIVE,
+        readiness=(T, T, T, F, F),
+    ),
+    # v1.35: a failed metric blocks a scale-down (computeReplicasForMetrics returns -1); the
+    # pre-1.22 file expected 3 here
+    R(
+        "ScaleDownOneMetricInvalid (v1.35: blocked)",
+        2,
+        6,
+        5,
+        5,
+        (cpu(50), INVALID),
+        (levels(100, 300, 500, 250, 250), Observation()),
+        FIVE,
+    ),
+    R(
+        "ScaleDownOneMetricEmpty (v1.35: blocked)",
+        2,
+        6,
+        5,
+        5,
+        (cpu(50), ext("AverageValue", 1)),
+        (levels(100, 300, 500, 250, 250), FAILED),
+        FIVE,
+    ),
+    R(
         "NoScaleDownOneMetricInvalid",
         2,
         6,
         5,
         5,
-        (CPU50, MetricSpec("CheddarCheese", "x", "Value", 1)),
-        (_cpu_obs([100, 300, 500, 250, 250]), Observation()),
-        cpu_requests=(1000,) * 5,
+        (cpu(50), INVALID),
+        (levels(100, 300, 500, 250, 250), Observation()),
+        FIVE,
+        fresh=True,
     ),
-    Reconcile(
+    R(
         "NoScaleDownOneMetricEmpty",
         2,
         6,
         5,
         5,
-        (CPU50, QPS_EXT),
-        (_cpu_obs([100, 300, 500, 250, 250]), FAILED),
-        cpu_requests=(1000,) * 5,
+        (cpu(50), ext("Value", 1)),
+        (levels(100, 300, 500, 250, 250), FAILED),
+        FIVE,
+        fresh=True,
     ),
-    Reconcile("all metrics failed", 2, 6, 4, 4, (QPS_EXT,), (FAILED,)),
-    Reconcile(
-        "new HPA: first scale-down held by its own start",
+    R(
+        "ScaleUpOneMetricEmpty",
+        2,
+        6,
+        3,
+        4,
+        (cpu(30), ext("Value", 0.1)),
+        (levels(300, 400, 500), FAILED),
+        ONE,
+        fresh=True,
+    ),
+    R(
+        "ScaleDownIgnoreHotCpuPods",
+        2,
+        6,
+        5,
+        2,
+        (cpu(50),),
+        (levels(100, 300, 500, 250, 250),),
+        FIVE,
+        start=(COOL, COOL, COOL, HOT, HOT),
+    ),
+    R(
+        "ScaleDownIgnoresFailedPods",
+        2,
+        6,
+        5,
+        3,
+        (cpu(50),),
+        (levels(100, 300, 500, 250, 250),),
+        (1000,) * 7,
+        readiness=(T,) * 5 + (F, F),
+        phases=("Running",) * 5 + ("Failed",) * 2,
+    ),
+    R(
+        "ScaleDownIgnoresDeletionPods",
+        2,
+        6,
+        5,
+        3,
+        (cpu(50),),
+        (levels(100, 300, 500, 250, 250),),
+        (1000,) * 7,
+        readiness=(T,) * 5 + (F, F),
+        deleting=(F,) * 5 + (T, T),
+    ),
+    R("Tolerance", 1, 5, 3, 3, (cpu(100),), (levels(1010, 1030, 1020),), JITTER, fresh=True),
+    R("ToleranceCM", 1, 5, 3, 3, (pods_metric(20),), (levels(20000, 20001, 21000),), JITTER, fresh=True),
+    R("ToleranceCMObject", 1, 5, 3, 3, (obj("Value", 20),), (value(20050),), JITTER, fresh=True),
+    R("ToleranceCMExternal", 2, 6, 4, 4, (ext("Value", 8.666),), (value(8600),), fresh=True),
+    R("TolerancePerPodCMObject", 2, 6, 4, 4, (obj("AverageValue", 2.2),), (value(8600),), fresh=True),
+    R("TolerancePerPodCMExternal", 2, 6, 4, 4, (ext("AverageValue", 2.2),), (value(8600),), fresh=True),
+    R("MinReplicas", 2, 5, 3, 2, (cpu(90),), (levels(10, 95, 10),), JITTER),
+    R("ZeroMinReplicasDesiredZero", 0, 5, 3, 0, (cpu(90),), (levels(0, 0, 0),), JITTER),
+    R("MinReplicasDesiredZero", 2, 5, 3, 2, (cpu(90),), (levels(0, 0, 0),), JITTER),
+    R("ZeroReplicas", 3, 5, 0, 0, (cpu(90),), (levels(),), (), fresh=True),
+    R("TooFewReplicas", 3, 5, 2, 3, (cpu(90),), (levels(),), (), fresh=True),
+    R("TooManyReplicas", 3, 5, 10, 5, (cpu(90),), (levels(),), (), fresh=True),
+    R("MaxReplicas", 2, 5, 3, 5, (cpu(90),), (levels(8000, 9500, 1000),), JITTER, fresh=True),
+    R(
+        "SuperfluousMetrics",
+        2,
+        6,
+        4,
+        6,
+        (cpu(100),),
+        (levels(4000, 9500, 3000, 7000, 3200, 2000),),
+        (1000,) * 4,
+        fresh=True,
+    ),
+    R("MissingMetrics", 2, 6, 4, 3, (cpu(100),), (levels(400, 95),), (1000,) * 4),
+    R("EmptyMetrics", 2, 6, 4, 4, (cpu(100),), (levels(),), (1000,) * 4, fresh=True),
+    R("EmptyCPURequest", 1, 5, 1, 1, (cpu(100),), (levels(200),), (), fresh=True),
+    R("EventCreated", 1, 5, 1, 2, (cpu(50),), (levels(200),), (200,), fresh=True),
+    R("EventNotCreated", 1, 5, 2, 2, (cpu(50),), (levels(200, 200),), (400, 400), fresh=True),
+    R("MissingReports", 1, 5, 4, 2, (cpu(50),), (levels(200),), (200,)),
+    R(
+        "UpscaleCap",
+        1,
+        100,
+        3,
+        24,
+        (cpu(10),),
+        (levels(100, 200, 300),),
+        (100,) * 3,
+        behavior=UP700,
+        fresh=True,
+    ),
+    R(
+        "UpscaleCapGreaterThanMaxReplicas",
+        1,
+        20,
+        3,
+        20,
+        (cpu(10),),
+        (levels(100, 200, 300),),
+        (100,) * 3,
+        behavior=UP700,
+        fresh=True,
+    ),
+]
+OWN = [
+    R(
+        "own: new HPA, first scale-down held by its own start",
         2,
         6,
         5,
         5,
-        (CPU50,),
-        (_cpu_obs([100, 300, 500, 250, 250]),),
-        cpu_requests=(1000,) * 5,
-        history=History(),
+        (cpu(50),),
+        (levels(100, 300, 500, 250, 250),),
+        FIVE,
+        fresh=True,
     ),
-    Reconcile(
-        "scale from zero (minReplicas 0) on External",
-        0,
-        5,
-        0,
-        2,
-        (MetricSpec("External", "qps", "Value", 4.4),),
-        (Observation(values=(8.6,)),),
-    ),
-    Reconcile(
-        "current above max goes to max before metrics (10 → 5, not 3)",
+    R(
+        "own: current above max goes to max before metrics (10 → 5, not 3)",
         1,
         5,
         10,
         5,
-        (CPU50,),
-        (_cpu_obs([100] * 10),),
-        cpu_requests=(1000,) * 10,
+        (cpu(50),),
+        (levels(*[100] * 10),),
+        (1000,) * 10,
+    ),
+    R(
+        "own: no behavior, scale-up capped at max(2 × current, 4)",
+        1,
+        100,
+        3,
+        6,
+        (cpu(10),),
+        (levels(100, 200, 300),),
+        (100,) * 3,
     ),
 ]
 
 
-@pytest.mark.parametrize("case", RECONCILE, ids=[c.name for c in RECONCILE])
+@pytest.mark.parametrize("case", RECONCILE + OWN, ids=[c.name for c in RECONCILE + OWN])
 def test_reconcile_case(case: Reconcile) -> None:
+    count = len(case.requests) if case.requests is not None else case.spec
     pods = [
         PodState(
             f"test-pod-{i}",
-            start_time=NOW - 3600,
-            requests={"cpu": case.cpu_requests[i]} if case.cpu_requests else {},
+            phase=case.phases[i] if case.phases else "Running",
+            ready=case.readiness[i] if i < len(case.readiness) else True,
+            deleting=case.deleting[i] if case.deleting else False,
+            start_time=case.start[i] if case.start else 0.0,
+            ready_transition=0.0,
+            requests={"cpu": case.requests[i]} if case.requests else {},
         )
-        for i in range(case.spec)
+        for i in range(count)
     ]
-    model = HpaModel(case.min, case.max, case.metrics, case.behavior)
+    # the upstream tests run the controller with a 2 min CPU initialisation period and 10 s delay
+    model = HpaModel(
+        case.min,
+        case.max,
+        case.metrics,
+        case.behavior,
+        cpu_initialization_period=120.0,
+        initial_readiness_delay=10.0,
+    )
+    history = History() if case.fresh else History(started=True)
     d = hpa.decide(
-        model,
-        spec_replicas=case.spec,
-        pods=pods,
-        observations=case.observations,
-        history=case.history,
-        now=NOW,
+        model, spec_replicas=case.spec, pods=pods, observations=case.observations, history=history, now=NOW
     )
     assert d.final == case.expected, d.steps
 
