@@ -118,3 +118,19 @@ def test_bounds_before_metrics(current: int, expected: int) -> None:
     model = HpaModel(2, 5, (UTIL,), None)
     d = run(model, Observation(error="not read"), current=current, pods=pods)
     assert d.final == expected and not d.outcomes
+
+
+def test_value_targets_count_terminating_ready_pods() -> None:
+    # getReadyPodsCount counts Running+Ready pods, deletionTimestamp or not: 2 × 3 ready = 6
+    pods = [PodState("a"), PodState("b"), PodState("c", deleting=True), PodState("d", ready=False)]
+    model = HpaModel(1, 10, (MetricSpec("Object", "q", "Value", 10),), None)
+    d = run(model, Observation(values=(20.0,)), current=4, pods=pods)
+    assert d.outcomes[0].proposal is not None and d.outcomes[0].proposal.replicas == 6
+
+
+def test_pods_metric_ignores_terminating_pods() -> None:
+    # the same pods under a Pods metric: c is ignored, d (Running, not Ready, with a value) counts
+    pods = [PodState("a"), PodState("b"), PodState("c", deleting=True), PodState("d", ready=False)]
+    model = HpaModel(1, 10, (MetricSpec("Pods", "q", "AverageValue", 10),), None)
+    d = run(model, obs(a=20, b=20, c=20, d=20), current=4, pods=pods)
+    assert d.outcomes[0].proposal is not None and d.outcomes[0].proposal.replicas == 6  # ceil(2 × 3)
