@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from adapter import hpa_calc
 from adapter.hpa_calc import MetricUnavailable, PodState, Proposal, Tolerances
@@ -371,7 +371,7 @@ def _normalize_legacy(
     stabilized, recs = stabilize_legacy(
         history.recommendations, desired, now=now, window=DOWNSCALE_STABILISATION
     )
-    history = replace(history, recommendations=recs)
+    history = History(recs, history.scale_up_events, history.scale_down_events, history.started)
     if stabilized != desired:
         steps.append(
             f"stabilisation (no behavior, {DOWNSCALE_STABILISATION}s): highest recent recommendation {stabilized}"
@@ -431,7 +431,7 @@ def _normalize_behavior(
     stabilized, recs = stabilize_with_behavior(
         history.recommendations, behavior, current=current, desired=desired, now=now
     )
-    history = replace(history, recommendations=recs)
+    history = History(recs, history.scale_up_events, history.scale_down_events, history.started)
     if stabilized != desired:
         which = "lowest" if desired >= current else "highest"
         window = behavior.scale_up if desired >= current else behavior.scale_down
@@ -563,7 +563,7 @@ def store_scale_event(history: History, behavior: Behavior, *, prev: int, new: i
     longest = max((p.period_seconds for p in rules.policies), default=0)
     cutoff = now - longest
     events = [
-        replace(e, outdated=True) if e.at < cutoff else e
+        ScaleEvent(e.at, e.change, True) if e.at < cutoff else e
         for e in (history.scale_up_events if up else history.scale_down_events)
     ]
     event = ScaleEvent(now, abs(new - prev))
@@ -573,5 +573,5 @@ def store_scale_event(history: History, behavior: Behavior, *, prev: int, new: i
     else:
         events.append(event)
     if up:
-        return replace(history, scale_up_events=tuple(events))
-    return replace(history, scale_down_events=tuple(events))
+        return History(history.recommendations, tuple(events), history.scale_down_events, history.started)
+    return History(history.recommendations, history.scale_up_events, tuple(events), history.started)

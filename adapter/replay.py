@@ -82,7 +82,19 @@ def rescale(
     mean = sum(obs.per_pod.values()) / len(obs.per_pod)
     base = recorded if recorded else len(obs.per_pod)
     scaled = mean * base / replicas if replicas else mean
-    return replace(obs, per_pod={f"replay-{i}": scaled for i in range(replicas)}), scaled
+    names = _names(replicas)
+    return hpa.Observation(dict.fromkeys(names, scaled), (), "", obs.timestamp, obs.window_seconds), scaled
+
+
+_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def _names(replicas: int) -> tuple[str, ...]:
+    """Replayed pod names, built once per count (a replay asks for the same few counts ~40,000 times)."""
+    names = _NAMES.get(replicas)
+    if names is None:
+        names = _NAMES[replicas] = tuple(f"replay-{i}" for i in range(replicas))
+    return names
 
 
 def replay(
@@ -103,7 +115,7 @@ def replay(
         timeline.times, timeline.recorded, timeline.observations, strict=False
     ):
         scaled = [rescale(o, recorded=recorded, replicas=replicas) for o in observations]
-        pods = [PodState(f"replay-{i}", requests=dict(requests or {})) for i in range(replicas)]
+        pods = [PodState(name, requests=dict(requests or {})) for name in _names(replicas)]
         decision = hpa.decide(
             model,
             spec_replicas=replicas,
