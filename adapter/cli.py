@@ -377,7 +377,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     spec = hpaspec.load_hpa(args.filename)
-    since = hpastate.parse_duration(args.since, "--since")
+    since = hpastate.parse_duration(args.since, "--since", allow_zero=False)
     step = hpastate.parse_duration(args.step, "--step")
     if step < 1:
         raise ConfigError(f"--step {args.step}: must be at least 1s")

@@ -51,8 +51,6 @@ _PLACEHOLDER = re.compile(r"<<(\w*)>>")
 _GO_PLACEHOLDER = re.compile(r"<<\s*\.\s*(\w+)\s*>>")
 _GO_EQUIVALENT = {"Series": "<<series>>", "LabelMatchers": "<<matchers>>", "GroupBy": "<<by>>"}
 _RANGE = re.compile(r"\[\s*((?:\d+(?:ms|s|m|h|d|w|y))+)\s*(?::[^\]]*)?\]")
-_RANGE_PART = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
-_RANGE_UNIT = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 _KNOWN_PLACEHOLDERS = {"series", "matchers", "by"}
 _METRIC_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:.-]*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -127,8 +125,10 @@ def query_window(query: str) -> int | None:
     """The longest range selector (or subquery range) in a PromQL template, in whole seconds."""
     longest = 0.0
     for match in _RANGE.finditer(query):
-        seconds = sum(int(n) * _RANGE_UNIT[u] for n, u in _RANGE_PART.findall(match.group(1)))
-        longest = max(longest, seconds)
+        try:
+            longest = max(longest, timefmt.parse_duration(match.group(1)))
+        except ValueError:  # not a Prometheus duration (e.g. units out of order): no window from it
+            continue
     return max(1, int(longest)) if longest else None
 
 

@@ -29,11 +29,9 @@
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +42,8 @@ from adapter.errors import ConfigError
 from adapter.hpa_calc import PodState
 from adapter.hpaspec import HpaSpec
 from adapter.quantity import parse_quantity, to_milli
+from gpupilot_common import timefmt
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _TOP = {"now", "currentReplicas", "statusReplicas", "pods", "metrics", "history"}
 _POD = {"name", "phase", "ready", "startTime", "readySince", "deleting", "requests"}
 _PHASES = {"Running", "Pending", "Succeeded", "Failed", "Unknown"}
@@ -63,33 +60,20 @@ class State:
     history_given: bool
 
 
-def parse_duration(text: object, where: str) -> float:
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        value = float(text)
-    else:
-        m = _DURATION.match(str(text).strip())
-        if not m:
-            raise ConfigError(f"{where}: {text!r} is not a duration such as 90s, 5m or 7d")
-        value = float(m.group(1)) * _UNIT[m.group(2)]
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{where}: {text!r} must be a finite, non-negative duration")
-    return value
-
-
-def parse_time(text: object, where: str) -> float:
-    if isinstance(text, datetime):  # YAML reads unquoted timestamps itself
-        return (text if text.tzinfo else text.replace(tzinfo=UTC)).timestamp()
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        if not math.isfinite(text) or text < 0:
-            raise ConfigError(f"{where}: {text!r} is not a Unix time")
-        return float(text)
-    if re.fullmatch(r"\d+(\.\d+)?", str(text).strip()):
-        return parse_time(float(str(text)), where)
+def parse_duration(text: object, where: str, *, allow_zero: bool = True) -> float:
+    """A duration in Prometheus' grammar (``90s``, ``5m``, ``7d``; :mod:`gpupilot_common.timefmt`)."""
     try:
-        parsed = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+        return timefmt.parse_duration(text, allow_zero=allow_zero)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {text!r} is not an RFC 3339 time (2026-11-30T12:00:00Z)") from exc
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def parse_time(text: object, where: str, *, now: float | None = None) -> float:
+    """RFC 3339 (no zone means UTC), Unix seconds, ``now`` or ``now-7d``."""
+    try:
+        return timefmt.parse_time(text, now=time.time() if now is None else now)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def load_state(path: Path, spec: HpaSpec, *, now: float | None = None) -> State:

@@ -130,7 +130,7 @@ metrics:
         ("pods: [{name: a}]\nhistory: {recommendations: [{ago: soon, replicas: 3}]}\n", "not a duration"),
         ("pods: [{name: a}, {name: a}]\n", "a pod name appears twice"),
         ("podz: []\n", "podz: unknown field"),
-        ("now: yesterday\n", "now: 'yesterday' is not an RFC 3339 time"),
+        ("now: yesterday\n", "now: 'yesterday' is not a time (use RFC 3339"),
         ("[unclosed\n", "invalid YAML"),
     ],
 )
