@@ -311,8 +311,9 @@ def _explain(args: argparse.Namespace) -> int:
     )
     pods_source: PodSource | None
     mode = args.pod_source or "prometheus"
-    if mode == "kubernetes":
-        k8s = KubernetesPodSource(KubeClient(kubeconfig=args.kubeconfig))
+    kube = KubeClient(kubeconfig=args.kubeconfig) if mode == "kubernetes" or args.kubeconfig else None
+    if mode == "kubernetes" and kube is not None:
+        k8s = KubernetesPodSource(kube)
         if not k8s.wait_synced(30):
             raise ConfigError("the pod list from the Kubernetes API did not arrive within 30 s")
         pods_source = k8s
@@ -367,6 +368,8 @@ def _explain(args: argparse.Namespace) -> int:
         if not found:
             inputs.history = hpa.History(started=True)
             inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
+        if kube is not None:
+            explain.check_hpa_status(spec, inputs, kube=kube)
         print(explain.render(explain.explain(spec, inputs)))
     finally:
         if pods_source is not None:

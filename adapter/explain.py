@@ -10,14 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from adapter import hpa, resourcemetrics, resources
+from adapter import hpa, replay, resourcemetrics, resources
 from adapter.errors import AdapterError
 from adapter.hpa_calc import PodState
 from adapter.hpaspec import HpaSpec, MetricSource
+from adapter.kube import KubeClient
 from adapter.podsource import Pod
 from adapter.prometheus import PrometheusClient
 from adapter.selectors import Selector, parse_selector
 from adapter.values import MetricValues
+from gpupilot_common.timefmt import format_duration, format_time
 
 
 @dataclass
@@ -155,6 +157,36 @@ def no_history_caveat(spec: HpaSpec, inputs: Inputs) -> str | None:
     if fresh.final != explain(spec, inputs).decision.final:
         text += f"; an HPA created just now (its memory starts at {inputs.current}) would go to {fresh.final}"
     return text
+
+
+def check_hpa_status(spec: HpaSpec, inputs: Inputs, *, kube: KubeClient) -> None:
+    """Cross-check with the HPA object in the cluster: its last scale, and whether the rebuilt history
+    shows it (scale events drive the policies)."""
+    try:
+        status = kube.hpa_status(spec.namespace, spec.name)
+    except AdapterError as exc:
+        inputs.caveats.append(f"the HPA's status could not be read: {exc}")
+        return
+    if status is None:
+        inputs.caveats.append(
+            f"HPA {spec.namespace}/{spec.name} is not in the cluster: nothing to cross-check"
+        )
+        return
+    if status.last_scale_time is None:
+        inputs.sources.append("the HPA's status: it never scaled")
+        return
+    ago = inputs.now - status.last_scale_time
+    inputs.sources.append(
+        f"the HPA's status: last scale {format_duration(max(ago, 0))} ago ({format_time(status.last_scale_time)}), "
+        f"now {status.current_replicas} → desired {status.desired_replicas}"
+    )
+    events = inputs.history.scale_up_events + inputs.history.scale_down_events
+    longest = replay.history_window(spec.model)
+    if ago <= longest and not any(abs(e.at - status.last_scale_time) <= 60 for e in events):
+        inputs.caveats.append(
+            f"the HPA scaled {format_duration(max(ago, 0))} ago, inside its {longest}s of policy periods, but the "
+            "history used here has no such event: its policies may allow less than shown"
+        )
 
 
 def render(ex: Explanation) -> str:

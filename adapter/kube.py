@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from adapter.errors import KubernetesUnavailable
+from gpupilot_common import timefmt
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,16 @@ class PodRecord:
     phase: str
     ready: bool
     deleting: bool
+
+
+@dataclass(frozen=True)
+class HpaStatus:
+    """What an HPA object's status says about its last scale (explain-hpa's cross-check)."""
+
+    current_replicas: int
+    desired_replicas: int
+    last_scale_time: float | None
+    """Unix seconds of ``status.lastScaleTime``; None when the HPA never scaled."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,7 @@ class KubeClient:
         self._core = client.CoreV1Api(api_client)
         self._authn = client.AuthenticationV1Api(api_client)
         self._authz = client.AuthorizationV1Api(api_client)
+        self._autoscaling = client.AutoscalingV2Api(api_client)
 
     def token_review(self, token: str, *, audiences: tuple[str, ...] = ()) -> ReviewedUser | None:
         body = client.V1TokenReview(
@@ -125,6 +137,26 @@ class KubeClient:
             requestheader_client_ca=data.get("requestheader-client-ca-file", ""),
             requestheader_allowed_names=tuple(str(n) for n in names),
             client_ca=data.get("client-ca-file", ""),
+        )
+
+    def hpa_status(self, namespace: str, name: str) -> HpaStatus | None:
+        """The HPA's status, or None when the object does not exist."""
+        try:
+            raw: Any = self._autoscaling.read_namespaced_horizontal_pod_autoscaler(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubernetesUnavailable(f"reading HPA {namespace}/{name} failed: {_why(exc)}") from exc
+        except (HTTPError, OSError) as exc:
+            raise KubernetesUnavailable(f"reading HPA {namespace}/{name} failed: {_why(exc)}") from exc
+        status = (json.loads(raw.data) or {}).get("status") or {}
+        last = status.get("lastScaleTime")
+        return HpaStatus(
+            current_replicas=int(status.get("currentReplicas") or 0),
+            desired_replicas=int(status.get("desiredReplicas") or 0),
+            last_scale_time=timefmt.parse_time(last, now=0.0) if last else None,
         )
 
     def watch_pods(

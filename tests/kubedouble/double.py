@@ -293,6 +293,11 @@ class KubeDouble:
         obj = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
         return self.store.put("policy/poddisruptionbudgets", obj, event="ADDED")
 
+    def add_hpa(self, doc: Mapping[str, Any], *, status: Mapping[str, Any]) -> dict[str, Any]:
+        """An ``autoscaling/v2`` HorizontalPodAutoscaler as written, with the given status."""
+        obj = {**copy.deepcopy(dict(doc)), "status": dict(status)}
+        return self.store.put("autoscaling/horizontalpodautoscalers", obj, event="ADDED")
+
     def add_configmap(
         self, name: str, *, namespace: str = "gpu-operator", data: Mapping[str, str]
     ) -> dict[str, Any]:
