@@ -17,7 +17,7 @@ from devkit.demo.settings import DemoSettings, SettingsError, from_env
 from devkit.demo.tls import ensure_tls, write_kubeconfig
 
 SETUP_STEPS = 7
-SECTION_STEPS = 5
+SECTION_STEPS = 6
 MARKER = "GPUPILOT_DEMO_DIR"
 
 
