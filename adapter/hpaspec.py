@@ -41,6 +41,10 @@ class MetricSource:
     object_name: str = ""
 
 
+DEFAULT_METRIC = MetricSource(hpa.MetricSpec("Resource", "cpu", "Utilization", 80.0, "", "resource/cpu"), Selector())
+"""The API server's default when ``spec.metrics`` is empty: CPU at 80 % of requests."""
+
+
 @dataclass(frozen=True)
 class HpaSpec:
     path: str
@@ -106,7 +110,7 @@ def load_hpa(path: Path) -> HpaSpec:
         raise ConfigError(f"{path}: spec.metrics must be a list")
     sources = tuple(
         _metric(m, where=f"{path}: spec.metrics[{i}]", namespace=namespace) for i, m in enumerate(raw_metrics)
-    )
+    ) or (DEFAULT_METRIC,)
     behavior = _behavior(spec.get("behavior"), where=f"{path}: spec.behavior")
     model = hpa.HpaModel(min_r, max_r, tuple(s.spec for s in sources), behavior)
     return HpaSpec(

@@ -10,6 +10,7 @@ mantissa: 1.5 → ``1500m``, 75 → ``75``, 2000 → ``2k``, 3e9 → ``3G``, 2.5
 
 from __future__ import annotations
 
+import functools
 import math
 from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 
@@ -17,6 +18,7 @@ _INT64_MAX = 2**63 - 1
 _UP = ("", "k", "M", "G", "T", "P", "E")
 
 
+@functools.lru_cache(maxsize=8192)
 def to_milli(value: float) -> int:
     """``value`` in milli-units, truncated toward zero (Go's ``int64(value * 1000)``), computed on the
     decimal text of the float so that 31.666 gives 31666, not 31665 (31.666 × 1000 in binary is

@@ -156,3 +156,24 @@ def test_no_prometheus_and_no_state(tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert "needs --prometheus-url, or --state FILE" in err
+
+
+def test_no_metrics_means_cpu_at_80_percent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the API server defaults an empty spec.metrics to CPU utilisation 80 %
+    hpa = _hpa(tmp_path)
+    text = hpa.read_text()
+    hpa.write_text(text[: text.index("  metrics:")])
+    state = _state(
+        tmp_path,
+        """currentReplicas: 2
+pods:
+  - {name: a, requests: {cpu: "1"}}
+  - {name: b, requests: {cpu: 1000m}}
+metrics:
+  cpu: {a: 1.5, b: 1.7}
+""",
+    )
+    code, out, err = run(hpa, state, capsys)
+    assert code == 0, err
+    # 3.2 cores of 2 requested = 160 % vs 80 % → ratio 2 → 4
+    assert "resource/cpu" in out and "160%" in out and "FINAL: 2 → 4 replicas (scale up)" in out
