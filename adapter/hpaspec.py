@@ -41,7 +41,9 @@ class MetricSource:
     object_name: str = ""
 
 
-DEFAULT_METRIC = MetricSource(hpa.MetricSpec("Resource", "cpu", "Utilization", 80.0, "", "resource/cpu"), Selector())
+DEFAULT_METRIC = MetricSource(
+    hpa.MetricSpec("Resource", "cpu", "Utilization", 80.0, "", "resource/cpu"), Selector()
+)
 """The API server's default when ``spec.metrics`` is empty: CPU at 80 % of requests."""
 
 
