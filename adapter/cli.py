@@ -326,13 +326,19 @@ def _explain(args: argparse.Namespace) -> int:
             config=lambda: config, prometheus=prometheus, pods=pods_source, max_value_age=args.max_value_age
         )
         selector, origin = explain.target_selector(spec, args.selector)
-        pods = explain.pod_states(
-            pods_source.select(spec.namespace, selector) if pods_source is not None else []
-        )
+        if kube is not None:
+            pods = explain.cluster_pod_states(kube, spec.namespace, selector)
+        else:
+            listed = pods_source.select(spec.namespace, selector) if pods_source is not None else []
+            pods = explain.pod_states(listed)
         observations, pods = explain.observe(
-            spec, values=values, prometheus=prometheus, selector=selector, pods=pods
+            spec, values=values, prometheus=prometheus, selector=selector, pods=pods, kube=kube
         )
-        current = args.current_replicas if args.current_replicas is not None else len(pods)
+        current = (
+            args.current_replicas
+            if args.current_replicas is not None
+            else sum(1 for p in pods if not p.deleting and p.phase not in ("Succeeded", "Failed"))
+        )
         now = time.time()
         inputs = explain.Inputs(
             pods=pods,
@@ -342,7 +348,12 @@ def _explain(args: argparse.Namespace) -> int:
             history=hpa.History(started=True),
             now=now,
             sources=[
-                f"selector from {origin}; pods from the {mode} pod source",
+                f"selector from {origin}; pods from "
+                + (
+                    "the Kubernetes API; Resource metrics from metrics.k8s.io"
+                    if kube
+                    else f"the {mode} pod source"
+                ),
                 f"values from {args.prometheus_url}, newer than {args.max_value_age:g}s",
             ],
         )

@@ -48,6 +48,25 @@ def pod_states(pods: Sequence[Pod]) -> list[PodState]:
     return [PodState(p.name, p.phase or "Running", p.ready) for p in pods]
 
 
+def cluster_pod_states(kube: KubeClient, namespace: str, selector: Selector) -> list[PodState]:
+    """The selected pods as the controller lists them (every phase), with start and Ready times and
+    container requests."""
+    return [
+        PodState(
+            d.name,
+            d.phase or "Running",
+            d.ready,
+            d.deleting,
+            d.start_time,
+            d.ready_transition,
+            d.has_ready_condition,
+            d.requests,
+        )
+        for d in kube.pod_details(namespace)
+        if selector.matches(d.labels)
+    ]
+
+
 def observe(
     spec: HpaSpec,
     *,
@@ -55,14 +74,16 @@ def observe(
     prometheus: PrometheusClient | None,
     selector: Selector,
     pods: list[PodState],
+    kube: KubeClient | None = None,
 ) -> tuple[list[hpa.Observation], list[PodState]]:
-    """Fetch every metric of ``spec`` now; Resource metrics also fill the pods' requests."""
+    """Fetch every metric of ``spec`` now. Resource metrics come from metrics-server when ``kube`` is
+    given (requests from the pods' specs), else from Prometheus (requests from kube-state-metrics)."""
     observations: list[hpa.Observation] = []
     requests: dict[str, dict[str, int]] = {p.name: dict(p.requests) for p in pods}
     for source in spec.sources:
         try:
             obs, extra = _observe_one(
-                source, spec=spec, values=values, prometheus=prometheus, selector=selector
+                source, spec=spec, values=values, prometheus=prometheus, selector=selector, kube=kube
             )
         except AdapterError as exc:
             obs, extra = hpa.Observation(error=str(exc)), {}
@@ -81,6 +102,7 @@ def _observe_one(
     values: MetricValues,
     prometheus: PrometheusClient | None,
     selector: Selector,
+    kube: KubeClient | None = None,
 ) -> tuple[hpa.Observation, dict[str, int]]:
     m = source.spec
     if m.kind == "Pods":
@@ -113,6 +135,17 @@ def _observe_one(
         if not ext:
             return hpa.Observation(error="no series matched (the HPA reports FailedGetExternalMetric)"), {}
         return hpa.Observation(values=tuple(v.value for v in ext)), {}
+    if kube is not None:
+        key = resourcemetrics.request_key(m.name, m.container)
+        measured = kube.pod_usage(spec.namespace)
+        per_pod = {name: u.usage[key] for name, u in measured.items() if key in u.usage}
+        if not per_pod:
+            return hpa.Observation(error="no metrics returned from resource metrics API"), {}
+        stamps = [u.timestamp for u in measured.values() if u.timestamp is not None]
+        window = max((u.window_seconds for u in measured.values()), default=60.0)
+        return hpa.Observation(
+            per_pod=per_pod, timestamp=max(stamps, default=None), window_seconds=window
+        ), {}
     if prometheus is None:
         return hpa.Observation(error="resource metrics need Prometheus (or a --state file)"), {}
     usage, requests = resourcemetrics.fetch(

@@ -254,3 +254,47 @@ def test_explain_hpa_cross_checks_the_hpa_status(
     out = capsys.readouterr().out
     assert code == 0
     assert "caveat: HPA ai-serving/not-in-cluster is not in the cluster" in out
+
+
+def test_explain_hpa_resource_metrics_from_metrics_server(
+    prom: PromEnv, kube: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a cluster at hand, Resource metrics come from metrics.k8s.io and requests from the pods'
+    specs: 16 + 24 + 20 GiB used of 3 × 32 GiB requested = 62 % vs 50 % → ceil(1.24 × 3) = 4."""
+    for name, gib in (("web-a", 16), ("web-b", 24), ("web-c", 20)):
+        kube.add_pod(name, namespace="shop", labels={"app": "web"}, resources={"memory": "32Gi"})
+        kube.add_pod_metrics(name, namespace="shop", usage={"memory": f"{gib}Gi"})
+    hpa = tmp_path / "hpa.yaml"
+    hpa.write_text(
+        """apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web, namespace: shop}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 1
+  maxReplicas: 10
+  metrics:
+    - type: Resource
+      resource: {name: memory, target: {type: Utilization, averageUtilization: 50}}
+"""
+    )
+    code = main(
+        [
+            "explain-hpa",
+            "-f",
+            str(hpa),
+            "--prometheus-url",
+            prom.url,
+            "--selector",
+            "app=web",
+            "--kubeconfig",
+            str(kube.write_kubeconfig(tmp_path / "kc")),
+            "--no-history",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    row = next(line for line in out.splitlines() if line.strip().startswith("resource/memory")).split()
+    assert row[4] == "62%" and row[5] == "3/3" and row[6] == "4", out
+    assert "pods from the Kubernetes API; Resource metrics from metrics.k8s.io" in out
+    assert "FINAL: 3 → 4 replicas (scale up)" in out

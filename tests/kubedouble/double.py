@@ -298,6 +298,20 @@ class KubeDouble:
         obj = {**copy.deepcopy(dict(doc)), "status": dict(status)}
         return self.store.put("autoscaling/horizontalpodautoscalers", obj, event="ADDED")
 
+    def add_pod_metrics(
+        self, name: str, *, namespace: str = "default", usage: Mapping[str, str], container: str = "main"
+    ) -> dict[str, Any]:
+        """metrics-server's PodMetrics for one pod (one container, a 30 s window, measured now)."""
+        obj = {
+            "apiVersion": "metrics.k8s.io/v1beta1",
+            "kind": "PodMetrics",
+            "metadata": {"name": name, "namespace": namespace},
+            "timestamp": now_rfc3339(),
+            "window": "30s",
+            "containers": [{"name": container, "usage": dict(usage)}],
+        }
+        return self.store.put("metrics.k8s.io/pods", obj, event="ADDED")
+
     def add_configmap(
         self, name: str, *, namespace: str = "gpu-operator", data: Mapping[str, str]
     ) -> dict[str, Any]:
