@@ -1,4 +1,5 @@
-"""``gpupilot-adapter``: ``serve`` (the custom/external metrics API server) and ``explain-hpa``."""
+"""``gpupilot-adapter``: ``serve`` (the custom/external metrics API server), ``explain-hpa`` and
+``replay-hpa``."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from adapter import explain
+from adapter import explain, hpa, hpaspec, hpastate, replay, timeline
 from adapter.app import Adapter
 from adapter.config import load_config
 from adapter.errors import AdapterError, ConfigError
 from adapter.kube import KubeClient
 from adapter.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
 from adapter.prometheus import PrometheusClient
+from adapter.quantity import parse_quantity
 from adapter.settings import AuthSettings, PrometheusSettings, ServeSettings, TlsSettings
 from adapter.values import MetricValues
 
@@ -27,9 +30,12 @@ def _csv(text: str) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
-def _add_prometheus(p: argparse.ArgumentParser) -> None:
+def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument(
-        "--prometheus-url", required=True, help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL"
+        "--prometheus-url",
+        required=required,
+        help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL"
+        + ("" if required else " (required unless --state is given)"),
     )
     p.add_argument(
         "--prometheus-timeout", type=float, default=5.0, help="seconds per Prometheus request (default 5)"
@@ -168,11 +174,50 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="YAML file holding the HPA (and optionally its target)",
     )
-    _add_prometheus(e)
+    _add_prometheus(e, required=False)
+    e.add_argument(
+        "--state",
+        type=Path,
+        help="answer offline from this file's pods, metric values, replicas and history "
+        "(format: README, 'explain-hpa --state'); no Prometheus needed",
+    )
     e.add_argument(
         "--current-replicas", type=int, help="current replica count (default: pods matching the selector)"
     )
     e.add_argument("--selector", help="scale target's label selector (default: from the target in the file)")
+    e.add_argument(
+        "--no-history",
+        action="store_true",
+        help="do not rebuild the controller's recent recommendations and scale events from Prometheus",
+    )
+
+    r = sub.add_parser(
+        "replay-hpa",
+        help="replay an HPA (as written or with other targets) over Prometheus history",
+        description="Run the HPA controller's decision over past metric values and show replicas over time.",
+    )
+    r.add_argument(
+        "-f", "--filename", type=Path, required=True, help="YAML file holding the HPA (and its target)"
+    )
+    _add_prometheus(r)
+    r.add_argument("--since", default="7d", help="how far back to replay (e.g. 6h, 7d; default 7d)")
+    r.add_argument(
+        "--until", default="", help="end of the replay: RFC 3339 time or Unix seconds (default now)"
+    )
+    r.add_argument("--step", default="15s", help="controller sync period to replay at (default 15s)")
+    r.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="METRIC=TARGET",
+        help="replay also with this metric's target changed (repeatable; e.g. DCGM_FI_DEV_GPU_UTIL=60)",
+    )
+    r.add_argument("--chart", type=Path, help="write a PNG chart of replicas over time to this file")
+    r.add_argument(
+        "--gpus-per-pod", type=float, default=1.0, help="GPUs per replica, for GPU-hours (default 1)"
+    )
+    r.add_argument("--selector", help="scale target's label selector (default: from the target in the file)")
+    r.add_argument("--rows", type=int, default=24, help="rows of the replicas-over-time table (default 24)")
     return parser
 
 
@@ -234,7 +279,28 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    spec = explain.load_hpa(args.filename)
+    spec = hpaspec.load_hpa(args.filename)
+    if args.current_replicas is not None and args.current_replicas < 0:
+        raise ConfigError(f"--current-replicas {args.current_replicas}: must be 0 or more")
+    if args.state is not None:
+        state = hpastate.load_state(args.state, spec)
+        inputs = explain.Inputs(
+            pods=list(state.pods),
+            observations=list(state.observations),
+            current=args.current_replicas if args.current_replicas is not None else state.current,
+            status=state.status,
+            history=state.history,
+            now=state.now,
+            sources=[f"pods, values and replicas from {args.state}"],
+        )
+        if state.history_given:
+            inputs.sources.append(f"history from {args.state}")
+        else:
+            inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
+        print(explain.render(explain.explain(spec, inputs)))
+        return 0
+    if not args.prometheus_url:
+        raise ConfigError("explain-hpa needs --prometheus-url, or --state FILE to answer offline")
     config = load_config(args.config)
     token = args.prometheus_bearer_token_file.read_text().strip() if args.prometheus_bearer_token_file else ""
     prometheus = PrometheusClient(
@@ -245,8 +311,9 @@ def _explain(args: argparse.Namespace) -> int:
     )
     pods_source: PodSource | None
     mode = args.pod_source or "prometheus"
-    if mode == "kubernetes":
-        k8s = KubernetesPodSource(KubeClient(kubeconfig=args.kubeconfig))
+    kube = KubeClient(kubeconfig=args.kubeconfig) if mode == "kubernetes" or args.kubeconfig else None
+    if mode == "kubernetes" and kube is not None:
+        k8s = KubernetesPodSource(kube)
         if not k8s.wait_synced(30):
             raise ConfigError("the pod list from the Kubernetes API did not arrive within 30 s")
         pods_source = k8s
@@ -254,21 +321,151 @@ def _explain(args: argparse.Namespace) -> int:
         pods_source = PrometheusPodSource(prometheus, ttl=60)
     else:
         pods_source = None
-    values = MetricValues(
-        config=lambda: config, prometheus=prometheus, pods=pods_source, max_value_age=args.max_value_age
+    try:
+        values = MetricValues(
+            config=lambda: config, prometheus=prometheus, pods=pods_source, max_value_age=args.max_value_age
+        )
+        selector, origin = explain.target_selector(spec, args.selector)
+        if kube is not None:
+            pods = explain.cluster_pod_states(kube, spec.namespace, selector)
+        else:
+            listed = pods_source.select(spec.namespace, selector) if pods_source is not None else []
+            pods = explain.pod_states(listed)
+        observations, pods = explain.observe(
+            spec, values=values, prometheus=prometheus, selector=selector, pods=pods, kube=kube
+        )
+        current = (
+            args.current_replicas
+            if args.current_replicas is not None
+            else sum(1 for p in pods if not p.deleting and p.phase not in ("Succeeded", "Failed"))
+        )
+        now = time.time()
+        inputs = explain.Inputs(
+            pods=pods,
+            observations=observations,
+            current=current,
+            status=current,
+            history=hpa.History(started=True),
+            now=now,
+            sources=[
+                f"selector from {origin}; pods from "
+                + (
+                    "the Kubernetes API; Resource metrics from metrics.k8s.io"
+                    if kube
+                    else f"the {mode} pod source"
+                ),
+                f"values from {args.prometheus_url}, newer than {args.max_value_age:g}s",
+            ],
+        )
+        found = 0
+        if not args.no_history:
+            window = replay.history_window(spec.model)
+            line = timeline.fetch(
+                spec,
+                values=values,
+                prometheus=prometheus,
+                selector=selector,
+                start=now - window,
+                end=now - 15,
+                step=15,
+            )
+            inputs.history, found = replay.recorded_history(spec.model, line, pods=pods, now=now)
+            events = len(inputs.history.scale_up_events) + len(inputs.history.scale_down_events)
+            if found:
+                inputs.sources.append(
+                    f"history: {found} recommendation(s) of the last {window}s recomputed from Prometheus range "
+                    f"queries of the same metrics (15 s steps); {events} scale event(s) from {line.recorded_from}"
+                )
+        if not found:
+            inputs.history = hpa.History(started=True)
+            inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
+        if kube is not None:
+            explain.check_hpa_status(spec, inputs, kube=kube)
+        print(explain.render(explain.explain(spec, inputs)))
+    finally:
+        if pods_source is not None:
+            pods_source.close()
+        prometheus.close()
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    spec = hpaspec.load_hpa(args.filename)
+    since = hpastate.parse_duration(args.since, "--since", allow_zero=False)
+    step = hpastate.parse_duration(args.step, "--step")
+    if step < 1:
+        raise ConfigError(f"--step {args.step}: must be at least 1s")
+    if args.rows < 1:
+        raise ConfigError(f"--rows {args.rows}: must be at least 1")
+    if not (args.gpus_per_pod > 0 and args.gpus_per_pod < 1e6):
+        raise ConfigError(f"--gpus-per-pod {args.gpus_per_pod}: must be a positive number")
+    until = hpastate.parse_time(args.until, "--until") if args.until else time.time()
+    names = {m.name for m in spec.model.metrics}
+    overrides: dict[str, float] = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep or name not in names:
+            raise ConfigError(
+                f"--set {item!r}: expected METRIC=TARGET with METRIC one of {', '.join(sorted(names))}"
+            )
+        try:
+            overrides[name] = parse_quantity(value)
+        except ValueError as exc:
+            raise ConfigError(f"--set {item!r}: {exc}") from exc
+        if not 0 < overrides[name] < 1e15:
+            raise ConfigError(f"--set {item!r}: the target must be a positive number")
+    config = load_config(args.config)
+    token = args.prometheus_bearer_token_file.read_text().strip() if args.prometheus_bearer_token_file else ""
+    prometheus = PrometheusClient(
+        args.prometheus_url,
+        timeout=max(args.prometheus_timeout, 30.0),
+        bearer_token=token,
+        ca_file=str(args.prometheus_ca_file or ""),
     )
-    selector, origin = explain.target_selector(spec, args.selector)
-    pods = pods_source.select(spec.namespace, selector) if pods_source is not None else []
-    result = explain.explain(
-        spec, values=values, selector=selector, current_replicas=args.current_replicas, pods=pods
-    )
-    print(explain.render(result))
+    try:
+        values = MetricValues(
+            config=lambda: config, prometheus=prometheus, pods=None, max_value_age=args.max_value_age
+        )
+        selector, origin = explain.target_selector(spec, args.selector)
+        print(
+            f"replay-hpa {spec.namespace}/{spec.name}: fetching {len(spec.sources)} metric(s) over {args.since} "
+            f"at {args.step} steps…",
+            file=sys.stderr,
+        )
+        line = timeline.fetch(
+            spec,
+            values=values,
+            prometheus=prometheus,
+            selector=selector,
+            start=until - since,
+            end=until,
+            step=step,
+        )
+        requests = timeline.resource_requests(spec, prometheus=prometheus, at=until)
+        per_pod = next(iter(requests.values()), {})
+        runs = [replay.replay(spec.model, line, label="as written", requests=per_pod)]
+        if overrides:
+            label = ", ".join(f"{k}={v:g}" for k, v in overrides.items())
+            runs.append(
+                replay.replay(replay.with_targets(spec.model, overrides), line, label=label, requests=per_pod)
+            )
+    finally:
+        prometheus.close()
     print(
-        f"  (selector from {origin}; values from {args.prometheus_url}, newer than {args.max_value_age:g}s)"
+        replay.report(
+            spec, line, runs, step=step, gpus_per_pod=args.gpus_per_pod, rows=args.rows, origin=origin
+        )
     )
-    if pods_source is not None:
-        pods_source.close()
-    prometheus.close()
+    if args.chart:
+        from adapter.replay_chart import write_chart  # noqa: PLC0415 - matplotlib loads only for a chart
+
+        write_chart(
+            args.chart,
+            runs,
+            title=f"{spec.namespace}/{spec.name}: replicas, recorded and replayed",
+            max_replicas=spec.max_replicas,
+        )
+        print(f"  chart: {args.chart}")
     return 0
 
 
@@ -279,7 +476,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return _serve(args) if args.command == "serve" else _explain(args)
+        commands = {"serve": _serve, "explain-hpa": _explain, "replay-hpa": _replay}
+        return commands[args.command](args)
     except AdapterError as exc:
         print(f"gpupilot-adapter {args.command}: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) else 1

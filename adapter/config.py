@@ -10,7 +10,7 @@ Much smaller than prometheus-adapter's rules: one entry per API metric, no Go te
           pods: pod
           nodes: Hostname
         query: avg by (<<by>>) (<<series>>{<<matchers>>})   # optional; this is the default
-        window: 60s                   # windowSeconds in answers (optional)
+        window: 60s                   # windowSeconds in answers (optional; see below)
     external:                         # external.metrics.k8s.io (may be switched off)
       - name: gpupilot_fleet_waste_gpu_equivalents
         series: gpupilot:fleet_waste:gpu_equivalents
@@ -19,7 +19,13 @@ Much smaller than prometheus-adapter's rules: one entry per API metric, no Go te
 
 Placeholders: ``<<series>>``; ``<<matchers>>`` (namespace, object name and ``metricLabelSelector``
 as PromQL label matchers, comma-separated, possibly empty); ``<<by>>`` (the series label of the
-resource being asked about, e.g. ``namespace, pod``). Every error names the file and the field.
+resource being asked about, e.g. ``namespace, pod``). prometheus-adapter's Go-template placeholders
+(``<<.Series>>``, ``<<.LabelMatchers>>``, ``<<.GroupBy>>``) are refused at load with the equivalent
+(they would otherwise reach Prometheus and fail every request with a PromQL parse error).
+
+``windowSeconds`` in answers: the rule's ``window`` when given; else the longest range selector of
+its query (``rate(x[5m])`` → 300: the values average over that window); else ``defaults.window``
+(60 s). Every error names the file and the field.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ DEFAULT_QUERY = "avg by (<<by>>) (<<series>>{<<matchers>>})"
 DEFAULT_EXTERNAL_QUERY = "sum(<<series>>{<<matchers>>})"
 DEFAULT_RESOURCES = {"namespaces": "namespace", "pods": "pod"}
 _PLACEHOLDER = re.compile(r"<<(\w*)>>")
+_GO_PLACEHOLDER = re.compile(r"<<\s*\.\s*(\w+)\s*>>")
+_GO_EQUIVALENT = {"Series": "<<series>>", "LabelMatchers": "<<matchers>>", "GroupBy": "<<by>>"}
+_RANGE = re.compile(r"\[\s*((?:\d+(?:ms|s|m|h|d|w|y))+)\s*(?::[^\]]*)?\]")
 _KNOWN_PLACEHOLDERS = {"series", "matchers", "by"}
 _METRIC_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:.-]*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -112,7 +121,28 @@ def _string(
     return value
 
 
+def query_window(query: str) -> int | None:
+    """The longest range selector (or subquery range) in a PromQL template, in whole seconds."""
+    longest = 0.0
+    for match in _RANGE.finditer(query):
+        try:
+            longest = max(longest, timefmt.parse_duration(match.group(1)))
+        except ValueError:  # not a Prometheus duration (e.g. units out of order): no window from it
+            continue
+    return max(1, int(longest)) if longest else None
+
+
 def _check_query(query: str, *, source: str, where: str) -> str:
+    go = _GO_PLACEHOLDER.search(query)
+    if go:
+        name = go.group(1)
+        hint = _GO_EQUIVALENT.get(name)
+        raise _fail(
+            source,
+            where,
+            f"{go.group(0)} is a prometheus-adapter template placeholder; this format writes "
+            + (f"{hint} instead" if hint else "<<series>>, <<matchers>> and <<by>>"),
+        )
     for placeholder in _PLACEHOLDER.findall(query):
         if placeholder not in _KNOWN_PLACEHOLDERS:
             raise _fail(
@@ -164,8 +194,14 @@ def _metric_rule(entry: object, *, source: str, where: str, window: int) -> Metr
         series=series,
         query=_check_query(query, source=source, where=f"{where}.query"),
         labels=_labels(entry.get("resources"), source=source, where=f"{where}.resources"),
-        window_seconds=parse_duration(entry.get("window", window), source=source, where=f"{where}.window"),
+        window_seconds=_window(entry, query, window, source=source, where=where),
     )
+
+
+def _window(entry: Mapping[str, Any], query: str, default: int, *, source: str, where: str) -> int:
+    if "window" in entry:
+        return parse_duration(entry["window"], source=source, where=f"{where}.window")
+    return query_window(query) or default
 
 
 def _external_rule(entry: object, *, source: str, where: str, window: int) -> ExternalRule:
@@ -184,7 +220,7 @@ def _external_rule(entry: object, *, source: str, where: str, window: int) -> Ex
         series=_string(entry, "series", source=source, where=where, default=name),
         query=_check_query(query, source=source, where=f"{where}.query"),
         namespace_label=ns_label,
-        window_seconds=parse_duration(entry.get("window", window), source=source, where=f"{where}.window"),
+        window_seconds=_window(entry, query, window, source=source, where=where),
     )
 
 

@@ -1,273 +1,300 @@
 """``explain-hpa``: what an ``autoscaling/v2`` HPA would do now, metric by metric.
 
 Values come through :class:`adapter.values.MetricValues` — the code path the server answers the
-HPA with — and the arithmetic through :mod:`adapter.hpa`.
+HPA with — or from a ``--state`` file (:mod:`adapter.hpastate`); the decision is
+:func:`adapter.hpa.decide`. The output says where each input came from (pods, values, history).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
-import yaml
-
-from adapter import hpa, resources
-from adapter.errors import AdapterError, BadRequest, ConfigError
+from adapter import hpa, replay, resourcemetrics, resources
+from adapter.errors import AdapterError
+from adapter.hpa_calc import PodState
+from adapter.hpaspec import HpaSpec, MetricSource
+from adapter.kube import KubeClient
 from adapter.podsource import Pod
-from adapter.quantity import parse_quantity
-from adapter.selectors import Selector, from_label_selector, parse_selector
+from adapter.prometheus import PrometheusClient
+from adapter.selectors import Selector, parse_selector
 from adapter.values import MetricValues
-
-
-@dataclass(frozen=True)
-class HpaSpec:
-    namespace: str
-    name: str
-    target_kind: str
-    target_name: str
-    min_replicas: int
-    max_replicas: int
-    metrics: list[Mapping[str, Any]]
-    behavior: Mapping[str, Any] | None
-    selector: Selector | None
-    """The scale target's selector when the file also holds the target Deployment/StatefulSet."""
+from gpupilot_common.timefmt import format_duration, format_time
 
 
 @dataclass
-class MetricRow:
-    label: str
-    kind: str
-    target: str
-    current: str = "-"
-    with_values: str = "-"
-    proposal: str = "-"
-    note: str = ""
-    per_pod: dict[str, float] = field(default_factory=dict)
-    replicas: int | None = None
+class Inputs:
+    """Everything the decision reads, and where it came from."""
 
-
-def load_hpa(path: Path) -> HpaSpec:
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, Mapping)]
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from exc
-    hpas = [d for d in docs if d.get("kind") == "HorizontalPodAutoscaler"]
-    if not hpas:
-        raise ConfigError(f"{path}: no HorizontalPodAutoscaler document found")
-    doc = hpas[0]
-    if doc.get("apiVersion") != "autoscaling/v2":
-        raise ConfigError(f"{path}: apiVersion {doc.get('apiVersion')!r}: only autoscaling/v2 is supported")
-    meta, spec = doc.get("metadata") or {}, doc.get("spec") or {}
-    ref = spec.get("scaleTargetRef") or {}
-    if not ref.get("name"):
-        raise ConfigError(f"{path}: spec.scaleTargetRef.name is required")
-    namespace = str(meta.get("namespace") or "default")
-    selector = None
-    for d in docs:
-        dmeta = d.get("metadata") or {}
-        if d.get("kind") == ref.get("kind") and dmeta.get("name") == ref.get("name"):
-            raw = (d.get("spec") or {}).get("selector")
-            selector = from_label_selector(
-                raw, where=f"{path}: {d.get('kind')} {ref.get('name')} spec.selector"
-            )
-    try:
-        min_r, max_r = int(spec.get("minReplicas", 1)), int(spec["maxReplicas"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{path}: spec.maxReplicas (and minReplicas if given) must be integers") from exc
-    return HpaSpec(
-        namespace=namespace,
-        name=str(meta.get("name", "")),
-        target_kind=str(ref.get("kind", "")),
-        target_name=str(ref["name"]),
-        min_replicas=min_r,
-        max_replicas=max_r,
-        metrics=list(spec.get("metrics") or []),
-        behavior=spec.get("behavior"),
-        selector=selector,
-    )
-
-
-def _rules(raw: Mapping[str, Any] | None, default: hpa.Rules) -> hpa.Rules | None:
-    if raw is None:
-        return None
-    policies = tuple(
-        hpa.Policy(str(p.get("type")), int(p.get("value", 0)), int(p.get("periodSeconds", 15)))
-        for p in raw.get("policies") or []
-    )
-    return hpa.Rules(
-        int(raw.get("stabilizationWindowSeconds", default.stabilization_seconds)),
-        str(raw.get("selectPolicy", "Max")),
-        policies or default.policies,
-    )
+    pods: list[PodState]
+    observations: list[hpa.Observation]
+    current: int
+    status: int
+    history: hpa.History
+    now: float
+    sources: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Explanation:
     spec: HpaSpec
-    selector: Selector
-    pods: list[Pod]
-    current: int
-    rows: list[MetricRow]
+    inputs: Inputs
     decision: hpa.Decision
 
 
-def explain(
-    spec: HpaSpec, *, values: MetricValues, selector: Selector, current_replicas: int | None, pods: list[Pod]
-) -> Explanation:
-    states = [hpa.PodState(p.name, p.phase, p.ready) for p in pods]
-    current = current_replicas if current_replicas is not None else len(pods)
-    rows: list[MetricRow] = []
-    proposals: list[int] = []
-    failed = 0
-    for i, metric in enumerate(spec.metrics):
-        row = _one_metric(
-            i, metric, spec=spec, values=values, selector=selector, current=current, states=states
+def pod_states(pods: Sequence[Pod]) -> list[PodState]:
+    """Pods from a pod source: phase and readiness only (start times unknown)."""
+    return [PodState(p.name, p.phase or "Running", p.ready) for p in pods]
+
+
+def cluster_pod_states(kube: KubeClient, namespace: str, selector: Selector) -> list[PodState]:
+    """The selected pods as the controller lists them (every phase), with start and Ready times and
+    container requests."""
+    return [
+        PodState(
+            d.name,
+            d.phase or "Running",
+            d.ready,
+            d.deleting,
+            d.start_time,
+            d.ready_transition,
+            d.has_ready_condition,
+            d.requests,
         )
-        rows.append(row)
-        if row.replicas is not None:
-            proposals.append(row.replicas)
-        elif row.kind != "Resource":
-            failed += 1
-    behavior = spec.behavior or {}
-    decision = hpa.decide(
-        current=current,
-        min_replicas=spec.min_replicas,
-        max_replicas=spec.max_replicas,
-        proposals=proposals,
-        failed_metrics=failed,
-        scale_up=_rules(behavior.get("scaleUp"), hpa.DEFAULT_SCALE_UP),
-        scale_down=_rules(behavior.get("scaleDown"), hpa.DEFAULT_SCALE_DOWN),
-        behavior_given=spec.behavior is not None,
-    )
-    return Explanation(spec, selector, pods, current, rows, decision)
+        for d in kube.pod_details(namespace)
+        if selector.matches(d.labels)
+    ]
 
 
-def _target(target: Mapping[str, Any]) -> tuple[str, float]:
-    kind = str(target.get("type", ""))
-    key = {"AverageValue": "averageValue", "Value": "value", "Utilization": "averageUtilization"}.get(kind)
-    if key is None or key not in target:
-        raise BadRequest(f"target type {kind!r} needs field {key or 'averageValue/value'}")
-    return kind, parse_quantity(target[key])
+def observe(
+    spec: HpaSpec,
+    *,
+    values: MetricValues,
+    prometheus: PrometheusClient | None,
+    selector: Selector,
+    pods: list[PodState],
+    kube: KubeClient | None = None,
+) -> tuple[list[hpa.Observation], list[PodState]]:
+    """Fetch every metric of ``spec`` now. Resource metrics come from metrics-server when ``kube`` is
+    given (requests from the pods' specs), else from Prometheus (requests from kube-state-metrics)."""
+    observations: list[hpa.Observation] = []
+    requests: dict[str, dict[str, int]] = {p.name: dict(p.requests) for p in pods}
+    for source in spec.sources:
+        try:
+            obs, extra = _observe_one(
+                source, spec=spec, values=values, prometheus=prometheus, selector=selector, kube=kube
+            )
+        except AdapterError as exc:
+            obs, extra = hpa.Observation(error=str(exc)), {}
+        observations.append(obs)
+        if extra:
+            key = resourcemetrics.request_key(source.spec.name, source.spec.container)
+            requests = resourcemetrics.merge_requests(requests, extra, key)
+    filled = [replace(p, requests=requests.get(p.name, {})) for p in pods]
+    return observations, filled
 
 
-def _one_metric(
-    i: int,
-    metric: Mapping[str, Any],
+def _observe_one(
+    source: MetricSource,
     *,
     spec: HpaSpec,
     values: MetricValues,
+    prometheus: PrometheusClient | None,
     selector: Selector,
-    current: int,
-    states: list[hpa.PodState],
-) -> MetricRow:
-    kind = str(metric.get("type", ""))
-    where = f"spec.metrics[{i}]"
-    body = metric.get(kind[:1].lower() + kind[1:]) or {}
-    if kind in ("Resource", "ContainerResource"):
-        name = body.get("name", "?")
-        return MetricRow(f"resource/{name}", kind, "-", note="served by metrics-server, not by this adapter")
-    m = body.get("metric") or {}
-    name = str(m.get("name", ""))
+    kube: KubeClient | None = None,
+) -> tuple[hpa.Observation, dict[str, int]]:
+    m = source.spec
+    if m.kind == "Pods":
+        result = values.for_objects(
+            metric=m.name,
+            resource=resources.PODS,
+            namespace=spec.namespace,
+            name="*",
+            selector=selector,
+            metric_selector=source.metric_selector,
+        )
+        per_pod = {v.name: v.value for v in result.values}
+        stamp = max((v.timestamp for v in result.values), default=None)
+        window = float(result.values[0].window_seconds) if result.values else 60.0
+        return hpa.Observation(per_pod=per_pod, timestamp=stamp, window_seconds=window), {}
+    if m.kind == "Object":
+        assert source.object_resource is not None
+        res = source.object_resource
+        result = values.for_objects(
+            metric=m.name,
+            resource=res,
+            namespace=spec.namespace if res.namespaced else "",
+            name=source.object_name,
+            selector=Selector(),
+            metric_selector=source.metric_selector,
+        )
+        return hpa.Observation(values=(result.values[0].value,)), {}
+    if m.kind == "External":
+        ext = values.external(metric=m.name, namespace=spec.namespace, selector=source.metric_selector)
+        if not ext:
+            return hpa.Observation(error="no series matched (the HPA reports FailedGetExternalMetric)"), {}
+        return hpa.Observation(values=tuple(v.value for v in ext)), {}
+    if kube is not None:
+        key = resourcemetrics.request_key(m.name, m.container)
+        measured = kube.pod_usage(spec.namespace)
+        per_pod = {name: u.usage[key] for name, u in measured.items() if key in u.usage}
+        if not per_pod:
+            return hpa.Observation(error="no metrics returned from resource metrics API"), {}
+        stamps = [u.timestamp for u in measured.values() if u.timestamp is not None]
+        window = max((u.window_seconds for u in measured.values()), default=60.0)
+        return hpa.Observation(
+            per_pod=per_pod, timestamp=max(stamps, default=None), window_seconds=window
+        ), {}
+    if prometheus is None:
+        return hpa.Observation(error="resource metrics need Prometheus (or a --state file)"), {}
+    usage, requests = resourcemetrics.fetch(
+        prometheus, namespace=spec.namespace, resource=m.name, container=m.container
+    )
+    return hpa.Observation(per_pod=usage, window_seconds=60.0), requests
+
+
+def explain(spec: HpaSpec, inputs: Inputs) -> Explanation:
+    decision = hpa.decide(
+        spec.model,
+        spec_replicas=inputs.current,
+        status_replicas=inputs.status,
+        pods=inputs.pods,
+        observations=inputs.observations,
+        history=inputs.history,
+        now=inputs.now,
+    )
+    return Explanation(spec, inputs, decision)
+
+
+def no_history_caveat(spec: HpaSpec, inputs: Inputs) -> str | None:
+    """What a missing history hides: the decision of a new HPA (memory starting at the current size)."""
+    fresh = hpa.decide(
+        spec.model,
+        spec_replicas=inputs.current,
+        status_replicas=inputs.status,
+        pods=inputs.pods,
+        observations=inputs.observations,
+        history=hpa.History(),
+        now=inputs.now,
+    )
+    window = (
+        spec.model.behavior.scale_down.stabilization_seconds
+        if spec.model.behavior
+        else hpa.DOWNSCALE_STABILISATION
+    )
+    text = (
+        f"no history: assumed no other recommendation in the last {window}s and no scale event inside the "
+        "policies' periods"
+    )
+    if fresh.final != explain(spec, inputs).decision.final:
+        text += f"; an HPA created just now (its memory starts at {inputs.current}) would go to {fresh.final}"
+    return text
+
+
+def check_hpa_status(spec: HpaSpec, inputs: Inputs, *, kube: KubeClient) -> None:
+    """Cross-check with the HPA object in the cluster: its last scale, and whether the rebuilt history
+    shows it (scale events drive the policies)."""
     try:
-        target_type, target = _target(body.get("target") or {})
-        msel = from_label_selector(m.get("selector"), where=f"{where}.{kind.lower()}.metric.selector")
-        if kind == "Pods":
-            row = MetricRow(f"pods/{name}", kind, f"avg {target:g}")
-            result = values.for_objects(
-                metric=name,
-                resource=resources.PODS,
-                namespace=spec.namespace,
-                name="*",
-                selector=selector,
-                metric_selector=msel,
-            )
-            per_pod = {v.name: v.value for v in result.values}
-            row.per_pod = per_pod
-            p = hpa.pods_metric(current_replicas=current, target=target, values=per_pod, pods=states or None)
-            row.current = f"{p.usage:.4g}"
-            row.with_values = f"{len(per_pod)}/{len(states) or len(per_pod)}"
-        elif kind == "Object":
-            obj = body.get("describedObject") or {}
-            res = resources.lookup(str(obj.get("kind", "")))
-            if res is None:
-                raise BadRequest(f"{where}.object.describedObject.kind {obj.get('kind')!r} is not supported")
-            row = MetricRow(f"{res.qualified}/{obj.get('name')}/{name}", kind, f"{target_type} {target:g}")
-            result = values.for_objects(
-                metric=name,
-                resource=res,
-                namespace=spec.namespace if res.namespaced else "",
-                name=str(obj.get("name", "")),
-                selector=Selector(),
-                metric_selector=msel,
-            )
-            value = result.values[0].value
-            p = (
-                hpa.value_metric(current_replicas=current, target=target, value=value, pods=states or None)
-                if target_type == "Value"
-                else hpa.average_value_metric(current_replicas=current, target=target, value=value)
-            )
-            row.current = f"{value:.4g}"
-        elif kind == "External":
-            row = MetricRow(f"external/{name}", kind, f"{target_type} {target:g}")
-            ext = values.external(metric=name, namespace=spec.namespace, selector=msel)
-            if not ext:
-                raise hpa.MetricUnavailable("no series matched (the HPA reports FailedGetExternalMetric)")
-            total = sum(v.value for v in ext)
-            p = (
-                hpa.value_metric(current_replicas=current, target=target, value=total, pods=states or None)
-                if target_type == "Value"
-                else hpa.average_value_metric(current_replicas=current, target=target, value=total)
-            )
-            row.current = f"{total:.4g}" + (f" (sum of {len(ext)})" if len(ext) > 1 else "")
-        else:
-            return MetricRow(f"{kind}?", kind, "-", note=f"{where}: unknown metric type {kind!r}")
-    except (AdapterError, hpa.MetricUnavailable) as exc:
-        return MetricRow(f"{kind.lower()}/{name}", kind, "-", proposal="failed", note=str(exc))
-    row.replicas = p.replicas
-    row.proposal = f"{p.replicas}  (ratio {p.ratio:.3f})"
-    notes = [p.note] if p.note else []
-    if p.missing_pods:
-        notes.append("missing: " + ", ".join(p.missing_pods[:5]) + (" …" if len(p.missing_pods) > 5 else ""))
-    row.note = "; ".join(notes)
-    return row
+        status = kube.hpa_status(spec.namespace, spec.name)
+    except AdapterError as exc:
+        inputs.caveats.append(f"the HPA's status could not be read: {exc}")
+        return
+    if status is None:
+        inputs.caveats.append(
+            f"HPA {spec.namespace}/{spec.name} is not in the cluster: nothing to cross-check"
+        )
+        return
+    if status.last_scale_time is None:
+        inputs.sources.append("the HPA's status: it never scaled")
+        return
+    ago = inputs.now - status.last_scale_time
+    inputs.sources.append(
+        f"the HPA's status: last scale {format_duration(max(ago, 0))} ago ({format_time(status.last_scale_time)}), "
+        f"now {status.current_replicas} → desired {status.desired_replicas}"
+    )
+    events = inputs.history.scale_up_events + inputs.history.scale_down_events
+    longest = replay.history_window(spec.model)
+    if ago <= longest and not any(abs(e.at - status.last_scale_time) <= 60 for e in events):
+        inputs.caveats.append(
+            f"the HPA scaled {format_duration(max(ago, 0))} ago, inside its {longest}s of policy periods, but the "
+            "history used here has no such event: its policies may allow less than shown"
+        )
 
 
 def render(ex: Explanation) -> str:
-    s = ex.spec
-    ready = sum(1 for p in ex.pods if p.ready)
+    s, inp, d = ex.spec, ex.inputs, ex.decision
+    ready = sum(1 for p in inp.pods if p.ready and p.phase == "Running")
+    tol = s.model.tolerances()
+    tolerance = f"{tol.up:g}" if tol.up == tol.down else f"up {tol.up:g} / down {tol.down:g}"
     lines = [
-        f"HPA {s.namespace}/{s.name} → {s.target_kind}/{s.target_name}",
-        f"  selector {ex.selector or '(none)'}: {len(ex.pods)} pod(s), {ready} ready; "
-        f"current replicas {ex.current}; min {s.min_replicas}, max {s.max_replicas}; tolerance {hpa.TOLERANCE:g}",
+        f"HPA {s.namespace}/{s.name} → {s.target_kind}/{s.target_name}  (decision as Kubernetes {hpa.KUBERNETES_RELEASE})",
+        f"  {len(inp.pods)} pod(s), {ready} ready; current replicas {inp.current}; "
+        f"min {s.min_replicas}, max {s.max_replicas}; tolerance {tolerance}; "
+        f"behavior {'as written' if s.model.behavior else 'absent (legacy rules)'}",
         "",
     ]
     header = ("METRIC", "TYPE", "TARGET", "CURRENT", "WITH VALUE", "PROPOSAL")
-    table = [header] + [(r.label, r.kind, r.target, r.current, r.with_values, r.proposal) for r in ex.rows]
-    widths = [max(len(row[c]) for row in table) for c in range(len(header))]
-    for row in table:
-        lines.append("  " + "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip())
-    for r in ex.rows:
-        if r.note:
-            lines.append(f"    {r.label}: {r.note}")
-    pod_rows = [r for r in ex.rows if r.per_pod or r.kind == "Pods"]
-    if pod_rows and ex.pods:
+    rows = [header]
+    notes: list[str] = []
+    by_spec = {id(o.spec): o for o in d.outcomes}
+    for source, obs in zip(s.sources, inp.observations, strict=False):
+        m = source.spec
+        outcome = by_spec.get(id(m))
+        target = f"{m.target_type} {m.target:g}" + ("%" if m.target_type == "Utilization" else "")
+        if outcome is None:
+            rows.append((m.label, m.kind, target, "-", "-", "not read"))
+            continue
+        p = outcome.proposal
+        with_value = "-"
+        if obs.per_pod is not None:
+            names = {pod.name for pod in inp.pods}
+            with_value = f"{sum(1 for n in obs.per_pod if n in names)}/{len(inp.pods)}"
+        if p is None:
+            rows.append((m.label, m.kind, target, "-", with_value, "failed"))
+            notes.append(f"    {m.label}: {outcome.error}")
+            continue
+        current = f"{p.utilization}%" if p.utilization is not None else f"{p.usage / 1000:.6g}"
+        if m.kind == "External" and len(obs.values) > 1:
+            current += f" (sum of {len(obs.values)})"
+        rows.append((m.label, m.kind, target, current, with_value, f"{p.replicas}  (ratio {p.ratio:.3f})"))
+        extra = [p.note] if p.note else []
+        if p.missing:
+            extra.append("missing: " + ", ".join(p.missing[:5]) + (" …" if len(p.missing) > 5 else ""))
+        if extra:
+            notes.append(f"    {m.label}: " + "; ".join(extra))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    lines += ["  " + "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(r)).rstrip() for r in rows]
+    lines += notes
+    pod_metrics = [
+        (src, obs) for src, obs in zip(s.sources, inp.observations, strict=False) if obs.per_pod is not None
+    ]
+    if pod_metrics and inp.pods:
         lines += ["", "  per pod:"]
-        names = sorted({p.name for p in ex.pods})
-        width = max(len(n) for n in names)
-        state = {p.name: ("ready" if p.ready else p.phase.lower() or "unready") for p in ex.pods}
-        for n in names[:50]:
-            cells = [f"{r.label.split('/')[-1]}={_fmt(r.per_pod.get(n))}" for r in pod_rows]
-            lines.append(f"    {n.ljust(width)}  {state[n]:<8} " + "  ".join(cells))
-        if len(names) > 50:
-            lines.append(f"    … {len(names) - 50} more")
-    d = ex.decision
+        width = max(len(p.name) for p in inp.pods)
+        for pod in sorted(inp.pods, key=lambda p: p.name)[:50]:
+            state = (
+                "deleting"
+                if pod.deleting
+                else (
+                    "ready"
+                    if pod.ready and pod.phase == "Running"
+                    else pod.phase.lower()
+                    if pod.phase != "Running"
+                    else "unready"
+                )
+            )
+            cells = [f"{src.spec.name}={_fmt((obs.per_pod or {}).get(pod.name))}" for src, obs in pod_metrics]
+            lines.append(f"    {pod.name.ljust(width)}  {state:<8} " + "  ".join(cells))
+        if len(inp.pods) > 50:
+            lines.append(f"    … {len(inp.pods) - 50} more")
     lines += ["", "  decision:"] + [f"    - {step}" for step in d.steps]
     verb = "scale up" if d.final > d.current else "scale down" if d.final < d.current else "no change"
     lines.append(f"  FINAL: {d.current} → {d.final} replicas ({verb})")
+    if inp.sources or inp.caveats:
+        lines.append("")
+    lines += [f"  ({src})" for src in inp.sources]
+    lines += [f"  caveat: {c}" for c in inp.caveats]
     return "\n".join(lines)
 
 

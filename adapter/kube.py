@@ -20,6 +20,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from adapter.errors import KubernetesUnavailable
+from adapter.quantity import parse_quantity, to_milli
+from gpupilot_common import timefmt
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,41 @@ class PodRecord:
     phase: str
     ready: bool
     deleting: bool
+
+
+@dataclass(frozen=True)
+class PodDetail:
+    """A pod as the HPA controller reads it (explain-hpa with a cluster at hand)."""
+
+    name: str
+    labels: Mapping[str, str]
+    phase: str
+    ready: bool
+    has_ready_condition: bool
+    deleting: bool
+    start_time: float | None
+    ready_transition: float | None
+    requests: Mapping[str, int]
+    """Milli-units per resource summed over containers, and per ``container/resource``."""
+
+
+@dataclass(frozen=True)
+class PodUsage:
+    """metrics.k8s.io PodMetrics: usage per resource (cores, bytes), summed and per container."""
+
+    usage: Mapping[str, float]
+    timestamp: float | None
+    window_seconds: float
+
+
+@dataclass(frozen=True)
+class HpaStatus:
+    """What an HPA object's status says about its last scale (explain-hpa's cross-check)."""
+
+    current_replicas: int
+    desired_replicas: int
+    last_scale_time: float | None
+    """Unix seconds of ``status.lastScaleTime``; None when the HPA never scaled."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +107,8 @@ class KubeClient:
         self._core = client.CoreV1Api(api_client)
         self._authn = client.AuthenticationV1Api(api_client)
         self._authz = client.AuthorizationV1Api(api_client)
+        self._autoscaling = client.AutoscalingV2Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
 
     def token_review(self, token: str, *, audiences: tuple[str, ...] = ()) -> ReviewedUser | None:
         body = client.V1TokenReview(
@@ -125,6 +164,59 @@ class KubeClient:
             requestheader_client_ca=data.get("requestheader-client-ca-file", ""),
             requestheader_allowed_names=tuple(str(n) for n in names),
             client_ca=data.get("client-ca-file", ""),
+        )
+
+    def pod_details(self, namespace: str) -> list[PodDetail]:
+        """Every pod of ``namespace`` with phase, readiness times and requests (one list call)."""
+        try:
+            raw: Any = self._core.list_namespaced_pod(namespace, _preload_content=False)
+        except (ApiException, HTTPError, OSError) as exc:
+            raise KubernetesUnavailable(f"listing pods of {namespace} failed: {_why(exc)}") from exc
+        return [_pod_detail(item) for item in (json.loads(raw.data) or {}).get("items") or []]
+
+    def pod_usage(self, namespace: str) -> dict[str, PodUsage]:
+        """metrics-server's PodMetrics of ``namespace`` (``metrics.k8s.io/v1beta1``), by pod name."""
+        try:
+            raw: Any = self._custom.list_namespaced_custom_object(
+                "metrics.k8s.io", "v1beta1", namespace, "pods", _preload_content=False
+            )
+        except (ApiException, HTTPError, OSError) as exc:
+            raise KubernetesUnavailable(f"metrics.k8s.io pods of {namespace}: {_why(exc)}") from exc
+        out: dict[str, PodUsage] = {}
+        for item in (json.loads(raw.data) or {}).get("items") or []:
+            usage: dict[str, float] = {}
+            for c in item.get("containers") or []:
+                for resource, qty in (c.get("usage") or {}).items():
+                    value = _quantity(qty)
+                    usage[resource] = usage.get(resource, 0.0) + value
+                    usage[f"{c.get('name', '')}/{resource}"] = value
+            stamp = item.get("timestamp")
+            window = str(item.get("window") or "60s")
+            out[(item.get("metadata") or {}).get("name", "")] = PodUsage(
+                usage,
+                timefmt.parse_time(stamp, now=0.0) if stamp else None,
+                timefmt.parse_duration(window, allow_zero=True),
+            )
+        return out
+
+    def hpa_status(self, namespace: str, name: str) -> HpaStatus | None:
+        """The HPA's status, or None when the object does not exist."""
+        try:
+            raw: Any = self._autoscaling.read_namespaced_horizontal_pod_autoscaler(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubernetesUnavailable(f"reading HPA {namespace}/{name} failed: {_why(exc)}") from exc
+        except (HTTPError, OSError) as exc:
+            raise KubernetesUnavailable(f"reading HPA {namespace}/{name} failed: {_why(exc)}") from exc
+        status = (json.loads(raw.data) or {}).get("status") or {}
+        last = status.get("lastScaleTime")
+        return HpaStatus(
+            current_replicas=int(status.get("currentReplicas") or 0),
+            desired_replicas=int(status.get("desiredReplicas") or 0),
+            last_scale_time=timefmt.parse_time(last, now=0.0) if last else None,
         )
 
     def watch_pods(
@@ -199,6 +291,38 @@ def _pod(raw: Mapping[str, Any]) -> PodRecord:
         phase=status.get("phase", ""),
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def _quantity(text: object) -> float:
+    try:
+        return parse_quantity(text)  # type: ignore[arg-type]
+    except (ValueError, TypeError):
+        return 0.0
+
+
+def _pod_detail(raw: Mapping[str, Any]) -> PodDetail:
+    meta = raw.get("metadata") or {}
+    status = raw.get("status") or {}
+    cond = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    requests: dict[str, int] = {}
+    for c in (raw.get("spec") or {}).get("containers") or []:
+        for resource, qty in ((c.get("resources") or {}).get("requests") or {}).items():
+            milli = to_milli(_quantity(qty))
+            requests[resource] = requests.get(resource, 0) + milli
+            requests[f"{c.get('name', '')}/{resource}"] = milli
+    start = status.get("startTime")
+    transition = (cond or {}).get("lastTransitionTime")
+    return PodDetail(
+        name=meta.get("name", ""),
+        labels=dict(meta.get("labels") or {}),
+        phase=status.get("phase", ""),
+        ready=bool(cond and cond.get("status") == "True"),
+        has_ready_condition=cond is not None,
+        deleting=bool(meta.get("deletionTimestamp")),
+        start_time=timefmt.parse_time(start, now=0.0) if start else None,
+        ready_transition=timefmt.parse_time(transition, now=0.0) if transition else None,
+        requests=requests,
     )
 
 

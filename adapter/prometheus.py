@@ -37,6 +37,14 @@ class Sample:
     timestamp: float
 
 
+@dataclass(frozen=True)
+class RangeSeries:
+    """One series of a range query: labels and (Unix time, value) points in time order."""
+
+    labels: Mapping[str, str]
+    points: list[tuple[float, float]]
+
+
 class PrometheusClient:
     """Thread-safe enough for the server: one ``requests.Session`` with a connection pool."""
 
@@ -93,6 +101,46 @@ class PrometheusClient:
                 f"Prometheus at {self.url} answered HTTP {resp.status_code} to the query: {detail}"
             )
         return _samples(answer.get("data", {}))
+
+    def query_range(
+        self, promql: str, *, start: float, end: float, step: float, purpose: str = "history"
+    ) -> list[RangeSeries]:
+        """Evaluate a range query (POST); ranges longer than 10,000 steps go in several requests
+        (Prometheus refuses more than 11,000 points per series). NaN/inf points are dropped."""
+        merged: dict[tuple[tuple[str, str], ...], RangeSeries] = {}
+        chunk = step * 10_000
+        t = start
+        while t <= end:
+            stop = min(end, t + chunk - step)
+            form = (("query", promql), ("start", f"{t:.3f}"), ("end", f"{stop:.3f}"), ("step", f"{step:g}"))
+            headers = {**self._headers, "Content-Type": "application/x-www-form-urlencoded"}
+            try:
+                resp = self._session.post(
+                    f"{self.url}/api/v1/query_range",
+                    data=_encode(form),
+                    headers=headers,
+                    timeout=self.timeout,
+                )
+            except requests.RequestException as exc:
+                self._count_error(purpose)
+                raise PrometheusUnavailable(f"Prometheus at {self.url} unreachable: {_short(exc)}") from exc
+            answer = _json(resp)
+            if resp.status_code != 200 or answer.get("status") != "success":
+                self._count_error(purpose)
+                detail = answer.get("error") or resp.text[:200].strip() or resp.reason
+                raise PrometheusUnavailable(
+                    f"Prometheus at {self.url} answered HTTP {resp.status_code} to a range query: {detail}"
+                )
+            for item in (answer.get("data") or {}).get("result") or []:
+                labels = item.get("metric", {})
+                key = tuple(sorted(labels.items()))
+                series = merged.setdefault(key, RangeSeries(labels, []))
+                for ts, raw in item.get("values") or []:
+                    value = float(raw)
+                    if math.isfinite(value):
+                        series.points.append((float(ts), value))
+            t = stop + step
+        return list(merged.values())
 
     def metric_names(self) -> set[str]:
         """Every metric name Prometheus holds (``/api/v1/label/__name__/values``)."""

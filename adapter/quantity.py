@@ -1,90 +1,100 @@
-"""Kubernetes Quantities in canonical decimal form, as the HPA's Go client parses them.
+"""Kubernetes Quantities as the HPA reads them.
 
-Canonical means an integer mantissa with the largest SI suffix that keeps it an integer:
-1.5 → ``1500m``, 75 → ``75``, 2000 → ``2k``, 3e9 → ``3G``, 2.5e-7 → ``250n``. Values finer than a
-nano are rounded up to the next nano, as ``resource.Quantity`` does.
+Values are served **truncated to milli-units**, as prometheus-adapter does
+(``resource.NewMilliQuantity(int64(value * 1000), DecimalSI)``): the HPA controller works in int64
+milli-units anyway (``Quantity.MilliValue()``), so finer digits would only make the served text differ
+from the anchor's (``80.00000000000001`` would read as ``80000000001n``, i.e. 80.000000000 01, where
+prometheus-adapter serves ``80``). Canonical form: the largest SI suffix that keeps an integer
+mantissa: 1.5 → ``1500m``, 75 → ``75``, 2000 → ``2k``, 3e9 → ``3G``, 2.5e-4 → ``0``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING, ROUND_DOWN, Decimal
 
-_SUFFIXES: tuple[tuple[int, str], ...] = (
-    (18, "E"),
-    (15, "P"),
-    (12, "T"),
-    (9, "G"),
-    (6, "M"),
-    (3, "k"),
-    (0, ""),
-    (-3, "m"),
-    (-6, "u"),
-    (-9, "n"),
-)
-
-
-def format_quantity(value: float) -> str:
-    """The canonical Quantity string for a finite number; raises ``ValueError`` for NaN/inf."""
-    if not math.isfinite(value):
-        raise ValueError(f"{value!r} is not a finite number and has no Quantity form")
-    fast = _fast(float(value))
-    if fast is not None:
-        return fast
-    exact = Decimal(repr(float(value)))
-    if exact == 0:
-        return "0"
-    sign = "-" if exact < 0 else ""
-    magnitude = abs(exact)
-    nanos = (magnitude * Decimal(10) ** 9).to_integral_value(rounding=ROUND_CEILING)
-    for exponent, suffix in _SUFFIXES:
-        shift = exponent + 9
-        scale = Decimal(10) ** shift
-        if nanos % scale == 0:
-            return f"{sign}{int(nanos // scale)}{suffix}"
-    raise AssertionError("unreachable: every integer is a whole number of nanos")
-
-
+_INT64_MAX = 2**63 - 1
 _UP = ("", "k", "M", "G", "T", "P", "E")
 
 
-def _fast(value: float) -> str | None:
-    """Whole numbers and whole milli-units without Decimal (most metric values; ~10× faster)."""
-    if abs(value) >= 1e15:
-        return None
-    if value.is_integer():
-        n = int(value)
-        if n == 0:
-            return "0"
-        step = 0
-        while n % 1000 == 0 and step < len(_UP) - 1:
-            n //= 1000
-            step += 1
-        return f"{n}{_UP[step]}"
-    milli = value * 1000
-    if milli.is_integer():
-        return f"{int(milli)}m"
-    return None
+@functools.lru_cache(maxsize=8192)
+def to_milli(value: float) -> int:
+    """``value`` in milli-units, truncated toward zero (Go's ``int64(value * 1000)``), computed on the
+    decimal text of the float so that 31.666 gives 31666, not 31665 (31.666 × 1000 in binary is
+    31665.999…). Clamped to the int64 range like the controller's overflow guards."""
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number and has no Quantity form")
+    milli = value * 1000.0
+    if milli.is_integer() and abs(milli) < 2**53:
+        out = int(milli)
+    else:
+        out = int((Decimal(repr(float(value))) * 1000).to_integral_value(rounding=ROUND_DOWN))
+    return max(-_INT64_MAX - 1, min(_INT64_MAX, out))
 
 
-_PARSE_SUFFIXES = {suffix: Decimal(10) ** exp for exp, suffix in _SUFFIXES if suffix}
+def target_milli(value: float) -> int:
+    """An HPA target's ``MilliValue()``: rounded **up** to a whole milli-unit (``0.0005`` → 1)."""
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    return int((Decimal(repr(float(value))) * 1000).to_integral_value(rounding=ROUND_CEILING))
+
+
+def format_milli(milli: int) -> str:
+    """Canonical Quantity text for a whole number of milli-units."""
+    if milli == 0:
+        return "0"
+    if milli % 1000:
+        return f"{milli}m"
+    n, step = milli // 1000, 0
+    while n % 1000 == 0 and step < len(_UP) - 1:
+        n //= 1000
+        step += 1
+    return f"{n}{_UP[step]}"
+
+
+def format_quantity(value: float) -> str:
+    """The Quantity string served for a metric value (truncated to milli-units); ``ValueError`` for
+    NaN/inf."""
+    return format_milli(to_milli(value))
+
+
+_PARSE_SUFFIXES = {
+    "n": Decimal(10) ** -9,
+    "u": Decimal(10) ** -6,
+    "m": Decimal(10) ** -3,
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+}
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 
 def parse_quantity(text: str | int | float) -> float:
     """Read a Quantity (``75``, ``750m``, ``1.5``, ``2Gi``, ``3e9``) as a float."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 75, 750m, 2Gi)")
     if isinstance(text, int | float):
+        if not math.isfinite(text):
+            raise ValueError(f"{text!r} is not a finite quantity")
         return float(text)
     raw = text.strip()
-    for suffix, factor in _BINARY.items():
-        if raw.endswith(suffix):
-            return float(Decimal(raw[: -len(suffix)]) * factor)
-    if raw and raw[-1] in _PARSE_SUFFIXES and not raw[-1].isdigit():
-        try:
-            return float(Decimal(raw[:-1]) * _PARSE_SUFFIXES[raw[-1]])
-        except ArithmeticError as exc:
-            raise ValueError(f"{text!r} is not a Kubernetes quantity") from exc
     try:
-        return float(Decimal(raw))
+        for suffix, factor in _BINARY.items():
+            if raw.endswith(suffix):
+                return _finite(text, Decimal(raw[: -len(suffix)]) * factor)
+        if raw and raw[-1] in _PARSE_SUFFIXES and not raw[-1].isdigit():
+            return _finite(text, Decimal(raw[:-1]) * _PARSE_SUFFIXES[raw[-1]])
+        return _finite(text, Decimal(raw))
     except ArithmeticError as exc:
         raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 75, 750m, 2Gi)") from exc
+
+
+def _finite(text: object, value: Decimal) -> float:
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError(f"{text!r} is not a finite quantity")
+    return out

@@ -17,7 +17,7 @@ from devkit.demo.settings import DemoSettings, SettingsError, from_env
 from devkit.demo.tls import ensure_tls, write_kubeconfig
 
 SETUP_STEPS = 7
-SECTION_STEPS = 5
+SECTION_STEPS = 6
 MARKER = "GPUPILOT_DEMO_DIR"
 
 
@@ -106,6 +106,8 @@ def show_sections(con: Console, settings: DemoSettings, ends: services.Endpoints
     con.section("2. Autoscaling: the seed's ai-serving/llm-inference HPA")
     with con.step("explain-hpa on the seed's HPA"):
         sections.explain_hpa(con, settings, ends)
+    with con.step("replay-hpa: the same HPA over the history, as written and with a 60 % GPU target"):
+        sections.replay_hpa(con, settings, ends)
     with con.step("The raw custom.metrics.k8s.io answer, through kubectl"):
         sections.raw_custom_metrics(con, settings, ends, kubeconfig)
     con.section("3. Rightsizing")

@@ -44,6 +44,37 @@ def explain_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> None:
     _indent(con, res.stdout)
 
 
+def replay_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> Path:
+    """The seed's HPA replayed over the backfilled history, as written and with a lower GPU target."""
+    hpa = settings.root / HPA_FILE
+    if not ends.prometheus:
+        raise StepFailed("Prometheus is not running")
+    chart = settings.work / "replay-hpa.png"
+    args = [
+        "replay-hpa",
+        "-f",
+        str(hpa),
+        "--prometheus-url",
+        ends.prometheus,
+        "--since",
+        window(settings),
+        "--step",
+        "15s",
+        "--set",
+        f"{RAW_METRIC}=60",
+        "--chart",
+        str(chart),
+        "--rows",
+        "14",
+    ]
+    res = commands.run("gpupilot-adapter", args, root=settings.root, timeout=300)
+    con.line(f"$ {res.shown}")
+    _indent(con, res.stdout)
+    if not chart.exists():
+        raise StepFailed(f"replay-hpa wrote no chart at {chart}")
+    return chart
+
+
 def raw_custom_metrics(con: Console, settings: DemoSettings, ends: Endpoints, kubeconfig: Path) -> None:
     if not ends.adapter:
         raise StepFailed("the adapter is not running (see the set-up steps above)")

@@ -24,6 +24,17 @@ from exporter.sim.patterns import Array
 ValueFn = Callable[[Array], Array]
 _PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
+CPU_REQUEST_CORES = 4.0
+MEMORY_REQUEST_BYTES = 32.0 * 2**30
+"""Every simulated pod's container requests what the seed's inference Deployment does (cpu 4, 32Gi)."""
+CPU_IDLE_CORES, CPU_BUSY_CORES = 0.5, 3.5
+"""CPU model: 0.5 cores idle plus 3.5 × GPU utilisation (a server feeding its GPU)."""
+HOST_MEMORY_BASE_BYTES = 6.0 * 2**30
+HOST_MEMORY_PER_FB_MIB = 0.1 * 2**20
+"""Host memory model: 6 GiB plus a tenth of the framebuffer the pod uses (staging buffers)."""
+COUNTER_ORIGIN = 1_700_000_000.0
+"""Counters count from this instant (2023-11-14), the same for the live endpoint and the backfill."""
+
 
 @dataclass(frozen=True)
 class Series:
@@ -152,6 +163,7 @@ def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
             1.0,
         )
     )
+    _resources(scenario, pod, out)
     for name in sorted(pod.app_metrics):
         out.append(
             Series(
@@ -160,6 +172,61 @@ def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
                 f"Application metric {name} of the workload (simulated).",
                 (("namespace", pod.namespace), ("pod", pod.name)),
                 _app_metric_fn(scenario, pod, name),
+            )
+        )
+
+
+def cpu_cores(scenario: Scenario, pod: Pod, ts: Array) -> Array:
+    """The container's CPU use in cores: idle share plus a share following its GPU's utilisation."""
+    return CPU_IDLE_CORES + CPU_BUSY_CORES * pod_utilization(scenario, pod, ts) / 100.0
+
+
+def _resources(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
+    """cAdvisor's CPU and memory series and kube-state-metrics' requests, for Resource metrics."""
+    cadvisor: LabelPairs = (("namespace", pod.namespace), ("pod", pod.name), ("container", pod.container))
+    entity = device_entity(pod)
+
+    def cpu_seconds(ts: Array) -> Array:
+        busy = patterns.integral(
+            pod.utilization, seed=scenario.seed, entity=f"{entity}:util", t0=COUNTER_ORIGIN, t=ts
+        )
+        return np.asarray(
+            CPU_IDLE_CORES * (ts - COUNTER_ORIGIN) + CPU_BUSY_CORES * busy / 100.0, dtype=np.float64
+        )
+
+    def working_set(ts: Array) -> Array:
+        fb = patterns.evaluate(pod.memory_mib, seed=scenario.seed, entity=f"{entity}:mem", t=ts, decimals=0)
+        return patterns.rounded(HOST_MEMORY_BASE_BYTES + HOST_MEMORY_PER_FB_MIB * fb)
+
+    out.append(
+        Series(
+            "container_cpu_usage_seconds_total",
+            "counter",
+            "Cumulative cpu time consumed by the container in core-seconds (simulated).",
+            cadvisor,
+            cpu_seconds,
+        )
+    )
+    out.append(
+        Series(
+            "container_memory_working_set_bytes",
+            "gauge",
+            "Current working set of the container in bytes (simulated).",
+            cadvisor,
+            working_set,
+        )
+    )
+    for resource, unit, value in (
+        ("cpu", "core", CPU_REQUEST_CORES),
+        ("memory", "byte", MEMORY_REQUEST_BYTES),
+    ):
+        out.append(
+            Series(
+                "kube_pod_container_resource_requests",
+                "gauge",
+                "The number of requested request resource by a container.",
+                (*cadvisor, ("node", pod.node), ("resource", resource), ("unit", unit)),
+                value,
             )
         )
 

@@ -2,6 +2,8 @@
 
 ai-serving/llm-inference (app=llm-inference): three pods on whole GPUs, utilisation 90/80/70 (mean
 80) and queue depth 14/12/10 (mean 12); the seed's HPA (75 and 10) therefore proposes 3 and 4.
+Their container ``vllm`` requests 32 GiB and works in 16/24/20 GiB (``container_memory_working_set_bytes``,
+``kube_pod_container_resource_requests``): memory utilisation 62 %.
 ai-serving/embedder-0 (app=embedder): 30 %. research/trainer-0 on a MIG slice (app=trainer).
 ai-serving/batch-stale (app=batch): its series stop ten minutes before "now".
 """
@@ -27,12 +29,13 @@ class SimPod:
     fb_free: float = 60_000.0
     phase: str = "Running"
     stale: bool = False
+    memory_gib: float | None = None
 
 
 PODS = (
-    SimPod("ai-serving", "llm-inference-7d9f-a", "llm-inference", "gpu-node-01", 90, 14),
-    SimPod("ai-serving", "llm-inference-7d9f-b", "llm-inference", "gpu-node-02", 80, 12),
-    SimPod("ai-serving", "llm-inference-7d9f-c", "llm-inference", "gpu-node-03", 70, 10),
+    SimPod("ai-serving", "llm-inference-7d9f-a", "llm-inference", "gpu-node-01", 90, 14, memory_gib=16),
+    SimPod("ai-serving", "llm-inference-7d9f-b", "llm-inference", "gpu-node-02", 80, 12, memory_gib=24),
+    SimPod("ai-serving", "llm-inference-7d9f-c", "llm-inference", "gpu-node-03", 70, 10, memory_gib=20),
     SimPod("ai-serving", "embedder-0", "embedder", "gpu-node-01", 30, None, fb_used=1500.0),
     SimPod("ai-serving", "batch-stale", "batch", "gpu-node-02", 55, None, stale=True),
     SimPod("research", "trainer-0", "trainer", "gpu-node-04", 0, None),
@@ -63,6 +66,11 @@ def pod_series(p: SimPod) -> list[tuple[str, dict[str, str], float]]:
     out.append(("DCGM_FI_DEV_FB_FREE", dev, p.fb_free))
     if p.queue is not None:
         out.append(("inference_queue_depth", base, p.queue))
+    if p.memory_gib is not None:
+        container = {**base, "container": "vllm"}
+        out.append(("container_memory_working_set_bytes", container, p.memory_gib * 2**30))
+        requests = {**container, "resource": "memory", "unit": "byte"}
+        out.append(("kube_pod_container_resource_requests", requests, 32.0 * 2**30))
     out.append(("kube_pod_labels", {**base, "label_app": p.app}, 1.0))
     for phase in ("Pending", "Running", "Succeeded", "Failed"):
         out.append(("kube_pod_status_phase", {**base, "phase": phase}, 1.0 if phase == p.phase else 0.0))

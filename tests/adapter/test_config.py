@@ -28,6 +28,24 @@ def test_default_config_serves_the_dcgm_and_application_metrics() -> None:
     assert cfg.external_metric("gpupilot_fleet_waste_gpu_equivalents") is not None
 
 
+@pytest.mark.parametrize(
+    ("extra", "seconds"),
+    [
+        ("    query: 'sum by (<<by>>) (rate(<<series>>{<<matchers>>}[5m]))'\n", 300),
+        ("    query: 'max_over_time(<<series>>{<<matchers>>}[1h30m:1m])'\n", 5400),
+        ("    query: 'rate(<<series>>{<<matchers>>}[2m]) + rate(<<series>>{<<matchers>>}[30s])'\n", 120),
+        ("    query: 'rate(<<series>>{<<matchers>>}[5m])'\n    window: 45s\n", 45),
+        ("", 60),
+    ],
+)
+def test_window_seconds_follow_the_query(tmp_path: Path, extra: str, seconds: int) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("metrics:\n  - name: x\n" + extra + "external:\n  - name: e\n" + extra)
+    cfg = load_config(f)
+    assert cfg.metric("x").window_seconds == seconds  # type: ignore[union-attr]
+    assert cfg.external_metric("e").window_seconds == seconds  # type: ignore[union-attr]
+
+
 def test_rename_and_defaults(tmp_path: Path) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("defaults: {window: 2m}\nmetrics:\n  - name: gpu_busy\n    series: DCGM_FI_DEV_GPU_UTIL\n")
@@ -69,6 +87,16 @@ def test_rename_and_defaults(tmp_path: Path) -> None:
             "not a Prometheus label",
         ),
         ("metrics: []\n", "metrics", "no metrics defined"),
+        (
+            "metrics:\n  - name: x\n    query: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'\n",
+            "metrics[0].query",
+            "<<.Series>> is a prometheus-adapter template placeholder; this format writes <<series>> instead",
+        ),
+        (
+            "external:\n  - name: e\n    query: 'sum(x{<< .LabelMatchers >>})'\n",
+            "external[0].query",
+            "writes <<matchers>> instead",
+        ),
         ("metrics:\n  - name: x\n   bad: indent\n", "line 3", "invalid YAML"),
     ],
 )

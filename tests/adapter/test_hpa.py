@@ -1,169 +1,136 @@
-"""The HPA replica arithmetic against hand-computed cases (replica_calculator.go semantics)."""
+"""The decision function on the seed's HPA shape (two Pods metrics, behavior with Pods policies):
+tolerance, missing and pending pods, failed metrics, policies measured against past scale events,
+stabilisation over the recommendation history, and the history the function hands back."""
+
+from __future__ import annotations
 
 import pytest
 
 from adapter import hpa
-from adapter.hpa import PodState, Policy, Rules
+from adapter.hpa import (
+    Behavior,
+    History,
+    HpaModel,
+    MetricSpec,
+    Observation,
+    Policy,
+    Recommendation,
+    ScaleEvent,
+)
+from adapter.hpa_calc import PodState
 
-RUNNING = [PodState(f"p{i}") for i in range(4)]
+NOW = 1_800_000_000.0
+UTIL = MetricSpec("Pods", "DCGM_FI_DEV_GPU_UTIL", "AverageValue", 75)
+QUEUE = MetricSpec("Pods", "inference_queue_depth", "AverageValue", 10)
+SEED_BEHAVIOR = Behavior(
+    hpa.scale_up_rules(stabilization_seconds=60, policies=(Policy("Pods", 2, 120),)),
+    hpa.scale_down_rules(stabilization_seconds=300, policies=(Policy("Pods", 1, 300),)),
+)
+SEED = HpaModel(2, 8, (UTIL, QUEUE), SEED_BEHAVIOR)
+PODS = [PodState(f"p{i}") for i in range(3)]
+STARTED = History(started=True)
 
 
-def decide(
-    *,
-    current: int,
-    min_replicas: int,
-    max_replicas: int,
-    proposals: list[int],
-    failed_metrics: int = 0,
-    scale_up: Rules | None = None,
-    scale_down: Rules | None = None,
-    behavior_given: bool = False,
+def obs(**per_pod: float) -> Observation:
+    return Observation(per_pod=per_pod)
+
+
+def run(
+    model: HpaModel,
+    *observations: Observation,
+    current: int = 3,
+    pods: list[PodState] | None = None,
+    history: History = STARTED,
 ) -> hpa.Decision:
-    """``hpa.decide`` with the HPA's defaults: no failed metric, no behavior section."""
     return hpa.decide(
-        current=current,
-        min_replicas=min_replicas,
-        max_replicas=max_replicas,
-        proposals=proposals,
-        failed_metrics=failed_metrics,
-        scale_up=scale_up,
-        scale_down=scale_down,
-        behavior_given=behavior_given,
+        model,
+        spec_replicas=current,
+        pods=PODS if pods is None else pods,
+        observations=observations,
+        history=history,
+        now=NOW,
     )
 
 
-def test_inside_tolerance_keeps_replicas() -> None:
-    # mean 80 vs target 75: ratio 1.067, |1 - r| <= 0.1
-    p = hpa.pods_metric(
-        current_replicas=3, target=75, values={"p0": 90, "p1": 80, "p2": 70}, pods=RUNNING[:3]
+def test_seed_values_scale_up_by_queue() -> None:
+    # util mean 80 vs 75: ratio 1.067 inside 0.1 → 3; queue mean 12 vs 10 → ceil(1.2 × 3) = 4
+    d = run(SEED, obs(p0=90, p1=80, p2=70), obs(p0=14, p1=12, p2=10))
+    assert [o.proposal.replicas for o in d.outcomes if o.proposal] == [3, 4]
+    assert d.final == 4
+    # the recommendation is remembered, and the scale-up stored as an event of +1
+    assert d.history.recommendations[-1] == Recommendation(NOW, 4)
+    assert [(e.change, e.at) for e in d.history.scale_up_events] == [(1, NOW)]
+
+
+def test_scale_up_stabilisation_uses_lowest_recent_recommendation() -> None:
+    recent = History((Recommendation(NOW - 30, 3),), started=True)
+    d = run(SEED, obs(p0=90, p1=80, p2=70), obs(p0=14, p1=12, p2=10), history=recent)
+    assert d.final == 3  # 30 s ago the HPA recommended 3, inside the 60 s scale-up window
+    assert any("lowest recent recommendation" in s for s in d.steps)
+
+
+def test_new_hpa_starts_its_history_from_the_current_size() -> None:
+    d = run(
+        SEED,
+        obs(**{f"p{i}": 10.0 for i in range(6)}),
+        obs(**{f"p{i}": 1.0 for i in range(6)}),
+        current=6,
+        pods=[PodState(f"p{i}") for i in range(6)],
+        history=History(),
     )
-    assert (p.replicas, p.usage) == (3, 80)
-    assert p.ratio == pytest.approx(80 / 75)
+    assert d.recommended == 1  # ceil(0.133 × 6) and ceil(0.1 × 6)
+    assert d.final == 6  # the controller's own start (6, now) is inside the 300 s window
+    assert d.history.recommendations[0] == Recommendation(NOW, 6)
 
 
-def test_just_outside_tolerance_scales() -> None:
-    # mean 12 vs 10: ratio 1.2 → ceil(1.2 × 3) = ceil(3.6) = 4
-    p = hpa.pods_metric(
-        current_replicas=3, target=10, values={"p0": 14, "p1": 12, "p2": 10}, pods=RUNNING[:3]
-    )
-    assert p.replicas == 4
-    # ratio 1.05 is inside the band
-    p = hpa.pods_metric(
-        current_replicas=3, target=10, values={"p0": 10.5, "p1": 10.5, "p2": 10.5}, pods=RUNNING[:3]
-    )
-    assert p.replicas == 3
-    # 11/10 in float64 is 1.1000000000000001, so |1 - r| > 0.1 and Go's controller scales: so do we
-    p = hpa.pods_metric(
-        current_replicas=3, target=10, values={"p0": 11, "p1": 11, "p2": 11}, pods=RUNNING[:3]
-    )
-    assert p.replicas == 4
-
-
-def test_scale_down_counts_missing_pods_as_target() -> None:
-    # 4 pods, p3 has no value; measured mean 30 vs 75 → ratio 0.4 < 1: p3 counts as 75.
-    # new mean (30+30+30+75)/4 = 41.25 → ratio 0.55 → ceil(0.55 × 4) = ceil(2.2) = 3
-    p = hpa.pods_metric(current_replicas=4, target=75, values={"p0": 30, "p1": 30, "p2": 30}, pods=RUNNING)
-    assert p.missing_pods == ("p3",)
-    assert p.ratio == pytest.approx(0.55)
-    assert p.replicas == 3
-
-
-def test_scale_up_counts_missing_pods_as_zero() -> None:
-    # measured mean 150 vs 75 → ratio 2; p3 counts as 0: mean (450)/4 = 112.5 → ratio 1.5 → ceil(6) = 6
-    p = hpa.pods_metric(current_replicas=4, target=75, values={"p0": 150, "p1": 150, "p2": 150}, pods=RUNNING)
-    assert p.ratio == pytest.approx(1.5)
-    assert p.replicas == 6
-
-
-def test_missing_pods_that_flip_the_direction_mean_no_change() -> None:
-    # measured 80 vs 75 with ratio 1.067 > 1 but a missing pod counted as 0: 160/3 = 53.3 → ratio 0.71 < 1
-    p = hpa.pods_metric(current_replicas=3, target=75, values={"p0": 80, "p1": 80}, pods=RUNNING[:3])
-    assert p.replicas == 3
-    assert "no change" in p.note
-
-
-def test_pending_pods_count_as_zero_on_scale_up() -> None:
-    pods = [*RUNNING[:2], PodState("p2", phase="Pending")]
-    # ready mean 150 vs 75 → ratio 2; pending p2 counts 0: 300/3 = 100 → ratio 1.333 → ceil(4) = 4
-    p = hpa.pods_metric(current_replicas=3, target=75, values={"p0": 150, "p1": 150}, pods=pods)
-    assert p.unready_pods == ("p2",)
-    assert p.replicas == 4
-
-
-def test_no_values_is_a_failed_metric() -> None:
-    with pytest.raises(hpa.MetricUnavailable):
-        hpa.pods_metric(current_replicas=3, target=75, values={}, pods=RUNNING[:3])
-
-
-def test_value_and_average_value_targets() -> None:
-    # Object Value: 30 vs 10, ready 2 → ceil(3 × 2) = 6
-    assert hpa.value_metric(current_replicas=2, target=10, value=30, pods=RUNNING[:2]).replicas == 6
-    # External AverageValue: total 45 vs 10 per replica → ceil(4.5) = 5
-    p = hpa.average_value_metric(current_replicas=3, target=10, value=45)
-    assert (p.replicas, p.usage) == (5, 15)
-    assert hpa.average_value_metric(current_replicas=3, target=10, value=31).replicas == 3  # ratio 1.03
-
-
-def test_two_metrics_largest_wins_and_clamp() -> None:
-    d = decide(current=3, min_replicas=2, max_replicas=8, proposals=[3, 4])
-    assert (d.recommended, d.final) == (4, 4)
-    d = decide(current=3, min_replicas=2, max_replicas=5, proposals=[2, 12])
-    assert d.final == 5  # limited to 6 by max(2×3, 4), then clamped to maxReplicas 5
-    d = decide(current=3, min_replicas=2, max_replicas=8, proposals=[1])
-    assert d.final == 2  # minReplicas
+def test_scale_down_policy_counts_past_events() -> None:
+    pods = [PodState(f"p{i}") for i in range(6)]
+    low, short = obs(**{f"p{i}": 10.0 for i in range(6)}), obs(**{f"p{i}": 1.0 for i in range(6)})
+    d = run(SEED, low, short, current=6, pods=pods)
+    assert d.final == 5  # at most -1 pod per 300 s
+    earlier = History(scale_down_events=(ScaleEvent(NOW - 100, 1),), started=True)
+    d = run(SEED, low, short, current=6, pods=pods, history=earlier)
+    assert d.final == 6  # that pod was already removed inside the period
 
 
 def test_failed_metric_blocks_scale_down_only() -> None:
-    d = decide(current=5, min_replicas=1, max_replicas=10, proposals=[2], failed_metrics=1)
-    assert d.final == 5
-    d = decide(current=5, min_replicas=1, max_replicas=10, proposals=[7], failed_metrics=1)
-    assert d.final == 7
+    failed = Observation(error="no series")
+    pods = [PodState(f"p{i}") for i in range(5)]
+    d = run(SEED, obs(**{f"p{i}": 10.0 for i in range(5)}), failed, current=5, pods=pods)
+    assert (d.final, d.failed) == (5, True)
+    d = run(SEED, obs(p0=150, p1=150, p2=150), failed)
+    assert d.final == 5  # 6 proposed, +2 pods per 120 s
 
 
-def test_behavior_policies_of_the_seed() -> None:
-    up = Rules(60, "Max", (Policy("Pods", 2, 120),))
-    down = Rules(300, "Max", (Policy("Pods", 1, 300),))
-    d = decide(
-        current=3,
-        min_replicas=2,
-        max_replicas=8,
-        proposals=[8],
-        scale_up=up,
-        scale_down=down,
-        behavior_given=True,
-    )
-    assert d.final == 5  # at most +2 pods per period
-    assert any("stabilisation 60s" in s for s in d.steps)
-    d = decide(
-        current=6,
-        min_replicas=2,
-        max_replicas=8,
-        proposals=[2],
-        scale_up=up,
-        scale_down=down,
-        behavior_given=True,
-    )
-    assert d.final == 5  # at most -1 pod per period
-    d = decide(
-        current=6,
-        min_replicas=2,
-        max_replicas=8,
-        proposals=[2],
-        scale_up=up,
-        scale_down=Rules(300, "Disabled"),
-        behavior_given=True,
-    )
-    assert d.final == 6
+def test_missing_and_pending_pods() -> None:
+    pods = [*PODS, PodState("p3", phase="Pending")]
+    # ratio 2 with a pending pod: it counts as 0 → mean 100 vs 75 → ceil(1.333 × 4) = 6
+    d = run(HpaModel(1, 10, (UTIL,), None), obs(p0=150, p1=150, p2=150), current=4, pods=pods)
+    assert d.outcomes[0].proposal is not None and d.outcomes[0].proposal.replicas == 6
+    # missing p2 while the others are below target: counted as 100 % → (30+30+75)/3 = 45 → 0.6 → 2
+    d = run(HpaModel(1, 10, (UTIL,), None), obs(p0=30, p1=30))
+    assert d.outcomes[0].proposal is not None and d.outcomes[0].proposal.replicas == 2
 
 
-def test_percent_policy_and_min_select() -> None:
-    rules = Rules(0, "Min", (Policy("Percent", 50, 60), Policy("Pods", 4, 60)))
-    d = decide(
-        current=4, min_replicas=1, max_replicas=100, proposals=[20], scale_up=rules, behavior_given=True
-    )
-    assert d.final == 6  # min(4 × 1.5, 4 + 4) = 6
+@pytest.mark.parametrize(("current", "expected"), [(10, 5), (1, 2)])
+def test_bounds_before_metrics(current: int, expected: int) -> None:
+    pods = [PodState(f"p{i}") for i in range(current)]
+    model = HpaModel(2, 5, (UTIL,), None)
+    d = run(model, Observation(error="not read"), current=current, pods=pods)
+    assert d.final == expected and not d.outcomes
 
 
-def test_scaled_to_zero_is_left_alone() -> None:
-    d = decide(current=0, min_replicas=1, max_replicas=8, proposals=[4])
-    assert d.final == 0
+def test_value_targets_count_terminating_ready_pods() -> None:
+    # getReadyPodsCount counts Running+Ready pods, deletionTimestamp or not: 2 × 3 ready = 6
+    pods = [PodState("a"), PodState("b"), PodState("c", deleting=True), PodState("d", ready=False)]
+    model = HpaModel(1, 10, (MetricSpec("Object", "q", "Value", 10),), None)
+    d = run(model, Observation(values=(20.0,)), current=4, pods=pods)
+    assert d.outcomes[0].proposal is not None and d.outcomes[0].proposal.replicas == 6
+
+
+def test_pods_metric_ignores_terminating_pods() -> None:
+    # the same pods under a Pods metric: c is ignored, d (Running, not Ready, with a value) counts
+    pods = [PodState("a"), PodState("b"), PodState("c", deleting=True), PodState("d", ready=False)]
+    model = HpaModel(1, 10, (MetricSpec("Pods", "q", "AverageValue", 10),), None)
+    d = run(model, obs(a=20, b=20, c=20, d=20), current=4, pods=pods)
+    assert d.outcomes[0].proposal is not None and d.outcomes[0].proposal.replicas == 6  # ceil(2 × 3)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from adapter.app import Adapter
 from adapter.cli import main
@@ -222,3 +223,78 @@ def test_explain_hpa_with_the_kubernetes_pod_source(
     # queue: ready mean 12 → ratio 1.2 > 1 with one pending pod counted as 0: (36 + 0) / 4 = 9 → 0.9:
     # the direction flips, so the HPA keeps 4; utilisation 80 → inside tolerance: 4
     assert "FINAL: 4 → 4 replicas (no change)" in out
+
+
+def test_explain_hpa_cross_checks_the_hpa_status(
+    prom: PromEnv, kube: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a cluster at hand explain-hpa reads the HPA object's status: a scale 30 s ago that the
+    Prometheus history (3 replicas throughout) does not show is reported as a caveat."""
+    seed = Path(__file__).resolve().parents[2] / "examples" / "hpa-llm-inference.yaml"
+    doc = next(d for d in yaml.safe_load_all(seed.read_text()) if d["kind"] == "HorizontalPodAutoscaler")
+    last = time.time() - 30
+    kube.add_hpa(
+        doc,
+        status={
+            "currentReplicas": 3,
+            "desiredReplicas": 3,
+            "lastScaleTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(last)),
+        },
+    )
+    kubeconfig = str(kube.write_kubeconfig(tmp_path / "kc"))
+    args = ["explain-hpa", "-f", str(seed), "--prometheus-url", prom.url, "--kubeconfig", kubeconfig]
+    code = main(args)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "(the HPA's status: last scale 3" in out and "now 3 → desired 3)" in out
+    assert "caveat: the HPA scaled 3" in out and "inside its 300s of policy periods" in out
+    other = tmp_path / "other.yaml"
+    other.write_text(seed.read_text().replace("name: llm-inference-hpa", "name: not-in-cluster"))
+    code = main(["explain-hpa", "-f", str(other), "--prometheus-url", prom.url, "--kubeconfig", kubeconfig])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "caveat: HPA ai-serving/not-in-cluster is not in the cluster" in out
+
+
+def test_explain_hpa_resource_metrics_from_metrics_server(
+    prom: PromEnv, kube: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a cluster at hand, Resource metrics come from metrics.k8s.io and requests from the pods'
+    specs: 16 + 24 + 20 GiB used of 3 × 32 GiB requested = 62 % vs 50 % → ceil(1.24 × 3) = 4."""
+    for name, gib in (("web-a", 16), ("web-b", 24), ("web-c", 20)):
+        kube.add_pod(name, namespace="shop", labels={"app": "web"}, resources={"memory": "32Gi"})
+        kube.add_pod_metrics(name, namespace="shop", usage={"memory": f"{gib}Gi"})
+    hpa = tmp_path / "hpa.yaml"
+    hpa.write_text(
+        """apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata: {name: web, namespace: shop}
+spec:
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  minReplicas: 1
+  maxReplicas: 10
+  metrics:
+    - type: Resource
+      resource: {name: memory, target: {type: Utilization, averageUtilization: 50}}
+"""
+    )
+    code = main(
+        [
+            "explain-hpa",
+            "-f",
+            str(hpa),
+            "--prometheus-url",
+            prom.url,
+            "--selector",
+            "app=web",
+            "--kubeconfig",
+            str(kube.write_kubeconfig(tmp_path / "kc")),
+            "--no-history",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    row = next(line for line in out.splitlines() if line.strip().startswith("resource/memory")).split()
+    assert row[4] == "62%" and row[5] == "3/3" and row[6] == "4", out
+    assert "pods from the Kubernetes API; Resource metrics from metrics.k8s.io" in out
+    assert "FINAL: 3 → 4 replicas (scale up)" in out

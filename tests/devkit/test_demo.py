@@ -108,6 +108,11 @@ def test_autoscaling_section_explains_the_seed_hpa_and_shows_the_raw_api(one_sho
     text = section(one_shot.out, "2. Autoscaling")
     assert "gpupilot-adapter explain-hpa -f examples/hpa-llm-inference.yaml" in text
     assert "DCGM_FI_DEV_GPU_UTIL" in text and "inference_queue_depth" in text
+    assert "gpupilot-adapter replay-hpa -f examples/hpa-llm-inference.yaml" in text
+    replayed = re.search(r"mean replicas\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", text)
+    assert replayed, text
+    assert re.search(r"GPU-hours\s+[\d.]+\s+[\d.]+\s+[\d.]+", text)
+    assert (one_shot.work / "replay-hpa.png").read_bytes()[:4] == b"\x89PNG"
     assert "kubectl get --raw '/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/" in text
     assert '"kind": "MetricValueList"' in text
     values = re.search(r"values: (.+)", text)

@@ -293,6 +293,25 @@ class KubeDouble:
         obj = {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
         return self.store.put("policy/poddisruptionbudgets", obj, event="ADDED")
 
+    def add_hpa(self, doc: Mapping[str, Any], *, status: Mapping[str, Any]) -> dict[str, Any]:
+        """An ``autoscaling/v2`` HorizontalPodAutoscaler as written, with the given status."""
+        obj = {**copy.deepcopy(dict(doc)), "status": dict(status)}
+        return self.store.put("autoscaling/horizontalpodautoscalers", obj, event="ADDED")
+
+    def add_pod_metrics(
+        self, name: str, *, namespace: str = "default", usage: Mapping[str, str], container: str = "main"
+    ) -> dict[str, Any]:
+        """metrics-server's PodMetrics for one pod (one container, a 30 s window, measured now)."""
+        obj = {
+            "apiVersion": "metrics.k8s.io/v1beta1",
+            "kind": "PodMetrics",
+            "metadata": {"name": name, "namespace": namespace},
+            "timestamp": now_rfc3339(),
+            "window": "30s",
+            "containers": [{"name": container, "usage": dict(usage)}],
+        }
+        return self.store.put("metrics.k8s.io/pods", obj, event="ADDED")
+
     def add_configmap(
         self, name: str, *, namespace: str = "gpu-operator", data: Mapping[str, str]
     ) -> dict[str, Any]:

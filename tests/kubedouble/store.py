@@ -41,6 +41,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("events.k8s.io", "v1", "events", "Event", namespaced=True),
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True),
     Kind("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", namespaced=False),
+    Kind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", namespaced=True),
+    Kind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", namespaced=True),
     Kind("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False, storable=False),
     Kind(
         "authorization.k8s.io",

@@ -123,3 +123,31 @@ def test_cluster_command_rejects_bad_listen(capsys: pytest.CaptureFixture[str]) 
     )
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--listen: 'nowhere' is not HOST:PORT" in err
+
+
+def test_resource_series_for_every_pod(demo: scenario.Scenario) -> None:
+    """cAdvisor CPU/memory and kube-state-metrics requests, for HPA Resource metrics."""
+    now, later = _by_name(demo, T), _by_name(demo, T + 60)
+    pods = {(p.namespace, p.name) for p in demo.pods}
+    cpu = {(lab["namespace"], lab["pod"]): v for lab, v in now["container_cpu_usage_seconds_total"]}
+    cpu_later = {(lab["namespace"], lab["pod"]): v for lab, v in later["container_cpu_usage_seconds_total"]}
+    assert set(cpu) == pods
+    for p in demo.pods:
+        key = (p.namespace, p.name)
+        # the counter grows by the mean use over the minute: 0.5 + 3.5 × utilisation cores
+        util = float(cluster.pod_utilization(demo, p, np.array([T + 30]))[0])
+        rate = (cpu_later[key] - cpu[key]) / 60
+        assert cluster.CPU_IDLE_CORES <= rate <= cluster.CPU_IDLE_CORES + cluster.CPU_BUSY_CORES
+        assert rate == pytest.approx(0.5 + 3.5 * util / 100, abs=0.6)
+    memory = {
+        (lab["namespace"], lab["pod"], lab["container"]): v
+        for lab, v in now["container_memory_working_set_bytes"]
+    }
+    assert {(ns, pod) for ns, pod, _ in memory} == pods
+    assert all(6 * 2**30 <= v < 32 * 2**30 for v in memory.values())
+    requests = {
+        (lab["pod"], lab["resource"], lab["unit"]): v
+        for lab, v in now["kube_pod_container_resource_requests"]
+    }
+    assert requests[(demo.pods[0].name, "cpu", "core")] == 4.0
+    assert requests[(demo.pods[0].name, "memory", "byte")] == 32 * 2**30
