@@ -188,8 +188,21 @@ def device_families(
                 1.0,
             )
         )
+    visibility = Family(
+        "gpupilot_exporter_process_visibility",
+        "gauge",
+        "1 when process counts cover every container on the node (host PID namespace); 0 when the "
+        "exporter cannot see other containers' processes, and then no process counts are published.",
+    )
+    if snapshot.processes_visible is not None:
+        visibility.samples.append(
+            (
+                (("Hostname", hostname), ("reason", snapshot.processes_visibility_reason)),
+                1.0 if snapshot.processes_visible else 0.0,
+            )
+        )
     out = [f for f in fams.values() if f.samples]
-    out.extend(f for f in (gpu_info, mig_info, pod_info, procs, xid_total, lost) if f.samples)
+    out.extend(f for f in (gpu_info, mig_info, pod_info, procs, xid_total, lost, visibility) if f.samples)
     return out
 
 

@@ -13,6 +13,7 @@ import pytest
 from exporter.exposition import device_families
 from exporter.nvml import NvmlBackend
 from exporter.render import render_text
+from exporter.visibility import ProcessVisibility
 from tests.exporter import fake_nvml as fk
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"
@@ -34,7 +35,12 @@ gc = load_script()
 def exposition() -> str:
     """What `--once` prints for an H100 (MIG, GPM) and an L4, produced by the real backend code."""
     lib = fk.FakeNvml([fk.h100_mig(0), fk.l4(1)])
-    backend = NvmlBackend(library=lib, clock=lib.clock, sleep=lib.sleep)
+    backend = NvmlBackend(
+        library=lib,
+        clock=lib.clock,
+        sleep=lib.sleep,
+        visibility=lambda: ProcessVisibility(True, "host PID namespace"),
+    )
     backend.open()
     try:
         snap = backend.read()
