@@ -41,6 +41,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("events.k8s.io", "v1", "events", "Event", namespaced=True),
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True),
     Kind("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", namespaced=False),
+    Kind("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
     Kind("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False, storable=False),
     Kind(
         "authorization.k8s.io",
