@@ -1,4 +1,5 @@
-"""``gpupilot-adapter``: ``serve`` (the custom/external metrics API server) and ``explain-hpa``."""
+"""``gpupilot-adapter``: ``serve`` (the custom/external metrics API server), ``explain-hpa`` and
+``check-apiservices`` (before installing: does another adapter own the metrics APIs?)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from adapter import explain
+from adapter import apiservice_check, explain
 from adapter.app import Adapter
 from adapter.config import load_config
 from adapter.errors import AdapterError, ConfigError
@@ -156,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between config file checks (SIGHUP: now)",
     )
 
+    apiservice_check.add_owner_flag(s)
+    apiservice_check.add_parser(sub)
+
     e = sub.add_parser(
         "explain-hpa",
         help="show what an HPA would do now, metric by metric",
@@ -224,6 +228,10 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: adapter.config.request_reload())
     adapter.start()
+    if adapter.kube is not None:
+        apiservice_check.warn_at_start(
+            adapter.kube, owner=args.apiservice_owner, external=adapter.settings.external_metrics
+        )
     try:
         while not stop.wait(1.0):
             pass
@@ -279,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        if args.command == "check-apiservices":
+            return apiservice_check.run(args)
         return _serve(args) if args.command == "serve" else _explain(args)
     except AdapterError as exc:
         print(f"gpupilot-adapter {args.command}: {exc}", file=sys.stderr)

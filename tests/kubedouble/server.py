@@ -9,6 +9,8 @@ Routes (``{ns}`` = namespace; cluster-wide lists exist for namespaced kinds too)
     /apis/events.k8s.io/v1[/namespaces/{ns}]/events
     /apis/policy/v1[/namespaces/{ns}]/poddisruptionbudgets[/{name}]   (status computed on read)
     /apis/nvidia.com/v1/clusterpolicies[/{name}]  (custom resource: merge/JSON patch only, like a CRD)
+    /apis/apps/v1[/namespaces/{ns}]/daemonsets[/{name}]
+    /apis/apiregistration.k8s.io/v1/apiservices[/{name}]
     /apis/authentication.k8s.io/v1/tokenreviews  POST
     /apis/authorization.k8s.io/v1/subjectaccessreviews POST
     /version, /healthz

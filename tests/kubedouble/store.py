@@ -42,6 +42,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True),
     Kind("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", namespaced=False),
     Kind("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
+    Kind("apiregistration.k8s.io", "v1", "apiservices", "APIService", namespaced=False),
     Kind("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False, storable=False),
     Kind(
         "authorization.k8s.io",
