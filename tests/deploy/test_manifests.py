@@ -336,7 +336,10 @@ def test_overlay_wires_namespace_images_and_runtime_class(overlay: str, operator
             assert ns == "gpupilot" or key in FOREIGN_NAMESPACE_OBJECTS, ident(obj)
         if obj["kind"] in WORKLOAD_KINDS:
             for c in pod_spec(obj)["containers"]:
-                assert c["image"].startswith("ghcr.io/gpupilot/gpupilot:"), f"{ident(obj)}: {c['image']}"
+                service = obj["metadata"]["name"].removeprefix("gpupilot-")
+                assert c["image"].startswith(f"ghcr.io/gpupilot/gpupilot-{service}:"), (
+                    f"{ident(obj)}: {c['image']}"
+                )
                 assert not c["image"].endswith(":latest"), ident(obj)
         if obj["kind"] in {"RoleBinding", "ClusterRoleBinding"}:
             for subject in obj.get("subjects", []):
@@ -421,20 +424,26 @@ def test_generator_check_mode_and_bad_input(tmp_path: Path, capsys: pytest.Captu
 
 def test_dockerfile_builds_every_package_as_non_root() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
-        "include"
-    ]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
     for pattern in include:
         package = pattern.rstrip("*")
         assert f"COPY {package}/ {package}/" in text, f"Dockerfile does not copy {package}/"
-    assert "FROM python:3.11-slim AS build" in text and text.count("FROM python:3.11-slim") == 2
-    user = [line for line in text.splitlines() if line.startswith("USER ")]
-    assert user and user[-1].split()[1].split(":")[0] not in {"0", "root"}
+    assert "FROM python:3.11-slim AS build" in text and "FROM python:3.11-slim AS runtime" in text
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
     for needed in ["pyproject.toml", "README.md", *(p.rstrip("*") for p in include)]:
         assert needed not in ignored, f".dockerignore excludes {needed}, which the build needs"
-    for script in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]:
-        assert f"{script} --help" in text, f"the image build does not smoke-test {script}"
+    # One target per service, installing only that service's extra, smoke-tested, non-root.
+    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    by_target = {s.split()[2]: s for s in stages if " AS " in s.splitlines()[0]}
+    for script in pyproject["project"]["scripts"]:
+        service = script.removeprefix("gpupilot-")
+        stage = by_target[service]
+        assert stage.startswith("runtime AS"), f"target {service} must start from the shared runtime stage"
+        assert f"'gpupilot[{service}]'" in stage and f"{script} --help" in stage, service
+        user = [line for line in stage.splitlines() if line.startswith("USER ")]
+        assert user and user[-1].split()[1].split(":")[0] not in {"0", "root"}, service
+    assert re.split(r"^FROM ", text, flags=re.M)[-1].startswith("runtime AS exporter"), "default target"
 
 
 @pytest.mark.parametrize("rel", ["rightsizer", OVERLAY])
