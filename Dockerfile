@@ -53,6 +53,9 @@ FROM runtime AS exporter
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m pip install --no-index --find-links=/wheels 'gpupilot[exporter]' \
  && gpupilot-exporter --help >/dev/null
+# The read-only cross-check against nvidia-smi, run in the pod to see the pod's own privileges:
+#   kubectl -n gpupilot exec POD -- gpu-check
+COPY --chmod=0755 scripts/gpu-check /usr/local/bin/gpu-check
 # Non-root by default. The exporter's DaemonSet runs it as uid 0 (the kubelet's root-owned
 # pod-resources socket) with CAP_SYS_ADMIN only (see deploy/exporter).
 USER 65532:65532

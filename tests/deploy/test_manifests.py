@@ -444,6 +444,7 @@ def test_dockerfile_builds_every_package_as_non_root() -> None:
         user = [line for line in stage.splitlines() if line.startswith("USER ")]
         assert user and user[-1].split()[1].split(":")[0] not in {"0", "root"}, service
     assert re.split(r"^FROM ", text, flags=re.M)[-1].startswith("runtime AS exporter"), "default target"
+    assert "COPY --chmod=0755 scripts/gpu-check /usr/local/bin/gpu-check" in by_target["exporter"]
 
 
 @pytest.mark.parametrize("rel", ["rightsizer", OVERLAY])
