@@ -221,3 +221,21 @@ def test_admission_policies_bind_to_the_rightsizer_and_cover_its_writes() -> Non
     annotations = rightsizer_annotation_keys()
     assert annotations, "the scan no longer finds the rightsizer's node annotations"
     assert all(k.startswith("gpupilot.io/") for k in annotations) and "startsWith('gpupilot.io/')" in nodes
+
+
+@pytest.mark.parametrize("overlay", [OVERLAY, "overlays/openshift"])
+def test_rightsizer_config_agrees_with_the_settings(overlay: str) -> None:
+    objs = render(overlay)
+    cm = one(
+        list(objs),
+        "ConfigMap",
+        next(
+            o["metadata"]["name"]
+            for o in objs
+            if o["metadata"]["name"].startswith("gpupilot-rightsizer") and o["kind"] == "ConfigMap"
+        ),
+    )
+    auto = yaml.safe_load(cm["data"]["rightsizer.yaml"])["auto_apply"]
+    role = one(list(objs), "Role", "gpupilot-rightsizer-mig-config")
+    assert auto["operator_namespace"] == role["metadata"]["namespace"]
+    assert auto["mig_configmap"] == role["rules"][0]["resourceNames"][0]
