@@ -83,6 +83,7 @@ def test_legacy_component_swaps_the_pause_key_for_affinity(tmp_path: Path) -> No
 SETTINGS = {
     "operatorNamespace": "gpu-ops-x",
     "migConfigMap": "my-mig-config",
+    "currentMigConfigMap": "team-mig-config",
     "kubeletPodResourcesDir": "/data/kubelet/pod-resources",
     "runtimeClassName": "nvidia-cdi",
     "exporterPriorityClassName": "gpu-node-critical",
@@ -118,6 +119,7 @@ def test_every_setting_reaches_its_objects(tmp_path: Path) -> None:
     role = one(objs, "Role", "gpupilot-rightsizer-mig-config")
     assert role["metadata"]["namespace"] == "gpu-ops-x"
     assert role["rules"][0]["resourceNames"] == ["my-mig-config"]
+    assert role["rules"][1]["resourceNames"] == ["default-mig-parted-config", "team-mig-config"]
     assert one(objs, "RoleBinding", "gpupilot-rightsizer-mig-config")["metadata"]["namespace"] == "gpu-ops-x"
     np = one(objs, "NetworkPolicy", "gpupilot-exporter")
     assert np["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {

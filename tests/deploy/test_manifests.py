@@ -213,7 +213,7 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
         (r["apiGroups"], r["resources"], r.get("resourceNames"), r["verbs"]) for r in cm_role["rules"]
     ] == [
         (*cm, ["gpupilot-mig-parted-config"], ["get", "update", "patch"]),
-        (*cm, ["default-mig-parted-config"], ["get"]),
+        (*cm, ["default-mig-parted-config", "custom-mig-config"], ["get"]),
         (*cm, None, ["create"]),  # create cannot be limited by name
     ]
 
