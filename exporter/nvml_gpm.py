@@ -104,6 +104,9 @@ class GpmSampler:
                 raise GpuLost(f"GPM sample: {exc}") from exc
             if code in (lib.NVML_ERROR_NOT_SUPPORTED, lib.NVML_ERROR_FUNCTION_NOT_FOUND):
                 self._unsupported.add(entity)  # e.g. whole-GPU samples in MIG mode: stop asking
+            elif code == lib.NVML_ERROR_NO_PERMISSION:
+                self._unsupported.add(entity)  # no CAP_SYS_ADMIN: it will not change while we run
+                self.calls.errors["no_permission:gpm"] += 1
             else:
                 self.calls.errors["gpm"] += 1
             return None

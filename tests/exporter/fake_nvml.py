@@ -10,6 +10,8 @@ Driver behaviour the exporter must survive, each a constructor switch of :class:
 
 * ``admin=False`` — the caller lacks CAP_SYS_ADMIN: in MIG mode the parent GPU's memory info and the
   GPU instance lookups answer ``NO_PERMISSION`` (what the driver does for a non-admin caller);
+* ``gpm_admin_only=True`` (with ``admin=False``) — GPM samples of MIG instances answer
+  ``NO_PERMISSION`` too (the driver may refuse GPM to non-admin callers);
 * ``host_pid=False`` — the caller is in its own PID namespace: process lists drop every process
   of other containers (all of them, here: the exporter itself runs no CUDA);
 * ``process_api=2`` — a driver without ``nvmlDeviceGetComputeRunningProcesses_v3``: nvidia-ml-py's
@@ -359,6 +361,7 @@ class FakeNvml:
         driver: str = "570.124.06",
         init_error: int | None = None,
         admin: bool = True,
+        gpm_admin_only: bool = False,
         host_pid: bool = True,
         process_api: int = 3,
     ) -> None:
@@ -366,6 +369,7 @@ class FakeNvml:
         self.driver = driver
         self.init_error = init_error
         self.admin = admin
+        self.gpm_admin_only = gpm_admin_only
         self.host_pid = host_pid
         self.process_api = process_api
         self.initialised = False
@@ -700,6 +704,8 @@ class FakeNvml:
     def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: _Sample) -> _Sample:
         self._enter("nvmlGpmMigSampleGet", device)
         gpu = self._whole_only(device)
+        if self.gpm_admin_only:
+            self._admin_only(gpu)
         if not gpu.gpm:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         for mig in gpu.migs:

@@ -43,6 +43,23 @@ def test_mig_gpu_without_cap_sys_admin_is_read_not_lost():
     assert snap.field_errors["mig:placement"] == 5
 
 
+def test_gpm_refused_without_cap_sys_admin_is_counted_once_and_not_retried():
+    backend, lib = backend_for(fk.h100_mig(), admin=False, gpm_admin_only=True)
+    backend.open()
+    try:
+        first = backend.read()
+        lib.advance(10)
+        second = backend.read()
+    finally:
+        backend.close()
+    assert len(first.gpus[0].instances) == 5 and first.lost == ()
+    assert all("DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in i.values for i in second.gpus[0].instances)
+    assert all("DCGM_FI_DEV_FB_USED" in i.values for i in second.gpus[0].instances)
+    assert first.field_errors["no_permission:gpm"] == 5 and "gpm" not in first.field_errors
+    assert "no_permission:gpm" not in second.field_errors, "refused once: not asked again"
+    assert lib.calls["nvmlGpmMigSampleGet"] == 5
+
+
 def test_whole_gpu_without_cap_sys_admin_is_unaffected():
     snap, _, _ = read_once(fk.l4(), admin=False)
     assert snap.gpus[0].info.memory_total_mib == 23034 and not snap.field_errors
