@@ -229,7 +229,8 @@ class NvmlBackend:
         if not self._open:
             raise BackendError("NVML backend is not open")
         if self._first_read:
-            # Right after open(): GPM needs its two samples ≥100 ms apart, so --once has activity.
+            # Right after open(): the second GPM sample is taken gpm_first_gap_s (1 s) after the first,
+            # so --once has activity measured over a second, not over the bare 100 ms minimum.
             self._first_read = False
             age = self._gpm.oldest_age()
             if age is not None and age < self._gpm_first_gap_s:
