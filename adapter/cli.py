@@ -1,5 +1,5 @@
 """``gpupilot-adapter``: ``serve`` (the custom/external metrics API server), ``explain-hpa`` and
-``replay-hpa``."""
+``replay-hpa``, ``check-apiservices`` (before installing: does another adapter own the metrics APIs?)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from adapter import explain, hpa, hpaspec, hpastate, replay, timeline
+from adapter import apiservice_check, explain, hpa, hpaspec, hpastate, replay, timeline
 from adapter.app import Adapter
 from adapter.config import load_config
 from adapter.errors import AdapterError, ConfigError
@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between config file checks (SIGHUP: now)",
     )
 
+    apiservice_check.add_owner_flag(s)
+    apiservice_check.add_parser(sub)
+
     e = sub.add_parser(
         "explain-hpa",
         help="show what an HPA would do now, metric by metric",
@@ -269,6 +272,10 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: adapter.config.request_reload())
     adapter.start()
+    if adapter.kube is not None:
+        apiservice_check.warn_at_start(
+            adapter.kube, owner=args.apiservice_owner, external=adapter.settings.external_metrics
+        )
     try:
         while not stop.wait(1.0):
             pass
@@ -476,7 +483,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        commands = {"serve": _serve, "explain-hpa": _explain, "replay-hpa": _replay}
+        commands = {
+            "serve": _serve,
+            "explain-hpa": _explain,
+            "replay-hpa": _replay,
+            "check-apiservices": apiservice_check.run,
+        }
         return commands[args.command](args)
     except AdapterError as exc:
         print(f"gpupilot-adapter {args.command}: {exc}", file=sys.stderr)

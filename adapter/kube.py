@@ -109,6 +109,7 @@ class KubeClient:
         self._authz = client.AuthorizationV1Api(api_client)
         self._autoscaling = client.AutoscalingV2Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
+        self._apireg = client.ApiregistrationV1Api(api_client)
 
     def token_review(self, token: str, *, audiences: tuple[str, ...] = ()) -> ReviewedUser | None:
         body = client.V1TokenReview(
@@ -259,6 +260,22 @@ class KubeClient:
                 log.warning("pod watch failed: %s; retrying in %.1fs", _why(exc), backoff)
             stop.wait(backoff)
             backoff = min(backoff * 2, 30.0)
+
+    def apiservices(self, names: list[str]) -> dict[str, dict[str, Any] | None]:
+        """The named APIServices as plain objects; ``None`` for those that do not exist."""
+        out: dict[str, dict[str, Any] | None] = {}
+        for name in names:
+            try:
+                raw: Any = self._apireg.read_api_service(name, _preload_content=False)
+                out[name] = json.loads(raw.data)
+            except ApiException as exc:
+                if exc.status == 404:
+                    out[name] = None
+                    continue
+                raise KubernetesUnavailable(f"reading APIService {name} failed: {_why(exc)}") from exc
+            except (HTTPError, OSError, ValueError) as exc:
+                raise KubernetesUnavailable(f"reading APIService {name} failed: {_why(exc)}") from exc
+        return out
 
     def close(self) -> None:
         self._api_client.close()

@@ -262,8 +262,22 @@ def device_families(
         if host is not None:
             lost_labels = (*lost_labels, (host, hostname))
         lost.samples.append(((*lost_labels, ("reason", gone.reason)), 1.0))
+    visibility = Family(
+        "gpupilot_exporter_process_visibility",
+        "gauge",
+        "1 when process counts cover every container on the node (host PID namespace); 0 when the "
+        "exporter cannot see other containers' processes, and then no process counts are published.",
+    )
+    if snapshot.processes_visible is not None:
+        vis_labels: LabelPairs = ((host, hostname),) if host is not None else ()
+        visibility.samples.append(
+            (
+                (*vis_labels, ("reason", snapshot.processes_visibility_reason)),
+                1.0 if snapshot.processes_visible else 0.0,
+            )
+        )
     out = [f for f in fams.values() if f.samples]
-    out.extend(f for f in (gpu_info, mig_info, pod_info, procs, xid_total, lost) if f.samples)
+    out.extend(f for f in (gpu_info, mig_info, pod_info, procs, xid_total, lost, visibility) if f.samples)
     return out
 
 

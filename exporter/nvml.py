@@ -12,6 +12,12 @@ One :meth:`NvmlBackend.read` is one collection:
   one; a stale MIG handle drops that instance for the collection and forces fresh identity reads;
 * a GPU answering ``NVML_ERROR_GPU_IS_LOST`` moves to ``snapshot.lost``; the others keep flowing;
 * Xid events are drained from an NVML event set with a zero timeout.
+
+Privileges (see deploy/exporter/daemonset.yaml for the evidence): in MIG mode the parent GPU's
+memory information and the GPU instance placement need CAP_SYS_ADMIN; without it those calls
+answer ``NO_PERMISSION``, which is counted (``no_permission:<call>``) and never loses the GPU.
+Without the host's PID namespace NVML lists only this container's processes, so process counts
+are not published at all (absent = unknown) and ``NodeSnapshot.processes_visible`` says why.
 """
 
 from __future__ import annotations
@@ -27,15 +33,30 @@ import pynvml
 
 from exporter import nvml_fields
 from exporter.errors import BackendError, BackendUnavailable
-from exporter.nvml_fields import MIB, GpuLost, NvmlCalls, StaleHandle, text
+from exporter.nvml_fields import MIB, GpuLost, NvmlCalls, StaleHandle, mismatch_error, text
 from exporter.nvml_gpm import GpmSampler
 from exporter.nvml_mig import MigDevice, MigTopology
 from exporter.nvml_xid import XidWatcher
 from exporter.snapshot import GpuInfo, GpuSnapshot, LostGpu, MigInstance, NodeSnapshot
+from exporter.visibility import ProcessVisibility, process_visibility
 
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _gi_owners(devices: list[MigDevice]) -> list[MigDevice]:
+    """Per GPU instance, the MIG device of its lowest compute instance id."""
+    best: dict[int, MigDevice] = {}
+    for dev in devices:
+        gi = dev.identity.gpu_instance_id
+        if gi not in best or dev.identity.compute_instance_id < best[gi].identity.compute_instance_id:
+            best[gi] = dev
+    return list(best.values())
+
+
+def _as_tuple(exc: type[BaseException] | tuple[()]) -> tuple[type[BaseException], ...]:
+    return exc if isinstance(exc, tuple) else (exc,)
 
 
 @dataclass
@@ -50,8 +71,11 @@ class NvmlBackend:
     """:class:`exporter.backend.Backend` over NVML.
 
     ``library`` defaults to the real ``pynvml`` module (tests pass a fake). ``gpm_min_interval_s``
-    is the shortest gap between two GPM samples of one entity (NVML needs ≥100 ms). ``clock``,
-    ``wall_clock`` and ``sleep`` are injectable for tests.
+    is the shortest gap between two GPM samples of one entity (NVML needs more than 100 ms);
+    ``gpm_first_gap_s`` is how long the first read after :meth:`open` waits for its second GPM
+    sample (``--once``: activity over one second, not over the bare minimum). ``visibility``
+    says whether NVML can list other containers' processes (default: the PID-namespace check of
+    :mod:`exporter.visibility`). ``clock``, ``wall_clock`` and ``sleep`` are injectable for tests.
     """
 
     name = "nvml"
@@ -60,13 +84,18 @@ class NvmlBackend:
         self,
         *,
         library: Any = None,
-        gpm_min_interval_s: float = 0.1,
+        gpm_min_interval_s: float = 0.2,
+        gpm_first_gap_s: float = 1.0,
+        visibility: Callable[[], ProcessVisibility] = process_visibility,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.lib: Any = pynvml if library is None else library
         self._gpm_min_interval_s = gpm_min_interval_s
+        self._gpm_first_gap_s = max(gpm_first_gap_s, gpm_min_interval_s)
+        self._visibility_check = visibility
+        self.visibility = ProcessVisibility(visible=False, reason="not checked yet")
         self._clock = clock
         self._wall_clock = wall_clock
         self._sleep = sleep
@@ -97,6 +126,7 @@ class NvmlBackend:
             ) from exc
         self._reset_state()
         self._open = True
+        self.visibility = self._visibility_check()
         try:
             self._driver = text(lib.nvmlSystemGetDriverVersion())
             count = int(lib.nvmlDeviceGetCount())
@@ -106,7 +136,7 @@ class NvmlBackend:
         for index in range(count):
             try:
                 self._gpus.append(self._enumerate(index))
-            except (lib.NVMLError, GpuLost) as exc:
+            except (lib.NVMLError, GpuLost, *_as_tuple(mismatch_error(lib))) as exc:
                 self._lost_at_open.append(LostGpu(index, "", "", f"enumeration failed: {_one_line(exc)}"))
         self._xid.register((g.info.uuid, g.handle) for g in self._gpus)
         self._prime_gpm()
@@ -125,7 +155,11 @@ class NvmlBackend:
         lib = self.lib
         handle = lib.nvmlDeviceGetHandleByIndex(index)
         pci = lib.nvmlDeviceGetPciInfo(handle)
-        memory = lib.nvmlDeviceGetMemoryInfo(handle)
+        # In MIG mode the parent's memory info needs CAP_SYS_ADMIN (NO_PERMISSION otherwise): the
+        # total is then unknown (0), counted, and the GPU is still read.
+        memory = self._calls.call(
+            f"index:{index}", "memory_total", ("enumerate:memory_total",), lib.nvmlDeviceGetMemoryInfo, handle
+        )
         try:
             minor = int(lib.nvmlDeviceGetMinorNumber(handle))
         except lib.NVMLError:
@@ -140,7 +174,7 @@ class NvmlBackend:
             driver_version=self._driver,
             mig_enabled=self._mig_mode(handle),
             gpm_supported=self._gpm.supported(handle),
-            memory_total_mib=int(memory.total) // MIB,
+            memory_total_mib=0 if memory is None else int(memory.total) // MIB,
         )
         return _Gpu(index=index, handle=handle, info=info, mig=MigTopology(self._calls, handle))
 
@@ -171,7 +205,7 @@ class NvmlBackend:
             try:
                 self._gpm_whole(gpu)
                 if gpu.info.mig_enabled:
-                    for dev in gpu.mig.devices():
+                    for dev in _gi_owners(gpu.mig.devices()):
                         self._gpm_instance(gpu, dev)
             except (GpuLost, StaleHandle, self.lib.NVMLError):
                 continue  # read() reports it
@@ -195,20 +229,27 @@ class NvmlBackend:
         if not self._open:
             raise BackendError("NVML backend is not open")
         if self._first_read:
-            # Right after open(): GPM needs its two samples ≥100 ms apart, so --once has activity.
+            # Right after open(): the second GPM sample is taken gpm_first_gap_s (1 s) after the first,
+            # so --once has activity measured over a second, not over the bare 100 ms minimum.
             self._first_read = False
             age = self._gpm.oldest_age()
-            if age is not None and age < self._gpm_min_interval_s:
-                self._sleep(self._gpm_min_interval_s - age)
+            if age is not None and age < self._gpm_first_gap_s:
+                self._sleep(self._gpm_first_gap_s - age)
         self._xid.drain()
         gpus: list[GpuSnapshot] = []
         lost = list(self._lost_at_open)
         live: set[str] = set()
+        mismatch = _as_tuple(mismatch_error(lib))
         for gpu in self._gpus:
             try:
                 snap = self._read_gpu(gpu)
             except GpuLost as exc:
                 lost.append(LostGpu(gpu.index, gpu.info.uuid, gpu.info.pci_bus_id, f"GPU is lost ({exc})"))
+                continue
+            except mismatch as exc:
+                # nvidia-ml-py newer than the driver, outside NvmlCalls: this GPU, not the collection.
+                self._calls.errors[f"library_mismatch:gpu:{gpu.index}"] += 1
+                del exc
                 continue
             except lib.NVMLError as exc:
                 code = getattr(exc, "value", None)
@@ -236,6 +277,8 @@ class NvmlBackend:
             lost=tuple(lost),
             field_errors=MappingProxyType(errors),
             driver_version=self._driver,
+            processes_visible=self.visibility.visible,
+            processes_visibility_reason=self.visibility.reason,
         )
 
     def _read_gpu(self, gpu: _Gpu) -> GpuSnapshot:
@@ -245,6 +288,7 @@ class NvmlBackend:
             gpu.info = replace(gpu.info, mig_enabled=mig_enabled)
             gpu.mig.reset()
             calls.forget(key)
+            self._gpm.forget(key)  # whole-GPU samples were refused in MIG mode; ask again
         values: dict[str, float] = {}
         nvml_fields.read_gpu_level(calls, key, handle, values)
         gpm_values = self._gpm_whole(gpu) if gpu.info.gpm_supported else None
@@ -259,7 +303,7 @@ class NvmlBackend:
             instances = self._read_instances(gpu)
         else:
             nvml_fields.read_whole_gpu(calls, key, handle, values)
-            processes = nvml_fields.read_device(calls, key, handle, values)
+            processes = nvml_fields.read_device(calls, key, handle, values, processes=self.visibility.visible)
         return GpuSnapshot(
             info=gpu.info,
             values=MappingProxyType(values),
@@ -271,11 +315,25 @@ class NvmlBackend:
 
     def _read_instances(self, gpu: _Gpu) -> tuple[MigInstance, ...]:
         out: list[MigInstance] = []
-        for dev in gpu.mig.devices():
+        devices = gpu.mig.devices()
+        # Framebuffer and GPM activity belong to the GPU instance: with several compute instances
+        # in one GPU instance they are published on its first compute instance only, so sums
+        # over MIG devices count each GPU instance once.
+        owners = {d.uuid for d in _gi_owners(devices)}
+        for dev in devices:
             values: dict[str, float] = {}
+            owner = dev.uuid in owners
             try:
-                processes = nvml_fields.read_device(self._calls, dev.uuid, dev.handle, values, mig=True)
-                if gpu.info.gpm_supported:
+                processes = nvml_fields.read_device(
+                    self._calls,
+                    dev.uuid,
+                    dev.handle,
+                    values,
+                    mig=True,
+                    memory=owner,
+                    processes=self.visibility.visible,
+                )
+                if gpu.info.gpm_supported and owner:
                     values.update(self._gpm_instance(gpu, dev) or {})
             except StaleHandle:
                 # Destroyed between enumeration and read: drop it now, identify all afresh next time.

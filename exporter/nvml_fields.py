@@ -7,6 +7,11 @@ fake NVML of the tests). :class:`NvmlCalls` is the one place that interprets NVM
   unsupported for that device so it is not retried every cycle;
 * ``GPU_IS_LOST`` → :class:`GpuLost` (the whole GPU leaves the snapshot);
 * ``INVALID_ARGUMENT`` / ``NOT_FOUND`` on a MIG handle → :class:`StaleHandle` (re-enumerate);
+* ``NO_PERMISSION`` → the field is absent, counted as ``no_permission:<call>`` (the exporter lacks
+  CAP_SYS_ADMIN; see deploy/exporter) and remembered like "not supported": it will not change;
+* ``NVMLLibraryMismatchError`` (nvidia-ml-py calls a versioned function, such as the ``_v3`` process
+  list, that this driver lacks; it is not an ``NVMLError``) → like "not supported", counted as
+  ``library_mismatch:<call>``;
 * anything else → the field is absent and counted as ``field:<DCGM name>``.
 """
 
@@ -37,6 +42,12 @@ class StaleHandle(Exception):
     """A MIG handle no longer names an instance: MIG was reconfigured under us."""
 
 
+def mismatch_error(lib: NvmlLib) -> type[BaseException] | tuple[()]:
+    """nvidia-ml-py's ``NVMLLibraryMismatchError`` (a plain ``Exception``), or ``()`` when absent."""
+    found = getattr(lib, "NVMLLibraryMismatchError", None)
+    return found if isinstance(found, type) and issubclass(found, BaseException) else ()
+
+
 class NvmlCalls:
     """Calls NVML for one backend, classifying errors and caching "not supported" per device."""
 
@@ -44,6 +55,9 @@ class NvmlCalls:
         self.lib = lib
         self.unsupported: set[tuple[str, str]] = set()
         self.errors: Counter[str] = Counter()
+        self.mismatch = mismatch_error(lib)
+        self.mismatched: set[tuple[str, str]] = set()
+        """(device, call) that raised NVMLLibraryMismatchError: a versioned fallback may exist."""
 
     def forget(self, device_key: str) -> None:
         """Drop the "not supported" memory of one device (its MIG mode changed)."""
@@ -65,10 +79,19 @@ class NvmlCalls:
         lib = self.lib
         try:
             return fn(*args, **kwargs)
+        except self.mismatch:
+            self.unsupported.add((device_key, call_name))
+            self.mismatched.add((device_key, call_name))
+            self.errors[f"library_mismatch:{call_name}"] += 1
+            return None
         except lib.NVMLError as exc:
             code = getattr(exc, "value", None)
             if code in (lib.NVML_ERROR_NOT_SUPPORTED, lib.NVML_ERROR_FUNCTION_NOT_FOUND):
                 self.unsupported.add((device_key, call_name))
+                return None
+            if code == lib.NVML_ERROR_NO_PERMISSION:
+                self.unsupported.add((device_key, call_name))
+                self.errors[f"no_permission:{call_name}"] += 1
                 return None
             if code == lib.NVML_ERROR_GPU_IS_LOST:
                 raise GpuLost(f"{call_name}: {exc}") from exc
@@ -344,9 +367,44 @@ def read_whole_gpu(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float
 
 
 def read_device(
-    calls: NvmlCalls, key: str, handle: Any, out: dict[str, float], *, mig: bool = False
+    calls: NvmlCalls,
+    key: str,
+    handle: Any,
+    out: dict[str, float],
+    *,
+    mig: bool = False,
+    memory: bool = True,
+    processes: bool = True,
 ) -> int | None:
-    """Framebuffer (MiB) of a whole GPU or MIG handle; returns the number of compute processes."""
+    """Framebuffer (MiB) of a whole GPU or MIG handle; returns the number of compute processes.
+
+    ``memory=False`` skips the framebuffer (a second compute instance of a GPU instance: the memory
+    belongs to the GPU instance and is published once). ``processes=False`` skips the process list
+    (the exporter cannot see other containers' processes: a count would read 0, not "unknown").
+    """
+    lib = calls.lib
+    if memory:
+        _read_memory(calls, key, handle, out, mig=mig)
+    if not processes:
+        return None
+    procs = calls.call(
+        key,
+        "compute_processes",
+        ("compute_processes",),
+        lib.nvmlDeviceGetComputeRunningProcesses,
+        handle,
+        stale_on_missing=mig,
+    )
+    fallback = getattr(lib, "nvmlDeviceGetComputeRunningProcesses_v2", None)
+    if procs is None and fallback is not None and (key, "compute_processes") in calls.mismatched:
+        # Drivers before the _v3 process list: nvidia-ml-py's versioned call is missing, _v2 is not.
+        procs = calls.call(
+            key, "compute_processes_v2", ("compute_processes",), fallback, handle, stale_on_missing=mig
+        )
+    return None if procs is None else len(procs)
+
+
+def _read_memory(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float], *, mig: bool) -> None:
     lib = calls.lib
     fb = _kinds("DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED")
     mem = calls.call(
@@ -367,12 +425,3 @@ def read_device(
         reserved = getattr(mem, "reserved", None)
         if reserved is not None:
             out["DCGM_FI_DEV_FB_RESERVED"] = reserved / MIB
-    procs = calls.call(
-        key,
-        "compute_processes",
-        ("compute_processes",),
-        lib.nvmlDeviceGetComputeRunningProcesses,
-        handle,
-        stale_on_missing=mig,
-    )
-    return None if procs is None else len(procs)

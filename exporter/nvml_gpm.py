@@ -8,6 +8,7 @@ The library object is injected; this module never imports ``pynvml``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,9 @@ RATE_METRICS: tuple[tuple[str, str], ...] = (
     ("NVML_GPM_METRIC_PCIE_RX_PER_SEC", "DCGM_FI_PROF_PCIE_RX_BYTES"),
 )
 """GPM MiB/s metrics → DCGM bytes/s fields; GPU-level, so only sampled on whole GPUs."""
+
+RATIO_SLACK = 1.0
+"""Percentage points a GPM ratio may stray outside 0–100 (rounding) before it is dropped as invalid."""
 
 
 @dataclass
@@ -60,6 +64,13 @@ class GpmSampler:
         if not self._held:
             return None
         return self.clock() - min(h.taken_at for h in self._held.values())
+
+    def forget(self, entity: str) -> None:
+        """Start afresh for ``entity``: its MIG mode changed, so whole-GPU samples may work again."""
+        self._unsupported.discard(entity)
+        held = self._held.pop(entity, None)
+        if held is not None:
+            self._free(held.sample)
 
     def supported(self, handle: Any) -> bool:
         lib = self.lib
@@ -96,6 +107,9 @@ class GpmSampler:
                 raise GpuLost(f"GPM sample: {exc}") from exc
             if code in (lib.NVML_ERROR_NOT_SUPPORTED, lib.NVML_ERROR_FUNCTION_NOT_FOUND):
                 self._unsupported.add(entity)  # e.g. whole-GPU samples in MIG mode: stop asking
+            elif code == lib.NVML_ERROR_NO_PERMISSION:
+                self._unsupported.add(entity)  # no CAP_SYS_ADMIN: it will not change while we run
+                self.calls.errors["no_permission:gpm"] += 1
             else:
                 self.calls.errors["gpm"] += 1
             return None
@@ -129,7 +143,20 @@ class GpmSampler:
             if m.nvmlReturn != lib.NVML_SUCCESS:
                 continue
             value = float(m.value)
-            out[field] = value / 100.0 if field in ratio_fields else value * MIB
+            # DCGM leaves a field blank when GPM yields NaN/inf (e.g. counters that did not move
+            # between samples); publishing NaN would poison every avg_over_time over it.
+            if not math.isfinite(value):
+                self.calls.errors["gpm:not_finite"] += 1
+                continue
+            if field in ratio_fields:
+                if not -RATIO_SLACK <= value <= 100.0 + RATIO_SLACK:
+                    self.calls.errors["gpm:out_of_range"] += 1
+                    continue
+                out[field] = min(max(value, 0.0), 100.0) / 100.0
+            elif value < 0:
+                self.calls.errors["gpm:out_of_range"] += 1
+            else:
+                out[field] = value * MIB
         return out
 
     def keep_only(self, entities: set[str]) -> None:

@@ -90,6 +90,10 @@ class NodeSnapshot:
     field_errors: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     """Errors during this collection by kind (``field:DCGM_FI_DEV_POWER_USAGE``, ``gpm``, ``xid``…)."""
     driver_version: str = ""
+    processes_visible: bool | None = None
+    """Whether process counts cover every container on the node (host PID namespace). False: no
+    process counts are published (absent = unknown, never 0); None: the backend does not say."""
+    processes_visibility_reason: str = ""
 
 
 @dataclass(frozen=True)

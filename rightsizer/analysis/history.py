@@ -48,6 +48,8 @@ BY = "Hostname, gpu, UUID, GPU_I_PROFILE, GPU_I_ID"
 RULE = "gpupilot:slice_activity:avg5m"
 INST = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!=""}'
 WHOLE = "DCGM_FI_DEV_GPU_UTIL"
+BLIND = "(min by (Hostname) (min_over_time(gpupilot_exporter_process_visibility[1h])) == 0)"
+"""Nodes whose exporter could not see other containers' processes at some point of the hour."""
 
 Progress = Callable[[str], None]
 
@@ -98,12 +100,15 @@ def _activity_queries(*, rule: bool, rng: str, sub: str, threshold: float) -> di
         "coverage_hours": f"count_over_time({hourly('count_over_time', False)}[{sub}:1h])",
         "fb_peak_mib": f"max by ({BY}) (max_over_time(DCGM_FI_DEV_FB_USED[{rng}]))",
         # Without profiling metrics (Ampere MIG instances have no GPM), an hour in which the device
-        # ran no compute process is still an idle hour; p95 stays unknown.
+        # ran no compute process is still an idle hour; p95 stays unknown. Hours in which the node's
+        # exporter could not see other containers' processes (visibility 0) are not counted at all.
         "proc_idle_hours": (
-            f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_compute_processes[1h])) == 0)[{sub}:1h])"
+            f"count_over_time(((max by ({BY}) (max_over_time(gpupilot_device_compute_processes[1h])) == 0)"
+            f" unless on (Hostname) {BLIND})[{sub}:1h])"
         ),
         "proc_coverage_hours": (
-            f"count_over_time((max by ({BY}) (count_over_time(gpupilot_device_compute_processes[1h])))[{sub}:1h])"
+            f"count_over_time((max by ({BY}) (count_over_time(gpupilot_device_compute_processes[1h]))"
+            f" unless on (Hostname) {BLIND})[{sub}:1h])"
         ),
         "allocated_hours": (
             f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_pod_info[1h])))[{sub}:1h])"

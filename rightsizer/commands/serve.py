@@ -58,7 +58,12 @@ class LiveJobs:
     def apply(self, plan: Plan, *, settings: AutoApply) -> ApplyReport:
         kube = Kube.connect(KubeSettings(kubeconfig=settings.kubeconfig))
         try:
-            return Applier(kube, plan, ApplySettings(max_parallel=settings.max_parallel)).run()
+            apply_settings = ApplySettings(
+                namespace=settings.operator_namespace,
+                configmap=settings.mig_configmap,
+                max_parallel=settings.max_parallel,
+            )
+            return Applier(kube, plan, apply_settings).run()
         finally:
             kube.close()
 

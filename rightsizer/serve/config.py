@@ -13,6 +13,7 @@ Example (``examples/rightsizer-serve.yaml``)::
       maintenance_window: {days: [sat, sun], start: "01:00", end: "05:00"}
       max_nodes_per_day: 2
       min_gpus_freed: 1
+      operator_namespace: gpu-operator     # nvidia-gpu-operator on OpenShift
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ class AutoApply:
     max_parallel: int = 1
     max_plan_age_s: float = 12 * 3600.0
     """Never apply a plan older than this (the fleet has moved on)."""
+    operator_namespace: str = "gpu-operator"
+    """Namespace of the NVIDIA GPU Operator (``nvidia-gpu-operator`` when installed from OperatorHub)."""
+    mig_configmap: str | None = None
+    """The mig-parted ConfigMap to write (its Role names it); default as ``apply --configmap``."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,18 @@ class ServeConfig:
     report: ReportJob | None
     plan: PlanJob | None
     auto_apply: AutoApply = field(default_factory=AutoApply)
+
+
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _k8s_name(r: _R, key: str, default: str | None) -> str | None:
+    value = r.data.get(key, default)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _K8S_NAME.match(value):
+        raise r.fail(key, f"must be a Kubernetes name (lower-case letters, digits, '-'), got {value!r}")
+    return value
 
 
 class _R:
@@ -215,6 +232,8 @@ def parse(data: Any, *, source: str) -> ServeConfig:
                 "kubeconfig",
                 "max_parallel",
                 "max_plan_age",
+                "operator_namespace",
+                "mig_configmap",
             )
         )
         enabled = ar.data.get("enabled", False)
@@ -243,6 +262,8 @@ def parse(data: Any, *, source: str) -> ServeConfig:
             kubeconfig=Path(kc) if kc else None,
             max_parallel=ar.integer("max_parallel", 1, 1) or 1,
             max_plan_age_s=ar.duration("max_plan_age", 12 * 3600.0),
+            operator_namespace=_k8s_name(ar, "operator_namespace", "gpu-operator") or "gpu-operator",
+            mig_configmap=_k8s_name(ar, "mig_configmap", None),
         )
     if report is None and plan is None:
         raise r.fail("report", "configure at least one job: 'report' and/or 'plan'")

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from adapter import apiservices
 from adapter.cli import build_parser
 from adapter.config import parse_config
 
@@ -86,7 +87,13 @@ def test_rbac(objects: dict) -> None:
     }
     rules = objects[("ClusterRole", "gpupilot-adapter-resource-reader")]["rules"]
     assert rules == [
-        {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["pods", "nodes", "namespaces"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["apiregistration.k8s.io"],
+            "resources": ["apiservices"],
+            "resourceNames": apiservices.apiservice_names(external=True),
+            "verbs": ["get"],  # the startup check of who serves the metrics APIs, nothing else
+        },
     ]
     hpa = objects[("ClusterRoleBinding", "gpupilot-adapter-hpa-metrics-reader")]
     assert hpa["subjects"] == [

@@ -5,6 +5,21 @@ Plain classes; functions with the real names and parameters; ``NVMLError`` with 
 ``h100_mig()`` (MIG 3g.40gb + 4×1g.10gb, GPM), ``a100_mig()`` (MIG, no GPM), ``l4()`` (no MIG, no
 GPM). ``FakeNvml.clock``/``sleep`` are a fake monotonic clock; GPM metrics need samples ≥100 ms
 apart on it, as the real library does. ``calls`` counts every call by function name.
+
+Driver behaviour the exporter must survive, each a constructor switch of :class:`FakeNvml`:
+
+* ``admin=False`` — the caller lacks CAP_SYS_ADMIN: in MIG mode the parent GPU's memory info and the
+  GPU instance lookups answer ``NO_PERMISSION`` (what the driver does for a non-admin caller);
+* ``gpm_admin_only=True`` (with ``admin=False``) — GPM samples of MIG instances answer
+  ``NO_PERMISSION`` too (the driver may refuse GPM to non-admin callers);
+* ``host_pid=False`` — the caller is in its own PID namespace: process lists drop every process
+  of other containers (all of them, here: the exporter itself runs no CUDA);
+* ``process_api=2`` — a driver without ``nvmlDeviceGetComputeRunningProcesses_v3``: nvidia-ml-py's
+  unversioned call raises ``NVMLLibraryMismatchError`` (not an ``NVMLError``); ``_v2`` works;
+* NaN GPM values: put ``float("nan")`` in a device's ``gpm`` dict;
+* several compute instances per GPU instance: :func:`add_compute_instance`;
+* ``FakeGpu.gpm_whole_in_mig=False`` — whole-GPU GPM samples answer ``NOT_SUPPORTED`` while MIG
+  is enabled (some drivers), and work again once MIG is disabled.
 """
 
 from __future__ import annotations
@@ -95,6 +110,10 @@ _STRINGS = {
 }
 
 
+class NVMLLibraryMismatchError(Exception):
+    """nvidia-ml-py's own class: raised by unversioned wrappers when the versioned symbol is missing."""
+
+
 class NVMLError(Exception):
     def __init__(self, value: int) -> None:
         super().__init__(value)
@@ -154,6 +173,7 @@ class FakeGpu:
     nvlink: list[int] | None = None
     pcie_kbps: tuple[int, int] = (1000, 2000)
     gpm_metrics: dict[int, float] = field(default_factory=dict)
+    gpm_whole_in_mig: bool = True
     processes: int = 0
     profiles: dict[int, tuple[int, str, int]] = field(default_factory=dict)
     migs: list[FakeMig] = field(default_factory=list)
@@ -249,6 +269,26 @@ def h100_mig(index: int = 0) -> FakeGpu:
     return gpu
 
 
+def add_compute_instance(gpu: FakeGpu, gi_id: int, ci_id: int, *, processes: int = 0) -> FakeMig:
+    """A second (third…) compute instance in GPU instance ``gi_id``: shares its memory and GPM."""
+    base = next(m for m in gpu.migs if m.gi_id == gi_id)
+    return gpu.add_mig(
+        FakeMig(
+            gi_id,
+            ci_id,
+            f"{base.uuid}-ci{ci_id}",
+            base.profile_id,
+            base.profile,
+            base.start,
+            base.size,
+            base.mem_total_mib,
+            mem_used_mib=base.mem_used_mib,
+            processes=processes,
+            gpm=base.gpm,
+        )
+    )
+
+
 def a100_mig(index: int = 0) -> FakeGpu:
     """A100-SXM4-40GB with MIG 3g.20gb@4 + 2g.10gb@0 + 1g.5gb@2 + 1g.5gb@3, no GPM (Ampere)."""
     gpu = FakeGpu(
@@ -339,14 +379,27 @@ class FakeNvml:
     """The fake library: module-level names of ``pynvml`` as attributes and methods."""
 
     NVMLError = NVMLError
+    NVMLLibraryMismatchError = NVMLLibraryMismatchError
     c_nvmlGpmMetricsGet_t = c_nvmlGpmMetricsGet_t
 
     def __init__(
-        self, gpus: list[FakeGpu], *, driver: str = "570.124.06", init_error: int | None = None
+        self,
+        gpus: list[FakeGpu],
+        *,
+        driver: str = "570.124.06",
+        init_error: int | None = None,
+        admin: bool = True,
+        gpm_admin_only: bool = False,
+        host_pid: bool = True,
+        process_api: int = 3,
     ) -> None:
         self.gpus = gpus
         self.driver = driver
         self.init_error = init_error
+        self.admin = admin
+        self.gpm_admin_only = gpm_admin_only
+        self.host_pid = host_pid
+        self.process_api = process_api
         self.initialised = False
         self.now = 1000.0
         self.calls: collections.Counter[str] = collections.Counter()
@@ -451,8 +504,14 @@ class FakeNvml:
         self._enter("nvmlDeviceGetMinorNumber", handle)
         return self._whole_only(handle).minor
 
+    def _admin_only(self, gpu: FakeGpu) -> None:
+        if not self.admin and gpu.mig_enabled:
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
+
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> SimpleNamespace:
         self._enter("nvmlDeviceGetMemoryInfo", handle)
+        if isinstance(handle, FakeGpu):
+            self._admin_only(handle)  # the MIG parent's memory needs CAP_SYS_ADMIN
         if isinstance(handle, FakeMig):
             total, used, reserved = handle.mem_total_mib, handle.mem_used_mib, 0
         else:
@@ -470,7 +529,20 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
-        return [SimpleNamespace(pid=1000 + i, usedGpuMemory=MIB) for i in range(handle.processes)]
+        if self.process_api < 3:
+            raise NVMLLibraryMismatchError(
+                "Unversioned function called and the pyNVML version does not match the NVML lib version."
+            )
+        return self._processes(handle)
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any) -> list[SimpleNamespace]:
+        self._enter("nvmlDeviceGetComputeRunningProcesses_v2", handle)
+        return self._processes(handle)
+
+    def _processes(self, handle: Any) -> list[SimpleNamespace]:
+        # Other containers' processes are invisible from another PID namespace.
+        count = handle.processes if self.host_pid else 0
+        return [SimpleNamespace(pid=1000 + i, usedGpuMemory=MIB) for i in range(count)]
 
     # GPU-level fields
     def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:
@@ -602,6 +674,7 @@ class FakeNvml:
 
     def nvmlDeviceGetGpuInstanceById(self, device: Any, gpuInstanceId: int) -> FakeMig:
         self._enter("nvmlDeviceGetGpuInstanceById", device)
+        self._admin_only(self._whole_only(device))
         for mig in self._whole_only(device).migs:
             if mig.gi_id == gpuInstanceId:
                 return mig
@@ -655,7 +728,7 @@ class FakeNvml:
     def nvmlGpmSampleGet(self, device: Any, gpmSample: _Sample) -> _Sample:
         self._enter("nvmlGpmSampleGet", device)
         gpu = self._whole_only(device)
-        if not gpu.gpm:
+        if not gpu.gpm or (gpu.mig_enabled and not gpu.gpm_whole_in_mig):
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         gpmSample.entity, gpmSample.taken_at, gpmSample.values = gpu.uuid, self.now, dict(gpu.gpm_metrics)
         return gpmSample
@@ -663,6 +736,8 @@ class FakeNvml:
     def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: _Sample) -> _Sample:
         self._enter("nvmlGpmMigSampleGet", device)
         gpu = self._whole_only(device)
+        if self.gpm_admin_only:
+            self._admin_only(gpu)
         if not gpu.gpm:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         for mig in gpu.migs:
@@ -681,7 +756,7 @@ class FakeNvml:
             or s2.freed
         ):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
-        if s2.taken_at - s1.taken_at < 0.1:
+        if s2.taken_at - s1.taken_at <= 0.1:  # nvml.h: samples more than 100 ms apart
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         for i in range(metricsGet.numMetrics):
             m = metricsGet.metrics[i]

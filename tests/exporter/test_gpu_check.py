@@ -6,6 +6,7 @@ import importlib.machinery
 import importlib.util
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from exporter.exposition import device_families
 from exporter.nvml import NvmlBackend
 from exporter.render import render_text
+from exporter.visibility import ProcessVisibility
 from tests.exporter import fake_nvml as fk
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"
@@ -34,7 +36,12 @@ gc = load_script()
 def exposition() -> str:
     """What `--once` prints for an H100 (MIG, GPM) and an L4, produced by the real backend code."""
     lib = fk.FakeNvml([fk.h100_mig(0), fk.l4(1)])
-    backend = NvmlBackend(library=lib, clock=lib.clock, sleep=lib.sleep)
+    backend = NvmlBackend(
+        library=lib,
+        clock=lib.clock,
+        sleep=lib.sleep,
+        visibility=lambda: ProcessVisibility(True, "host PID namespace"),
+    )
     backend.open()
     try:
         snap = backend.read()
@@ -82,9 +89,31 @@ def test_tolerances():
     assert gc.within(None, 70, fraction=0.15, absolute=15) is None
 
 
+SMI_LIST = (
+    f"GPU 0: NVIDIA H100 80GB HBM3 (UUID: {H100})\n"
+    + "".join(
+        f"  MIG {prof:<11} Device {n:>2}: (UUID: MIG-h100-0-gi{gi})\n"
+        for n, (prof, gi) in enumerate(
+            [("3g.40gb", 2), ("1g.10gb", 7), ("1g.10gb", 8), ("1g.10gb", 9), ("1g.10gb", 10)]
+        )
+    )
+    + f"GPU 1: NVIDIA L4 (UUID: {L4})\n"
+)
+SMI_APPS = f"{H100}, 101\n{H100}, 102\n{H100}, 103\n{L4}, 201\n{L4}, 202\n"
+SYS_ADMIN = f"{1 << 21:016x}"
+
+
 class FakeRunner:
     def __init__(
-        self, *, smi: str, once_stdout: str = "", once_rc: int = 0, once_stderr: str = "", smi_rc: int = 0
+        self,
+        *,
+        smi: str,
+        once_stdout: str = "",
+        once_rc: int = 0,
+        once_stderr: str = "",
+        smi_rc: int = 0,
+        smi_list: str = SMI_LIST,
+        smi_apps: str = SMI_APPS,
     ):
         self.smi, self.once_stdout, self.once_rc, self.once_stderr, self.smi_rc = (
             smi,
@@ -93,18 +122,38 @@ class FakeRunner:
             once_stderr,
             smi_rc,
         )
+        self.smi_list, self.smi_apps = smi_list, smi_apps
         self.argvs: list[list[str]] = []
 
     def __call__(self, argv, **kwargs):
         self.argvs.append(list(argv))
         if "nvidia-smi" in argv[0]:
-            return subprocess.CompletedProcess(argv, self.smi_rc, self.smi, "")
+            out = {"-L": self.smi_list, "--query-compute-apps=gpu_uuid,pid": self.smi_apps}.get(
+                argv[1], self.smi
+            )
+            return subprocess.CompletedProcess(argv, self.smi_rc, out, "")
         return subprocess.CompletedProcess(argv, self.once_rc, self.once_stdout, self.once_stderr)
 
 
-def run_main(runner, which=lambda name: "/usr/bin/nvidia-smi"):
+def fake_proc(tmp_path: Path, *, cap_eff: str = SYS_ADMIN, nspid: str = "4242") -> Path:
+    (tmp_path / "self").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "self" / "status").write_text(f"Name:\tpython\nCapEff:\t{cap_eff}\nNSpid:\t{nspid}\n")
+    return tmp_path
+
+
+def run_main(runner, which=lambda name: "/usr/bin/nvidia-smi", *, proc: Path | None = None, environ=None):
     lines: list[str] = []
-    rc = gc.main([], run=runner, which=which, out=lines.append)
+    if proc is None:
+        proc = fake_proc(Path(tempfile.mkdtemp()))
+    rc = gc.main(
+        [],
+        run=runner,
+        which=which,
+        out=lines.append,
+        proc=proc,
+        environ={"NVIDIA_MIG_MONITOR_DEVICES": "all"} if environ is None else environ,
+        euid=0,
+    )
     return rc, "\n".join(lines)
 
 
@@ -141,7 +190,8 @@ def test_once_failure_exits_1_with_its_last_line():
         once_stderr="Traceback…\ngpupilot-exporter: NVML init failed: Driver Not Loaded\n",
     )
     rc, text = run_main(runner)
-    assert rc == 1 and "NVML init failed: Driver Not Loaded" in text and text.count("\n") == 0
+    last = text.splitlines()[-1]
+    assert rc == 1 and "NVML init failed: Driver Not Loaded" in last and "Traceback" not in text
 
 
 def test_no_gpu_exits_2_with_one_line():
@@ -154,13 +204,85 @@ def test_no_gpu_exits_2_with_one_line():
 def test_only_read_only_nvidia_smi_queries_are_run(exposition):
     runner = FakeRunner(smi=SMI_AGREE, once_stdout=exposition)
     run_main(runner)
-    smi_calls = [a for a in runner.argvs if "nvidia-smi" in a[0]]
-    assert len(smi_calls) == 2
-    for argv in smi_calls:
-        assert argv[1:] == [
-            "--query-gpu=index,uuid,temperature.gpu,memory.used,power.draw",
-            "--format=csv,noheader,nounits",
-        ]
+    smi_calls = [a[1:] for a in runner.argvs if "nvidia-smi" in a[0]]
+    assert len(smi_calls) == 4
+    allowed = [list(q) for q in gc.READ_ONLY_QUERIES]
+    assert all(call in allowed for call in smi_calls), smi_calls
+    assert allowed == [
+        ["--query-gpu=index,uuid,temperature.gpu,memory.used,power.draw", "--format=csv,noheader,nounits"],
+        ["-L"],
+        ["--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader"],
+    ]
     source = SCRIPT.read_text()
     for forbidden in ('"-mig"', '"-pm"', '"-r"', '"--gpu-reset"', '"-pl"', '"-ac"', '"-e"', '"-c"'):
         assert forbidden not in source
+
+
+def test_environment_names_uid_capabilities_pid_namespace_and_versions(exposition, tmp_path):
+    rc, text = run_main(FakeRunner(smi=SMI_AGREE, once_stdout=exposition), proc=fake_proc(tmp_path))
+    assert rc == 0, text
+    assert "effective uid 0; capabilities: CAP_SYS_ADMIN" in text
+    assert "PID namespace: host" in text and "NVIDIA_MIG_MONITOR_DEVICES=all" in text
+    assert "nvidia-ml-py " in text
+    assert "MIG MIG-h100-0-gi2 on GPU-h100-0000-0000-0000-000000000000: 3g.40gb at slice 4 (size 4)" in text
+    assert "processes on GPU-h100-0000-0000-0000-000000000000: exporter 3, nvidia-smi 3" in text
+    prof = sum(1 for name, _, _ in gc.parse_exposition(exposition) if name.startswith("DCGM_FI_PROF_"))
+    assert prof > 20 and f"profiling values: {prof} checked, 0 NaN or out of range" in text
+
+
+def test_pod_without_privileges_is_told_why(exposition, tmp_path):
+    proc = fake_proc(tmp_path, cap_eff="00000000a80425fb", nspid="4242\t17")
+    rc, text = run_main(FakeRunner(smi=SMI_AGREE, once_stdout=exposition), proc=proc, environ={})
+    assert rc == 1
+    assert "capabilities: CAP_CHOWN, +" in text and "PID namespace: own (no hostPID)" in text
+    assert "NVIDIA_MIG_MONITOR_DEVICES=(unset)" in text
+    assert "PROBLEM: no CAP_SYS_ADMIN" in text
+    assert "PROBLEM: not in the host PID namespace" in text
+
+
+def test_mig_uuids_placements_prof_and_processes_disagreeing(tmp_path):
+    lib = fk.FakeNvml([fk.h100_mig(0), fk.l4(1)], admin=False)
+    gpu = lib.gpus[0]
+    gpu.migs[0].gpm = {1: float("nan"), 2: 70.0, 3: 50.0, 5: 45.0, 10: 60.0}
+    backend = NvmlBackend(
+        library=lib,
+        clock=lib.clock,
+        sleep=lib.sleep,
+        visibility=lambda: ProcessVisibility(True, "host PID namespace"),
+    )
+    backend.open()
+    try:
+        text_once = render_text(device_families(backend.read(), hostname="gpu-node"))
+    finally:
+        backend.close()
+    smi_list = SMI_LIST.replace("MIG-h100-0-gi10", "MIG-h100-0-gi11")
+    runner = FakeRunner(smi=SMI_AGREE, once_stdout=text_once, smi_list=smi_list, smi_apps=f"{H100}, 101\n")
+    rc, text = run_main(runner)
+    assert rc == 1
+    assert "PROBLEM: MIG device MIG-h100-0-gi11 (1g.10gb) is in nvidia-smi -L but not in the exporter" in text
+    assert "PROBLEM: MIG device MIG-h100-0-gi10 is in the exporter but not in nvidia-smi -L" in text
+    assert "PROBLEM: MIG MIG-h100-0-gi2: placement unknown" in text
+    assert "PROBLEM: processes on GPU-h100-0000-0000-0000-000000000000: exporter 3 vs nvidia-smi 1" in text
+    assert "0 NaN or out of range" in text, "NaN never reaches the exposition"
+    assert "DISAGREE: GPM: activity on 4/5 MIG instances" in text, "the dropped NaN shows as missing activity"
+
+
+def test_lost_gpus_errors_and_withheld_processes_are_reported():
+    once = (
+        'gpupilot_gpu_lost{gpu="1",UUID="GPU-x",pci_bus_id="0",Hostname="n",reason="GPU is lost (GPU is lost)"} 1\n'
+        'gpupilot_exporter_collection_errors_total{kind="no_permission:memory_total"} 2\n'
+        'gpupilot_exporter_process_visibility{Hostname="n",reason="own PID namespace (no hostPID)"} 0\n'
+        'DCGM_FI_PROF_SM_ACTIVE{UUID="GPU-y",GPU_I_ID="3"} 1.7\n'
+    )
+    d = gc.exporter_detail(once)
+    lines, problems = gc.detail_problems(d, {}, {}, ["GPU-y"])
+    assert "lost GPU 1 GPU-x: GPU is lost (GPU is lost)" in problems
+    assert "collection errors: no_permission:memory_total 2" in lines
+    assert "process counts withheld: own PID namespace (no hostPID)" in problems
+    assert "DCGM_FI_PROF_SM_ACTIVE on GPU-y/GI3 = 1.7" in problems
+
+
+def test_capabilities_decode():
+    assert gc.capabilities("0000000000000000") == "none"
+    assert gc.capabilities(f"{1 << 21:x}") == "CAP_SYS_ADMIN"
+    assert gc.capabilities("zz") == "unknown"

@@ -7,14 +7,25 @@ import pytest
 from exporter.errors import BackendUnavailable
 from exporter.exposition import device_families
 from exporter.nvml import NvmlBackend
+from exporter.visibility import ProcessVisibility
 from tests.exporter import fake_nvml as fk
 
 MIB = 1024 * 1024
+HOST_PID = ProcessVisibility(True, "host PID namespace")
 
 
-def backend_for(*gpus: fk.FakeGpu, **kw) -> tuple[NvmlBackend, fk.FakeNvml]:
+def backend_for(
+    *gpus: fk.FakeGpu, visibility: ProcessVisibility = HOST_PID, **kw
+) -> tuple[NvmlBackend, fk.FakeNvml]:
     lib = fk.FakeNvml(list(gpus), **kw)
-    return NvmlBackend(library=lib, clock=lib.clock, wall_clock=lambda: 1.7e9, sleep=lib.sleep), lib
+    backend = NvmlBackend(
+        library=lib,
+        clock=lib.clock,
+        wall_clock=lambda: 1.7e9,
+        sleep=lib.sleep,
+        visibility=lambda: visibility,
+    )
+    return backend, lib
 
 
 @pytest.fixture
@@ -28,7 +39,7 @@ def h100():
 def test_h100_identity_instances_and_gpm_on_first_read(h100):
     backend, lib = h100
     snap = backend.read()
-    assert lib.now >= 1000.1, "the first read waits until GPM samples are 100 ms apart"
+    assert lib.now >= 1001.0, "the first read waits until GPM samples are 1 s apart (--once)"
     (gpu,) = snap.gpus
     info = gpu.info
     assert (info.pci_device_id, info.mig_enabled, info.gpm_supported) == (0x2330, True, True)
@@ -209,6 +220,9 @@ def test_mig_disabled_under_us_switches_to_whole_gpu_fields(h100):
     g = snap.gpus[0]
     assert g.info.mig_enabled is False and g.instances == ()
     assert g.values["DCGM_FI_DEV_GPU_UTIL"] == 37 and g.values["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"] == 1
+    assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" not in g.values, "a sample across the mode change is not used"
+    lib.advance(10)
+    g = backend.read().gpus[0]
     assert g.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == pytest.approx(0.625)
 
 

@@ -175,10 +175,16 @@ def test_nvml_uuids_and_kubelet_ids_join_on_the_series(kubelet, client):
     """End to end: fake NVML H100 (MIG) + kubelet double → pod labels on that instance's series."""
     from exporter.exposition import device_families  # noqa: PLC0415
     from exporter.nvml import NvmlBackend  # noqa: PLC0415
+    from exporter.visibility import ProcessVisibility  # noqa: PLC0415
     from tests.exporter import fake_nvml as fk  # noqa: PLC0415
 
     lib = fk.FakeNvml([fk.h100_mig(0)])
-    backend = NvmlBackend(library=lib, clock=lib.clock, sleep=lib.sleep)
+    backend = NvmlBackend(
+        library=lib,
+        clock=lib.clock,
+        sleep=lib.sleep,
+        visibility=lambda: ProcessVisibility(True, "host PID namespace"),
+    )
     backend.open()
     try:
         snap = backend.read()

@@ -41,7 +41,11 @@ What it serves (see :mod:`tests.kubedouble.server` for the route table):
   changes → ``failed`` for names missing from the ConfigMap the ClusterPolicy points at (or for
   layouts without a placement, or with pods still holding the node's GPUs: "In use by another
   client"), else ``pending`` → (``rebooting``) → ``success`` after a few ms, pausing and restoring
-  the ``nvidia.com/gpu.deploy.*`` labels. Timing: ``KubeDouble(mig_manager=MigManagerSettings(...))``.
+  the ``nvidia.com/gpu.deploy.*`` labels, and waiting for the pods of DaemonSets whose nodeSelector
+  carries ``nvidia.com/gpu.deploy.client`` to leave. Timing: ``KubeDouble(mig_manager=MigManagerSettings(...))``.
+- apps/v1 ``daemonsets`` (``kube.add_daemonset(obj)``) and a simulated DaemonSet controller
+  (:mod:`tests.kubedouble.daemonsets`): one pod per node its nodeSelector/affinity matches, removed
+  (after ``KubeDouble(daemonset_delete_delay_s=…)``) when the node's labels stop matching.
 
 Inspection: ``kube.node(name)``, ``kube.labels(name)``, ``kube.annotations(name)``, ``kube.pods(node=)``,
 ``kube.configmap(name)``, ``kube.cluster_policy()``, ``kube.events(involving=)``,

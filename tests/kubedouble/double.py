@@ -13,6 +13,7 @@ import yaml
 from kubernetes import client
 
 from mig_geometry.catalogue import find_model
+from tests.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
 from tests.kubedouble.migmanager import (
     CONFIG_LABEL,
     DEPLOY_LABELS,
@@ -46,6 +47,7 @@ class KubeDouble:
         enforce_rules: bool = False,
         cluster_policy: bool = True,
         default_mig_configmap: bool = True,
+        daemonset_delete_delay_s: float = 0.0,
     ) -> None:
         self.store = Store()
         self.auth = AuthConfig(require_token=require_token, enforce_rules=enforce_rules)
@@ -56,6 +58,7 @@ class KubeDouble:
         self.mig_settings = mig_manager or MigManagerSettings()
         self.mig_manager = MigManager(self.store, self.mig_settings)
         self._run_mig_manager = run_mig_manager
+        self.daemonsets = DaemonSetController(self.store, delete_delay_s=daemonset_delete_delay_s)
         self._server = Server(("127.0.0.1", 0), make_handler(self.api))
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="kubedouble-http", daemon=True
@@ -93,12 +96,14 @@ class KubeDouble:
         self._thread.start()
         if self._run_mig_manager:
             self.mig_manager.start()
+        self.daemonsets.start()
         return self
 
     def stop(self) -> None:
         self.store.close()
         if self._run_mig_manager:
             self.mig_manager.stop()
+        self.daemonsets.stop()
         self._server.shutdown()
         self._server.server_close()
         self.api.close()
@@ -275,6 +280,12 @@ class KubeDouble:
             "status": {"phase": phase},
         }
         return self.store.put("/pods", obj, event="ADDED")
+
+    def add_daemonset(self, daemonset: Mapping[str, Any], *, namespace: str = "default") -> dict[str, Any]:
+        """Store a DaemonSet (e.g. one rendered from deploy/); the simulated controller places its pods."""
+        obj = copy.deepcopy(dict(daemonset))
+        obj.setdefault("metadata", {}).setdefault("namespace", namespace)
+        return self.store.put(DAEMONSETS, obj, event="ADDED")
 
     def add_pdb(
         self,

@@ -9,7 +9,12 @@ It watches every node's ``nvidia.com/mig.config``. When the value changes to a n
 3. every entry that applies to the node's GPUs (``devices``, ``device-filter`` against the model in
    ``nvidia.com/gpu.product``) must be well formed and have a placement (:func:`mig_geometry.placement.place`),
    else ``failed``;
-4. ``pending``, with the ``nvidia.com/gpu.deploy.*`` operand labels set to ``paused-for-mig-change``;
+4. ``pending``, with the ``nvidia.com/gpu.deploy.*`` operand labels set to ``paused-for-mig-change``
+   (``nvidia.com/gpu.deploy.client`` too when the node has it: mig-parted >= v0.15.0); then it waits
+   (up to ``client_wait_s``) until no pod remains on the node whose owning DaemonSet has
+   ``nvidia.com/gpu.deploy.client`` in its pod template's ``nodeSelector`` (affinity is not looked
+   at, as in mig-parted); the simulated DaemonSet controller (:mod:`tests.kubedouble.daemonsets`)
+   removes those pods when the label changes;
 5. after ``pending_s``: if non-terminated pods on the node still request ``nvidia.com/gpu`` or
    ``nvidia.com/mig-*`` → ``failed`` ("In use by another client"); it never evicts anything;
 6. optionally ``rebooting`` when MIG mode flips (``with_reboot``), then ``success`` after ``apply_s``,
@@ -43,7 +48,9 @@ DEPLOY_LABELS = (
     "nvidia.com/gpu.deploy.dcgm-exporter",
     "nvidia.com/gpu.deploy.dcgm",
     "nvidia.com/gpu.deploy.nvsm",
+    "nvidia.com/gpu.deploy.client",
 )
+CLIENT_LABEL = "nvidia.com/gpu.deploy.client"
 PAUSED = "paused-for-mig-change"
 IN_USE = "In use by another client"
 _ENTRY_FIELDS = {"devices", "device-filter", "mig-enabled", "mig-devices"}
@@ -62,6 +69,8 @@ class MigManagerSettings:
     reboot_s: float = 0.02
     poll_s: float = 0.05
     """Fallback poll; every store write wakes the manager at once anyway."""
+    client_wait_s: float = 5.0
+    """How long it waits for third-party GPU client pods to leave (mig-parted: 5 minutes)."""
 
 
 @dataclass(frozen=True)
@@ -282,8 +291,12 @@ class MigManager:
         if reason:
             self._set(node, want, "failed", reason)
             return
+        has_clients = bool((obj["metadata"].get("labels") or {}).get(CLIENT_LABEL))
         self._set(node, want, "pending", deploy=PAUSED)
         time.sleep(self.settings.pending_s)
+        if has_clients and not self._wait_for_clients(node):
+            self._set(node, want, "failed", "timeout waiting for GPU client pods to stop", deploy="true")
+            return
         holders = node_gpu_holders(self.store, node)
         if holders:
             self._set(node, want, "failed", f"{IN_USE}: {', '.join(holders)}", deploy="true")
@@ -296,6 +309,37 @@ class MigManager:
         self.applied[node] = want
         self._publish(node, configs[want])
         self._set(node, want, "success", deploy="true")
+
+    def _client_pods(self, node: str) -> list[str]:
+        """Pods on ``node`` owned by a DaemonSet whose template nodeSelector has the client key."""
+        daemonsets = {ds["metadata"]["uid"]: ds for ds in self.store.list("apps/daemonsets")}
+        out = []
+        for pod in self.store.list("/pods"):
+            if pod.get("spec", {}).get("nodeName") != node:
+                continue
+            for owner in pod["metadata"].get("ownerReferences") or []:
+                ds = daemonsets.get(owner.get("uid", "")) if owner.get("kind") == "DaemonSet" else None
+                selector = ((ds or {}).get("spec", {}).get("template", {}).get("spec", {})).get(
+                    "nodeSelector"
+                ) or {}
+                if CLIENT_LABEL in selector:
+                    out.append(f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']}")
+        return out
+
+    def _wait_for_clients(self, node: str) -> bool:
+        deadline = time.monotonic() + self.settings.client_wait_s
+        waited: list[str] = []
+        while True:
+            left = self._client_pods(node)
+            if not left:
+                if waited:
+                    self.store.record("mig-manager", "pods", "", node, waited_for=sorted(set(waited)))
+                return True
+            waited.extend(left)
+            if time.monotonic() > deadline or self._stop.is_set():
+                return False
+            with self.store.changed:
+                self.store.changed.wait(timeout=self.settings.poll_s)
 
     @staticmethod
     def _enabled(entries: Any) -> bool:

@@ -11,6 +11,8 @@ Routes (``{ns}`` = namespace; cluster-wide lists exist for namespaced kinds too)
     /apis/nvidia.com/v1/clusterpolicies[/{name}]  (custom resource: merge/JSON patch only, like a CRD)
     /apis/autoscaling/v2[/namespaces/{ns}]/horizontalpodautoscalers[/{name}]
     /apis/metrics.k8s.io/v1beta1[/namespaces/{ns}]/pods[/{name}]  (PodMetrics, as metrics-server)
+    /apis/apps/v1[/namespaces/{ns}]/daemonsets[/{name}]
+    /apis/apiregistration.k8s.io/v1/apiservices[/{name}]
     /apis/authentication.k8s.io/v1/tokenreviews  POST
     /apis/authorization.k8s.io/v1/subjectaccessreviews POST
     /version, /healthz

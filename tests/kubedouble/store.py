@@ -43,6 +43,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", namespaced=False),
     Kind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", namespaced=True),
     Kind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", namespaced=True),
+    Kind("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
+    Kind("apiregistration.k8s.io", "v1", "apiservices", "APIService", namespaced=False),
     Kind("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False, storable=False),
     Kind(
         "authorization.k8s.io",

@@ -7,6 +7,9 @@ node-b  H100 80GB, strategy single, 2 GPUs of 7×1g.10gb; svc-b's 3 pods use 1g 
 node-c  L4 (no MIG), one whole GPU held by web/l4-svc at ~10 % utilisation.
 node-d  A100 40GB (no GPM: no profiling metrics), 7×1g.5gb; ml/amp-0 runs a compute process from
         06:00 to 18:00 UTC only, the other instances none.
+node-e  the same A100, but its exporter cannot see other containers' processes (no hostPID):
+        gpupilot_exporter_process_visibility is 0 and (an old exporter) publishes 0 processes for
+        ml/amp-blind: its idleness is unknown, never idle.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def write_history(path: Path, *, end: float) -> float:
         "kube_node_labels": "gauge",
         "kube_pod_owner": "gauge",
         "gpupilot_device_compute_processes": "gauge",
+        "gpupilot_exporter_process_visibility": "gauge",
     }
 
     def add(name: str, labels: dict[str, str], t: float, v: float) -> None:
@@ -254,6 +258,52 @@ def write_history(path: Path, *, end: float) -> float:
                 add("gpupilot_device_pod_info", dl, t, 1)
                 busy = 1 if 6 <= hour < 18 else 0
             add("gpupilot_device_compute_processes", dl, t, busy)
+        add(
+            "gpupilot_exporter_process_visibility",
+            {"Hostname": "node-d", "reason": "host PID namespace"},
+            t,
+            1,
+        )
+        # node-e: blind to processes
+        be = _base("node-e", 0, "NVIDIA A100-SXM4-40GB")
+        add(
+            "gpupilot_gpu_info",
+            {
+                **be,
+                "pci_device_id": "0x20b0",
+                "mig_mode": "enabled",
+                "gpm": "unsupported",
+                "memory_total_mib": "40960",
+            },
+            t,
+            1,
+        )
+        for k in range(7):
+            gi = str(7 + k)
+            il = {**be, "GPU_I_PROFILE": "1g.5gb", "GPU_I_ID": gi}
+            add(
+                "gpupilot_mig_instance_info",
+                {
+                    **il,
+                    "compute_instance_id": "0",
+                    "placement_start": str(k),
+                    "placement_size": "1",
+                    "mig_uuid": f"MIG-e0-{gi}",
+                },
+                t,
+                1,
+            )
+            dl = dict(il)
+            if k == 0:
+                dl |= {"pod": "amp-blind", "namespace": "ml", "container": "main"}
+                add("gpupilot_device_pod_info", dl, t, 1)
+            add("gpupilot_device_compute_processes", dl, t, 0)
+        add(
+            "gpupilot_exporter_process_visibility",
+            {"Hostname": "node-e", "reason": "own PID namespace"},
+            t,
+            0,
+        )
         # kube-state-metrics
         add("kube_node_labels", {"node": "node-a", "label_nvidia_com_mig_config": "all-balanced"}, t, 1)
         add(

@@ -56,7 +56,7 @@ def result(small_history: History) -> Analysis:
 
 def test_inventory_from_info_series(result: Analysis) -> None:
     nodes = {n.name: n for n in result.nodes}
-    assert sorted(nodes) == ["node-a", "node-b", "node-c", "node-d"]
+    assert sorted(nodes) == ["node-a", "node-b", "node-c", "node-d", "node-e"]
     a = nodes["node-a"]
     assert a.mig_strategy == "mixed" and a.mig_config == "all-balanced"
     assert [g.model_key for g in a.gpus] == ["H100 80GB", "H100 80GB"]
@@ -107,6 +107,15 @@ def test_without_profiling_idle_hours_come_from_processes(result: Analysis) -> N
     spare = result.device("node-d", 0, "13")
     assert spare is not None and spare.idle_hours == pytest.approx(DAYS * 24, abs=1)
     assert any("idle hours from compute processes" in n for n in result.notes)
+
+
+def test_process_counts_of_a_blind_exporter_are_unknown_not_idle(result: Analysis) -> None:
+    """node-e's exporter cannot see other containers' processes: its zeros mean nothing."""
+    blind = result.device("node-e", 0, "7")
+    assert blind is not None and blind.allocated and blind.pods == (PodKey("ml", "amp-blind"),)
+    assert blind.unknown and blind.idle_hours == 0 and blind.coverage_hours == 0
+    spare = result.device("node-e", 0, "13")
+    assert spare is not None and spare.idle_hours == 0, "not idle either: nothing is known"
 
 
 def test_layout_change_keeps_series_apart(result: Analysis) -> None:

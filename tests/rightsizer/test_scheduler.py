@@ -233,6 +233,10 @@ def test_auto_apply_skips_plans_below_min_gpus_freed(tmp_path, clock):
         ),
         ({"prometheus_url": "prometheus:9090"}, "must start with http://"),
         ({"report": None, "plan": None}, "configure at least one job"),
+        (
+            {"auto_apply": {"operator_namespace": "GPU_Operator"}},
+            "auto_apply.operator_namespace: must be a Kubernetes name",
+        ),
     ],
 )
 def test_config_errors_are_one_line(tmp_path, change, message):
@@ -247,6 +251,20 @@ def test_config_errors_are_one_line(tmp_path, change, message):
     with pytest.raises(ServeConfigError) as err:
         parse(doc, source="serve.yaml")
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_operator_namespace_and_configmap_are_settings():
+    doc = {"prometheus_url": "http://p:9090", "timezone": "UTC", "plan": {"every": "6h"}}
+    assert (
+        parse(doc, source="s").auto_apply.operator_namespace,
+        parse(doc, source="s").auto_apply.mig_configmap,
+    ) == (
+        "gpu-operator",
+        None,
+    )
+    doc["auto_apply"] = {"operator_namespace": "nvidia-gpu-operator", "mig_configmap": "my-mig"}
+    auto = parse(doc, source="s").auto_apply
+    assert (auto.operator_namespace, auto.mig_configmap) == ("nvidia-gpu-operator", "my-mig")
 
 
 def test_the_shipped_example_is_valid():

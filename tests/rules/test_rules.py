@@ -35,6 +35,7 @@ SEED_INTENT = {
     "GPUExporterDown",
     "GPUExporterSnapshotStale",
     "GPUExporterBackendDown",
+    "GPUExporterProcessesHidden",  # issue 18: process counts withheld without the host PID namespace
     "GPULost",
     "GPURowRemapFailure",
     "MIGSliceIdle24h",

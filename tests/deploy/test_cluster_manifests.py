@@ -1,0 +1,243 @@
+"""deploy/ for a real GPU cluster: exporter privileges and their opt-out, settings that reach every
+object, NetworkPolicies, the adapter's availability, the rightsizer's admission policies, OpenShift."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.test_manifests import DEPLOY, OVERLAY, ROOT, find, pod_spec, render
+
+
+def build(
+    tmp_path: Path, *, resources: list[str], components: list[str], extra: dict | None = None
+) -> list[dict]:
+    doc: dict[str, Any] = {
+        "resources": [r if r.endswith(".yaml") else os.path.relpath(DEPLOY / r, tmp_path) for r in resources],
+        "components": [os.path.relpath(DEPLOY / c, tmp_path) for c in components],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+    for name, content in (extra or {}).items():
+        (tmp_path / name).write_text(yaml.safe_dump(content))
+    res = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    return [d for d in yaml.safe_load_all(res.stdout) if d]
+
+
+def one(objs: list[dict], kind: str, name: str) -> dict:
+    (obj,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+    return obj
+
+
+def exporter_container(ds: dict) -> dict:
+    (c,) = pod_spec(ds)["containers"]
+    return c
+
+
+def test_exporter_privileges_are_the_documented_minimum() -> None:
+    ds = find("exporter", "DaemonSet", "gpupilot-exporter")
+    spec, c = pod_spec(ds), exporter_container(find("exporter", "DaemonSet", "gpupilot-exporter"))
+    assert spec["hostPID"] is True, "process counts need the host PID namespace"
+    assert not spec.get("hostNetwork") and not spec.get("hostIPC")
+    sc = c["securityContext"]
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]} and sc["privileged"] is False
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    text = (DEPLOY / "exporter" / "daemonset.yaml").read_text()
+    for evidence in ("CAP_SYS_ADMIN", "NO_PERMISSION", "hostPID", "gpupilot_exporter_process_visibility"):
+        assert evidence in text, f"the DaemonSet no longer explains {evidence}"
+
+
+def test_unprivileged_component_drops_exactly_those(tmp_path: Path) -> None:
+    objs = build(tmp_path, resources=["exporter"], components=["exporter/unprivileged"])
+    ds = one(objs, "DaemonSet", "gpupilot-exporter")
+    c = exporter_container(ds)
+    assert "hostPID" not in pod_spec(ds)
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in {e["name"] for e in c["env"]}
+    assert {e["name"] for e in c["env"]} == {
+        "NODE_NAME",
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+    }
+
+
+def test_legacy_component_swaps_the_pause_key_for_affinity(tmp_path: Path) -> None:
+    objs = build(tmp_path, resources=["exporter"], components=["exporter/legacy-gpu-operator"])
+    spec = pod_spec(one(objs, "DaemonSet", "gpupilot-exporter"))
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    exprs = {e["key"]: (e["operator"], e["values"]) for e in term["matchExpressions"]}
+    assert exprs["nvidia.com/gpu.deploy.dcgm-exporter"] == ("NotIn", ["false", "paused-for-mig-change"])
+    assert "nvidia.com/gpu.deploy.gpupilot-exporter" in exprs
+
+
+SETTINGS = {
+    "operatorNamespace": "gpu-ops-x",
+    "migConfigMap": "my-mig-config",
+    "currentMigConfigMap": "team-mig-config",
+    "kubeletPodResourcesDir": "/data/kubelet/pod-resources",
+    "runtimeClassName": "nvidia-cdi",
+    "exporterPriorityClassName": "gpu-node-critical",
+    "adapterPriorityClassName": "metrics-critical",
+    "monitoringNamespace": "observability",
+}
+
+
+def test_every_setting_reaches_its_objects(tmp_path: Path) -> None:
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "gpupilot-settings",
+            "annotations": {"config.kubernetes.io/local-config": "true"},
+        },
+        "data": SETTINGS,
+    }
+    objs = build(
+        tmp_path,
+        resources=["settings.yaml", "exporter", "adapter", "rightsizer"],
+        components=["settings"],
+        extra={"settings.yaml": cm},
+    )
+    assert not [o for o in objs if o["metadata"]["name"] == "gpupilot-settings"], (
+        "local-config is not applied"
+    )
+    ds = pod_spec(one(objs, "DaemonSet", "gpupilot-exporter"))
+    assert ds["runtimeClassName"] == "nvidia-cdi" and ds["priorityClassName"] == "gpu-node-critical"
+    vol = next(v for v in ds["volumes"] if v["name"] == "pod-resources")
+    assert vol["hostPath"]["path"] == "/data/kubelet/pod-resources"
+    assert pod_spec(one(objs, "Deployment", "gpupilot-adapter"))["priorityClassName"] == "metrics-critical"
+    role = one(objs, "Role", "gpupilot-rightsizer-mig-config")
+    assert role["metadata"]["namespace"] == "gpu-ops-x"
+    assert role["rules"][0]["resourceNames"] == ["my-mig-config"]
+    assert role["rules"][1]["resourceNames"] == ["default-mig-parted-config", "team-mig-config"]
+    assert one(objs, "RoleBinding", "gpupilot-rightsizer-mig-config")["metadata"]["namespace"] == "gpu-ops-x"
+    np = one(objs, "NetworkPolicy", "gpupilot-exporter")
+    assert np["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "observability"
+    }
+
+
+@pytest.mark.parametrize("overlay", [OVERLAY, "overlays/openshift/app"])
+def test_overlays_set_every_setting(overlay: str) -> None:
+    settings = yaml.safe_load((DEPLOY / overlay / "settings.yaml").read_text())["data"]
+    used = set(
+        re.findall(r"fieldPath: data\.(\w+)", (DEPLOY / "settings" / "kustomization.yaml").read_text())
+    )
+    assert set(settings) == used == set(SETTINGS)
+
+
+def test_openshift_overlay_uses_its_operator_namespace_and_scc() -> None:
+    objs = render("overlays/openshift")
+    assert not [o for o in objs if o["metadata"].get("namespace") == "gpu-operator"]
+    scc = next(o for o in objs if o["kind"] == "SecurityContextConstraints")
+    assert "namespace" not in scc["metadata"]
+    ds = next(o for o in objs if o["kind"] == "DaemonSet")
+    spec, c = pod_spec(ds), exporter_container(ds)
+    # The SCC admits exactly what the exporter asks for.
+    assert scc["allowHostPID"] is spec["hostPID"] is True
+    assert set(scc["allowedCapabilities"]) == set(c["securityContext"]["capabilities"]["add"])
+    assert scc["allowPrivilegedContainer"] is False and scc["allowHostNetwork"] is False
+    assert scc["allowHostDirVolumePlugin"] is True and "hostPath" in scc["volumes"]
+    binding = one(objs, "RoleBinding", "gpupilot-exporter-scc")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpupilot-exporter", "namespace": "gpupilot"}
+    ]
+    role = one(objs, "ClusterRole", binding["roleRef"]["name"])
+    assert role["rules"][0]["resourceNames"] == [scc["metadata"]["name"]]
+    ns = next(o for o in objs if o["kind"] == "Namespace")
+    assert ns["metadata"]["labels"]["security.openshift.io/scc.podSecurityLabelSync"] == "false"
+
+
+def test_exporter_network_policy_admits_only_the_monitoring_namespace() -> None:
+    np = find("exporter", "NetworkPolicy", "gpupilot-exporter")
+    ds = find("exporter", "DaemonSet", "gpupilot-exporter")
+    assert (
+        np["spec"]["podSelector"]["matchLabels"].items()
+        <= ds["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = np["spec"]["ingress"]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    assert rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+
+
+def test_adapter_network_policy_opens_only_https() -> None:
+    np = find("adapter", "NetworkPolicy", "gpupilot-adapter")
+    (rule,) = np["spec"]["ingress"]
+    assert rule == {"ports": [{"port": "https", "protocol": "TCP"}]}
+    dep = find("adapter", "Deployment", "gpupilot-adapter")
+    assert any(p["name"] == "https" for p in pod_spec(dep)["containers"][0]["ports"])
+
+
+def test_adapter_survives_drains_and_node_loss() -> None:
+    dep = find("adapter", "Deployment", "gpupilot-adapter")
+    spec = pod_spec(dep)
+    assert spec["priorityClassName"] == "system-cluster-critical"
+    term = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0][
+        "podAffinityTerm"
+    ]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    pdb = find("adapter", "PodDisruptionBudget", "gpupilot-adapter")
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert 1 <= pdb["spec"]["minAvailable"] < dep["spec"]["replicas"]
+
+
+def rightsizer_annotation_keys() -> set[str]:
+    source = "\n".join(p.read_text() for p in (ROOT / "rightsizer").rglob("*.py"))
+    return set(re.findall(r'"(gpupilot\.io/[a-z-]+)"', source))
+
+
+def test_admission_policies_bind_to_the_rightsizer_and_cover_its_writes() -> None:
+    objs = render(OVERLAY)
+    sa = one(objs, "ServiceAccount", "gpupilot-rightsizer")
+    username = f"system:serviceaccount:{sa['metadata']['namespace']}:gpupilot-rightsizer"
+    policies = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert {b["spec"]["policyName"] for b in bindings} == set(policies) and len(policies) == 2
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    for policy in policies.values():
+        (cond,) = policy["spec"]["matchConditions"]
+        assert cond["expression"] == f"request.userInfo.username == '{username}'"
+        assert policy["spec"]["failurePolicy"] == "Fail"
+    cp = "\n".join(
+        v["expression"] for v in policies["gpupilot-rightsizer-clusterpolicy"]["spec"]["validations"]
+    )
+    for field in ("driver", "toolkit", "devicePlugin", "dcgmExporter", "validator", "daemonsets"):
+        assert f"object.spec.?{field} == oldObject.spec.?{field}" in cp
+    assert "migManager.?image" in cp and "config.?name" not in cp, "only config.name may change"
+    nodes = "\n".join(v["expression"] for v in policies["gpupilot-rightsizer-nodes"]["spec"]["validations"])
+    assert "'nvidia.com/mig.config'" in nodes and "taints" in nodes and "unschedulable" not in nodes
+    annotations = rightsizer_annotation_keys()
+    assert annotations, "the scan no longer finds the rightsizer's node annotations"
+    assert all(k.startswith("gpupilot.io/") for k in annotations) and "startsWith('gpupilot.io/')" in nodes
+
+
+@pytest.mark.parametrize("overlay", [OVERLAY, "overlays/openshift"])
+def test_rightsizer_config_agrees_with_the_settings(overlay: str) -> None:
+    objs = render(overlay)
+    cm = one(
+        list(objs),
+        "ConfigMap",
+        next(
+            o["metadata"]["name"]
+            for o in objs
+            if o["metadata"]["name"].startswith("gpupilot-rightsizer") and o["kind"] == "ConfigMap"
+        ),
+    )
+    auto = yaml.safe_load(cm["data"]["rightsizer.yaml"])["auto_apply"]
+    role = one(list(objs), "Role", "gpupilot-rightsizer-mig-config")
+    assert auto["operator_namespace"] == role["metadata"]["namespace"]
+    assert auto["mig_configmap"] == role["rules"][0]["resourceNames"][0]

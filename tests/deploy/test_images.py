@@ -1,0 +1,87 @@
+"""One image per service: each service's dependency closure covers what its code imports, and the
+exporter's (pulled on every GPU node) holds none of the analysis stack."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from devkit import image_contents
+
+ROOT = Path(__file__).resolve().parents[2]
+OWN = {"exporter", "adapter", "rightsizer", "mig_geometry", "gpupilot_common", "devkit"}
+
+
+def third_party_imports(package: Path) -> set[str]:
+    found: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in OWN and top != "__future__":
+                    found.add(top)
+    return found
+
+
+def distributions_of(module: str) -> set[str]:
+    return {image_contents._norm(d) for d in metadata.packages_distributions().get(module, [])}
+
+
+@pytest.mark.parametrize(
+    ("service", "package", "extras"),
+    [
+        ("exporter", "exporter", ["exporter", "simulator"]),  # the simulator: --backend sim, backfill
+        ("adapter", "adapter", ["adapter"]),
+        ("rightsizer", "rightsizer", ["rightsizer"]),
+    ],
+)
+def test_each_service_extra_covers_its_imports(service: str, package: str, extras: list[str]) -> None:
+    closure = set(image_contents.closure(extras))
+    imports = third_party_imports(ROOT / package)
+    assert imports, "the import scan found nothing"
+    missing = {m for m in imports if not distributions_of(m) & closure}
+    assert not missing, f"gpupilot[{service}] lacks the distributions of {sorted(missing)}"
+
+
+def test_exporter_image_holds_no_analysis_stack_and_is_small() -> None:
+    exporter = image_contents.contents("exporter")
+    everything = {k for s in image_contents.SERVICES for k in image_contents.closure([s])}
+    heavy = {"pandas", "scipy", "matplotlib", "numpy", "kubernetes"}
+    assert not heavy & set(exporter.distributions), sorted(heavy & set(exporter.distributions))
+    assert heavy <= everything, "the measurement no longer sees the other services' dependencies"
+    assert exporter.total < 64 * 2**20, f"exporter dependencies: {exporter.total / 2**20:.0f} MiB"
+
+
+def test_exporter_core_imports_no_simulator_dependency() -> None:
+    """numpy belongs to the simulator: the NVML path must not import it at module level."""
+    sim = ROOT / "exporter" / "sim"
+    core = set()
+    for path in (ROOT / "exporter").rglob("*.py"):
+        if sim in path.parents:
+            continue
+        for node in ast.parse(path.read_text()).body:  # module level only; lazy imports are fine
+            if isinstance(node, ast.Import):
+                core |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                core.add(node.module.split(".")[0] if node.level == 0 else "")
+                if node.module.startswith("exporter.sim"):
+                    core.add("exporter.sim")
+    assert "numpy" not in core and "exporter.sim" not in core
+
+
+def test_report_renders_every_service() -> None:
+    text = image_contents.render([image_contents.contents(s) for s in image_contents.SERVICES])
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["IMAGE", "MiB", "DISTS"]
+    assert [line.split()[0] for line in lines[1:4]] == list(image_contents.SERVICES)
+    assert lines[4].startswith("one image")
