@@ -1,7 +1,8 @@
 """The one idle rule ``report`` ("top idle slices") and ``serve`` (``gpupilot_rightsizer_idle_slices``)
 share with ``plan``: a device is idle when it has data and its busiest ``min_busy`` rolling mean in
 the whole window stayed below the plan's idle threshold. A slice that bursts for ``min_busy`` minutes
-once a day is therefore never idle, however many of its hours are; one without data is unknown."""
+once a day is therefore never idle, however many of its hours are; one without data is unknown.
+Without activity counters, idleness comes from compute processes: idle when no hour had one."""
 
 from __future__ import annotations
 
@@ -21,7 +22,13 @@ def threshold(plan: Plan) -> float:
 
 
 def is_idle(e: Evidence, limit: float) -> bool:
-    return e.coverage_hours > 0 and e.peak_activity is not None and e.peak_activity < limit
+    """Idle by the rule above. A device without activity counters but with process counts (Ampere
+    MIG: no GPM) is idle only when no hour with data saw a compute process; with neither, unknown."""
+    if e.coverage_hours <= 0:
+        return False
+    if e.peak_activity is not None:
+        return e.peak_activity < limit
+    return e.p95_activity is None and e.idle_hours >= e.coverage_hours
 
 
 def idle_devices(plan: Plan) -> list[tuple[NodePlan, Evidence]]:

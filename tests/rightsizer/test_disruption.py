@@ -73,3 +73,17 @@ def test_apply_evicts_listed_and_unseen_pods_never_kept_ones():
     assert [(e.name, e.reason.split(" ")[0]) for e in got] == [("gone", "listed"), ("new", "not")]
     summary = disruption.disruption_summary(node)
     assert summary == ""  # current == proposed == (): nothing is re-created
+
+
+def test_idle_rule_uses_the_peak_or_else_every_hour_without_a_process():
+    from rightsizer.plan import idle  # noqa: PLC0415
+    from rightsizer.plan.model import Evidence  # noqa: PLC0415
+
+    def ev(peak: float | None, idle_h: float, cover: float = 48.0) -> Evidence:
+        return Evidence(0, "1g.10gb", "7", True, "ml/x", idle_h, None, cover, 48.0, peak, "", 15.0)
+
+    assert idle.is_idle(ev(0.01, 47), 0.05)
+    assert not idle.is_idle(ev(0.75, 46), 0.05)  # a daily burst: busy, however many idle hours
+    assert idle.is_idle(ev(None, 48), 0.05)  # no GPM: no compute process in any hour
+    assert not idle.is_idle(ev(None, 40), 0.05)  # processes ran in 8 hours
+    assert not idle.is_idle(ev(None, 0, cover=0), 0.05)  # no data at all: unknown
