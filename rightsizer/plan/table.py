@@ -38,7 +38,8 @@ def activity_text(e: Evidence) -> str:
     """``peak 15-min mean 85 % on 11-29 03:00``: the statistic sizing used, and when it happened."""
     if e.peak_activity is None:
         return "activity unknown"
-    when = f" on {e.peak_at[5:10]} {e.peak_at[11:16]}" if len(e.peak_at) >= 16 else ""
+    # A device that never ran has no peak worth dating.
+    when = f" on {e.peak_at[5:10]} {e.peak_at[11:16]}" if len(e.peak_at) >= 16 and e.peak_activity > 0 else ""
     return f"peak {e.busy_minutes:.0f}-min mean {e.peak_activity:.0%}{when}"
 
 
