@@ -87,3 +87,15 @@ def test_idle_rule_uses_the_peak_or_else_every_hour_without_a_process():
     assert idle.is_idle(ev(None, 48), 0.05)  # no GPM: no compute process in any hour
     assert not idle.is_idle(ev(None, 40), 0.05)  # processes ran in 8 hours
     assert not idle.is_idle(ev(None, 0, cover=0), 0.05)  # no data at all: unknown
+
+
+def test_evidence_column_names_the_peak_and_when():
+    from rightsizer.plan.model import Evidence  # noqa: PLC0415
+    from rightsizer.plan.table import activity_text  # noqa: PLC0415
+
+    def ev(peak: float | None, at: str = "2026-11-29T03:00:00Z") -> Evidence:
+        return Evidence(0, "3g.40gb", "1", True, "ml/x", 46.0, 0.01, 48.0, 48.0, peak, at, 15.0)
+
+    assert activity_text(ev(0.85)) == "peak 15-min mean 85% on 11-29 03:00"
+    assert activity_text(ev(0.0)) == "peak 15-min mean 0%"
+    assert activity_text(ev(None)) == "activity unknown"
