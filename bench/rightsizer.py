@@ -161,6 +161,8 @@ def _stats(
         idle_hours=WINDOW_H * 0.9 if (p95 or 0) < 0.05 and known else 0.0,
         coverage_hours=WINDOW_H if known else 0.0,
         window_hours=WINDOW_H,
+        peak=p95,
+        peak_at=0.0 if known else None,
     )
 
 

@@ -14,7 +14,8 @@ RightsizerError                   one line a user can act on; exit 1
 │   └── PermanentKubeError        403, 404, 422, …: do not retry
 ├── ConfigMapError                the cluster's MIG ConfigMap cannot be merged (apply.configmap)
 ├── ApplyError                    apply cannot proceed                   (apply.settings)
-└── NoInventoryError              Prometheus has no GPUs to plan for     (plan.pipeline)
+├── NoInventoryError              Prometheus has no GPUs to plan for     (plan.pipeline)
+└── InconsistentPlanError         a bug guard: pods would not fit a layout (plan.pipeline)
 ```
 Each class lives beside the code that raises it; this module holds the roots only.
 """

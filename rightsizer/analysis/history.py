@@ -7,9 +7,15 @@ grows with the number of devices, never with the number of samples. Windows are 
 
 * max and peak framebuffer: max of the chunks' maxima (exact);
 * idle hours, hours with data, allocated hours: sums (exact, hours are aligned to the hour);
-* p50/p95: the **maximum of the chunks' quantiles**. That is an upper bound of the window's
-  quantile (if at most 5 % of every chunk's samples exceed M, at most 5 % of all samples do), so
-  sizing from it never under-provisions; the bound is tight when days look alike.
+* p50/p95: the maximum of the chunks' quantiles (shown for information; sizing does not use them);
+* **the sizing statistic**: the peak over the whole window of the ``min_busy`` (default 15-minute)
+  rolling mean activity, and the hour it happened. Each chunk asks for the highest rolling mean of
+  every hour it covers (one range query, one point per device and hour: the subquery
+  ``max_over_time(F[1h:1m])`` where ``F`` is the rolling mean); the window's peak is the maximum of
+  those, so it does not depend on where the window or its chunks are cut: a job busy for
+  ``min_busy`` minutes once in the window is sized for that burst whether the window ends just after
+  it or days later. An hour counts as idle only when no ``min_busy``-minute mean in it reached the
+  idle threshold, so a burst hour is never idle.
 
 For each chunk, the recording rule ``gpupilot:slice_activity:avg5m`` is used (5-minute means) when it
 has data in the chunk's first hour — a rule deployed mid-window only serves the chunks it covers;
@@ -61,9 +67,11 @@ class AnalysisSettings:
     chunk_s: float = 86400.0
     """Queries cover at most this much history each (one day keeps every query small)."""
     idle_threshold: float = 0.05
-    """An hour whose mean activity is below this ratio counts as idle (5 %: background noise)."""
+    """An hour counts as idle when no ``min_busy``-minute mean in it reaches this ratio (5 %: noise)."""
     headroom: float = 0.2
-    """Demand is p95 activity and peak memory times (1 + headroom): 20 % for bursts above p95."""
+    """Demand is the peak ``min_busy``-minute mean activity and peak memory times (1 + headroom)."""
+    min_busy_s: float = 900.0
+    """Length of the rolling mean that sizes a device (15 min): a burst this long is never missed."""
     inventory_lookback_s: float = 900.0
     """Info series older than this before the end of the window are ignored (15 min)."""
 
@@ -77,8 +85,27 @@ def _frame(samples: Iterable[Sample], column: str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*IDENT, column])
 
 
-def _activity_queries(*, rule: bool, rng: str, sub: str, threshold: float) -> dict[str, str]:
-    """Queries per statistic for one chunk; ``sub`` is the chunk length less 1 s, so an hourly
+def _rolling_mean(*, rule: bool, busy_s: float) -> str:
+    """The ``busy_s``-second rolling mean activity (0-1) of every device.
+
+    From the 5-minute recording rule, the mean of its values over the last ``busy_s - 5 min`` spans
+    ``busy_s`` of raw samples; from the raw series, the mean of their samples over ``busy_s``."""
+    if rule:
+        return f"max by ({BY}) (avg_over_time({RULE}[{max(60, round(busy_s - 300))}s]))"
+    rng = f"{max(60, round(busy_s))}s"
+    return (
+        f"max by ({BY}) (avg_over_time({INST}[{rng}])) or max by ({BY}) (avg_over_time({WHOLE}[{rng}])) / 100"
+    )
+
+
+def hourly_peak_query(*, rule: bool, busy_s: float) -> str:
+    """Per device, the highest ``busy_s`` rolling mean in the hour ending at the evaluation time."""
+    step = max(1, min(60, round(busy_s / 3)))
+    return f"max by ({BY}) (max_over_time(({_rolling_mean(rule=rule, busy_s=busy_s)})[3600s:{step}s]))"
+
+
+def _activity_queries(*, rule: bool, rng: str, sub: str) -> dict[str, str]:
+    """Instant queries per statistic for one chunk; ``sub`` is the chunk length less 1 s, so an hourly
     subquery yields exactly one point per hour of the chunk (its range is closed at both ends)."""
 
     def q(fn: str, arg: str = "") -> str:
@@ -86,21 +113,19 @@ def _activity_queries(*, rule: bool, rng: str, sub: str, threshold: float) -> di
             return f"max by ({BY}) ({fn}({arg}{RULE}[{rng}]))"
         return f"max by ({BY}) ({fn}({arg}{INST}[{rng}])) or max by ({BY}) ({fn}({arg}{WHOLE}[{rng}])) / 100"
 
-    def hourly(fn: str, scale: bool) -> str:
+    def hourly(fn: str) -> str:
         if rule:
             return f"max by ({BY}) ({fn}({RULE}[1h]))"
-        div = " / 100" if scale else ""
-        return f"(max by ({BY}) ({fn}({INST}[1h])) or max by ({BY}) ({fn}({WHOLE}[1h])){div})"
+        return f"(max by ({BY}) ({fn}({INST}[1h])) or max by ({BY}) ({fn}({WHOLE}[1h])))"
 
     return {
         "p50": q("quantile_over_time", "0.5, "),
         "p95": q("quantile_over_time", "0.95, "),
         "max": q("max_over_time"),
-        "idle_hours": f"count_over_time(({hourly('avg_over_time', True)} < {threshold:g})[{sub}:1h])",
-        "coverage_hours": f"count_over_time({hourly('count_over_time', False)}[{sub}:1h])",
+        "coverage_hours": f"count_over_time({hourly('count_over_time')}[{sub}:1h])",
         "fb_peak_mib": f"max by ({BY}) (max_over_time(DCGM_FI_DEV_FB_USED[{rng}]))",
         # Without profiling metrics (Ampere MIG instances have no GPM), an hour in which the device
-        # ran no compute process is still an idle hour; p95 stays unknown. Hours in which the node's
+        # ran no compute process is still an idle hour; activity stays unknown. Hours in which the node's
         # exporter could not see other containers' processes (visibility 0) are not counted at all.
         "proc_idle_hours": (
             f"count_over_time(((max by ({BY}) (max_over_time(gpupilot_device_compute_processes[1h])) == 0)"
@@ -114,6 +139,12 @@ def _activity_queries(*, rule: bool, rng: str, sub: str, threshold: float) -> di
             f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_pod_info[1h])))[{sub}:1h])"
         ),
     }
+
+
+def hour_ends(lo: float, hi: float) -> tuple[float, float]:
+    """First and last evaluation time of the hourly points covering ``(lo, hi]``, ending at ``hi``."""
+    n = max(1, math.ceil((hi - lo) / 3600.0 - 1e-9))
+    return hi - (n - 1) * 3600.0, hi
 
 
 def chunks(start: float, end: float, size: float) -> list[tuple[float, float]]:
@@ -135,8 +166,9 @@ def window_stats(
     settings: AnalysisSettings,
     progress: Progress = lambda _m: None,
 ) -> tuple[pd.DataFrame, int]:
-    """One row per device identity with p50/p95/max, fb peak, idle/coverage/allocated hours."""
+    """One row per device identity: p50/p95/max, peak rolling mean and its time, fb peak, hours."""
     parts = []
+    hourly: list[tuple[tuple[str, ...], float, float]] = []
     pieces = chunks(start, end, settings.chunk_s)
     rule_chunks = 0
     for i, (lo, hi) in enumerate(pieces, 1):
@@ -147,12 +179,18 @@ def window_stats(
         progress(
             f"querying history chunk {i}/{len(pieces)} ({(hi - lo) / 3600:.0f} h ending {format_time(hi)})"
         )
-        for column, query in _activity_queries(
-            rule=rule, rng=rng, sub=sub, threshold=settings.idle_threshold
-        ).items():
+        for column, query in _activity_queries(rule=rule, rng=rng, sub=sub).items():
             frame = _frame(client.instant(query, hi), column)
             if not frame.empty:
                 parts.append(frame.melt(id_vars=list(IDENT), var_name="stat", value_name="value"))
+        first, last = hour_ends(lo, hi)
+        for series in client.range(
+            hourly_peak_query(rule=rule, busy_s=settings.min_busy_s), first, last, 3600
+        ):
+            ident = _ident(series.labels)
+            hourly.extend((ident, t, v) for t, v in series.points if math.isfinite(v))
+    if hourly:
+        parts.append(_hourly_stats(hourly, threshold=settings.idle_threshold))
     if not parts:
         return pd.DataFrame(columns=[*IDENT]), rule_chunks
     long = pd.concat(parts, ignore_index=True)
@@ -161,6 +199,22 @@ def window_stats(
     agg["value"] = agg["max"].where(~agg["stat"].isin(summed), agg["sum"])
     wide = agg.pivot_table(index=list(IDENT), columns="stat", values="value", aggfunc="first")
     return wide.reset_index(), rule_chunks
+
+
+def _hourly_stats(rows: list[tuple[tuple[str, ...], float, float]], *, threshold: float) -> pd.DataFrame:
+    """Hourly peaks → per device: the window's peak, the start of its (first) hour, idle hours."""
+    frame = pd.DataFrame([(*ident, t, v) for ident, t, v in rows], columns=[*IDENT, "t", "v"])
+    frame = frame.sort_values("t", kind="stable")
+    grouped = frame.groupby(list(IDENT), sort=False)
+    best = frame.loc[grouped["v"].idxmax()].set_index(list(IDENT))
+    out = pd.DataFrame(
+        {
+            "peak": best["v"],
+            "peak_at": best["t"] - 3600.0,
+            "idle_hours": grouped["v"].apply(lambda v: float((v < threshold).sum())),
+        }
+    ).reset_index()
+    return out.melt(id_vars=list(IDENT), var_name="stat", value_name="value")
 
 
 # ---------------------------------------------------------------------------------------------- inventory
@@ -320,6 +374,7 @@ def analyse(
                 else:
                     coverage_note = False
                 proc_only += coverage_note
+                covered = coverage if not coverage_note else _opt(r, "proc_coverage_hours") or 0.0
                 devices.append(
                     DeviceStats(
                         node=node.name,
@@ -333,11 +388,12 @@ def analyse(
                         p95=_opt(r, "p95") if coverage else None,
                         max=_opt(r, "max") if coverage else None,
                         fb_peak_mib=_opt(r, "fb_peak_mib"),
-                        idle_hours=idle,
-                        coverage_hours=coverage
-                        if not coverage_note
-                        else _opt(r, "proc_coverage_hours") or 0.0,
+                        idle_hours=min(idle, covered),
+                        coverage_hours=covered,
                         window_hours=window_h,
+                        peak=_opt(r, "peak") if coverage else None,
+                        peak_at=_opt(r, "peak_at") if coverage else None,
+                        busy_minutes=settings.min_busy_s / 60.0,
                     )
                 )
     progress(f"reading pod owners ({sum(1 for d in devices if d.pods)} allocated devices)")
@@ -375,7 +431,8 @@ def build_workloads(
     *,
     headroom: float,
 ) -> list[Workload]:
-    """Group allocated devices by their pods' owner; demand per replica from the worst replica."""
+    """Group allocated devices by their pods' owner; demand per replica from the worst replica:
+    its peak rolling-mean activity × its compute slices × (1 + headroom), and peak memory × the same."""
     gpu_model = {(g.node, g.index): g.model for n in nodes for g in n.gpus}
     groups: dict[str, list[tuple[PodKey, DeviceStats]]] = {}
     for d in devices:
@@ -386,16 +443,18 @@ def build_workloads(
         members = groups[key]
         slices_need = 0.0
         mem_need = 0.0
-        p95s = [d.p95 for _, d in members if not d.unknown and d.p95 is not None]
+        peaks = [d.peak for _, d in members if not d.unknown and d.peak is not None]
         fbs = [d.fb_peak_mib for _, d in members if d.fb_peak_mib is not None]
         for _, d in members:
             model = gpu_model.get((d.node, d.gpu))
             size, mem = _device_size(model, d)
-            if d.unknown or d.p95 is None:
+            if d.unknown or d.peak is None:
                 # No data: keep what it has; shrinking a device we cannot see would be a guess.
                 slices_need, mem_need = max(slices_need, size), max(mem_need, mem)
             else:
-                slices_need = max(slices_need, d.p95 * size * (1 + headroom))
+                # The busiest rolling mean anywhere in the window, never a quantile: a daily burst
+                # of min_busy minutes or more sizes the device, wherever the window is cut.
+                slices_need = max(slices_need, d.peak * size * (1 + headroom))
                 mem_need = max(mem_need, (d.fb_peak_mib or 0.0) * (1 + headroom))
         pods = tuple(sorted({p for p, _ in members}, key=str))
         out.append(
@@ -403,7 +462,7 @@ def build_workloads(
                 key=key,
                 namespace=pods[0].namespace,
                 pods=pods,
-                p95=max(p95s) if p95s else None,
+                peak=max(peaks) if peaks else None,
                 fb_peak_mib=max(fbs) if fbs else None,
                 demand_slices=slices_need,
                 demand_memory_mib=mem_need,

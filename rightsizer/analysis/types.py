@@ -69,7 +69,8 @@ class DeviceStats:
     """What one device (MIG instance, or whole GPU with ``profile == ""``) did over the window.
 
     Activity is a 0-1 ratio (graphics engine active, or GPU utilisation / 100 on whole GPUs).
-    ``None`` means no data: the device is *unknown*, never counted as idle.
+    ``None`` means no data: the device is *unknown*, never counted as idle. ``peak`` (the highest
+    ``busy_minutes`` rolling mean anywhere in the window) is what sizing uses; p50/p95/max inform.
     """
 
     node: str
@@ -85,8 +86,15 @@ class DeviceStats:
     max: float | None = None
     fb_peak_mib: float | None = None
     idle_hours: float = 0.0
+    """Hours with data in which no ``busy_minutes`` rolling mean reached the idle threshold."""
     coverage_hours: float = 0.0
     window_hours: float = 0.0
+    peak: float | None = None
+    """Highest ``busy_minutes`` rolling mean activity in the window (0-1); ``None`` when unknown."""
+    peak_at: float | None = None
+    """Start (Unix seconds) of the hour holding ``peak``."""
+    busy_minutes: float = 15.0
+    """Length of the rolling mean behind ``peak``."""
 
     @property
     def allocated(self) -> bool:
@@ -94,7 +102,11 @@ class DeviceStats:
 
     @property
     def unknown(self) -> bool:
-        return self.coverage_hours <= 0 or self.p95 is None
+        return self.coverage_hours <= 0 or self.peak is None
+
+    def idle(self, threshold: float) -> bool:
+        """Idle over the whole window: it has data and no ``busy_minutes`` mean reached ``threshold``."""
+        return not self.unknown and self.peak is not None and self.peak < threshold
 
     @property
     def whole_gpu(self) -> bool:
@@ -109,11 +121,11 @@ class Workload:
     """``namespace/Kind/name`` of the owner, or ``namespace/pod`` without one."""
     namespace: str
     pods: tuple[PodKey, ...]
-    p95: float | None
-    """Highest p95 activity over the workload's devices (0-1); ``None`` when unknown."""
+    peak: float | None
+    """Highest peak rolling-mean activity over the workload's devices (0-1); ``None`` when unknown."""
     fb_peak_mib: float | None
     demand_slices: float
-    """Compute slices per replica the p95 activity needs, headroom included (fractional)."""
+    """Compute slices per replica its peak activity needs, headroom included (fractional)."""
     demand_memory_mib: float
     """Framebuffer per replica at the peak, headroom included."""
 

@@ -2,7 +2,9 @@
 
 1. Merge the plan's configs into the mig-parted ConfigMap (never dropping others') and point the
    ClusterPolicy's ``spec.migManager.config.name`` at it when it points elsewhere.
-2. Per node, in batches of ``max_parallel``: cordon → evict the pods holding its GPUs (Eviction API,
+2. Per node, in batches of ``max_parallel``: cordon → evict the GPU pods the change disrupts
+   (:func:`rightsizer.plan.disruption.evictions`: the plan's ``pods_disrupted`` and GPU pods it did not
+   see; pods on GPUs that keep their layout keep running) through the Eviction API (
    PodDisruptionBudgets respected, retried on 429 until ``eviction_timeout_s``) → relabel
    ``nvidia.com/mig.config`` → watch ``nvidia.com/mig.config.state`` through pending/rebooting to success.
 3. On ``failed`` or a timeout: restore the previous label, uncordon, record a Warning Event, and start no
@@ -28,6 +30,7 @@ from rightsizer.clients.kube import ConflictError, Kube, KubeError, NotFoundErro
 from rightsizer.errors import RightsizerError
 from rightsizer.migparted import nodeprofiles
 from rightsizer.migparted.config import MigPartedError
+from rightsizer.plan.disruption import evictions
 from rightsizer.plan.model import NodePlan, Plan
 
 log = logging.getLogger(__name__)
@@ -207,7 +210,7 @@ class Applier:
                 self.progress(pn.name, "cordoned")
                 step = proto.Step.CORDONED
             if step == proto.Step.CORDONED:
-                self._drain(pn.name)
+                self._drain(pn)
                 node = self._patch(pn, lambda v: proto.step_patch(v, proto.Step.DRAINED))
                 self.progress(pn.name, "drained: no pod holds its GPUs")
                 step = proto.Step.DRAINED
@@ -257,12 +260,16 @@ class Applier:
                 last = exc
         raise NodeFailure(f"still conflicting after {self.settings.conflict_retries} tries: {last}")
 
-    def _drain(self, node: str) -> None:
+    def _drain(self, pn: NodePlan) -> None:
+        """Evict the pods :func:`rightsizer.plan.disruption.evictions` names and wait for them to go."""
+        node = pn.name
         deadline = self.clock.monotonic() + self.settings.eviction_timeout_s
         evicted: set[tuple[str, str, str]] = set()
         refused = ""
         while True:
-            holding = [p for p in self.kube.pods_on_node(node) if proto.holds_gpus(p)]
+            gpu_pods = [p for p in self.kube.pods_on_node(node) if proto.holds_gpus(p)]
+            chosen = {(e.namespace, e.name) for e in evictions(pn, (proto.pod_key(p)[:2] for p in gpu_pods))}
+            holding = [p for p in gpu_pods if proto.pod_key(p)[:2] in chosen]
             if not holding:
                 return
             for pod in holding:

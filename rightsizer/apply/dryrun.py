@@ -2,7 +2,8 @@
 
 Evictions are spelled as ``kubectl create --raw …/pods/NAME/eviction`` with a policy/v1 Eviction body:
 that is the Eviction API apply uses (PodDisruptionBudgets respected), unlike ``kubectl delete pod``;
-``kubectl drain`` would also do it but evicts every pod on the node, not only those holding GPUs.
+``kubectl drain`` would also do it but evicts every pod on the node, not only those the change
+disrupts (:func:`rightsizer.plan.disruption.evictions`, the same rule apply uses).
 The ConfigMap is written with ``kubectl create``/``replace`` carrying the ``resourceVersion`` read now, so
 the script fails rather than overwrite a concurrent change.
 """
@@ -18,6 +19,7 @@ from rightsizer.apply.configmap import DATA_KEY, dump_yaml
 from rightsizer.apply.configs import ConfigTarget, resolve_config_target
 from rightsizer.apply.settings import ApplySettings
 from rightsizer.clients.kube import Kube, NotFoundError
+from rightsizer.plan.disruption import evictions
 from rightsizer.plan.model import Plan
 
 
@@ -81,12 +83,14 @@ def _node_commands(kube: Kube, plan: Plan, settings: ApplySettings) -> list[str]
         if decision.action != "start":
             lines.append(f"# node {pn.name}: {decision.action}: {decision.reason}")
             continue
-        holders = [p for p in kube.pods_on_node(pn.name) if proto.holds_gpus(p)]
+        gpu_pods = [proto.pod_key(p)[:2] for p in kube.pods_on_node(pn.name) if proto.holds_gpus(p)]
+        holders = evictions(pn, gpu_pods)
         n = pn.name
         lines += [
             "",
             f"# node {n}: {pn.current_config_name} → {pn.config_name} (frees {pn.gpus_freed} GPU(s), "
-            f"{pn.slices_freed} slice(s); {len(holders)} pod(s) to evict)",
+            f"{pn.slices_freed} slice(s); {len(holders)} pod(s) to evict, "
+            f"{len(gpu_pods) - len(holders)} GPU pod(s) keep running)",
             _annotate(
                 n,
                 {
@@ -99,8 +103,9 @@ def _node_commands(kube: Kube, plan: Plan, settings: ApplySettings) -> list[str]
             ),
             f"kubectl cordon {_q(n)}",
         ]
-        for pod in holders:
-            ns, name, _ = proto.pod_key(pod)
+        for ev in holders:
+            ns, name = ev.namespace, ev.name
+            lines.append(f"# evict {ns}/{name}: {ev.reason}")
             body = json.dumps(
                 {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
             )

@@ -142,7 +142,7 @@ class PrometheusClient:
             "query": query,
             "start": f"{_as_time(start):.3f}",
             "end": f"{_as_time(end):.3f}",
-            "step": f"{step:g}",
+            "step": f"{step:.3f}",  # exact to the millisecond Prometheus works in (never ':g' rounding)
         }
         data = self._get("/api/v1/query_range", params)
         return [

@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Apply a plan made by 'plan': write its mig-parted configs into the MIG Manager's ConfigMap "
         "(keeping every config already there) and point the ClusterPolicy at it; then, node by node: "
-        "cordon, evict the pods holding its GPUs through the Eviction API (PodDisruptionBudgets "
-        "respected), relabel nvidia.com/mig.config and wait for nvidia.com/mig.config.state=success. "
+        "cordon, evict the GPU pods the change disrupts (the plan's pods_disrupted, plus GPU pods started "
+        "since the plan; pods on GPUs that keep their layout keep running) through the Eviction API "
+        "(PodDisruptionBudgets respected), relabel nvidia.com/mig.config and wait for nvidia.com/mig.config.state=success. "
         "A failure or timeout restores the previous label, uncordons, records an Event and stops. "
         "Progress is recorded in node annotations (gpupilot.io/*), so running it again resumes. "
         "Nothing changes without --yes (or a 'y' on a terminal); --dry-run prints the kubectl commands."
@@ -141,7 +142,8 @@ def confirm(plan: Plan, *, stdin: TextIO, stderr: TextIO) -> bool:
         return False
     names = ", ".join(n.name for n in changed[:8]) + (" …" if len(changed) > 8 else "")
     stderr.write(
-        f"Plan {plan.plan_id}: reconfigure {len(changed)} node(s) ({names}); their GPU pods will be evicted. "
+        f"Plan {plan.plan_id}: reconfigure {len(changed)} node(s) ({names}); "
+        f"{sum(len(n.pods_disrupted) for n in changed)} pod(s) listed in the plan will be evicted. "
         "Continue? [y/N] "
     )
     stderr.flush()

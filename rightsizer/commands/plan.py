@@ -8,15 +8,13 @@ import time
 from pathlib import Path
 
 from gpupilot_common import timefmt
-from gpupilot_common.timefmt import format_time
-from rightsizer.analysis import history as analysis
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.migparted import manifest
 from rightsizer.migparted.config import MigPartedConfig, MigPartedError
-from rightsizer.optimise import fleet as optimiser
-from rightsizer.plan import build as planning
+from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan import table
 from rightsizer.plan.model import dump_plan
+from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, make_plan
 
 # Prometheus keeps 15 days by default and long-term stores keep years; past a year a window is a typo.
 MAX_WINDOW = 366 * 86400.0
@@ -48,13 +46,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _fraction(text: str) -> float:
+def fraction_arg(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def headroom_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 4:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be between 0 and 4")
+    return value
+
+
+def min_busy_arg(text: str) -> float:
+    value = parse_duration(text)
+    if not 300 <= value <= 6 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be between 5m and 6h")
     return value
 
 
@@ -114,17 +129,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--headroom",
-        type=float,
+        type=headroom_arg,
         default=0.2,
         metavar="R",
-        help="demand = p95 activity and peak memory × (1 + R) (default 0.2)",
+        help="demand = peak --min-busy mean activity and peak memory × (1 + R) (default 0.2)",
     )
     parser.add_argument(
         "--idle-threshold",
-        type=_fraction,
+        type=fraction_arg,
         default=0.05,
         metavar="R",
-        help="an hour with mean activity below R counts as idle (default 0.05)",
+        help="a slice is idle when no --min-busy mean of its activity reached R, an hour likewise (default 0.05)",
+    )
+    parser.add_argument(
+        "--min-busy",
+        type=min_busy_arg,
+        default=900.0,
+        metavar="DUR",
+        help="slices are sized for their busiest rolling mean of this length anywhere in the window, so a "
+        "burst this long is never shrunk nor counted idle; 5m to 6h (default 15m)",
     )
     parser.add_argument(
         "--mig-config",
@@ -147,8 +170,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def settings_from(args: argparse.Namespace) -> PlanSettings:
+    return PlanSettings(
+        window_s=args.window,
+        headroom=args.headroom,
+        idle_threshold=args.idle_threshold,
+        min_busy_s=args.min_busy,
+        optimiser=OptimiserSettings(
+            max_nodes=args.max_nodes,
+            allow_moves=args.allow_moves,
+            time_limit_s=args.time_limit,
+            keep_profiles=args.keep_profiles,
+        ),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     end = args.at if args.at is not None else time.time()
+    if args.min_busy >= args.window:
+        print(
+            f"error: --min-busy ({args.min_busy:g} s) must be shorter than --window ({args.window:g} s)",
+            file=sys.stderr,
+        )
+        return 2
     cluster_configs: list[MigPartedConfig] = []
     if args.mig_config is not None:
         try:
@@ -163,52 +207,23 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    window_text = _window_text(args.window)
-    settings = analysis.AnalysisSettings(
-        window_s=args.window, idle_threshold=args.idle_threshold, headroom=args.headroom
-    )
-    opt = optimiser.OptimiserSettings(
-        max_nodes=args.max_nodes,
-        allow_moves=args.allow_moves,
-        time_limit_s=args.time_limit,
-        keep_profiles=args.keep_profiles,
-    )
 
     def progress(msg: str) -> None:
         print(f"… {msg}", file=sys.stderr, flush=True)
 
     try:
         with PrometheusClient(args.prometheus_url, timeout=args.timeout) as client:
-            result = analysis.analyse(client, end=end, settings=settings, progress=progress)
+            plan = make_plan(
+                client,
+                end=end,
+                settings=settings_from(args),
+                progress=progress,
+                cluster_configs=tuple(cluster_configs),
+            )
             progress(f"{client.queries} queries answered")
-    except PrometheusError as exc:
+    except (PrometheusError, NoInventoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if not result.nodes:
-        print(
-            f"error: no gpupilot_gpu_info series at {format_time(end)} in {args.prometheus_url}; "
-            "is the exporter scraped? (use --at for history that ended earlier)",
-            file=sys.stderr,
-        )
-        return 1
-    progress(f"optimising {len(result.nodes)} node(s), {len(result.devices)} device(s)")
-    fleet = optimiser.optimise(result, settings=opt)
-    plan = planning.build_plan(
-        result,
-        fleet,
-        context=planning.PlanContext(
-            window=window_text,
-            settings={
-                "max_nodes": args.max_nodes,
-                "allow_moves": args.allow_moves,
-                "time_limit_s": args.time_limit,
-                "keep_profiles": args.keep_profiles,
-                "headroom": args.headroom,
-                "idle_threshold": args.idle_threshold,
-            },
-            cluster_configs=cluster_configs,
-        ),
-    )
     try:
         dump_plan(plan, args.out)
     except OSError as exc:
@@ -217,10 +232,3 @@ def run(args: argparse.Namespace) -> int:
     print(table.plan_table(plan, all_nodes=args.all_nodes))
     print(f"\nwrote {args.out}")
     return 0
-
-
-def _window_text(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"

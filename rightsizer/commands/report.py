@@ -9,8 +9,9 @@ from pathlib import Path
 
 from gpupilot_common.timefmt import parse_duration
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
+from rightsizer.commands import plan as plan_cmd
 from rightsizer.plan.model import PlanError, load_plan
-from rightsizer.plan.pipeline import NoInventoryError
+from rightsizer.plan.pipeline import NoInventoryError, PlanSettings
 from rightsizer.report import build as report
 
 
@@ -55,7 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="history to cover, e.g. 7d (default 7d)",
     )
     parser.add_argument(
-        "--at", type=float, default=None, metavar="UNIX_SECONDS", help="end of the window (default: now)"
+        "--at",
+        type=plan_cmd.parse_time,
+        default=None,
+        metavar="TIME",
+        help="end of the window: Unix seconds or ISO 8601 (default: now)",
     )
     parser.add_argument(
         "--price-per-gpu-hour",
@@ -72,6 +77,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="plan.json to report on (default: compute one)",
     )
     parser.add_argument(
+        "--headroom", type=plan_cmd.headroom_arg, default=0.2, metavar="R", help="as for 'plan' (default 0.2)"
+    )
+    parser.add_argument(
+        "--idle-threshold",
+        type=plan_cmd.fraction_arg,
+        default=0.05,
+        metavar="R",
+        help="as for 'plan': a slice is idle when no --min-busy mean reached R (default 0.05)",
+    )
+    parser.add_argument(
+        "--min-busy",
+        type=plan_cmd.min_busy_arg,
+        default=900.0,
+        metavar="DUR",
+        help="as for 'plan': length of the rolling mean that sizes slices (default 15m)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=60.0,
@@ -85,8 +107,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         plan = load_plan(args.plan) if args.plan is not None else None
         with PrometheusClient(args.prometheus_url, timeout=args.timeout) as client:
+            settings = PlanSettings(
+                window_s=args.window,
+                headroom=args.headroom,
+                idle_threshold=args.idle_threshold,
+                min_busy_s=args.min_busy,
+            )
             written = report.generate(
-                client, out=args.out, end=end, window_s=args.window, price=args.price_per_gpu_hour, plan=plan
+                client, out=args.out, end=end, settings=settings, price=args.price_per_gpu_hour, plan=plan
             )
     except (PlanError, PrometheusError, NoInventoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -21,7 +21,7 @@ from rightsizer.apply.applier import Applier, ApplyReport, ApplySettings
 from rightsizer.clients.kube import Kube, KubeSettings
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.plan.model import Plan, dump_plan
-from rightsizer.plan.pipeline import PlanSettings, make_plan, window_text
+from rightsizer.plan.pipeline import make_plan
 from rightsizer.report import build as report
 from rightsizer.serve import config as serve_config
 from rightsizer.serve.config import AutoApply, PlanJob, ReportJob, ServeConfig
@@ -37,21 +37,18 @@ class LiveJobs:
         self.config = config
 
     def make_plan(self, *, end: float, job: PlanJob) -> Plan:
-        settings = PlanSettings(
-            window_s=job.window_s,
-            window_text=window_text(job.window_s),
-            optimiser={"max_nodes": job.max_nodes} if job.max_nodes else {},
-        )
         with PrometheusClient(self.config.prometheus_url) as client:
-            plan = make_plan(client, end=end, settings=settings)
+            plan = make_plan(client, end=end, settings=job.plan_settings())
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         dump_plan(plan, self.config.state_dir / "plan.json")
         return plan
 
     def write_report(self, *, end: float, job: ReportJob, plan: Plan | None, out_dir: Path) -> Path:
+        # Without a plan the report plans with the plan job's settings (the same pipeline as 'plan').
+        settings = (self.config.plan or PlanJob()).plan_settings(window_s=job.window_s)
         with PrometheusClient(self.config.prometheus_url) as client:
             written = report.generate(
-                client, out=out_dir, end=end, window_s=job.window_s, price=job.price_per_gpu_hour, plan=plan
+                client, out=out_dir, end=end, settings=settings, price=job.price_per_gpu_hour, plan=plan
             )
         return written.html
 

@@ -1,7 +1,7 @@
 """Analysis → proposed MIG layouts per node, under the plan's constraints. Pure: no I/O.
 
 Per node: every allocated device becomes a demand of one *class* (the smallest profile covering its
-workload's p95 compute and peak memory with headroom, on that node's GPU model; devices without data
+workload's peak rolling-mean compute and peak memory with headroom, on that node's GPU model; devices without data
 keep their current profile). Whole GPUs held by pods stay as they are (their pods ask for
 ``nvidia.com/gpu``); everything else on the node is a pool of GPUs that :func:`packing.pack` fills
 with the fewest GPUs, then the least allocated-but-idle compute. GPUs left empty are handed back
@@ -56,13 +56,13 @@ def time_slicing_for(
         if gpu.mig_enabled:
             continue
         dev = analysis.device(node.name, gpu.index, "")
-        if dev is None or not dev.pods or dev.unknown or dev.p95 is None:
+        if dev is None or not dev.pods or dev.unknown or dev.peak is None:
             continue
-        if dev.coverage_hours / window >= settings.min_coverage and dev.p95 < settings.time_slicing_below:
+        if dev.coverage_hours / window >= settings.min_coverage and dev.peak < settings.time_slicing_below:
             low.append((gpu.index, dev))
     if not low:
         return None
-    worst = max(d.p95 or 0.0 for _, d in low)
+    worst = max(d.peak or 0.0 for _, d in low)
     replicas = max(2, min(8, math.floor(0.8 / max(worst, 0.1))))
     model = node.model_key
     kind = "no MIG" if node.gpus[0].model is None or not node.gpus[0].model.mig_capable else "MIG off"
@@ -71,7 +71,7 @@ def time_slicing_for(
         model,
         tuple(i for i, _ in low),
         replicas,
-        f"whole GPU(s) ({kind}) with p95 activity ≤ {worst:.0%} over {window:.0f} h: "
+        f"whole GPU(s) ({kind}) whose busiest {low[0][1].busy_minutes:.0f}-min mean was {worst:.0%} in {window:.0f} h: "
         f"{replicas} replicas keep the busiest below 80 %",
     )
 

@@ -46,7 +46,7 @@ def items_for_node(
             klass = prof.name
             if known and not settings.keep_profiles and not prof.media_extensions:
                 w = workloads.get(dev.pods[0])
-                compute = w.demand_slices if w else (dev.p95 or 0) * prof.compute_slices
+                compute = w.demand_slices if w else (dev.peak or 0) * prof.compute_slices
                 memory = w.demand_memory_mib if w else (dev.fb_peak_mib or 0.0)
                 klass = packing.class_for(model, compute=compute, memory_mib=memory).name
             elif prof.media_extensions:
@@ -259,7 +259,7 @@ def assign(
     want: Counter[tuple[str, str]] = Counter(res.serve)
     pending = sorted(items, key=lambda i: -(packing.size(model, i.klass)))
     for it in list(pending):
-        q = _serving_profile(want, it.klass, prefer=free.get(it.gpu))
+        q = _serving_profile(want, it.klass, prefer=free.get(it.gpu), current=it.profile_now)
         if q and free.get(it.gpu, Counter())[q] > 0:
             free[it.gpu][q] -= 1
             want[(it.klass, q)] -= 1
@@ -282,11 +282,13 @@ def _canon(model: GpuModel, name: str) -> str:
 
 
 def _serving_profile(
-    want: Counter[tuple[str, str]], klass: str, *, prefer: Counter[str] | None
+    want: Counter[tuple[str, str]], klass: str, *, prefer: Counter[str] | None, current: str = ""
 ) -> str | None:
     options = [q for (k, q), n in want.items() if k == klass and n > 0]
     if prefer is not None:
         local = [q for q in options if prefer[q] > 0]
+        if current in local:
+            return current  # the pod keeps its device: no eviction when its GPU keeps its layout
         if local:
             return local[0]
     return options[0] if options else None

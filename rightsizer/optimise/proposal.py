@@ -26,7 +26,7 @@ class OptimiserSettings:
     min_coverage: float = 0.5
     """A device's data must cover this share of the window before its demand is trusted."""
     time_slicing_below: float = 0.3
-    """Whole GPUs whose pod's p95 activity is below this get a time-slicing recommendation."""
+    """Whole GPUs whose pod's peak rolling-mean activity stays below this get a time-slicing recommendation."""
 
 
 @dataclass(frozen=True)

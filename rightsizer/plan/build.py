@@ -11,7 +11,8 @@ from gpupilot_common.timefmt import format_time
 from rightsizer.analysis.types import Analysis, NodeInventory, PodKey
 from rightsizer.migparted import config as migparted
 from rightsizer.migparted import resolve, timeslicing
-from rightsizer.optimise.fleet import FleetProposal, GpuPlan, Item, NodeProposal
+from rightsizer.optimise.fleet import FleetProposal, GpuPlan, NodeProposal
+from rightsizer.plan import disruption
 from rightsizer.plan.model import (
     SCHEMA,
     DisruptedPod,
@@ -21,6 +22,7 @@ from rightsizer.plan.model import (
     NodePlan,
     Plan,
     SolverInfo,
+    TargetDevice,
     TimeSlicingRecommendation,
     Totals,
     Window,
@@ -61,43 +63,78 @@ def _config(
     return name, migparted.document({name: entries})
 
 
-def _held(analysis: Analysis, node: NodeInventory, item: Item) -> HeldDevice:
-    gpu = next((g for g in node.gpus if g.index == item.gpu), None)
-    inst = (
-        next((i for i in gpu.instances if i.gpu_instance_id == item.gpu_instance_id), None) if gpu else None
-    )
-    return HeldDevice(item.gpu, item.profile_now, item.gpu_instance_id, inst.uuid if inst else "")
+Slot = tuple[str, int, str]
+"""(node, GPU index, GPU instance id) of a device now."""
 
 
-def _disrupted(analysis: Analysis, p: NodeProposal) -> tuple[DisruptedPod, ...]:
+def _targets(fleet: FleetProposal) -> dict[Slot, TargetDevice]:
+    """Every MIG device of a changing node → the device the plan gives it (fleet-wide, for moves)."""
+    out: dict[Slot, TargetDevice] = {}
+    for p in fleet.nodes:
+        if not p.changed:
+            continue
+        for g in p.proposed:
+            for it in g.items:
+                out[(it.node, it.gpu, it.gpu_instance_id)] = TargetDevice(p.node.name, g.index, it.klass)
+    return out
+
+
+def _placements(
+    analysis: Analysis, node: NodeInventory, targets: dict[Slot, TargetDevice]
+) -> list[disruption.PodPlacement]:
+    """The GPU pods on ``node`` now (from the exporter's pod attribution), matched by GPU index."""
+    held: dict[PodKey, list[HeldDevice]] = {}
+    for d in analysis.devices:
+        if d.node != node.name:
+            continue
+        gpu = next((g for g in node.gpus if g.index == d.gpu), None)
+        inst = (
+            next((i for i in gpu.instances if i.gpu_instance_id == d.gpu_instance_id), None) if gpu else None
+        )
+        device = HeldDevice(d.gpu, d.profile, d.gpu_instance_id, inst.uuid if inst else d.gpu_uuid)
+        for pod in d.pods:
+            held.setdefault(pod, []).append(device)
+    out = []
+    for pod, devices in sorted(held.items(), key=lambda kv: str(kv[0])):
+        moves = tuple(
+            disruption.Target(dev, t.node, t.gpu, t.profile)
+            for dev in devices
+            if dev.profile and (t := targets.get((node.name, dev.gpu, dev.gpu_instance_id))) is not None
+        )
+        out.append(disruption.PodPlacement(DisruptedPod(pod.namespace, pod.name, tuple(devices)), moves))
+    return out
+
+
+@dataclass(frozen=True)
+class _NodePods:
+    disrupted: tuple[DisruptedPod, ...]
+    kept: tuple[DisruptedPod, ...]
+    arriving: tuple[disruption.Target, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _node_pods(
+    analysis: Analysis, p: NodeProposal, targets: dict[Slot, TargetDevice]
+) -> tuple[_NodePods, list[disruption.PodPlacement]]:
+    placements = _placements(analysis, p.node, targets)
     if not p.changed:
-        return ()
-    changed_gpus = {
-        c.index
-        for c, n in zip(p.current, p.proposed, strict=True)
-        if (c.mig_enabled, sorted(c.counts.items())) != (n.mig_enabled, sorted(n.counts.items()))
-    }
-    pods: dict[PodKey, list[HeldDevice]] = {}
-    for g in p.current:
-        for it in g.items:
-            resized = any(
-                x.gpu_instance_id == it.gpu_instance_id and x.node == it.node and x.klass != it.profile_now
-                for pg in p.proposed
-                for x in pg.items
-            )
-            if g.index in changed_gpus or resized:
-                for pod in it.pods:
-                    pods.setdefault(pod, []).append(_held(analysis, p.node, it))
-    # Whole GPUs handed back or re-partitioned: pods on them are disrupted too.
-    for idx in changed_gpus:
-        dev = analysis.device(p.node.name, idx, "")
-        if dev is not None:
-            for pod in dev.pods:
-                pods.setdefault(pod, []).append(HeldDevice(idx, "", "", dev.gpu_uuid))
-    return tuple(
-        DisruptedPod(k.namespace, k.name, tuple(v))
-        for k, v in sorted(pods.items(), key=lambda kv: str(kv[0]))
+        kept = tuple(pl.pod for pl in placements)
+        return _NodePods((), kept, ()), placements
+    current, proposed = _layouts(p.current), _layouts(p.proposed)
+    disrupted, kept = disruption.split_pods(placements, node=p.node.name, current=current, proposed=proposed)
+    by_key = {(pl.pod.namespace, pl.pod.name): pl for pl in placements}
+    with_targets = tuple(
+        DisruptedPod(
+            d.namespace,
+            d.name,
+            d.devices,
+            tuple(TargetDevice(t.node, t.gpu, t.profile) for t in by_key[(d.namespace, d.name)].targets),
+        )
+        for d in disrupted
     )
+    arriving = tuple(t for d in disrupted for t in by_key[(d.namespace, d.name)].targets)
+    notes = _resize_notes(p.node, placements, {PodKey(d.namespace, d.name) for d in disrupted})
+    return _NodePods(with_targets, kept, arriving, tuple(notes)), placements
 
 
 def _evidence(analysis: Analysis, node: NodeInventory) -> tuple[Evidence, ...]:
@@ -116,30 +153,48 @@ def _evidence(analysis: Analysis, node: NodeInventory) -> tuple[Evidence, ...]:
                 p95_activity=d.p95,
                 coverage_hours=d.coverage_hours,
                 window_hours=d.window_hours,
+                peak_activity=d.peak,
+                peak_at=format_time(d.peak_at) if d.peak_at is not None else "",
+                busy_minutes=d.busy_minutes,
             )
         )
     return tuple(sorted(out, key=lambda e: (e.gpu, e.gpu_instance_id)))
 
 
-def _resize_notes(p: NodeProposal) -> list[str]:
-    if not p.changed or p.node.mig_strategy == "single":
-        return []
+def _resize_notes(
+    node: NodeInventory, placements: list[disruption.PodPlacement], moving: set[PodKey]
+) -> list[str]:
+    """One note per evicted pod whose device changes profile or node: what to change in its workload."""
     notes = []
-    for g in p.proposed:
-        for it in g.items:
-            if it.klass != it.profile_now:
-                for pod in it.pods:
-                    notes.append(
-                        f"{p.node.name}: pod {pod} moves from nvidia.com/mig-{it.profile_now} to "
-                        f"nvidia.com/mig-{it.klass}; update its workload's resource request"
-                    )
+    for pl in placements:
+        pod = PodKey(pl.pod.namespace, pl.pod.name)
+        if pod not in moving:
+            continue
+        for t in pl.targets:
+            where = f" on node {t.node}" if t.node != node.name else ""
+            if node.mig_strategy != "single" and t.profile != t.held.profile:
+                notes.append(
+                    f"{node.name}: pod {pod} moves from nvidia.com/mig-{t.held.profile} (GPU {t.held.gpu}) to "
+                    f"nvidia.com/mig-{t.profile} (GPU {t.gpu}{where}); update its workload's resource request"
+                )
+            elif where:
+                notes.append(f"{node.name}: pod {pod} moves to GPU {t.gpu}{where}")
     return notes
 
 
 def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext) -> Plan:
     nodes: list[NodePlan] = []
+    targets = _targets(fleet)
+    pods = {p.node.name: _node_pods(analysis, p, targets)[0] for p in fleet.nodes}
+    arriving = [t for np_ in pods.values() for t in np_.arriving]
     for p in fleet.nodes:
         name, doc = _config(p.node, p.proposed, context.cluster_configs)
+        if p.changed:
+            # Pods that stay keep their devices, pods that move take the slots named for them: it
+            # must all fit the proposed layout, or following the plan would leave a pod unschedulable.
+            disruption.check_requests_fit(
+                p.node.name, _layouts(p.proposed), staying=pods[p.node.name].kept, arriving=arriving
+            )
         device_id = p.node.gpus[0].pci_device_id if p.node.gpus else 0
         nodes.append(
             NodePlan(
@@ -157,7 +212,8 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
                 gpus_freed=p.gpus_freed,
                 expected_utilisation=p.utilisation(after=True),
                 current_utilisation=p.utilisation(after=False),
-                pods_disrupted=_disrupted(analysis, p),
+                pods_disrupted=pods[p.node.name].disrupted,
+                pods_kept=pods[p.node.name].kept,
                 evidence=_evidence(analysis, p.node),
             )
         )
@@ -189,8 +245,11 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         for t in fleet.time_slicing
     )
     notes = [*analysis.notes, *fleet.notes]
+    for n in nodes:
+        if n.changed:
+            notes.append(disruption.disruption_summary(n))
+            notes += pods[n.name].notes
     for p in fleet.nodes:
-        notes += _resize_notes(p)
         if p.reason and not p.changed and p.reason.startswith(("deferred", "pods would fit")):
             notes.append(f"{p.node.name}: {p.reason}")
     return Plan(

@@ -31,15 +31,19 @@ required keys are one-line :class:`PlanError`\\ s)::
       "config_document": {"version": "v1", "mig-configs": {"gpupilot-1a2b3c4d5e": [...]}},
       "slices_freed": 4, "gpus_freed": 1,
       "expected_utilisation": 0.61, "current_utilisation": 0.32,   # demand / allocated slices, 0-1
-      "pods_disrupted": [{"namespace": "ml", "name": "infer-0",
+      "pods_disrupted": [{"namespace": "ml", "name": "infer-0",       # apply evicts exactly these
                           "devices": [{"gpu": 0, "profile": "3g.40gb", "gpu_instance_id": "1",
-                                       "uuid": "MIG-…"}]}],
+                                       "uuid": "MIG-…"}],
+                          "targets": [{"node": "gpu-node-1", "gpu": 0, "profile": "1g.10gb"}]}],
+      "pods_kept": [...],        # same shape: GPU pods seen on GPUs that keep their layout (not evicted)
       "evidence": [Evidence, ...]
     }
     GpuLayout = {"index": 0, "mig_enabled": true, "mig_devices": {"3g.40gb": 1, "1g.10gb": 4}}
     Evidence = {"gpu": 0, "profile": "1g.10gb", "gpu_instance_id": "7", "allocated": true,
                 "pod": "ml/infer-0", "idle_hours": 150.0, "p95_activity": 0.02,
-                "coverage_hours": 168.0, "window_hours": 168.0}   # p95_activity null = no data
+                "coverage_hours": 168.0, "window_hours": 168.0,   # p95_activity null = no data
+                "peak_activity": 0.04, "peak_at": "2026-11-29T03:00:00Z",  # highest rolling mean (sizes)
+                "busy_minutes": 15.0}                                       # length of that mean
     TimeSlicingRecommendation = {"node": "l4-node-1", "model": "L4", "gpus": [0, 1], "replicas": 4,
                 "reason": "...", "config_document": {"version": "v1", "flags": {...}, "sharing": {...}}}
 
@@ -92,10 +96,22 @@ class HeldDevice:
 
 
 @dataclass(frozen=True)
+class TargetDevice:
+    """A device the plan gives a pod after the change (a MIG profile on a GPU of a node)."""
+
+    node: str
+    gpu: int
+    profile: str
+
+
+@dataclass(frozen=True)
 class DisruptedPod:
+    """A GPU pod of a node: the devices it holds now and, when the plan moves it, those it gets."""
+
     namespace: str
     name: str
     devices: tuple[HeldDevice, ...] = ()
+    targets: tuple[TargetDevice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,6 +128,11 @@ class Evidence:
     """95th percentile of activity (0-1); ``None`` when there was no data ("unknown", not idle)."""
     coverage_hours: float
     window_hours: float
+    peak_activity: float | None = None
+    """Highest ``busy_minutes`` rolling mean activity in the window (what sizing uses); ``None``: unknown."""
+    peak_at: str = ""
+    """Start of the hour holding the peak, ``2026-11-29T03:00:00Z``."""
+    busy_minutes: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -131,7 +152,10 @@ class NodePlan:
     expected_utilisation: float
     current_utilisation: float
     pods_disrupted: tuple[DisruptedPod, ...] = ()
+    """Pods apply evicts (see :mod:`rightsizer.plan.disruption`)."""
     evidence: tuple[Evidence, ...] = ()
+    pods_kept: tuple[DisruptedPod, ...] = ()
+    """GPU pods the plan saw on the node that keep their device (their GPU keeps its layout)."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +243,7 @@ def plan_to_dict(plan: Plan) -> JsonDict:
         }
 
     def pod(p: DisruptedPod) -> JsonDict:
-        return {
+        out: JsonDict = {
             "namespace": p.namespace,
             "name": p.name,
             "devices": [
@@ -227,6 +251,9 @@ def plan_to_dict(plan: Plan) -> JsonDict:
                 for d in p.devices
             ],
         }
+        if p.targets:
+            out["targets"] = [{"node": t.node, "gpu": t.gpu, "profile": t.profile} for t in p.targets]
+        return out
 
     def evidence(e: Evidence) -> JsonDict:
         return {
@@ -239,6 +266,9 @@ def plan_to_dict(plan: Plan) -> JsonDict:
             "p95_activity": None if e.p95_activity is None else round(e.p95_activity, 4),
             "coverage_hours": round(e.coverage_hours, 3),
             "window_hours": round(e.window_hours, 3),
+            "peak_activity": None if e.peak_activity is None else round(e.peak_activity, 4),
+            "peak_at": e.peak_at,
+            "busy_minutes": round(e.busy_minutes, 3),
         }
 
     def node(n: NodePlan) -> JsonDict:
@@ -258,6 +288,7 @@ def plan_to_dict(plan: Plan) -> JsonDict:
             "expected_utilisation": round(n.expected_utilisation, 4),
             "current_utilisation": round(n.current_utilisation, 4),
             "pods_disrupted": [pod(p) for p in n.pods_disrupted],
+            "pods_kept": [pod(p) for p in n.pods_kept],
             "evidence": [evidence(e) for e in n.evidence],
         }
 
@@ -382,6 +413,26 @@ def _layout(r: _Reader) -> GpuLayout:
     return GpuLayout(r.r_int("index"), r.r_bool("mig_enabled"), dict(devices))
 
 
+def _pod(p: _Reader) -> DisruptedPod:
+    return DisruptedPod(
+        namespace=p.r_str("namespace"),
+        name=p.r_str("name"),
+        devices=tuple(
+            HeldDevice(
+                gpu=d.r_int("gpu"),
+                profile=d.r_str("profile", ""),
+                gpu_instance_id=d.r_str("gpu_instance_id", ""),
+                uuid=d.r_str("uuid", ""),
+            )
+            for d in p.r_objs("devices", [])
+        ),
+        targets=tuple(
+            TargetDevice(node=t.r_str("node"), gpu=t.r_int("gpu"), profile=t.r_str("profile"))
+            for t in p.r_objs("targets", [])
+        ),
+    )
+
+
 def _node(r: _Reader) -> NodePlan:
     return NodePlan(
         name=r.r_str("name"),
@@ -398,22 +449,8 @@ def _node(r: _Reader) -> NodePlan:
         gpus_freed=r.r_int("gpus_freed"),
         expected_utilisation=r.r_float("expected_utilisation"),
         current_utilisation=r.r_float("current_utilisation", 0.0),
-        pods_disrupted=tuple(
-            DisruptedPod(
-                namespace=p.r_str("namespace"),
-                name=p.r_str("name"),
-                devices=tuple(
-                    HeldDevice(
-                        gpu=d.r_int("gpu"),
-                        profile=d.r_str("profile", ""),
-                        gpu_instance_id=d.r_str("gpu_instance_id", ""),
-                        uuid=d.r_str("uuid", ""),
-                    )
-                    for d in p.r_objs("devices", [])
-                ),
-            )
-            for p in r.r_objs("pods_disrupted", [])
-        ),
+        pods_disrupted=tuple(_pod(p) for p in r.r_objs("pods_disrupted", [])),
+        pods_kept=tuple(_pod(p) for p in r.r_objs("pods_kept", [])),
         evidence=tuple(
             Evidence(
                 gpu=e.r_int("gpu"),
@@ -425,6 +462,9 @@ def _node(r: _Reader) -> NodePlan:
                 p95_activity=e.r_opt_float("p95_activity"),
                 coverage_hours=e.r_float("coverage_hours"),
                 window_hours=e.r_float("window_hours"),
+                peak_activity=e.r_opt_float("peak_activity"),
+                peak_at=e.r_str("peak_at", ""),
+                busy_minutes=e.r_float("busy_minutes", 15.0),
             )
             for e in r.r_objs("evidence", [])
         ),

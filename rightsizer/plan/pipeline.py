@@ -1,8 +1,9 @@
-"""Prometheus → plan in one call (analysis, optimiser, plan building), for ``report`` and ``serve``."""
+"""Prometheus → plan in one call (analysis, optimiser, plan building): the one pipeline ``plan``,
+``report`` and ``serve`` share, with the user's settings typed in :class:`PlanSettings`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,8 +11,10 @@ from gpupilot_common.timefmt import format_time
 from rightsizer.analysis import history as analysis
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.errors import RightsizerError
+from rightsizer.migparted.config import MigPartedConfig
 from rightsizer.optimise import fleet as optimiser
 from rightsizer.plan import build as planning
+from rightsizer.plan import disruption
 from rightsizer.plan.model import Plan
 
 
@@ -19,12 +22,47 @@ class NoInventoryError(RightsizerError, RuntimeError):
     """Prometheus has no ``gpupilot_gpu_info`` at the end of the window: nothing to plan."""
 
 
+class InconsistentPlanError(RightsizerError, AssertionError):
+    """The proposed layouts would not hold the pods that stay plus those the plan moves (a bug guard:
+    no plan is written rather than one whose notes leave a pod unschedulable)."""
+
+
 @dataclass(frozen=True)
 class PlanSettings:
+    """Everything a plan depends on besides the history; recorded in ``plan.json`` under ``settings``."""
+
     window_s: float = 7 * 86400.0
-    window_text: str = "7d"
-    optimiser: Mapping[str, Any] = field(default_factory=dict)
-    """Keyword arguments of :class:`rightsizer.optimise.fleet.OptimiserSettings` (e.g. ``max_nodes``)."""
+    headroom: float = 0.2
+    """Demand = peak ``min_busy`` rolling-mean activity and peak memory × (1 + headroom)."""
+    idle_threshold: float = 0.05
+    """A device whose ``min_busy`` rolling mean never reached this is idle; so is an hour without one."""
+    min_busy_s: float = 900.0
+    """Length of the rolling mean: a burst at least this long always sizes its slice (15 min)."""
+    optimiser: optimiser.OptimiserSettings = field(default_factory=optimiser.OptimiserSettings)
+
+    @property
+    def window_text(self) -> str:
+        return window_text(self.window_s)
+
+    def analysis_settings(self) -> analysis.AnalysisSettings:
+        return analysis.AnalysisSettings(
+            window_s=self.window_s,
+            idle_threshold=self.idle_threshold,
+            headroom=self.headroom,
+            min_busy_s=self.min_busy_s,
+        )
+
+    def record(self) -> dict[str, Any]:
+        o = self.optimiser
+        return {
+            "max_nodes": o.max_nodes,
+            "allow_moves": o.allow_moves,
+            "time_limit_s": o.time_limit_s,
+            "keep_profiles": o.keep_profiles,
+            "headroom": self.headroom,
+            "idle_threshold": self.idle_threshold,
+            "min_busy_s": self.min_busy_s,
+        }
 
 
 def make_plan(
@@ -33,20 +71,29 @@ def make_plan(
     end: float,
     settings: PlanSettings,
     progress: Callable[[str], None] = lambda _m: None,
+    cluster_configs: Sequence[MigPartedConfig] = (),
 ) -> Plan:
-    result = analysis.analyse(
-        client, end=end, settings=analysis.AnalysisSettings(window_s=settings.window_s), progress=progress
-    )
+    """Analyse the window ending at ``end``, optimise, build the plan; :class:`NoInventoryError` when
+    the exporter's inventory is missing at ``end``. ``cluster_configs``: the cluster's mig-parted
+    configs, whose names a proposed layout equal to one of them reuses (``plan --mig-config``)."""
+    result = analysis.analyse(client, end=end, settings=settings.analysis_settings(), progress=progress)
     if not result.nodes:
         raise NoInventoryError(
-            f"no gpupilot_gpu_info series at {format_time(end)} in {client.url}; is the exporter scraped?"
+            f"no gpupilot_gpu_info series at {format_time(end)} in {client.url}; is the exporter scraped? "
+            "(use --at for history that ended earlier)"
         )
-    fleet = optimiser.optimise(result, settings=optimiser.OptimiserSettings(**dict(settings.optimiser)))
-    return planning.build_plan(
-        result,
-        fleet,
-        context=planning.PlanContext(window=settings.window_text, settings=dict(settings.optimiser)),
-    )
+    progress(f"optimising {len(result.nodes)} node(s), {len(result.devices)} device(s)")
+    fleet = optimiser.optimise(result, settings=settings.optimiser)
+    try:
+        return planning.build_plan(
+            result,
+            fleet,
+            context=planning.PlanContext(
+                window=settings.window_text, settings=settings.record(), cluster_configs=cluster_configs
+            ),
+        )
+    except disruption.LayoutMismatchError as exc:
+        raise InconsistentPlanError(f"no plan written: {exc} (please report this)") from exc
 
 
 def window_text(seconds: float) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rightsizer.plan.model import GpuLayout, NodePlan, Plan
+from rightsizer.plan.idle import activity_known
+from rightsizer.plan.model import Evidence, GpuLayout, NodePlan, Plan
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -33,15 +34,24 @@ def layout_text(g: GpuLayout) -> str:
     return f"{g.index}: " + " + ".join(f"{n}×{c}" for n, c in parts)
 
 
+def activity_text(e: Evidence) -> str:
+    """``peak 15-min mean 85 % on 11-29 03:00``: the statistic sizing used, and when it happened."""
+    if e.peak_activity is None:
+        return "activity unknown"
+    # A device that never ran has no peak worth dating.
+    when = f" on {e.peak_at[5:10]} {e.peak_at[11:16]}" if len(e.peak_at) >= 16 and e.peak_activity > 0 else ""
+    return f"peak {e.busy_minutes:.0f}-min mean {e.peak_activity:.0%}{when}"
+
+
 def _evidence(node: NodePlan) -> str:
     alloc = [e for e in node.evidence if e.allocated]
-    idle_free = [e for e in node.evidence if not e.allocated and e.p95_activity is not None]
-    unknown = [e for e in node.evidence if e.p95_activity is None]
+    idle_free = [e for e in node.evidence if not e.allocated and e.peak_activity is not None]
+    unknown = [e for e in node.evidence if e.peak_activity is None]
     lines = []
     for e in alloc[:6]:
-        p95 = "unknown" if e.p95_activity is None else f"p95 {e.p95_activity:.0%}"
         lines.append(
-            f"{e.gpu}/{e.profile or 'gpu'} {e.pod}: {p95}, idle {e.idle_hours:.0f}/{e.coverage_hours:.0f} h"
+            f"{e.gpu}/{e.profile or 'gpu'} {e.pod}: {activity_text(e)}, "
+            f"idle {e.idle_hours:.0f}/{e.coverage_hours:.0f} h"
         )
     if len(alloc) > 6:
         lines.append(f"… {len(alloc) - 6} more allocated")
@@ -66,7 +76,9 @@ def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
                 + (f"\n[{n.current_config_name}]" if n.current_config_name else ""),
                 "\n".join(layout_text(g) for g in n.proposed) + (f"\n[{n.config_name}]" if n.changed else ""),
                 f"{n.gpus_freed} GPU\n{n.slices_freed} slices",
-                f"{n.current_utilisation:.0%} → {n.expected_utilisation:.0%}"
+                "unknown"
+                if not activity_known(n)
+                else f"{n.current_utilisation:.0%} → {n.expected_utilisation:.0%}"
                 if n.changed
                 else f"{n.current_utilisation:.0%}",
                 "\n".join(f"{p.namespace}/{p.name}" for p in n.pods_disrupted) or "-",

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from mig_geometry.placement import describe
 from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.plan import idle
 from rightsizer.plan.model import GpuLayout, NodePlan, Plan
-from rightsizer.plan.pipeline import PlanSettings, make_plan, window_text
+from rightsizer.plan.pipeline import PlanSettings, make_plan
 from rightsizer.report import charts
 from rightsizer.report import data as report_data
 from rightsizer.report import render as report_render
@@ -43,7 +44,8 @@ class IdleSlice:
     pod: str
     idle_hours: float
     idle_share: float
-    p95_activity: float | None
+    peak_activity: float | None
+    """Busiest rolling mean in the window (below the idle threshold, or the device would not be idle)."""
 
 
 @dataclass(frozen=True)
@@ -101,29 +103,29 @@ def _change(n: NodePlan, price: float | None) -> Change:
         gpu_hours_per_week=hours,
         cost_per_week=hours * price if price is not None else None,
         pods_disrupted=len(n.pods_disrupted),
-        utilisation=f"{n.current_utilisation:.0%} → {n.expected_utilisation:.0%}",
+        utilisation=f"{n.current_utilisation:.0%} → {n.expected_utilisation:.0%}"
+        if idle.activity_known(n)
+        else "unknown",
     )
 
 
 def _idle_slices(data: ReportData) -> tuple[IdleSlice, ...]:
+    """The devices idle by the plan's burst-aware rule (:mod:`rightsizer.plan.idle`), most idle hours first."""
     out = []
-    for n in data.plan.nodes:
-        for e in n.evidence:
-            if e.idle_hours <= 0:
-                continue
-            device = f"GPU {e.gpu} " + (f"{e.profile} (GI {e.gpu_instance_id})" if e.profile else "whole GPU")
-            pod = e.pod or ("unallocated" if not e.allocated else "")
-            out.append(
-                IdleSlice(
-                    label=f"{n.name} · {device}" + (f" · {pod}" if pod else ""),
-                    node=n.name,
-                    device=device,
-                    pod=pod,
-                    idle_hours=e.idle_hours,
-                    idle_share=e.idle_hours / e.window_hours if e.window_hours else 0.0,
-                    p95_activity=e.p95_activity,
-                )
+    for n, e in idle.idle_devices(data.plan):
+        device = f"GPU {e.gpu} " + (f"{e.profile} (GI {e.gpu_instance_id})" if e.profile else "whole GPU")
+        pod = e.pod or ("unallocated" if not e.allocated else "")
+        out.append(
+            IdleSlice(
+                label=f"{n.name} · {device}" + (f" · {pod}" if pod else ""),
+                node=n.name,
+                device=device,
+                pod=pod,
+                idle_hours=e.idle_hours,
+                idle_share=e.idle_hours / e.window_hours if e.window_hours else 0.0,
+                peak_activity=e.peak_activity,
             )
+        )
     out.sort(key=lambda s: (-s.idle_hours, s.label))
     return tuple(out[:TOP_IDLE])
 
@@ -195,14 +197,15 @@ def generate(
     *,
     out: Path,
     end: float,
-    window_s: float,
+    settings: PlanSettings,
     price: float | None,
     plan: Plan | None,
 ) -> Written:
-    """Collect, build and write one report (``report`` runs it once, ``serve`` every week)."""
+    """Collect, build and write one report (``report`` runs it once, ``serve`` every week); without
+    ``plan`` it plans through the same pipeline and ``settings`` as ``plan``."""
     if plan is None:
-        plan = make_plan(
-            client, end=end, settings=PlanSettings(window_s=window_s, window_text=window_text(window_s))
-        )
-    data = report_data.collect(client, end=end, window_s=window_s, plan=plan, price_per_gpu_hour=price)
+        plan = make_plan(client, end=end, settings=settings)
+    data = report_data.collect(
+        client, end=end, window_s=settings.window_s, plan=plan, price_per_gpu_hour=price
+    )
     return write_report(build_report(data), out)

@@ -23,7 +23,7 @@ TOTAL = "#9aa5b1"
 FREED = "#2f9e6e"
 ACTIVITY = LinearSegmentedColormap.from_list(
     "activity", ["#fdf3e1", "#f7c873", "#e8833a", "#b23a48", "#5c1a33"]
-)
+).with_extremes(bad="#cbd2d9")  # no data: unknown, drawn grey (never as 0 % activity)
 DPI = 110
 
 
@@ -105,7 +105,7 @@ def heatmap_chart(heatmap: Heatmap) -> bytes:
     for side in ("top", "right", "left", "bottom"):
         ax.spines[side].set_visible(False)
     bar = fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01)
-    bar.set_label("mean slice activity", fontsize=9, color=INK)
+    bar.set_label("mean slice activity (grey: unknown)", fontsize=9, color=INK)
     bar.ax.tick_params(labelsize=8)
     return _png(fig)
 

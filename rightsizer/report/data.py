@@ -11,6 +11,7 @@ is built from (``RAW_*`` below, the rules' expressions inlined); the charts then
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,12 +24,14 @@ TOTAL = "sum(gpupilot:node_slices:total)"
 NODE_ACTIVITY = "avg by (Hostname) (gpupilot:slice_activity:avg5m)"
 FIRING = 'ALERTS{alertstate="firing"}'
 RAW_TOTAL = 'count(gpupilot_mig_instance_info or gpupilot_gpu_info{mig_mode="disabled"})'
-RAW_ALLOCATED = "count(count by (Hostname, UUID, GPU_I_ID) (gpupilot_device_pod_info)) or vector(0)"
+ZERO_WHERE_SEEN = " or 0 * count(gpupilot_gpu_info)"
+"""0 where the exporter reported GPUs, nothing (missing, not zero) before the history begins."""
+RAW_ALLOCATED = "count(count by (Hostname, UUID, GPU_I_ID) (gpupilot_device_pod_info))" + ZERO_WHERE_SEEN
 RAW_IDLE = (
     "count(count by (Hostname, UUID, GPU_I_ID) ("
     'max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!="", pod!=""}[5m])) < 0.05'
     ' or max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=""}[5m])) < 5'
-    ")) or vector(0)"
+    "))" + ZERO_WHERE_SEEN
 )
 ALERT_KEYS = ("Hostname", "namespace", "pod", "horizontalpodautoscaler", "gpu", "GPU_I_PROFILE", "instance")
 
@@ -73,10 +76,17 @@ class ReportData:
 
 
 def _aligned(series: list[Series], times: tuple[float, ...]) -> tuple[float | None, ...]:
-    if not series:
-        return tuple(None for _ in times)
-    points = dict(series[0].points)
-    return tuple(points.get(t) for t in times)
+    """The series' values on the grid ``times``, matched by slot (never by float equality): a point
+    belongs to the grid time nearest to it, within half a step; a slot without one is missing."""
+    out: list[float | None] = [None] * len(times)
+    if not series or not times:
+        return tuple(out)
+    step = times[1] - times[0] if len(times) > 1 else 1.0
+    for t, v in series[0].points:
+        i = round((t - times[0]) / step)
+        if 0 <= i < len(times) and abs(t - times[i]) <= step / 2 and math.isfinite(v):
+            out[i] = v
+    return tuple(out)
 
 
 def _filled(
@@ -90,13 +100,21 @@ def _filled(
     return tuple(v if v is not None else f for v, f in zip(got, fallback, strict=True))
 
 
+def grid_step(seconds: float) -> float:
+    """A range-query step the server gets exactly: whole seconds (``514.2857`` would be sent rounded)."""
+    return float(max(1, math.ceil(seconds)))
+
+
 def steps(start: float, end: float, step: float) -> tuple[float, ...]:
+    """Grid times in ``(start, end]``, on multiples of ``step`` (whole seconds)."""
+    step = grid_step(step)
     first = start - start % step + step
     n = int((end - first) // step) + 1
     return tuple(first + i * step for i in range(max(0, n)))
 
 
 def fetch_trend(client: PrometheusClient, *, start: float, end: float, step: float) -> Trend:
+    step = grid_step(step)
     times = steps(start, end, step)
     if not times:
         return Trend((), (), (), ())

@@ -138,15 +138,16 @@ def html(r: Report) -> str:
     out.append("<section><h2>Top idle slices</h2>")
     if r.idle:
         out += [
-            "<p class='lead'>Devices with the most idle hours in the window (an hour with no samples is unknown, "
-            "not idle). p95 = 95th percentile of activity.</p>",
+            "<p class='lead'>Devices whose busiest rolling mean (15 min unless the plan says otherwise) stayed "
+            "below the idle threshold all window, most idle hours first: a slice with a daily burst is not "
+            "idle. An hour with no samples is unknown, not idle.</p>",
             img["top-idle.png"],
             "<table><tr><th>node</th><th>device</th><th>pod</th><th class='n'>idle hours</th><th class='n'>idle share</th>"
-            "<th class='n'>p95 activity</th></tr>",
+            "<th class='n'>peak activity</th></tr>",
             *(
                 f"<tr><td class='k'>{escape(i.node)}</td><td class='k'>{escape(i.device)}</td><td>{escape(i.pod or '-')}</td>"
                 f"<td class='n'>{i.idle_hours:.0f}</td><td class='n'>{i.idle_share:.0%}</td>"
-                f"<td class='n'>{_num(i.p95_activity, '{:.0%}', 'no data')}</td></tr>"
+                f"<td class='n'>{_num(i.peak_activity, '{:.0%}', 'unknown')}</td></tr>"
                 for i in r.idle
             ),
             "</table>",
@@ -267,7 +268,7 @@ def markdown(r: Report) -> str:
     if r.idle:
         out += ["![top idle slices](top-idle.png)", ""]
         out += _md_table(
-            ["node", "device", "pod", "idle hours", "idle share", "p95 activity"],
+            ["node", "device", "pod", "idle hours", "idle share", "peak activity"],
             [
                 [
                     i.node,
@@ -275,7 +276,7 @@ def markdown(r: Report) -> str:
                     i.pod or "-",
                     f"{i.idle_hours:.0f}",
                     f"{i.idle_share:.0%}",
-                    _num(i.p95_activity, "{:.0%}", "no data"),
+                    _num(i.peak_activity, "{:.0%}", "unknown"),
                 ]
                 for i in r.idle
             ],

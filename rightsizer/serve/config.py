@@ -7,7 +7,7 @@ Example (``examples/rightsizer-serve.yaml``)::
     listen: 0.0.0.0:9500             # /health and /metrics
     state_dir: /var/lib/gpupilot     # plans, reports, the auto-apply ledger
     report: {schedule: "mon 06:00", window: 7d, price_per_gpu_hour: 2.5}
-    plan: {every: 6h, window: 7d}
+    plan: {every: 6h, window: 7d}   # also max_nodes, headroom (0.2), idle_threshold (0.05), min_busy (15m)
     auto_apply:
       enabled: false
       maintenance_window: {days: [sat, sun], start: "01:00", end: "05:00"}
@@ -29,6 +29,8 @@ import yaml
 
 from gpupilot_common.timefmt import parse_duration
 from rightsizer.errors import InputError
+from rightsizer.optimise.proposal import OptimiserSettings
+from rightsizer.plan.pipeline import PlanSettings
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _SCHEDULE = re.compile(r"^(?P<days>[a-z,\-*]+)\s+(?P<h>\d{1,2}):(?P<m>\d{2})$")
@@ -61,6 +63,19 @@ class PlanJob:
     every_s: float = 6 * 3600.0
     window_s: float = 7 * 86400.0
     max_nodes: int | None = None
+    headroom: float = 0.2
+    idle_threshold: float = 0.05
+    min_busy_s: float = 900.0
+
+    def plan_settings(self, *, window_s: float | None = None) -> PlanSettings:
+        """The settings ``plan`` would get from the same flags (``window_s`` overrides the window)."""
+        return PlanSettings(
+            window_s=self.window_s if window_s is None else window_s,
+            headroom=self.headroom,
+            idle_threshold=self.idle_threshold,
+            min_busy_s=self.min_busy_s,
+            optimiser=OptimiserSettings(max_nodes=self.max_nodes),
+        )
 
 
 @dataclass(frozen=True)
@@ -156,6 +171,12 @@ class _R:
             raise self.fail(key, f"must be a whole number >= {minimum}, got {v!r}")
         return v
 
+    def number(self, key: str, default: float, lo: float, hi: float) -> float:
+        v = self.data.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= float(v) <= hi:
+            raise self.fail(key, f"must be a number from {lo:g} to {hi:g}, got {v!r}")
+        return float(v)
+
     def sub(self, key: str) -> _R | None:
         v = self.data.get(key)
         return None if v is None else _R(self.source, v, self._p(key))
@@ -215,11 +236,21 @@ def parse(data: Any, *, source: str) -> ServeConfig:
             _schedule(rr, "schedule"), rr.duration("window", 7 * 86400.0), price, Path(out) if out else None
         )
     if (pr := r.sub("plan")) is not None:
-        pr.check_keys(("every", "window", "max_nodes"))
+        pr.check_keys(("every", "window", "max_nodes", "headroom", "idle_threshold", "min_busy"))
         every = pr.duration("every", 6 * 3600.0)
         if every < 60:
             raise pr.fail("every", "must be at least 1m")
-        plan = PlanJob(every, pr.duration("window", 7 * 86400.0), pr.integer("max_nodes", None, 1))
+        min_busy = pr.duration("min_busy", 900.0)
+        if not 300 <= min_busy <= 6 * 3600:
+            raise pr.fail("min_busy", "must be between 5m and 6h")
+        plan = PlanJob(
+            every,
+            pr.duration("window", 7 * 86400.0),
+            pr.integer("max_nodes", None, 1),
+            headroom=pr.number("headroom", 0.2, 0.0, 4.0),
+            idle_threshold=pr.number("idle_threshold", 0.05, 0.0, 1.0),
+            min_busy_s=min_busy,
+        )
     auto = AutoApply()
     if (ar := r.sub("auto_apply")) is not None:
         ar.check_keys(

@@ -25,13 +25,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from rightsizer.apply.applier import ApplyReport
+from rightsizer.plan import idle
 from rightsizer.plan.model import Plan
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
 
 log = logging.getLogger(__name__)
-
-IDLE_SHARE = 0.9
-"""A device counts as idle when it was idle in at least 90 % of the hours it had data."""
 
 
 class Jobs(Protocol):
@@ -45,12 +43,8 @@ class Jobs(Protocol):
 
 
 def idle_slices(plan: Plan) -> int:
-    return sum(
-        1
-        for n in plan.nodes
-        for e in n.evidence
-        if e.coverage_hours > 0 and e.idle_hours >= IDLE_SHARE * e.coverage_hours
-    )
+    """Devices idle by the plan's rule (:mod:`rightsizer.plan.idle`, the report uses the same)."""
+    return len(idle.idle_devices(plan))
 
 
 def in_window(now: datetime, window: MaintenanceWindow) -> bool:
@@ -265,13 +259,14 @@ class Service(Collector):
                 ok.add_metric([], 1.0 if s.last_plan_ok else 0.0)
                 yield ok
             if plan is not None:
-                idle = GaugeMetricFamily(
+                idle_gauge = GaugeMetricFamily(
                     "gpupilot_rightsizer_idle_slices",
-                    f"MIG slices and whole GPUs idle in at least {IDLE_SHARE:.0%} of their observed hours, in the latest "
-                    "plan's window (cached from the last successful plan; see last_plan_timestamp_seconds).",
+                    "MIG slices and whole GPUs whose busiest min_busy rolling mean (15 min by default) stayed "
+                    "below the idle threshold in the latest plan's window: a slice with a daily burst is not "
+                    "idle (cached from the last successful plan; see last_plan_timestamp_seconds).",
                 )
-                idle.add_metric([], float(idle_slices(plan)))
-                yield idle
+                idle_gauge.add_metric([], float(idle_slices(plan)))
+                yield idle_gauge
                 freeable = GaugeMetricFamily(
                     "gpupilot_rightsizer_freeable_gpus",
                     "Whole GPUs the latest plan frees (cached from the last successful plan).",

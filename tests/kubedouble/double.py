@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from tests.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
 from tests.kubedouble.migmanager import (
     CONFIG_LABEL,
     DEPLOY_LABELS,
+    GPU_INDICES_ANNOTATION,
     STATE_LABEL,
     MigManager,
     MigManagerSettings,
@@ -249,10 +250,14 @@ class KubeDouble:
         labels: Mapping[str, str] | None = None,
         phase: str = "Running",
         owner: tuple[str, str] | None = ("ReplicaSet", "app"),
+        gpu_indices: Sequence[int] | None = None,
     ) -> dict[str, Any]:
-        """A pod (bound to ``node`` when given) whose one container has ``resources`` as limits."""
+        """A pod (bound to ``node`` when given) whose one container has ``resources`` as limits;
+        ``gpu_indices``: the GPUs the device plugin gave it (see :mod:`tests.kubedouble.migmanager`)."""
         limits = {k: str(v) for k, v in (resources or {}).items()}
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
+        if gpu_indices is not None:
+            meta["annotations"] = {GPU_INDICES_ANNOTATION: ",".join(str(i) for i in gpu_indices)}
         if owner is not None:
             meta["ownerReferences"] = [
                 {

@@ -15,8 +15,11 @@ It watches every node's ``nvidia.com/mig.config``. When the value changes to a n
    ``nvidia.com/gpu.deploy.client`` in its pod template's ``nodeSelector`` (affinity is not looked
    at, as in mig-parted); the simulated DaemonSet controller (:mod:`tests.kubedouble.daemonsets`)
    removes those pods when the label changes;
-5. after ``pending_s``: if non-terminated pods on the node still request ``nvidia.com/gpu`` or
-   ``nvidia.com/mig-*`` → ``failed`` ("In use by another client"); it never evicts anything;
+5. after ``pending_s``: if non-terminated pods still request ``nvidia.com/gpu`` or ``nvidia.com/mig-*``
+   on a GPU the config re-creates → ``failed`` ("In use by another client"); it never evicts anything.
+   As in mig-parted, a GPU whose layout is unchanged is left alone, unless some GPU changes MIG mode
+   (then all are reset); which GPU a pod holds comes from its ``kubedouble.test/gpu-indices``
+   annotation (without it, or when the old layout is unknown, the pod counts as holding every GPU);
 6. optionally ``rebooting`` when MIG mode flips (``with_reboot``), then ``success`` after ``apply_s``,
    with the operand labels restored to ``true`` and the per-profile GFD labels / allocatable updated.
 
@@ -87,11 +90,45 @@ def gpu_model_of(labels: dict[str, str]) -> GpuModel | None:
     return find_model(product.replace("-", " ")) if product else None
 
 
-def node_gpu_holders(store: Store, node: str) -> list[str]:
-    """``ns/name`` of non-terminated pods on ``node`` that request whole GPUs or MIG devices."""
+GPU_INDICES_ANNOTATION = "kubedouble.test/gpu-indices"
+"""On a pod: the GPU indices the device plugin gave it (``"0,2"``), which the Kubernetes API does not
+show; a pod without it may hold any GPU of its node."""
+
+
+def gpu_layouts(entries: Any, count: int) -> dict[int, tuple[bool, tuple[tuple[str, int], ...]]]:
+    """GPU index → (MIG enabled, sorted non-zero mig-devices) for a mig-parted config's entries."""
+    out: dict[int, tuple[bool, tuple[tuple[str, int], ...]]] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        devices = entry.get("devices", "all")
+        indices = range(count) if devices == "all" else [d for d in devices if isinstance(d, int)]
+        devs = tuple(sorted((k, v) for k, v in (entry.get("mig-devices") or {}).items() if v))
+        for i in indices:
+            out[i] = (bool(entry.get("mig-enabled")), devs)
+    return out
+
+
+def reconfigured_gpus(old: Any, new: Any, count: int) -> set[int] | None:
+    """What ``nvidia-mig-parted apply`` destroys going from config ``old`` to ``new``: ``None`` (every
+    GPU) when the old layout is unknown or a GPU changes MIG mode (mode.go clears every GPU and
+    resets them all), else the GPUs whose mig-devices differ (config.go skips the others)."""
+    if old is None:
+        return None
+    before, after = gpu_layouts(old, count), gpu_layouts(new, count)
+    changed = {i for i in after if before.get(i) != after[i]}
+    if any(before.get(i, (after[i][0], ()))[0] != after[i][0] for i in after):
+        return None
+    return changed
+
+
+def node_gpu_holders(store: Store, node: str, gpus: set[int] | None = None) -> list[str]:
+    """``ns/name`` of non-terminated pods on ``node`` that request whole GPUs or MIG devices (only
+    those that may hold one of ``gpus`` when it is given)."""
     out = []
     for pod in store.list("/pods"):
         if pod.get("spec", {}).get("nodeName") != node:
+            continue
+        held = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_INDICES_ANNOTATION)
+        if gpus is not None and held is not None and not {int(i) for i in held.split(",") if i} & gpus:
             continue
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             continue
@@ -297,7 +334,9 @@ class MigManager:
         if has_clients and not self._wait_for_clients(node):
             self._set(node, want, "failed", "timeout waiting for GPU client pods to stop", deploy="true")
             return
-        holders = node_gpu_holders(self.store, node)
+        count = int((obj["metadata"].get("labels") or {}).get("nvidia.com/gpu.count", "1") or 1)
+        previous = configs.get(self.applied.get(node, ""))
+        holders = node_gpu_holders(self.store, node, reconfigured_gpus(previous, configs[want], count))
         if holders:
             self._set(node, want, "failed", f"{IN_USE}: {', '.join(holders)}", deploy="true")
             return

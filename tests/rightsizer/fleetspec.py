@@ -95,6 +95,8 @@ def build(nodes: Sequence[Node], *, headroom: float = 0.2) -> Analysis:
                         idle_hours=WINDOW_H if (d.p95 or 0) < 0.05 and d.p95 is not None else 0.0,
                         coverage_hours=cover,
                         window_hours=WINDOW_H,
+                        peak=d.p95,
+                        peak_at=0.0 if d.p95 is not None else None,
                     )
                 )
         inv.append(NodeInventory(node.name, tuple(gpus), node.strategy, node.labels.get("config", "")))

@@ -32,6 +32,9 @@ def plan_with_evidence() -> Plan:
                 "pod": f"ml/infer-{n}-{g}" if g % 2 == 0 else "",
                 "idle_hours": 168.0 - 20 * g - 7 * n,
                 "p95_activity": 0.01 * g,
+                # GPU 1 bursts (60 % for a while each day): many idle hours, yet never idle.
+                "peak_activity": 0.6 if g == 1 else 0.01 * g,
+                "peak_at": "2025-11-29T03:00:00Z",
                 "coverage_hours": 168.0,
                 "window_hours": 168.0,
             }

@@ -75,6 +75,10 @@ def test_quantiles_peaks_and_hours(result: Analysis) -> None:
     assert train.p50 is not None and 0.80 <= train.p50 <= 0.84
     assert train.p95 is not None and 0.86 <= train.p95 <= 0.885
     assert train.max == pytest.approx(0.88, abs=0.005)
+    # The 15-min rolling mean peaks at the sine's crest (06:00 UTC), within one sample step.
+    assert train.peak == pytest.approx(0.88, abs=0.005) and train.busy_minutes == 15
+    assert train.peak_at is not None and train.peak_at % 3600 == 0
+    assert 5 <= (train.peak_at % 86400) / 3600 <= 6
     assert train.fb_peak_mib == 17000
     assert train.coverage_hours == pytest.approx(DAYS * 24, abs=1)
     assert train.idle_hours == 0
@@ -142,7 +146,7 @@ def test_workloads_by_owner_with_headroom(result: Analysis) -> None:
     assert infer.demand_memory_mib == pytest.approx(6000 * 1.2)
     assert by_key["ml/StatefulSet/train"].demand_slices == pytest.approx(0.88 * 2 * 1.2, abs=0.05)
     unknown = by_key["ml/batch-1"]
-    assert unknown.p95 is None and unknown.demand_slices == 1  # keeps its size
+    assert unknown.peak is None and unknown.demand_slices == 1  # keeps its size
     assert len(by_key["ml/Deployment/svc-b"].pods) == 3
 
 
@@ -271,4 +275,17 @@ def test_plan_cli_keep_profiles_consolidates(
     # Every pod keeps its profile: GPU0 keeps all-balanced (its free 1g takes batch-1), GPU1 is freed.
     assert dict(node.proposed[0].mig_devices) == {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}
     assert node.proposed[1].mig_enabled is False and node.gpus_freed == 1
-    assert [p.name for p in node.pods_disrupted] == ["batch-1"]
+    # GPU1 switches MIG off: mig-parted's mode step clears and resets every GPU of the node, so the
+    # pods on GPU0 go too, although its layout stays (see rightsizer.plan.disruption).
+    assert [p.name for p in node.pods_disrupted] == [
+        "batch-1",
+        "infer-a-5d8f7c9b6-abcde",
+        "infer-a-5d8f7c9b6-fghij",
+        "train-0",
+    ]
+    assert node.pods_kept == ()
+    batch = node.pods_disrupted[0]
+    assert [(t.gpu, t.profile) for t in batch.targets] == [(0, "1g.10gb")]
+    plan_notes = load_plan(out).notes
+    assert any("node-a: GPU(s) 0, 1 re-created (a GPU switches MIG mode" in n for n in plan_notes)
+    assert not any("moves from" in n for n in plan_notes)  # every pod keeps its profile

@@ -73,6 +73,9 @@ def test_plan_help_explains_every_flag() -> None:
         "--time-limit",
         "--at",
         "--keep-profiles",
+        "--min-busy",
+        "--headroom",
+        "--idle-threshold",
     ):
         assert flag in res.stdout
     assert "Read-only" in res.stdout
@@ -84,6 +87,9 @@ def test_plan_help_explains_every_flag() -> None:
         (["--window", "7x"], "is not a duration"),
         (["--max-nodes", "0"], "must be at least 1"),
         (["--at", "yesterday"], "is not a time"),
+        (["--min-busy", "2m"], "must be between 5m and 6h"),
+        (["--headroom", "nan"], "must be between 0 and 4"),
+        (["--idle-threshold", "1.5"], "must be between 0 and 1"),
     ],
 )
 def test_bad_flags_are_usage_errors(

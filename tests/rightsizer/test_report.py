@@ -13,8 +13,10 @@ from PIL import Image
 from rightsizer.cli import main
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.plan.model import load_plan
+from rightsizer.plan.pipeline import PlanSettings
 from rightsizer.report import data as data_api
 from rightsizer.report.build import build_report, generate, write_report
+from rightsizer.serve.scheduler import idle_slices
 from tests.rightsizer.report_support import plan_with_evidence, report_data
 
 PRICE = 2.5
@@ -49,7 +51,12 @@ def weekly(prometheus_history, tmp_path_factory):
     assert code == 0
     with PrometheusClient(prometheus_history.url) as client:
         written = generate(
-            client, out=out, end=end, window_s=7 * 86400, price=PRICE, plan=load_plan(plan_file)
+            client,
+            out=out,
+            end=end,
+            settings=PlanSettings(window_s=7 * 86400),
+            price=PRICE,
+            plan=load_plan(plan_file),
         )
     return written, load_plan(plan_file)
 
@@ -162,7 +169,12 @@ def test_backfilled_history_with_a_plan_that_changes_nodes(prometheus_history, t
     plan = plan_with_evidence()
     with PrometheusClient(prometheus_history.url) as client:
         written = generate(
-            client, out=tmp_path, end=prometheus_history.end, window_s=7 * 86400, price=PRICE, plan=plan
+            client,
+            out=tmp_path,
+            end=prometheus_history.end,
+            settings=PlanSettings(window_s=7 * 86400),
+            price=PRICE,
+            plan=plan,
         )
     html = written.html.read_text()
     assert "free 3 GPU(s): 504 GPU-hours a week, worth 1,260 a week" in html
@@ -184,3 +196,30 @@ def test_history_fills_trend_and_heatmap_over_the_whole_window(prometheus_histor
     cells = [v for row in heat.values for v in row]
     assert sum(v is not None for v in cells) >= 0.9 * len(cells)
     assert len({round(v, 2) for v in cells if v is not None}) > 10  # activity varies, not a constant
+
+
+def test_top_idle_slices_leave_out_a_slice_that_bursts():
+    """Same rule as serve's gpupilot_rightsizer_idle_slices: GPU 1 has many idle hours but a burst."""
+    report = build_report(report_data())
+    labels = [s.label for s in report.idle]
+    assert labels and not any("GPU 1 " in label for label in labels)
+    assert {s.node for s in report.idle} == {"gpu-node-1", "gpu-node-2"}
+    assert len(labels) == 6 == idle_slices(report.data.plan)  # GPUs 0, 2, 3 on both nodes
+
+
+@pytest.mark.prometheus
+def test_trend_of_any_window_lines_up_and_time_before_the_history_is_missing(prometheus_history):
+    """A 2-day window has a step of 514.29 s: points are matched by slot, not by float equality;
+    time before the first sample is missing (None), never zero."""
+    end = prometheus_history.end
+    with PrometheusClient(prometheus_history.url) as client:
+        two_days = data_api.fetch_trend(client, start=end - 2 * 86400, end=end, step=2 * 86400 / 336)
+        before = data_api.fetch_trend(
+            client, start=prometheus_history.start - 86400, end=prometheus_history.start + 86400, step=1800
+        )
+    assert sum(v is not None for v in two_days.total) >= 0.95 * len(two_days.times)
+    assert sum(v is not None for v in two_days.idle) >= 0.95 * len(two_days.times)
+    early = [v for t, v in zip(before.times, before.idle, strict=True) if t < prometheus_history.start - 600]
+    late = [v for t, v in zip(before.times, before.idle, strict=True) if t > prometheus_history.start + 600]
+    assert early and all(v is None for v in early)
+    assert late and all(v is not None for v in late)

@@ -227,6 +227,9 @@ def test_auto_apply_skips_plans_below_min_gpus_freed(tmp_path, clock):
         ({"report": {"schedule": "monday at six"}}, "report.schedule: 'monday at six' is not a schedule"),
         ({"plan": {"every": "soon"}}, "plan.every: 'soon' is not a duration"),
         ({"plan": {"evry": "6h"}}, "plan.evry: unknown field"),
+        ({"plan": {"headroom": -1}}, "plan.headroom: must be a number from 0 to 4"),
+        ({"plan": {"idle_threshold": "low"}}, "plan.idle_threshold: must be a number from 0 to 1"),
+        ({"plan": {"min_busy": "1m"}}, "plan.min_busy: must be between 5m and 6h"),
         (
             {"auto_apply": {"enabled": True}},
             "auto_apply.maintenance_window: required when auto_apply.enabled",
@@ -265,6 +268,16 @@ def test_operator_namespace_and_configmap_are_settings():
     doc["auto_apply"] = {"operator_namespace": "nvidia-gpu-operator", "mig_configmap": "my-mig"}
     auto = parse(doc, source="s").auto_apply
     assert (auto.operator_namespace, auto.mig_configmap) == ("nvidia-gpu-operator", "my-mig")
+
+
+def test_plan_settings_reach_the_pipeline(tmp_path):
+    cfg = config(tmp_path, plan={"every": "6h", "window": "2d", "headroom": 0.5, "min_busy": "30m"})
+    assert cfg.plan is not None
+    settings = cfg.plan.plan_settings()
+    assert (settings.window_s, settings.headroom, settings.min_busy_s) == (2 * 86400, 0.5, 1800)
+    assert settings.idle_threshold == 0.05 and settings.window_text == "2d"
+    # the report job plans with the same settings over its own window
+    assert cfg.plan.plan_settings(window_s=7 * 86400).record()["headroom"] == 0.5
 
 
 def test_the_shipped_example_is_valid():
