@@ -1,6 +1,10 @@
 """Metric values for API objects: config rule + request → PromQL → values keyed by object.
 
-The one code path behind both the HTTP API and ``explain-hpa``. A ``pods/*`` request with a label
+The one code path behind both the HTTP API and ``explain-hpa``. With a :class:`RefreshingCache`
+(``serve``), a request is answered from memory: the namespace-wide query for (metric, resource,
+namespace, ``metricLabelSelector``) is kept fresh in the background and indexed by object name, and
+the request picks its objects from that index (``adapter.refresh``). Without one (``explain-hpa``)
+each call queries Prometheus directly, as follows. A ``pods/*`` request with a label
 selector never puts pod names into the query: it asks Prometheus for the namespace's series (plus
 ``metricLabelSelector`` matchers), asks the pod source which pods the selector picks, and matches
 in process — or, when the selected pods are a small part of the namespace, names them in a
@@ -20,6 +24,7 @@ from adapter.config import AdapterConfig, ExternalRule, MetricRule
 from adapter.errors import BadRequest, NotFound
 from adapter.podsource import Pod, PodSource
 from adapter.prometheus import PrometheusClient, Sample
+from adapter.refresh import RefreshingCache
 from adapter.resources import Resource
 from adapter.selectors import Selector, promql_escape, regex_alternatives, to_promql_matchers
 
@@ -74,11 +79,13 @@ class MetricValues:
         prometheus: PrometheusClient,
         pods: PodSource | None,
         max_value_age: float,
+        cache: RefreshingCache[object] | None = None,
     ) -> None:
         self._config = config
         self._prometheus = prometheus
         self._pods = pods
         self.max_value_age = max_value_age
+        self._cache = cache
 
     # -- custom metrics ----------------------------------------------------------------------
     def rule(self, metric: str, resource: Resource) -> tuple[MetricRule, str]:
@@ -143,6 +150,20 @@ class MetricValues:
             picked = self._pods.select(namespace, selector)
             if not picked:
                 return PodValues([], picked)
+            if self._cache is not None:
+                index = self._index(
+                    metric=metric, resource=resource, namespace=namespace, msel=metric_selector
+                )
+                hits = (index.get(n) for n in sorted(p.name for p in picked))
+                return PodValues([v for v in hits if v is not None], picked)
+        if self._cache is not None:
+            index = self._index(metric=metric, resource=resource, namespace=namespace, msel=metric_selector)
+            if name == "*":
+                return PodValues(list(index.values()), picked)
+            hit = index.get(name)
+            if hit is None:
+                raise self._not_found(metric, resource, namespace, name)
+            return PodValues([hit], picked)
             if _name_pods(len(picked), self._pods.namespace_size(namespace)):
                 names = sorted(p.name for p in picked)
         rule, label, query = self.object_query(
@@ -164,12 +185,41 @@ class MetricValues:
             window=rule.window_seconds,
         )
         if name != "*" and not values:
-            raise NotFound(
-                f"the server could not find the metric {metric} for {resource.qualified} {name}"
-                + (f" in namespace {namespace}" if resource.namespaced else "")
-                + (f" (no value newer than {self.max_value_age:g}s)" if self.max_value_age > 0 else "")
-            )
+            raise self._not_found(metric, resource, namespace, name)
         return PodValues(values, picked)
+
+    def _not_found(self, metric: str, resource: Resource, namespace: str, name: str) -> NotFound:
+        return NotFound(
+            f"the server could not find the metric {metric} for {resource.qualified} {name}"
+            + (f" in namespace {namespace}" if resource.namespaced else "")
+            + (f" (no value newer than {self.max_value_age:g}s)" if self.max_value_age > 0 else "")
+        )
+
+    def _index(
+        self, *, metric: str, resource: Resource, namespace: str, msel: Selector
+    ) -> dict[str, ObjectValue]:
+        """Every object's value for (metric, resource, namespace, metricLabelSelector), by name, from
+        the refreshing cache: one namespace-wide query, re-evaluated in the background."""
+        assert self._cache is not None
+        rule, label, query = self.object_query(
+            metric=metric, resource=resource, namespace=namespace, name="*", metric_selector=msel
+        )
+        scope = namespace if resource.namespaced else ""
+        window = rule.window_seconds
+
+        def load() -> dict[str, ObjectValue]:
+            samples = self._prometheus.query(query)
+            values = _object_values(
+                samples, resource=resource, namespace=scope, label=label, wanted=None, window=window
+            )
+            return {v.name: v for v in values}
+
+        entry = self._cache.get(("custom", query, label, resource, scope, window), load, wait=self._wait)
+        return entry.value  # type: ignore[return-value]
+
+    @property
+    def _wait(self) -> float:
+        return self._prometheus.timeout + 1.0
 
     # -- external metrics ----------------------------------------------------------------------
     def external_rule(self, metric: str) -> ExternalRule:
@@ -191,15 +241,22 @@ class MetricValues:
 
     def external(self, *, metric: str, namespace: str, selector: Selector) -> list[ExternalValue]:
         rule, query = self.external_query(metric=metric, namespace=namespace, selector=selector)
-        return [
-            ExternalValue(
-                {k: v for k, v in s.labels.items() if k != "__name__"},
-                s.value,
-                s.timestamp,
-                rule.window_seconds,
-            )
-            for s in self._prometheus.query(query)
-        ]
+
+        def load() -> list[ExternalValue]:
+            return [
+                ExternalValue(
+                    {k: v for k, v in s.labels.items() if k != "__name__"},
+                    s.value,
+                    s.timestamp,
+                    rule.window_seconds,
+                )
+                for s in self._prometheus.query(query)
+            ]
+
+        if self._cache is None:
+            return load()
+        entry = self._cache.get(("external", query, rule.window_seconds), load, wait=self._wait)
+        return entry.value  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=256)
