@@ -63,7 +63,9 @@ class Adapter:
             or auth.authorization_mode == "subjectaccessreview"
             or bool(settings.kubeconfig)
         )
-        self.kube = KubeClient(kubeconfig=settings.kubeconfig) if needs_kube else None
+        self.kube = (
+            KubeClient(kubeconfig=settings.kubeconfig, timeout=settings.kube_timeout) if needs_kube else None
+        )
         self.pods: PodSource | None = None
         if settings.pod_source == "kubernetes":
             assert self.kube is not None

@@ -163,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="subjectaccessreview (default) asks the Kubernetes API; none allows every caller (local use only)",
     )
     s.add_argument(
+        "--kube-api-timeout",
+        type=seconds,
+        default=10.0,
+        help="deadline in seconds for each Kubernetes call: TokenReview, SubjectAccessReview, "
+        "one page of the pod list (default 10)",
+    )
+    s.add_argument(
         "--auth-cache-ttl", type=seconds, default=10.0, help="seconds TokenReview/SAR answers are cached"
     )
     s.add_argument(
@@ -320,6 +327,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
         bind_address=args.bind_address,
         secure_port=args.secure_port,
         kubeconfig=args.kubeconfig,
+        kube_timeout=args.kube_api_timeout,
         pod_source=args.pod_source or "kubernetes",
         pod_cache_seconds=args.pod_cache_seconds,
         discovery_interval=args.discovery_interval,

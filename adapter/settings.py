@@ -72,6 +72,8 @@ class ServeSettings:
     secure_port: int = 6443
     kubeconfig: str = ""
     """Empty = in-cluster service account (when the Kubernetes API is needed at all)."""
+    kube_timeout: float = 10.0
+    """Deadline in seconds for each Kubernetes call: TokenReview, SubjectAccessReview, one list page."""
     pod_source: str = "kubernetes"
     pod_cache_seconds: float = 15.0
     """Prometheus pod source only: how long a namespace's pod listing is reused (one HPA sync)."""
