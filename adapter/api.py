@@ -9,10 +9,12 @@ SubjectAccessReview), :meth:`MetricsApi.answer` returns (status, JSON body). Err
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
+
+import orjson
 
 from adapter import resources
 from adapter.discovery import Listing
@@ -145,14 +147,14 @@ class MetricsApi:
         self._ready = ready
 
     # -- entry point -----------------------------------------------------------------------------
-    def answer(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str]:
-        """(HTTP status, JSON object or plain text) for a GET."""
+    def answer(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str | bytes]:
+        """(HTTP status, JSON object, encoded JSON (bytes) or plain text) for a GET."""
         try:
             return self._route(path, query)
         except AdapterError as exc:
             return exc.status, status(exc.status, exc.reason, str(exc))
 
-    def _route(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str]:
+    def _route(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str | bytes]:
         parts = _segments(path)
         if path.rstrip("/") in ("/healthz", "/livez"):
             return 200, "ok"
@@ -259,7 +261,7 @@ class MetricsApi:
         }
 
     # -- values -----------------------------------------------------------------------------------
-    def _metric(self, info: RequestInfo, query: Mapping[str, str]) -> Json:
+    def _metric(self, info: RequestInfo, query: Mapping[str, str]) -> Json | bytes:
         selector = parse_selector(query.get("labelSelector"))
         if info.group == EXTERNAL:
             ext = self._values.external(metric=info.resource, namespace=info.namespace, selector=selector)
@@ -286,7 +288,7 @@ class MetricsApi:
             selector=selector,
             metric_selector=metric_selector,
         )
-        return self._custom_list(info.version, metric, result.values, metric_selector)
+        return self._custom_list(info.version, metric, result.values, metric_selector, result.memo)
 
     @staticmethod
     def _described(v: ObjectValue) -> Json:
@@ -297,37 +299,44 @@ class MetricsApi:
         obj["apiVersion"] = v.resource.api_version
         return obj
 
-    def _custom_list(self, version: str, metric: str, values: list[ObjectValue], msel: Selector) -> Json:
+    def _custom_list(
+        self,
+        version: str,
+        metric: str,
+        values: list[ObjectValue],
+        msel: Selector,
+        memo: dict[Hashable, bytes] | None,
+    ) -> Json | bytes:
         selector = label_selector_object(msel)
-        items: list[Json]
+        head = {"kind": "MetricValueList", "apiVersion": f"{CUSTOM}/{version}", "metadata": {}}
+        if memo is None:
+            return {**head, "items": [self._item(version, metric, v, selector) for v in values]}
+        # served from memory: each item is encoded once per evaluation, then reused by every request
+        parts = []
+        for v in values:
+            key = (version, v.name)
+            part = memo.get(key)
+            if part is None:
+                part = memo[key] = orjson.dumps(self._item(version, metric, v, selector))
+            parts.append(part)
+        return orjson.dumps(head)[:-1] + b',"items":[' + b",".join(parts) + b"]}"
+
+    def _item(self, version: str, metric: str, v: ObjectValue, selector: Json | None) -> Json:
         if version == "v1beta2":
-            items = [
-                {
-                    "describedObject": self._described(v),
-                    "metric": {"name": metric, "selector": selector},
-                    "timestamp": rfc3339(v.timestamp),
-                    "windowSeconds": v.window_seconds,
-                    "value": format_quantity(v.value),
-                }
-                for v in values
-            ]
-        else:
-            items = [
-                {
-                    "describedObject": self._described(v),
-                    "metricName": metric,
-                    "timestamp": rfc3339(v.timestamp),
-                    "window": v.window_seconds,
-                    "value": format_quantity(v.value),
-                    "selector": selector,
-                }
-                for v in values
-            ]
+            return {
+                "describedObject": self._described(v),
+                "metric": {"name": metric, "selector": selector},
+                "timestamp": rfc3339(v.timestamp),
+                "windowSeconds": v.window_seconds,
+                "value": format_quantity(v.value),
+            }
         return {
-            "kind": "MetricValueList",
-            "apiVersion": f"{CUSTOM}/{version}",
-            "metadata": {},
-            "items": items,
+            "describedObject": self._described(v),
+            "metricName": metric,
+            "timestamp": rfc3339(v.timestamp),
+            "window": v.window_seconds,
+            "value": format_quantity(v.value),
+            "selector": selector,
         }
 
     @staticmethod

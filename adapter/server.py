@@ -93,6 +93,8 @@ class App:
             return error_reply(500, "InternalError", f"internal error serving {path}; see the adapter log")
         if isinstance(body, str):
             return Reply(code, body.encode(), "text/plain; charset=utf-8")
+        if isinstance(body, bytes):  # encoded already (items from the per-evaluation memo)
+            return Reply(code, body, JSON)
         # orjson: a 500-item MetricValueList encodes in 0.15 ms instead of 2 ms (json.dumps)
         return Reply(code, orjson.dumps(body), JSON)
 
