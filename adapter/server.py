@@ -20,6 +20,7 @@ debug line. Health endpoints answer without credentials (kubelet probes carry no
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import concurrent.futures
 import contextlib
 import functools
@@ -207,6 +208,13 @@ class _Server(web.Server):
         self._on_closed()
 
 
+TLS_READ_BUFFER = 16 * 1024 + 256
+"""Bytes of plaintext per TLS read. asyncio allocates (and zero-fills) ``SSLProtocol.max_size``
+for every connection from its first byte — 256 KiB by default, so 2,000 silent clients held
+500 MiB. A TLS record carries at most 16 KiB of plaintext, so reading one record per call costs
+nothing measurable."""
+
+
 class AdapterHTTPServer:
     """The listening socket, the event loop thread and the worker pool."""
 
@@ -220,6 +228,8 @@ class AdapterHTTPServer:
     ) -> None:
         self.app = app
         self.limits = limits or ServerLimits()
+        # a class attribute read in SSLProtocol.__init__; there is no per-server way to pass it
+        asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
         if isinstance(ssl_context, ssl.SSLContext):
             fixed = ssl_context
             self._ssl: Callable[[], ssl.SSLContext] = lambda: fixed
@@ -311,15 +321,31 @@ class AdapterHTTPServer:
             self._loop.create_task(self._connect(conn, peer))
 
     async def _connect(self, conn: socket.socket, peer: Any) -> None:
+        """TLS for one accepted socket. The TLS machinery (about 50 KB per connection with OpenSSL 3)
+        is set up only once the client has sent its first bytes: a silent client costs a socket
+        and a task until the handshake deadline closes it."""
         assert self._server is not None
+        deadline = self._loop.time() + self.limits.handshake_timeout
+        readable: asyncio.Future[None] = self._loop.create_future()
+        fd = conn.fileno()
+
+        def wake() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        self._loop.add_reader(fd, wake)
         try:
+            try:
+                await asyncio.wait_for(readable, self.limits.handshake_timeout)
+            finally:  # before the transport registers its own reader on this socket
+                self._loop.remove_reader(fd)
             await self._loop.connect_accepted_socket(
                 self._server,
                 conn,
                 ssl=self._ssl(),
-                ssl_handshake_timeout=self.limits.handshake_timeout,
+                ssl_handshake_timeout=max(0.1, deadline - self._loop.time()),
             )
-        except Exception as exc:  # handshake refused, timed out or reset: never leak the slot
+        except Exception as exc:  # no ClientHello in time, handshake refused or reset: never leak the slot
             log.debug("TLS handshake with %s failed: %s", peer, exc or type(exc).__name__)
             with contextlib.suppress(OSError):
                 conn.close()

@@ -10,6 +10,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -172,3 +173,31 @@ def test_tls_1_2_is_the_floor_and_is_served(limited: Adapter, pki: Pki) -> None:
         ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
     ):
         assert tls.version() == "TLSv1.2"
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_silent_connection_costs_kilobytes_not_a_thread(
+    prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
+) -> None:
+    adapter = start_adapter(base_settings(prom.url, pki, limits=ServerLimits(max_connections=600)))
+    client = Client(f"https://127.0.0.1:{adapter.port}", pki)
+    assert client.as_hpa(V2).status_code == 200
+    threads, before = threading.active_count(), rss_mib()
+    silent = [socket.create_connection(("127.0.0.1", adapter.port)) for _ in range(500)]
+    try:
+        assert wait_for(lambda: adapter.server.open_connections == 500)
+        grown = rss_mib() - before
+        # TLS is set up at the first byte: OpenSSL's ~50 KB per connection would be 25 MiB here, and
+        # asyncio's default 256 KiB read buffer another 125 MiB
+        assert grown < 10, f"{grown:.1f} MiB for 500 silent connections"
+        assert threading.active_count() - threads <= 1
+        assert client.as_hpa(V2).status_code == 200
+    finally:
+        for s in silent:
+            s.close()
