@@ -317,7 +317,10 @@ class MetricsApi:
             key = (version, v.name)
             part = memo.get(key)
             if part is None:
-                part = memo[key] = orjson.dumps(self._item(version, metric, v, selector))
+                # a copy of exact size: orjson's own result keeps a 4 KiB allocation (20 MiB per 5,000)
+                part = memo[key] = memoryview(
+                    orjson.dumps(self._item(version, metric, v, selector))
+                ).tobytes()
             parts.append(part)
         return orjson.dumps(head)[:-1] + b',"items":[' + b",".join(parts) + b"]}"
 

@@ -214,8 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--max-connections",
         type=positive_int,
-        default=1024,
-        help="open connections (TLS handshakes included); more wait in the listen backlog (default 1024)",
+        default=512,
+        help="open connections (TLS handshakes included, ~60 KB each); more wait in the listen backlog "
+        "(default 512)",
     )
     s.add_argument(
         "--idle-connection-timeout",

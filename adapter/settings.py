@@ -42,8 +42,10 @@ class AuthSettings:
 
 @dataclass(frozen=True)
 class ServerLimits:
-    max_connections: int = 1024
-    """Open connections (incl. TLS handshakes in progress); more wait in the listen backlog."""
+    max_connections: int = 512
+    """Open connections (incl. TLS handshakes in progress); more wait in the listen backlog. A
+    connection in its TLS handshake costs about 60 KB (OpenSSL 3), so 512 stay within ~30 MiB; the
+    adapter's real clients (each kube-apiserver's pool, Prometheus) need a few dozen."""
     max_inflight: int = 8
     """Metric requests answered at once (worker threads); more wait ``inflight_wait``, then 429."""
     inflight_wait: float = 10.0
@@ -58,7 +60,8 @@ class ServerLimits:
     max_headers: int = 100
     max_body_bytes: int = 0
     """Read-only API: any request body is refused (413)."""
-    backlog: int = 1024
+    backlog: int = 2048
+    """Connections the kernel queues beyond ``max_connections`` (capped by net.core.somaxconn)."""
 
 
 @dataclass(frozen=True)

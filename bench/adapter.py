@@ -16,7 +16,7 @@ on schedule, whatever the answers' latency):
 * ``serial``: 100 requests one at a time for each 500-pod path (service time without queueing).
 * ``slow connections``: 2,000 clients that send the first 5 bytes of a TLS record and stall (each
   one the adapter takes costs it a TLS object), held while the adapter's RSS is read and real requests
-  are timed; ``--max-connections`` is left at its default (1,024), so the rest wait in the backlog.
+  are timed; ``--max-connections`` is left at its default (512), so the rest wait in the backlog.
 
 Reported per scenario: p50/p99/max latency, failures, CPU per request of the adapter and of
 Prometheus, and Prometheus queries per second (Prometheus' own ``/api/v1/query`` counter). Goals
@@ -407,7 +407,7 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             *("--tls-cert-file", str(cert), "--tls-private-key-file", str(key), "--client-ca-file", str(ca)),
             *("--authorization-mode", "none", "--authentication-skip-lookup"),
             *("--pod-source", "kubernetes", "--kubeconfig", str(pods_api.kubeconfig(root / "kubeconfig"))),
-            *("--refresh-interval", "15"),  # --max-connections: the default, 1024
+            *("--refresh-interval", "15"),  # --max-connections: the default, 512
         ]
         env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # as deploy/adapter sets it
         log_path = root / "adapter.log"
