@@ -6,7 +6,9 @@ Bounds, each with a setting in :class:`adapter.settings.ServerLimits`:
 
 * connections: the loop accepts only while fewer than ``max_connections`` are open; the rest wait in
   the kernel's listen backlog, costing this process nothing;
-* TLS 1.2+ handshakes must finish within ``handshake_timeout``; a connection that sends no complete
+* TLS 1.2+ handshakes must finish within ``handshake_timeout`` — within ``busy_handshake_timeout``
+  while the server is at ``max_connections``, so stalled clients cannot keep real ones waiting in the
+  backlog for long; a connection that sends no complete
   request head within ``idle_timeout`` (slowloris) or stays idle that long is closed;
 * request line (URL) ``max_url_bytes`` → 414, header fields ``max_header_bytes`` and ``max_headers``
   → 431, bodies (this API is read-only) over ``max_body_bytes`` → 413;
@@ -250,7 +252,10 @@ class AdapterHTTPServer:
         self._inflight: asyncio.Semaphore | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._server: _Server | None = None
+        self._handshakes: dict[asyncio.Task[None], float] = {}
+        """Connections not yet past their TLS handshake, by start time (oldest first)."""
         self.open_connections = 0
+        self.shed_handshakes = 0
 
     @property
     def port(self) -> int:
@@ -283,6 +288,10 @@ class AdapterHTTPServer:
         async def stop() -> None:
             if self._accepting is not None:
                 self._accepting.cancel()
+            pending = list(self._handshakes)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
             if self._server is not None:
                 await self._server.shutdown(1.0)
 
@@ -307,7 +316,14 @@ class AdapterHTTPServer:
     async def _accept_loop(self) -> None:
         assert self._slots is not None
         while True:
-            await self._slots.acquire()  # at the limit: leave new connections in the backlog
+            # at the limit new connections wait in the backlog; every quarter second, handshakes
+            # stalled for longer than a healthy client needs are shed to make room
+            while True:
+                try:
+                    await asyncio.wait_for(self._slots.acquire(), 0.25)
+                    break
+                except TimeoutError:
+                    self._shed_stalled_handshakes()
             try:
                 conn, peer = await self._loop.sock_accept(self._sock)
             except asyncio.CancelledError:
@@ -318,7 +334,23 @@ class AdapterHTTPServer:
                 await asyncio.sleep(0.5)
                 continue
             self.open_connections += 1
-            self._loop.create_task(self._connect(conn, peer))
+            task = self._loop.create_task(self._connect(conn, peer))
+            self._handshakes[task] = self._loop.time()
+            task.add_done_callback(self._handshake_done)
+
+    def _handshake_done(self, task: asyncio.Task[None]) -> None:
+        self._handshakes.pop(task, None)
+
+    def _shed_stalled_handshakes(self) -> None:
+        """At the connection limit: close connections whose handshake has taken longer than
+        ``busy_handshake_timeout`` (a client on the cluster network needs milliseconds)."""
+        cutoff = self._loop.time() - self.limits.busy_handshake_timeout
+        shed = [task for task, started in self._handshakes.items() if started <= cutoff]
+        for task in shed:
+            task.cancel()
+        if shed:
+            self.shed_handshakes += len(shed)
+            log.debug("at %d connections: shed %d stalled TLS handshakes", self.open_connections, len(shed))
 
     async def _connect(self, conn: socket.socket, peer: Any) -> None:
         """TLS for one accepted socket. The TLS machinery (about 50 KB per connection with OpenSSL 3)
@@ -345,7 +377,7 @@ class AdapterHTTPServer:
                 ssl=self._ssl(),
                 ssl_handshake_timeout=max(0.1, deadline - self._loop.time()),
             )
-        except Exception as exc:  # no ClientHello in time, handshake refused or reset: never leak the slot
+        except (Exception, asyncio.CancelledError) as exc:  # too slow, shed, refused or reset
             log.debug("TLS handshake with %s failed: %s", peer, exc or type(exc).__name__)
             with contextlib.suppress(OSError):
                 conn.close()

@@ -51,6 +51,8 @@ class ServerLimits:
     inflight_wait: float = 10.0
     handshake_timeout: float = 10.0
     """Seconds for the TLS handshake."""
+    busy_handshake_timeout: float = 1.0
+    """Seconds for the TLS handshake while all ``max_connections`` are taken: slower ones are shed."""
     idle_timeout: float = 60.0
     """Seconds a connection may sit without a complete request head (idle keep-alive or slowloris)."""
     write_timeout: float = 30.0

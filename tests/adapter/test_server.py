@@ -201,3 +201,25 @@ def test_a_silent_connection_costs_kilobytes_not_a_thread(
     finally:
         for s in silent:
             s.close()
+
+
+def test_at_the_limit_stalled_handshakes_are_shed_for_real_clients(
+    prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
+) -> None:
+    limits = ServerLimits(max_connections=20, handshake_timeout=60.0, busy_handshake_timeout=0.5)
+    adapter = start_adapter(base_settings(prom.url, pki, limits=limits))
+    client = Client(f"https://127.0.0.1:{adapter.port}", pki)
+    stalled = []
+    for _ in range(100):  # a TLS record header, then nothing: each one taken holds OpenSSL state
+        s = socket.create_connection(("127.0.0.1", adapter.port))
+        s.sendall(b"\x16\x03\x01\x02\x00")
+        stalled.append(s)
+    try:
+        started = time.monotonic()
+        assert client.as_hpa(V2).status_code == 200
+        assert time.monotonic() - started < 8  # not the 60 s handshake deadline, several times over
+        assert adapter.server.shed_handshakes >= 20
+        assert adapter.server.open_connections <= 20
+    finally:
+        for s in stalled:
+            s.close()
