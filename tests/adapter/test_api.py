@@ -10,10 +10,15 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
 import pytest
 
+from adapter import resources
+from adapter.api import MetricsApi
 from adapter.app import Adapter
+from adapter.selectors import parse_selector
 from adapter.settings import ServerLimits, ServeSettings
+from adapter.values import ObjectValue
 from devkit.prometheus import free_port
 from tests.adapter import data
 from tests.adapter.conftest import Client, PromEnv, base_settings
@@ -317,3 +322,22 @@ def test_too_many_requests_in_flight_is_429(
         gate.set()
         assert [f.result().status_code for f in held] == [200, 200]
     assert client.as_hpa(path, LLM).status_code == 200
+
+
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+@pytest.mark.parametrize("msel", ["", "Hostname in (gpu-node-01,gpu-node-02)"])
+def test_items_encoded_from_memory_equal_the_plain_encoding(version: str, msel: str) -> None:
+    api = MetricsApi(values=None, listing=None, external_enabled=True, ready=lambda: [])  # type: ignore[arg-type]
+    objects = [
+        ObjectValue(resources.PODS, "ai-serving", 'odd-"name\\', 1.5, 1764500000.9, 60),
+        ObjectValue(resources.PODS, "ai-serving", "llm-0", 3e9, 1764500001.0, 30),
+        ObjectValue(resources.NODES, "", "gpu-node-01", 0.000_000_25, 1764500000.0, 60),
+    ]
+    selector = parse_selector(msel)
+    plain = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, None)
+    memo: dict = {}
+    cold = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
+    hot = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
+    assert isinstance(cold, bytes) and cold == hot
+    assert orjson.loads(cold) == plain
+    assert [i["value"] for i in plain["items"]] == ["1500m", "3G", "250n"]  # type: ignore[index]
