@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import signal
 import sys
 import threading
@@ -23,30 +22,25 @@ from adapter.prometheus import PrometheusClient
 from adapter.quantity import parse_quantity
 from adapter.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
 from adapter.values import MetricValues
+from gpupilot_common import timefmt
 
 log = logging.getLogger("adapter")
 
 
 def seconds(text: str) -> float:
-    """A duration in seconds, finite and > 0 (``--discovery-interval 0`` would spin)."""
+    """A duration (``90``, ``30s``, ``1m30s``), finite and > 0 (``--discovery-interval 0`` would spin)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds greater than 0")
-    return value
+        return timefmt.parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def seconds_or_zero(text: str) -> float:
-    """A duration in seconds, finite and >= 0 (0 = no limit)."""
+    """A duration, finite and >= 0 (0 = no limit)."""
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds, 0 or more")
-    return value
+        return timefmt.parse_duration(text, allow_zero=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_int(text: str) -> int:

@@ -35,6 +35,7 @@ import orjson
 from prometheus_client import Counter, Histogram
 
 from adapter.errors import PrometheusUnavailable
+from gpupilot_common import timefmt
 
 T = TypeVar("T")
 
@@ -273,17 +274,12 @@ def _short(exc: BaseException, client: PrometheusClient) -> str:
     return first[:300]
 
 
-_DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
 def _duration_seconds(text: str) -> float | None:
     """A Prometheus duration (``15s``, ``1m30s``) in seconds; None when malformed or not > 0."""
-    parts = _DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
+    try:
+        return timefmt.parse_duration(text)
+    except ValueError:
         return None
-    seconds = sum(int(n) * _UNIT[u] for n, u in parts)
-    return seconds if seconds > 0 else None
 
 
 def _json(body: bytes) -> dict[str, Any]:

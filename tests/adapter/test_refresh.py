@@ -184,3 +184,12 @@ def test_served_values_follow_the_live_series_within_an_interval(
         assert client.as_hpa(path).json()["items"][0]["timestamp"] >= first
     finally:
         prom.live.registry.unregister(gauge)
+
+
+def test_the_default_refresh_interval_is_prometheus_scrape_interval(
+    prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
+) -> None:
+    adapter = start_adapter(base_settings(prom.url, pki))  # the test Prometheus scrapes every 1s
+    client = Client(f"https://127.0.0.1:{adapter.port}", pki)
+    assert adapter.cache.interval == 1.0
+    assert "gpupilot_adapter_refresh_interval_seconds 1.0" in client.as_hpa("/metrics").text
