@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
+from adapter import server
 from adapter.app import Adapter
 from adapter.settings import ServerLimits, ServeSettings
 from tests.adapter.conftest import Client, PromEnv, base_settings
@@ -223,3 +224,18 @@ def test_at_the_limit_stalled_handshakes_are_shed_for_real_clients(
     finally:
         for s in stalled:
             s.close()
+
+
+def test_large_answers_are_streamed_whole(
+    limited: Adapter, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "STREAM_ABOVE", 100)
+    monkeypatch.setattr(server, "STREAM_CHUNK", 64)  # many small writes, each waiting for the client
+    client = Client(f"https://127.0.0.1:{limited.port}", pki)
+    r = client.as_hpa(PODS.split("?", maxsplit=1)[0], {"labelSelector": "app=llm-inference"})
+    assert r.status_code == 200 and int(r.headers["Content-Length"]) == len(r.content) > 100
+    assert sorted(i["describedObject"]["name"] for i in r.json()["items"]) == [
+        "llm-inference-7d9f-a",
+        "llm-inference-7d9f-b",
+        "llm-inference-7d9f-c",
+    ]
