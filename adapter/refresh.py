@@ -57,6 +57,7 @@ class RefreshingCache(Generic[T]):
         idle_drop: float,
         max_age: float,
         workers: int = 4,
+        max_keys: int = 2000,
         clock: Callable[[], float] = time.monotonic,
         keys_gauge: Gauge | None = None,
         oldest_gauge: Gauge | None = None,
@@ -66,6 +67,8 @@ class RefreshingCache(Generic[T]):
                 raise ValueError(f"refresh {name} {value!r}: must be a finite number of seconds > 0")
         self.interval = interval
         self.idle_drop = idle_drop
+        self.max_keys = max_keys
+        """Queries kept fresh at most; a new one past this is evaluated for its request only."""
         self.max_age = max_age if max_age > 0 else math.inf
         self._clock = clock
         self._slots: dict[Hashable, _Slot[T]] = {}
@@ -87,11 +90,20 @@ class RefreshingCache(Generic[T]):
         with self._lock:
             slot = self._slots.get(key)
             first = slot is None
+            full = first and len(self._slots) >= self.max_keys
             if slot is None:
-                slot = self._slots[key] = _Slot(load)
+                slot = _Slot(load)
                 slot.running, slot.attempted = True, now
+                if not full:
+                    self._slots[key] = slot
             slot.asked = now
             entry = slot.entry
+        if full:  # past the bound: answered, but not kept (many distinct selectors must not multiply load)
+            self._evaluate(key, slot)
+            if slot.entry is None:
+                assert slot.error is not None
+                raise slot.error
+            return slot.entry
         if first:
             self._evaluate(key, slot)
         elif entry is None:

@@ -193,3 +193,12 @@ def test_the_default_refresh_interval_is_prometheus_scrape_interval(
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     assert adapter.cache.interval == 1.0
     assert "gpupilot_adapter_refresh_interval_seconds 1.0" in client.as_hpa("/metrics").text
+
+
+def test_past_max_keys_a_new_query_is_answered_but_not_kept() -> None:
+    clock, calls = Clock(), []
+    c: RefreshingCache[int] = RefreshingCache(interval=10, idle_drop=100, max_age=60, max_keys=2, clock=clock)
+    for key in ("a", "b", "c", "c"):
+        assert c.get(key, lambda key=key: calls.append(key) or len(calls), wait=1).value == len(calls)
+    assert set(c._slots) == {"a", "b"}
+    assert calls == ["a", "b", "c", "c"]  # "c" is evaluated per request, never refreshed
