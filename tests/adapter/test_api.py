@@ -331,7 +331,7 @@ def test_items_encoded_from_memory_equal_the_plain_encoding(version: str, msel: 
     objects = [
         ObjectValue(resources.PODS, "ai-serving", 'odd-"name\\', 1.5, 1764500000.9, 60),
         ObjectValue(resources.PODS, "ai-serving", "llm-0", 3e9, 1764500001.0, 30),
-        ObjectValue(resources.NODES, "", "gpu-node-01", 0.000_000_25, 1764500000.0, 60),
+        ObjectValue(resources.NODES, "", "gpu-node-01", 0.25, 1764500000.0, 60),
     ]
     selector = parse_selector(msel)
     plain = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, None)
@@ -340,4 +340,4 @@ def test_items_encoded_from_memory_equal_the_plain_encoding(version: str, msel: 
     hot = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
     assert isinstance(cold, bytes) and cold == hot
     assert orjson.loads(cold) == plain
-    assert [i["value"] for i in plain["items"]] == ["1500m", "3G", "250n"]  # type: ignore[index]
+    assert [i["value"] for i in plain["items"]] == ["1500m", "3G", "250m"]  # type: ignore[index]
