@@ -9,15 +9,18 @@ SubjectAccessReview), :meth:`MetricsApi.answer` returns (status, JSON body). Err
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
+
+import orjson
 
 from adapter import resources
 from adapter.discovery import Listing
 from adapter.errors import AdapterError, BadRequest, NotFound
 from adapter.quantity import format_quantity
+from adapter.resources import Resource
 from adapter.selectors import Selector, parse_selector
 from adapter.values import ExternalValue, MetricValues, ObjectValue
 from gpupilot_common.timefmt import format_time
@@ -130,6 +133,44 @@ def label_selector_object(selector: Selector) -> Json | None:
     return out
 
 
+def _item_template(
+    version: str, metric: bytes, selector: bytes, v: ObjectValue
+) -> tuple[bytes, bytes, bytes]:
+    """(before the name, between name and value, after the value) of one item's JSON, field for
+    field what :meth:`MetricsApi._item` builds (the tests compare both)."""
+    head = b'{"describedObject":{"kind":' + orjson.dumps(v.resource.kind)
+    if v.namespace:
+        head += b',"namespace":' + orjson.dumps(v.namespace)
+    head += b',"name":'
+    described_end = b',"apiVersion":' + orjson.dumps(v.resource.api_version) + b"}"
+    stamp = orjson.dumps(rfc3339(v.timestamp))
+    if version == "v1beta2":
+        middle = (
+            described_end
+            + b',"metric":{"name":'
+            + metric
+            + b',"selector":'
+            + selector
+            + b'},"timestamp":'
+            + stamp
+            + b',"windowSeconds":'
+            + str(v.window_seconds).encode()
+            + b',"value":"'
+        )
+        return head, middle, b'"}'
+    middle = (
+        described_end
+        + b',"metricName":'
+        + metric
+        + b',"timestamp":'
+        + stamp
+        + b',"window":'
+        + str(v.window_seconds).encode()
+        + b',"value":"'
+    )
+    return head, middle, b'","selector":' + selector + b"}"
+
+
 class MetricsApi:
     def __init__(
         self,
@@ -145,14 +186,14 @@ class MetricsApi:
         self._ready = ready
 
     # -- entry point -----------------------------------------------------------------------------
-    def answer(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str]:
-        """(HTTP status, JSON object or plain text) for a GET."""
+    def answer(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str | bytes]:
+        """(HTTP status, JSON object, encoded JSON (bytes) or plain text) for a GET."""
         try:
             return self._route(path, query)
         except AdapterError as exc:
             return exc.status, status(exc.status, exc.reason, str(exc))
 
-    def _route(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str]:
+    def _route(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str | bytes]:
         parts = _segments(path)
         if path.rstrip("/") in ("/healthz", "/livez"):
             return 200, "ok"
@@ -259,7 +300,7 @@ class MetricsApi:
         }
 
     # -- values -----------------------------------------------------------------------------------
-    def _metric(self, info: RequestInfo, query: Mapping[str, str]) -> Json:
+    def _metric(self, info: RequestInfo, query: Mapping[str, str]) -> Json | bytes:
         selector = parse_selector(query.get("labelSelector"))
         if info.group == EXTERNAL:
             ext = self._values.external(metric=info.resource, namespace=info.namespace, selector=selector)
@@ -286,7 +327,7 @@ class MetricsApi:
             selector=selector,
             metric_selector=metric_selector,
         )
-        return self._custom_list(info.version, metric, result.values, metric_selector)
+        return self._custom_list(info.version, metric, result.values, metric_selector, result.memo)
 
     @staticmethod
     def _described(v: ObjectValue) -> Json:
@@ -297,37 +338,55 @@ class MetricsApi:
         obj["apiVersion"] = v.resource.api_version
         return obj
 
-    def _custom_list(self, version: str, metric: str, values: list[ObjectValue], msel: Selector) -> Json:
+    def _custom_list(
+        self,
+        version: str,
+        metric: str,
+        values: list[ObjectValue],
+        msel: Selector,
+        memo: dict[Hashable, bytes] | None,
+    ) -> Json | bytes:
         selector = label_selector_object(msel)
-        items: list[Json]
+        head = {"kind": "MetricValueList", "apiVersion": f"{CUSTOM}/{version}", "metadata": {}}
+        if memo is None:
+            return {**head, "items": [self._item(version, metric, v, selector) for v in values]}
+        # served from memory: each item is encoded once per evaluation (from a per-answer template:
+        # 3× faster than a dict through orjson), then reused by every request until the next refresh
+        selector_json, metric_json = orjson.dumps(selector), orjson.dumps(metric)
+        templates: dict[tuple[Resource, str, float, int], tuple[bytes, bytes, bytes]] = {}
+        quantities: dict[float, bytes] = {}  # utilisations repeat (0-100): format each value once
+        parts = []
+        for v in values:
+            key = (version, v.name)
+            part = memo.get(key)
+            if part is None:
+                shape = (v.resource, v.namespace, v.timestamp, v.window_seconds)
+                t = templates.get(shape)
+                if t is None:
+                    t = templates[shape] = _item_template(version, metric_json, selector_json, v)
+                quantity = quantities.get(v.value)
+                if quantity is None:
+                    quantity = quantities[v.value] = format_quantity(v.value).encode()
+                part = memo[key] = b"".join((t[0], orjson.dumps(v.name), t[1], quantity, t[2]))
+            parts.append(part)
+        return orjson.dumps(head)[:-1] + b',"items":[' + b",".join(parts) + b"]}"
+
+    def _item(self, version: str, metric: str, v: ObjectValue, selector: Json | None) -> Json:
         if version == "v1beta2":
-            items = [
-                {
-                    "describedObject": self._described(v),
-                    "metric": {"name": metric, "selector": selector},
-                    "timestamp": rfc3339(v.timestamp),
-                    "windowSeconds": v.window_seconds,
-                    "value": format_quantity(v.value),
-                }
-                for v in values
-            ]
-        else:
-            items = [
-                {
-                    "describedObject": self._described(v),
-                    "metricName": metric,
-                    "timestamp": rfc3339(v.timestamp),
-                    "window": v.window_seconds,
-                    "value": format_quantity(v.value),
-                    "selector": selector,
-                }
-                for v in values
-            ]
+            return {
+                "describedObject": self._described(v),
+                "metric": {"name": metric, "selector": selector},
+                "timestamp": rfc3339(v.timestamp),
+                "windowSeconds": v.window_seconds,
+                "value": format_quantity(v.value),
+            }
         return {
-            "kind": "MetricValueList",
-            "apiVersion": f"{CUSTOM}/{version}",
-            "metadata": {},
-            "items": items,
+            "describedObject": self._described(v),
+            "metricName": metric,
+            "timestamp": rfc3339(v.timestamp),
+            "window": v.window_seconds,
+            "value": format_quantity(v.value),
+            "selector": selector,
         }
 
     @staticmethod

@@ -1,23 +1,28 @@
-"""Wiring for ``serve``: settings → Prometheus client, config holder, pod source, discovery,
-authentication, authorisation and the HTTPS server. :class:`Adapter` starts and stops them all."""
+"""Wiring for ``serve``: settings → Prometheus client, config holder, pod source, discovery, the
+refreshing value cache, authentication, authorisation and the HTTPS server. :class:`Adapter`
+starts and stops them all, and reloads the serving certificate and client CAs when their files
+change."""
 
 from __future__ import annotations
 
 import logging
+import ssl
 from pathlib import Path
 
 from adapter.api import MetricsApi
 from adapter.auth import Authenticator, Authorizer, RequestHeaderSettings, load_pem_certs
+from adapter.certreload import FilesWatch
 from adapter.discovery import Discovery
 from adapter.errors import ConfigError
-from adapter.kube import KubeClient
+from adapter.kube import AuthenticationConfigMap, KubeClient
 from adapter.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
 from adapter.prometheus import PrometheusClient
+from adapter.refresh import RefreshingCache
 from adapter.reload import ConfigHolder
 from adapter.selfmetrics import SelfMetrics
-from adapter.server import AdapterHTTPServer, App, serve_in_thread
+from adapter.server import AdapterHTTPServer, App
 from adapter.settings import ServeSettings
-from adapter.tlsutil import self_signed_pair, server_context
+from adapter.tlsutil import certificate_expiry, self_signed_pair, server_context
 from adapter.values import MetricValues
 
 log = logging.getLogger(__name__)
@@ -58,7 +63,9 @@ class Adapter:
             or auth.authorization_mode == "subjectaccessreview"
             or bool(settings.kubeconfig)
         )
-        self.kube = KubeClient(kubeconfig=settings.kubeconfig) if needs_kube else None
+        self.kube = (
+            KubeClient(kubeconfig=settings.kubeconfig, timeout=settings.kube_timeout) if needs_kube else None
+        )
         self.pods: PodSource | None = None
         if settings.pod_source == "kubernetes":
             assert self.kube is not None
@@ -73,11 +80,21 @@ class Adapter:
             interval=settings.discovery_interval,
             age_gauge=self.metrics.discovery_age,
         )
+        interval = settings.refresh_interval or self._scrape_interval()
+        self.cache: RefreshingCache[object] = RefreshingCache(
+            interval=interval,
+            idle_drop=settings.refresh_idle_drop,
+            max_age=settings.max_value_age,
+            keys_gauge=self.metrics.refreshed_queries,
+            oldest_gauge=self.metrics.values_age,
+        )
+        self.metrics.refresh_interval.set(interval)
         self.values = MetricValues(
             config=self.config,
             prometheus=self.prometheus,
             pods=self.pods,
             max_value_age=settings.max_value_age,
+            cache=self.cache,
         )
         self.api = MetricsApi(
             values=self.values,
@@ -85,26 +102,58 @@ class Adapter:
             external_enabled=settings.external_metrics,
             ready=self._ready_checks,
         )
+        self._published = self._published_cas()
         self.authenticator, ca_pems = self._authenticator()
         if auth.authorization_mode == "none":
             log.warning(
                 "--authorization-mode none: every authenticated caller may read every metric; for local use only"
             )
         self.authorizer = Authorizer(mode=auth.authorization_mode, kube=self.kube, ttl=auth.cache_ttl)
-        cert, key = self._tls_files()
+        self._cert, self._key = self._tls_files()
+        self._ssl = self._server_context(ca_pems)
+        self.app = App(
+            api=self.api,
+            authenticator=self.authenticator,
+            authorizer=self.authorizer,
+            metrics=self.metrics,
+            always_allow_paths=frozenset(auth.always_allow_paths),
+        )
         self.server = AdapterHTTPServer(
             (settings.bind_address, settings.secure_port),
-            app=App(
-                api=self.api,
-                authenticator=self.authenticator,
-                authorizer=self.authorizer,
-                metrics=self.metrics,
-                always_allow_paths=frozenset(auth.always_allow_paths),
-                max_inflight=settings.max_requests_inflight,
-                inflight_wait=2 * p.timeout,
-            ),
-            ssl_context=server_context(cert_file=cert, key_file=key, client_ca_pems=ca_pems),
+            app=self.app,
+            ssl_context=lambda: self._ssl,
+            limits=settings.limits,
         )
+        watched = [self._cert, self._key]
+        watched += [f for f in (auth.requestheader_client_ca_file, auth.client_ca_file) if f is not None]
+        self.tls_watch = FilesWatch(
+            watched,
+            reload=self.reload_tls,
+            on_result=lambda ok: self.metrics.tls_reloads.labels("success" if ok else "failure").inc(),
+            what="serving certificate and client CAs",
+        )
+
+    def _scrape_interval(self) -> float:
+        """Prometheus' global scrape_interval: a value cannot change faster than that."""
+        found = self.prometheus.scrape_interval()
+        if found is None:
+            log.info("Prometheus does not publish its scrape interval; refreshing values every 15s")
+            return 15.0
+        log.info("refreshing values every %gs (Prometheus' global scrape_interval)", found)
+        return found
+
+    def _server_context(self, ca_pems: list[bytes]) -> ssl.SSLContext:
+        ctx = server_context(cert_file=self._cert, key_file=self._key, client_ca_pems=ca_pems)
+        self.metrics.serving_cert_expiry.set(certificate_expiry(self._cert))
+        return ctx
+
+    def reload_tls(self) -> None:
+        """Rebuild the TLS context and authenticator from the files (``ConfigError`` if unusable);
+        new connections use them, open ones keep theirs."""
+        authenticator, ca_pems = self._authenticator()
+        context = self._server_context(ca_pems)
+        self._ssl, self.authenticator = context, authenticator
+        self.app.authenticator = authenticator
 
     def _tls_files(self) -> tuple[Path, Path]:
         tls = self.settings.tls
@@ -118,6 +167,15 @@ class Adapter:
             "(or --self-signed-cert-dir DIR for local use)"
         )
 
+    def _published_cas(self) -> AuthenticationConfigMap | None:
+        """The cluster's published CAs, read once when a CA file is not given."""
+        auth = self.settings.auth
+        if auth.requestheader_client_ca_file and auth.client_ca_file:
+            return None
+        if self.kube is None or auth.authentication_skip_lookup:
+            return None
+        return self.kube.authentication_configmap()
+
     def _authenticator(self) -> tuple[Authenticator, list[bytes]]:
         auth = self.settings.auth
         rh_pem = (
@@ -127,8 +185,8 @@ class Adapter:
         )
         client_pem = _read(auth.client_ca_file, "--client-ca-file") if auth.client_ca_file else b""
         allowed = auth.requestheader_allowed_names
-        if (not rh_pem or not client_pem) and self.kube is not None and not auth.authentication_skip_lookup:
-            published = self.kube.authentication_configmap()
+        published = self._published
+        if published is not None:
             if not rh_pem and published.requestheader_client_ca:
                 rh_pem = published.requestheader_client_ca.encode()
                 allowed = allowed or published.requestheader_allowed_names
@@ -174,13 +232,17 @@ class Adapter:
 
     def start(self) -> None:
         self.discovery.start()
+        self.cache.start()
         self.config.watch(self.settings.config_check_interval)
-        serve_in_thread(self.server)
+        self.tls_watch.start(self.settings.config_check_interval)
+        self.server.start()
         log.info("serving on https://%s:%d", self.settings.bind_address, self.port)
 
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        self.tls_watch.stop()
+        self.cache.stop()
         self.discovery.stop()
         self.config.stop()
         if self.pods is not None:

@@ -20,10 +20,37 @@ from adapter.kube import KubeClient
 from adapter.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
 from adapter.prometheus import PrometheusClient
 from adapter.quantity import parse_quantity
-from adapter.settings import AuthSettings, PrometheusSettings, ServeSettings, TlsSettings
+from adapter.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
 from adapter.values import MetricValues
+from gpupilot_common import timefmt
 
 log = logging.getLogger("adapter")
+
+
+def seconds(text: str) -> float:
+    """A duration (``90``, ``30s``, ``1m30s``), finite and > 0 (``--discovery-interval 0`` would spin)."""
+    try:
+        return timefmt.parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def seconds_or_zero(text: str) -> float:
+    """A duration, finite and >= 0 (0 = no limit)."""
+    try:
+        return timefmt.parse_duration(text, allow_zero=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -38,7 +65,10 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
         + ("" if required else " (required unless --state is given)"),
     )
     p.add_argument(
-        "--prometheus-timeout", type=float, default=5.0, help="seconds per Prometheus request (default 5)"
+        "--prometheus-timeout",
+        type=seconds,
+        default=5.0,
+        help="deadline in seconds for each Prometheus request, connect to last byte (default 5)",
     )
     p.add_argument("--prometheus-bearer-token-file", type=Path, help="send this file's token to Prometheus")
     p.add_argument("--prometheus-ca-file", type=Path, help="CA bundle for an https Prometheus URL")
@@ -55,7 +85,7 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
     p.add_argument("--kubeconfig", default="", help="kubeconfig file; default: in-cluster service account")
     p.add_argument(
         "--max-value-age",
-        type=float,
+        type=seconds_or_zero,
         default=120.0,
         help="seconds; values whose newest sample is older are not served (0 = no limit; default 120)",
     )
@@ -127,7 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="subjectaccessreview (default) asks the Kubernetes API; none allows every caller (local use only)",
     )
     s.add_argument(
-        "--auth-cache-ttl", type=float, default=10.0, help="seconds TokenReview/SAR answers are cached"
+        "--kube-api-timeout",
+        type=seconds,
+        default=10.0,
+        help="deadline in seconds for each Kubernetes call: TokenReview, SubjectAccessReview, "
+        "one page of the pod list (default 10)",
+    )
+    s.add_argument(
+        "--auth-cache-ttl", type=seconds, default=10.0, help="seconds TokenReview/SAR answers are cached"
     )
     s.add_argument(
         "--authorization-always-allow-paths",
@@ -137,12 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--pod-cache-seconds",
-        type=float,
+        type=seconds,
         default=15.0,
         help="prometheus pod source: reuse a namespace's pods this long",
     )
     s.add_argument(
-        "--discovery-interval", type=float, default=30.0, help="seconds between metric-list refreshes"
+        "--discovery-interval", type=seconds, default=30.0, help="seconds between metric-list refreshes"
     )
     s.add_argument(
         "--disable-external-metrics",
@@ -150,16 +187,48 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not serve external.metrics.k8s.io (when KEDA or another adapter owns it)",
     )
     s.add_argument(
+        "--refresh-interval",
+        type=seconds,
+        default=None,
+        help="seconds between re-evaluations of each metric held in memory "
+        "(default: Prometheus' global scrape_interval, else 15)",
+    )
+    s.add_argument(
+        "--refresh-idle-timeout",
+        type=seconds,
+        default=600.0,
+        help="stop refreshing a metric nobody asked for in this many seconds (default 600)",
+    )
+    s.add_argument(
         "--max-requests-inflight",
-        type=int,
-        default=4,
-        help="metric requests answered at once; others wait up to 2 × --prometheus-timeout, then 429 (default 4)",
+        type=positive_int,
+        default=8,
+        help="metric requests answered at once; others wait up to 10 s, then 429 (default 8)",
+    )
+    s.add_argument(
+        "--max-connections",
+        type=positive_int,
+        default=512,
+        help="open connections (TLS handshakes included, ~60 KB each); more wait in the listen backlog "
+        "(default 512)",
+    )
+    s.add_argument(
+        "--idle-connection-timeout",
+        type=seconds,
+        default=60.0,
+        help="close a connection without a complete request head for this long: idle or slow (default 60)",
+    )
+    s.add_argument(
+        "--tls-handshake-timeout",
+        type=seconds,
+        default=10.0,
+        help="seconds a client has to complete the TLS handshake (default 10)",
     )
     s.add_argument(
         "--config-check-interval",
-        type=float,
+        type=seconds,
         default=5.0,
-        help="seconds between config file checks (SIGHUP: now)",
+        help="seconds between checks of the config, certificate and CA files (SIGHUP: config now)",
     )
 
     apiservice_check.add_owner_flag(s)
@@ -227,8 +296,6 @@ def build_parser() -> argparse.ArgumentParser:
 def serve_settings(args: argparse.Namespace) -> ServeSettings:
     if args.secure_port <= 0 or args.secure_port > 65535:
         raise ConfigError(f"--secure-port {args.secure_port}: must be 1-65535")
-    if args.max_requests_inflight < 1:
-        raise ConfigError(f"--max-requests-inflight {args.max_requests_inflight}: must be at least 1")
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
         raise ConfigError("--tls-cert-file and --tls-private-key-file go together")
     return ServeSettings(
@@ -255,13 +322,21 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
         bind_address=args.bind_address,
         secure_port=args.secure_port,
         kubeconfig=args.kubeconfig,
+        kube_timeout=args.kube_api_timeout,
         pod_source=args.pod_source or "kubernetes",
         pod_cache_seconds=args.pod_cache_seconds,
         discovery_interval=args.discovery_interval,
         max_value_age=args.max_value_age,
         external_metrics=not args.disable_external_metrics,
         config_check_interval=args.config_check_interval,
-        max_requests_inflight=args.max_requests_inflight,
+        limits=ServerLimits(
+            max_connections=args.max_connections,
+            max_inflight=args.max_requests_inflight,
+            idle_timeout=args.idle_connection_timeout,
+            handshake_timeout=args.tls_handshake_timeout,
+        ),
+        refresh_interval=args.refresh_interval,
+        refresh_idle_drop=args.refresh_idle_timeout,
     )
 
 

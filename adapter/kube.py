@@ -8,13 +8,18 @@ request-header CA and allowed names. Failures become ``KubernetesUnavailable`` (
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
+import orjson
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
@@ -24,6 +29,7 @@ from adapter.quantity import parse_quantity, to_milli
 from gpupilot_common import timefmt
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -34,11 +40,14 @@ class ReviewedUser:
     extra: Mapping[str, tuple[str, ...]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodRecord:
+    """What the adapter keeps of a pod (about 250 bytes; a full pod object is 10-20 KB)."""
+
     namespace: str
     name: str
     labels: Mapping[str, str]
+    """Shared between pods with the same labels (a ReplicaSet's pods): see :func:`_shared_labels`."""
     phase: str
     ready: bool
     deleting: bool
@@ -89,7 +98,12 @@ class AuthenticationConfigMap:
 
 
 class KubeClient:
-    def __init__(self, *, kubeconfig: str = "", context: str = "") -> None:
+    def __init__(
+        self, *, kubeconfig: str = "", context: str = "", timeout: float = 10.0, page_size: int = 500
+    ) -> None:
+        self.timeout = timeout
+        """Seconds for each call (a TokenReview, a SubjectAccessReview, one page of a list)."""
+        self.page_size = page_size
         try:
             if kubeconfig:
                 api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
@@ -116,7 +130,9 @@ class KubeClient:
             spec=client.V1TokenReviewSpec(token=token, audiences=list(audiences) or None)
         )
         try:
-            result = self._authn.create_token_review(body)
+            result = self._within(
+                "TokenReview", lambda: self._authn.create_token_review(body, _request_timeout=self.timeout)
+            )
         except (ApiException, HTTPError, OSError) as exc:
             raise KubernetesUnavailable(f"TokenReview failed: {_why(exc)}") from exc
         status = result.status
@@ -145,7 +161,11 @@ class KubeClient:
             non_resource_attributes=client.V1NonResourceAttributes(**non_resource) if non_resource else None,
         )
         try:
-            result = self._authz.create_subject_access_review(client.V1SubjectAccessReview(spec=spec))
+            review = client.V1SubjectAccessReview(spec=spec)
+            result = self._within(
+                "SubjectAccessReview",
+                lambda: self._authz.create_subject_access_review(review, _request_timeout=self.timeout),
+            )
         except (ApiException, HTTPError, OSError) as exc:
             raise KubernetesUnavailable(f"SubjectAccessReview failed: {_why(exc)}") from exc
         status = result.status
@@ -232,10 +252,8 @@ class KubeClient:
         backoff = 0.5
         while not stop.is_set():
             try:
-                listing: Any = self._core.list_pod_for_all_namespaces(_preload_content=False)
-                body = json.loads(listing.data)
-                on_reset([_pod(o) for o in body.get("items") or []])
-                version = (body.get("metadata") or {}).get("resourceVersion", "")
+                pods, version = self.list_pods()
+                on_reset(pods)
                 backoff = 0.5
                 while not stop.is_set():
                     stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
@@ -277,8 +295,51 @@ class KubeClient:
                 raise KubernetesUnavailable(f"reading APIService {name} failed: {_why(exc)}") from exc
         return out
 
+    def list_pods(self) -> tuple[list[PodRecord], str]:
+        """Every pod as a slim record, in pages of ``page_size`` (``limit``/``continue``), each page
+        within the deadline; only one page's JSON is held at a time. Returns (pods, resourceVersion)."""
+        pods: list[PodRecord] = []
+        token: str | None = None
+        version = ""
+        while True:
+            page: Any = self._within(
+                "listing pods",
+                functools.partial(
+                    self._core.list_pod_for_all_namespaces,
+                    limit=self.page_size,
+                    _continue=token,
+                    _preload_content=False,
+                    _request_timeout=self.timeout,
+                ),
+            )
+            body = orjson.loads(page.data)
+            del page
+            pods.extend(_pod(o) for o in body.get("items") or [])
+            meta = body.get("metadata") or {}
+            version = meta.get("resourceVersion", version)
+            token = meta.get("continue") or None
+            if token is None:
+                return pods, version
+
+    def _within(self, what: str, call: Callable[[], T]) -> T:
+        """``call`` with one deadline for the whole exchange: the client's own timeout applies per
+        socket read, so a server trickling bytes could hold it much longer."""
+        future = _CALLS.submit(call)
+        try:
+            return future.result(self.timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise KubernetesUnavailable(
+                f"{what}: no complete answer from the Kubernetes API within {self.timeout:g}s"
+            ) from None
+
     def close(self) -> None:
         self._api_client.close()
+
+
+_CALLS = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="kube-call")
+"""Runs Kubernetes calls so the caller can stop waiting at the deadline (a stuck call ends at the
+client's own socket timeout)."""
 
 
 def _resource_attributes(attrs: Mapping[str, str] | None) -> client.V1ResourceAttributes | None:
@@ -302,10 +363,10 @@ def _pod(raw: Mapping[str, Any]) -> PodRecord:
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
     return PodRecord(
-        namespace=meta.get("namespace", ""),
+        namespace=sys.intern(meta.get("namespace", "")),
         name=meta.get("name", ""),
-        labels=dict(meta.get("labels") or {}),
-        phase=status.get("phase", ""),
+        labels=_shared_labels(meta.get("labels") or {}),
+        phase=sys.intern(status.get("phase", "")),
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
     )
@@ -341,6 +402,21 @@ def _pod_detail(raw: Mapping[str, Any]) -> PodDetail:
         ready_transition=timefmt.parse_time(transition, now=0.0) if transition else None,
         requests=requests,
     )
+
+
+_LABEL_SETS: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+
+
+def _shared_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
+    """One read-only mapping per distinct label set: the pods of a ReplicaSet carry identical labels,
+    so 50,000 pods hold a few hundred mappings, not 50,000 dicts."""
+    key = tuple(sorted(labels.items()))
+    shared = _LABEL_SETS.get(key)
+    if shared is None:
+        if len(_LABEL_SETS) >= 200_000:  # bounded: a churn of unique label sets cannot grow it forever
+            _LABEL_SETS.clear()
+        shared = _LABEL_SETS[key] = MappingProxyType({sys.intern(k): v for k, v in key})
+    return shared
 
 
 def _why(exc: BaseException) -> str:

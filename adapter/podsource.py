@@ -27,7 +27,7 @@ from adapter.selectors import Selector, prometheus_label_name, promql_escape
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pod:
     name: str
     labels: Mapping[str, str]

@@ -1,31 +1,43 @@
 """The adapter's only door to Prometheus (or anything speaking its HTTP API: Thanos, Mimir,
 VictoriaMetrics).
 
+Every request has **one deadline** (``timeout``: connect, send, headers and body together):
+aiohttp's total timeout, not a per-read timeout, so a server that trickles one byte a second cannot
+hold a request past it. Requests run on a private event loop in one thread; the methods here are
+synchronous and thread-safe (the refresher, the pod source and ``explain-hpa`` call them from
+threads).
+
 Instant queries go as form-encoded POST bodies, so a query's length never meets a URL limit (the
 anchor's GET with ``pod=~"a|b|…"`` gets HTTP 414 behind proxies and VictoriaMetrics' 16 KiB limit).
-Metric names for discovery come from ``/api/v1/label/__name__/values`` through prometheus-api-client
-(names only — never the huge ``/api/v1/series`` answer). Every failure becomes
-``PrometheusUnavailable`` carrying the cause, which the API answers as 503.
+Metric names for discovery come from ``/api/v1/label/__name__/values`` (names only — never the
+huge ``/api/v1/series`` answer). Every failure becomes ``PrometheusUnavailable`` carrying the cause,
+which the API answers as 503.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import functools
 import math
 import re
+import ssl
+import threading
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+import aiohttp
 import orjson
-import requests
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
 from prometheus_client import Counter, Histogram
 
 from adapter.errors import PrometheusUnavailable
+from gpupilot_common import timefmt
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,8 +57,15 @@ class RangeSeries:
     points: list[tuple[float, float]]
 
 
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    reason: str
+    body: bytes
+
+
 class PrometheusClient:
-    """Thread-safe enough for the server: one ``requests.Session`` with a connection pool."""
+    """Thread-safe: calls from any thread run on the client's own event loop, one connection pool."""
 
     def __init__(
         self,
@@ -56,82 +75,102 @@ class PrometheusClient:
         bearer_token: str = "",
         ca_file: str = "",
         registry_metrics: PrometheusMetrics | None = None,
+        max_connections: int = 32,
     ) -> None:
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"Prometheus timeout {timeout!r}: must be a finite number of seconds > 0")
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._session = requests.Session()
-        # no per-request .netrc / proxy-environment lookups (they cost ~5 ms a request)
-        self._session.trust_env = False
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=32)
-        self._session.mount("http://", adapter)
-        self._session.mount("https://", adapter)
-        if ca_file:
-            self._session.verify = ca_file
-        headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else None
-        self._api = PrometheusConnect(url=self.url, headers=headers, session=self._session, timeout=timeout)
-        # PrometheusConnect mounts a retrying adapter on our URL; a failing Prometheus must answer
-        # 503 within one timeout, and the HPA retries on its next sync anyway.
-        self._session.mount(self.url, adapter)
-        self._headers = headers or {}
+        self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
+        self._ssl: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self._metrics = registry_metrics
+        self._max_connections = max_connections
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="prometheus-io", daemon=True)
+        self._thread.start()
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
 
+    # -- the event loop side --------------------------------------------------------------------
+    async def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),
+                headers=self._headers,
+                trust_env=False,  # no proxy-environment lookups: the URL given is the server
+                auto_decompress=True,
+            )
+        return self._session
+
+    async def _fetch(self, method: str, path: str, *, data: str | None = None) -> _Answer:
+        session = await self._client()
+        headers = {"Content-Type": "application/x-www-form-urlencoded"} if data is not None else None
+        async with asyncio.timeout(self.timeout):  # one deadline: connect + send + headers + body
+            async with session.request(method, self.url + path, data=data, headers=headers) as resp:
+                return _Answer(resp.status, resp.reason or "", await resp.read())
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise PrometheusUnavailable(f"Prometheus client for {self.url} is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            # the coroutine enforces the deadline; the margin covers a loop busy with other calls
+            return future.result(self.timeout + 1.0)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError from None
+
+    def _call(self, method: str, path: str, *, data: str | None, purpose: str) -> _Answer:
+        start = time.perf_counter()
+        try:
+            return self._run(self._fetch(method, path, data=data))
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+            self._count_error(purpose)
+            raise PrometheusUnavailable(f"Prometheus at {self.url} unreachable: {_short(exc, self)}") from exc
+        finally:
+            if self._metrics is not None:
+                self._metrics.query_seconds.labels(purpose).observe(time.perf_counter() - start)
+
+    # -- the API ---------------------------------------------------------------------------------
     def query(self, promql: str, *, at: float | None = None, purpose: str = "value") -> list[Sample]:
         """Evaluate an instant query (POST). NaN and infinite values are dropped, not turned into 0."""
         form = {"query": promql}
         if at is not None:
             form["time"] = f"{at:.3f}"
-        body = _encode(tuple(form.items()))
-        headers = {**self._headers, "Content-Type": "application/x-www-form-urlencoded"}
-        start = time.perf_counter()
-        try:
-            resp = self._session.post(
-                f"{self.url}/api/v1/query", data=body, headers=headers, timeout=self.timeout
-            )
-        except requests.RequestException as exc:
+        answer = self._call("POST", "/api/v1/query", data=_encode(tuple(form.items())), purpose=purpose)
+        data = _json(answer.body)
+        if answer.status != 200 or data.get("status") != "success":
             self._count_error(purpose)
-            raise PrometheusUnavailable(f"Prometheus at {self.url} unreachable: {_short(exc)}") from exc
-        finally:
-            if self._metrics is not None:
-                self._metrics.query_seconds.labels(purpose).observe(time.perf_counter() - start)
-        answer = _json(resp)
-        if resp.status_code != 200 or answer.get("status") != "success":
-            self._count_error(purpose)
-            detail = answer.get("error") or resp.text[:200].strip() or resp.reason
+            detail = data.get("error") or answer.body[:200].decode(errors="replace").strip() or answer.reason
             raise PrometheusUnavailable(
-                f"Prometheus at {self.url} answered HTTP {resp.status_code} to the query: {detail}"
+                f"Prometheus at {self.url} answered HTTP {answer.status} to the query: {detail}"
             )
-        return _samples(answer.get("data", {}))
+        return _samples(data.get("data", {}))
 
     def query_range(
         self, promql: str, *, start: float, end: float, step: float, purpose: str = "history"
     ) -> list[RangeSeries]:
         """Evaluate a range query (POST); ranges longer than 10,000 steps go in several requests
-        (Prometheus refuses more than 11,000 points per series). NaN/inf points are dropped."""
+        (Prometheus refuses more than 11,000 points per series), each with its own deadline.
+        NaN/inf points are dropped."""
         merged: dict[tuple[tuple[str, str], ...], RangeSeries] = {}
         chunk = step * 10_000
         t = start
         while t <= end:
             stop = min(end, t + chunk - step)
             form = (("query", promql), ("start", f"{t:.3f}"), ("end", f"{stop:.3f}"), ("step", f"{step:g}"))
-            headers = {**self._headers, "Content-Type": "application/x-www-form-urlencoded"}
-            try:
-                resp = self._session.post(
-                    f"{self.url}/api/v1/query_range",
-                    data=_encode(form),
-                    headers=headers,
-                    timeout=self.timeout,
+            answer = self._call("POST", "/api/v1/query_range", data=_encode(form), purpose=purpose)
+            data = _json(answer.body)
+            if answer.status != 200 or data.get("status") != "success":
+                self._count_error(purpose)
+                detail = (
+                    data.get("error") or answer.body[:200].decode(errors="replace").strip() or answer.reason
                 )
-            except requests.RequestException as exc:
-                self._count_error(purpose)
-                raise PrometheusUnavailable(f"Prometheus at {self.url} unreachable: {_short(exc)}") from exc
-            answer = _json(resp)
-            if resp.status_code != 200 or answer.get("status") != "success":
-                self._count_error(purpose)
-                detail = answer.get("error") or resp.text[:200].strip() or resp.reason
                 raise PrometheusUnavailable(
-                    f"Prometheus at {self.url} answered HTTP {resp.status_code} to a range query: {detail}"
+                    f"Prometheus at {self.url} answered HTTP {answer.status} to a range query: {detail}"
                 )
-            for item in (answer.get("data") or {}).get("result") or []:
+            for item in (data.get("data") or {}).get("result") or []:
                 labels = item.get("metric", {})
                 key = tuple(sorted(labels.items()))
                 series = merged.setdefault(key, RangeSeries(labels, []))
@@ -144,24 +183,53 @@ class PrometheusClient:
 
     def metric_names(self) -> set[str]:
         """Every metric name Prometheus holds (``/api/v1/label/__name__/values``)."""
-        try:
-            names = self._api.all_metrics()
-        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
+        answer = self._call("GET", "/api/v1/label/__name__/values", data=None, purpose="discovery")
+        data = _json(answer.body)
+        names = data.get("data")
+        if answer.status != 200 or data.get("status") != "success" or not isinstance(names, list):
             self._count_error("discovery")
             raise PrometheusUnavailable(
-                f"Prometheus at {self.url}: listing metric names failed: {_short(exc)}"
-            ) from exc
+                f"Prometheus at {self.url}: listing metric names failed: HTTP {answer.status} "
+                f"{data.get('error') or answer.reason}"
+            )
         return {str(n) for n in names}
+
+    def scrape_interval(self) -> float | None:
+        """Prometheus' ``global.scrape_interval`` in seconds (``/api/v1/status/config``); None when
+        the server does not publish it (Thanos, Mimir and VictoriaMetrics may not) or is down."""
+        try:
+            answer = self._call("GET", "/api/v1/status/config", data=None, purpose="discovery")
+        except PrometheusUnavailable:
+            return None
+        data = _json(answer.body).get("data")
+        text = data.get("yaml") if isinstance(data, dict) else None
+        if answer.status != 200 or not isinstance(text, str):
+            return None
+        match = re.search(r"^global:\n(?:[ \t]+.*\n)*?[ \t]+scrape_interval:[ \t]*(\S+)", text, re.MULTILINE)
+        return _duration_seconds(match.group(1)) if match else None
 
     def ready(self) -> bool:
         try:
-            resp = self._session.get(f"{self.url}/-/ready", headers=self._headers, timeout=self.timeout)
-        except requests.RequestException:
+            return self._call("GET", "/-/ready", data=None, purpose="ready").status == 200
+        except PrometheusUnavailable:
             return False
-        return resp.status_code == 200
 
     def close(self) -> None:
-        self._session.close()
+        if self._closed:
+            return
+        self._closed = True
+
+        async def shutdown() -> None:
+            if self._session is not None:
+                await self._session.close()
+
+        with_timeout = asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
+        with contextlib.suppress(concurrent.futures.TimeoutError, OSError):
+            with_timeout.result(2.0)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(2.0)
+        if not self._thread.is_alive():
+            self._loop.close()
 
     def _count_error(self, purpose: str) -> None:
         if self._metrics is not None:
@@ -174,14 +242,16 @@ class PrometheusMetrics:
     def __init__(self, registry: Any) -> None:
         self.query_seconds = Histogram(
             "gpupilot_adapter_prometheus_query_duration_seconds",
-            "Time taken by Prometheus queries, by purpose (value, pods, discovery).",
+            "Time taken by Prometheus requests, by purpose (value, pods, discovery, ready); "
+            "the _count is the number of requests sent.",
             ["purpose"],
             buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
             registry=registry,
         )
         self.errors = Counter(
             "gpupilot_adapter_prometheus_errors_total",
-            "Prometheus requests that failed (unreachable, non-200 or error status), by purpose.",
+            "Prometheus requests that failed (unreachable, past the deadline, non-200 or error status), "
+            "by purpose.",
             ["purpose"],
             registry=registry,
         )
@@ -189,25 +259,32 @@ class PrometheusMetrics:
 
 @functools.lru_cache(maxsize=256)
 def _encode(form: tuple[tuple[str, str], ...]) -> str:
-    """Form-encode a query; repeated HPA queries (with large pod sets) are encoded once."""
+    """Form-encode a query; repeated queries are encoded once."""
     return urllib.parse.urlencode(form)
 
 
-def _short(exc: BaseException) -> str:
-    """The root cause in a few words: ``[Errno 111] Connection refused``, not urllib3's whole chain."""
-    if isinstance(exc, requests.Timeout):
-        return "timed out"
+def _short(exc: BaseException, client: PrometheusClient) -> str:
+    """The root cause in a few words: ``Connection refused``, not the whole exception chain."""
+    if isinstance(exc, TimeoutError):
+        return f"no complete answer within {client.timeout:g}s (--prometheus-timeout)"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return exc.os_error.strerror or str(exc.os_error) or type(exc).__name__
     text = str(exc).strip()
-    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
-    if errno:
-        return errno.group(0).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     return first[:300]
 
 
-def _json(resp: requests.Response) -> dict[str, Any]:
+def _duration_seconds(text: str) -> float | None:
+    """A Prometheus duration (``15s``, ``1m30s``) in seconds; None when malformed or not > 0."""
     try:
-        data = orjson.loads(resp.content)
+        return timefmt.parse_duration(text)
+    except ValueError:
+        return None
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        data = orjson.loads(body)
     except orjson.JSONDecodeError:
         return {}
     return data if isinstance(data, dict) else {}

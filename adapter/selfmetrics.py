@@ -55,5 +55,33 @@ class SelfMetrics:
             registry=r,
         )
 
+        self.refreshed_queries = Gauge(
+            "gpupilot_adapter_refreshed_queries",
+            "Queries kept fresh in memory (one per metric, resource, namespace and metricLabelSelector "
+            "asked for recently); each is evaluated once per refresh interval.",
+            registry=r,
+        )
+        self.values_age = Gauge(
+            "gpupilot_adapter_values_age_seconds",
+            "Age of the oldest value held in memory (cached; refreshed in the background); -1 = none.",
+            registry=r,
+        )
+        self.refresh_interval = Gauge(
+            "gpupilot_adapter_refresh_interval_seconds",
+            "Seconds between re-evaluations of each query held in memory.",
+            registry=r,
+        )
+        self.tls_reloads = Counter(
+            "gpupilot_adapter_tls_reloads_total",
+            "Reloads of the serving certificate and client CAs after their files changed, by result.",
+            ["result"],
+            registry=r,
+        )
+        self.serving_cert_expiry = Gauge(
+            "gpupilot_adapter_serving_certificate_expiry_timestamp_seconds",
+            "Unix time the serving certificate in use expires.",
+            registry=r,
+        )
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

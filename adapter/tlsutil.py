@@ -70,3 +70,12 @@ def server_context(*, cert_file: Path, key_file: Path, client_ca_pems: list[byte
         ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx
+
+
+def certificate_expiry(cert_file: Path) -> float:
+    """Unix time the first certificate in ``cert_file`` expires (0 when unreadable)."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    except (OSError, ValueError):
+        return 0.0
+    return cert.not_valid_after_utc.timestamp()

@@ -1,6 +1,10 @@
 """Metric values for API objects: config rule + request → PromQL → values keyed by object.
 
-The one code path behind both the HTTP API and ``explain-hpa``. A ``pods/*`` request with a label
+The one code path behind both the HTTP API and ``explain-hpa``. With a :class:`RefreshingCache`
+(``serve``), a request is answered from memory: the namespace-wide query for (metric, resource,
+namespace, ``metricLabelSelector``) is kept fresh in the background and indexed by object name, and
+the request picks its objects from that index (``adapter.refresh``). Without one (``explain-hpa``)
+each call queries Prometheus directly, as follows. A ``pods/*`` request with a label
 selector never puts pod names into the query: it asks Prometheus for the namespace's series (plus
 ``metricLabelSelector`` matchers), asks the pod source which pods the selector picks, and matches
 in process — or, when the selected pods are a small part of the namespace, names them in a
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 from adapter import resources
@@ -20,6 +24,7 @@ from adapter.config import AdapterConfig, ExternalRule, MetricRule
 from adapter.errors import BadRequest, NotFound
 from adapter.podsource import Pod, PodSource
 from adapter.prometheus import PrometheusClient, Sample
+from adapter.refresh import RefreshingCache
 from adapter.resources import Resource
 from adapter.selectors import Selector, promql_escape, regex_alternatives, to_promql_matchers
 
@@ -50,6 +55,9 @@ class PodValues:
     values: list[ObjectValue]
     pods: list[Pod] | None
     """The pods the selector picked (None when no selector was given)."""
+    memo: dict[Hashable, bytes] | None = None
+    """Scratch space that lives as long as the evaluation the values come from (served from
+    memory): the API caches each item's JSON here, so a request joins bytes instead of encoding."""
 
 
 _SELECTOR = re.compile(r"(?<![A-Za-z0-9_:])([A-Za-z_:][A-Za-z0-9_:]*)\{<<matchers>>\}(?!\s*\[)")
@@ -74,11 +82,13 @@ class MetricValues:
         prometheus: PrometheusClient,
         pods: PodSource | None,
         max_value_age: float,
+        cache: RefreshingCache[object] | None = None,
     ) -> None:
         self._config = config
         self._prometheus = prometheus
         self._pods = pods
         self.max_value_age = max_value_age
+        self._cache = cache
 
     # -- custom metrics ----------------------------------------------------------------------
     def rule(self, metric: str, resource: Resource) -> tuple[MetricRule, str]:
@@ -143,8 +153,21 @@ class MetricValues:
             picked = self._pods.select(namespace, selector)
             if not picked:
                 return PodValues([], picked)
-            if _name_pods(len(picked), self._pods.namespace_size(namespace)):
+            if self._cache is None and _name_pods(len(picked), self._pods.namespace_size(namespace)):
                 names = sorted(p.name for p in picked)
+        if self._cache is not None:
+            index, memo = self._index(
+                metric=metric, resource=resource, namespace=namespace, msel=metric_selector
+            )
+            if picked is not None:
+                hits = (index.get(n) for n in sorted(p.name for p in picked))
+                return PodValues([v for v in hits if v is not None], picked, memo)
+            if name == "*":
+                return PodValues(list(index.values()), picked, memo)
+            hit = index.get(name)
+            if hit is None:
+                raise self._not_found(metric, resource, namespace, name)
+            return PodValues([hit], picked, memo)
         rule, label, query = self.object_query(
             metric=metric,
             resource=resource,
@@ -164,12 +187,41 @@ class MetricValues:
             window=rule.window_seconds,
         )
         if name != "*" and not values:
-            raise NotFound(
-                f"the server could not find the metric {metric} for {resource.qualified} {name}"
-                + (f" in namespace {namespace}" if resource.namespaced else "")
-                + (f" (no value newer than {self.max_value_age:g}s)" if self.max_value_age > 0 else "")
-            )
+            raise self._not_found(metric, resource, namespace, name)
         return PodValues(values, picked)
+
+    def _not_found(self, metric: str, resource: Resource, namespace: str, name: str) -> NotFound:
+        return NotFound(
+            f"the server could not find the metric {metric} for {resource.qualified} {name}"
+            + (f" in namespace {namespace}" if resource.namespaced else "")
+            + (f" (no value newer than {self.max_value_age:g}s)" if self.max_value_age > 0 else "")
+        )
+
+    def _index(
+        self, *, metric: str, resource: Resource, namespace: str, msel: Selector
+    ) -> tuple[dict[str, ObjectValue], dict[Hashable, bytes]]:
+        """Every object's value for (metric, resource, namespace, metricLabelSelector), by name, from
+        the refreshing cache: one namespace-wide query, re-evaluated in the background."""
+        assert self._cache is not None
+        rule, label, query = self.object_query(
+            metric=metric, resource=resource, namespace=namespace, name="*", metric_selector=msel
+        )
+        scope = namespace if resource.namespaced else ""
+        window = rule.window_seconds
+
+        def load() -> tuple[dict[str, ObjectValue], dict[Hashable, bytes]]:
+            samples = self._prometheus.query(query)
+            values = _object_values(
+                samples, resource=resource, namespace=scope, label=label, wanted=None, window=window
+            )
+            return {v.name: v for v in values}, {}
+
+        entry = self._cache.get(("custom", query, label, resource, scope, window), load, wait=self._wait)
+        return entry.value  # type: ignore[return-value]
+
+    @property
+    def _wait(self) -> float:
+        return self._prometheus.timeout + 1.0
 
     # -- external metrics ----------------------------------------------------------------------
     def external_rule(self, metric: str) -> ExternalRule:
@@ -191,15 +243,22 @@ class MetricValues:
 
     def external(self, *, metric: str, namespace: str, selector: Selector) -> list[ExternalValue]:
         rule, query = self.external_query(metric=metric, namespace=namespace, selector=selector)
-        return [
-            ExternalValue(
-                {k: v for k, v in s.labels.items() if k != "__name__"},
-                s.value,
-                s.timestamp,
-                rule.window_seconds,
-            )
-            for s in self._prometheus.query(query)
-        ]
+
+        def load() -> list[ExternalValue]:
+            return [
+                ExternalValue(
+                    {k: v for k, v in s.labels.items() if k != "__name__"},
+                    s.value,
+                    s.timestamp,
+                    rule.window_seconds,
+                )
+                for s in self._prometheus.query(query)
+            ]
+
+        if self._cache is None:
+            return load()
+        entry = self._cache.get(("external", query, rule.window_seconds), load, wait=self._wait)
+        return entry.value  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=256)

@@ -4,13 +4,21 @@ form, v1beta1/v1beta2 shapes, values, 404/400 Status, stale values, external met
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
+import orjson
 import pytest
 
+from adapter import resources
+from adapter.api import MetricsApi
 from adapter.app import Adapter
-from adapter.settings import ServeSettings
+from adapter.selectors import parse_selector
+from adapter.settings import ServerLimits, ServeSettings
+from adapter.values import ObjectValue
 from devkit.prometheus import free_port
 from tests.adapter import data
 from tests.adapter.conftest import Client, PromEnv, base_settings
@@ -291,18 +299,45 @@ def test_data_fixture_matches_the_seed_expectations() -> None:
 def test_too_many_requests_in_flight_is_429(
     prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
 ) -> None:
-    settings = base_settings(prom.url, pki, max_requests_inflight=2)
-    settings = replace(settings, prometheus=replace(settings.prometheus, timeout=0.25))
+    settings = base_settings(
+        prom.url, pki, limits=ServerLimits(max_inflight=2, inflight_wait=0.25), refresh_interval=30.0
+    )
     adapter = start_adapter(settings)
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
-    gate = adapter.server.app.inflight
-    assert gate.acquire() and gate.acquire()  # two slow requests hold both slots
-    try:
-        r = client.as_hpa(f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", LLM)
+    gate = threading.Event()
+    real = adapter.app.api.answer
+
+    def slow(path: str, query: Mapping[str, str]) -> Any:
+        gate.wait(10)
+        return real(path, query)
+
+    adapter.app.api.answer = slow  # type: ignore[method-assign]
+    path = f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL"
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(client.as_hpa, path, LLM) for _ in range(2)]  # two slow requests hold both slots
+        time.sleep(0.5)
+        r = client.as_hpa(path, LLM)
         assert r.status_code == 429
         assert r.json()["reason"] == "TooManyRequests"
-        assert client.as_hpa(V2).status_code == 200  # discovery is not held back
-    finally:
-        gate.release()
-        gate.release()
-    assert client.as_hpa(f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL", LLM).status_code == 200
+        gate.set()
+        assert [f.result().status_code for f in held] == [200, 200]
+    assert client.as_hpa(path, LLM).status_code == 200
+
+
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+@pytest.mark.parametrize("msel", ["", "Hostname in (gpu-node-01,gpu-node-02)"])
+def test_items_encoded_from_memory_equal_the_plain_encoding(version: str, msel: str) -> None:
+    api = MetricsApi(values=None, listing=None, external_enabled=True, ready=lambda: [])  # type: ignore[arg-type]
+    objects = [
+        ObjectValue(resources.PODS, "ai-serving", 'odd-"name\\', 1.5, 1764500000.9, 60),
+        ObjectValue(resources.PODS, "ai-serving", "llm-0", 3e9, 1764500001.0, 30),
+        ObjectValue(resources.NODES, "", "gpu-node-01", 0.25, 1764500000.0, 60),
+    ]
+    selector = parse_selector(msel)
+    plain = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, None)
+    memo: dict = {}
+    cold = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
+    hot = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
+    assert isinstance(cold, bytes) and cold == hot
+    assert orjson.loads(cold) == plain
+    assert [i["value"] for i in plain["items"]] == ["1500m", "3G", "250m"]  # type: ignore[index]

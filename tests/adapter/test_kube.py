@@ -14,6 +14,7 @@ import yaml
 
 from adapter.app import Adapter
 from adapter.cli import main
+from adapter.kube import KubeClient
 from adapter.settings import AuthSettings, ServeSettings
 from tests.adapter.conftest import Client, PromEnv, base_settings
 from tests.adapter.pki import Pki
@@ -298,3 +299,22 @@ spec:
     assert row[4] == "62%" and row[5] == "3/3" and row[6] == "4", out
     assert "pods from the Kubernetes API; Resource metrics from metrics.k8s.io" in out
     assert "FINAL: 3 → 4 replicas (scale up)" in out
+
+
+def test_pod_list_is_paginated_and_keeps_slim_shared_records(kube: KubeDouble, tmp_path: Path) -> None:
+    for i in range(1_203):
+        kube.add_pod(f"batch-{i:04d}", namespace="jobs", labels={"app": "batch", "tier": "gpu"}, owner=None)
+    client = KubeClient(kubeconfig=str(kube.write_kubeconfig(tmp_path / "kc")), page_size=500)
+    try:
+        before = len(kube.api.request_log)
+        pods, version = client.list_pods()
+    finally:
+        client.close()
+    lists = [p for m, p in kube.api.request_log[before:] if m == "GET" and "/pods" in p]
+    assert len(lists) == 3 and all("limit=500" in p for p in lists)
+    assert "continue=" not in lists[0] and "continue=" in lists[1] and "continue=" in lists[2]
+    assert len(pods) == 1_206 and len({(p.namespace, p.name) for p in pods}) == 1_206 and version
+    batch = [p for p in pods if p.namespace == "jobs"]
+    assert all(p.labels is batch[0].labels for p in batch)  # one mapping for 1,203 identical label sets
+    assert dict(batch[0].labels) == {"app": "batch", "tier": "gpu"}
+    assert not hasattr(batch[0], "__dict__")  # slotted: no per-pod dict

@@ -467,12 +467,20 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                     api.decorate(kind, o) for o in api.store.list(storage_key(kind), ns or None) if matches(o)
                 ]
                 rv = api.store.resource_version
+            meta: dict[str, Any] = {"resourceVersion": str(rv)}
+            limit = int(query.get("limit") or 0)
+            if limit > 0:  # pagination: continue = offset of the next page (the real one is opaque)
+                offset = int(query.get("continue") or 0)
+                if offset + limit < len(items):
+                    meta["continue"] = str(offset + limit)
+                    meta["remainingItemCount"] = len(items) - offset - limit
+                items = items[offset : offset + limit]
             self._send(
                 200,
                 {
                     "kind": f"{kind.kind}List",
                     "apiVersion": kind.api_version,
-                    "metadata": {"resourceVersion": str(rv)},
+                    "metadata": meta,
                     "items": items,
                 },
             )
