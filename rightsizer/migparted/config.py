@@ -266,16 +266,6 @@ def dump(configs: Mapping[str, Sequence[MigEntry]]) -> str:
     return yaml.safe_dump(document(configs), sort_keys=False, default_flow_style=False)
 
 
-def config_map(*, name: str, namespace: str, configs: Mapping[str, Sequence[MigEntry]]) -> dict[str, Any]:
-    """The MIG Manager's ConfigMap form (``data["config.yaml"]``)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace},
-        "data": {"config.yaml": dump(configs)},
-    }
-
-
 def entries_for_layouts(
     layouts: Sequence[tuple[int, bool, Mapping[str, int]]], *, device_id: int | None = None
 ) -> list[MigEntry]:

@@ -15,7 +15,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from datetime import time as dtime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -314,10 +313,3 @@ class Service(Collector):
                 "last_plan_success": self.state.last_plan_ok,
                 "last_auto_apply_skip": self.state.last_skip,
             }
-
-
-def maintenance_text(window: MaintenanceWindow) -> str:
-    def hhmm(t: dtime) -> str:
-        return t.strftime("%H:%M")
-
-    return f"{','.join(window.days)} {hhmm(window.start)}-{hhmm(window.end)}"
