@@ -259,6 +259,14 @@ def test_config_errors_are_one_line(tmp_path, change, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_config_file_errors_name_the_line(tmp_path):
+    path = tmp_path / "serve.yaml"
+    path.write_text("prometheus_url: http://p:9090\ntimezone: UTC\nplan:\n  every: 6h\n  max_nodes: 0\n")
+    with pytest.raises(ServeConfigError) as err:
+        load(path)
+    assert str(err.value) == f"{path}:5: plan.max_nodes: must be a whole number >= 1, got 0"
+
+
 def test_operator_namespace_and_configmap_are_settings():
     doc = {"prometheus_url": "http://p:9090", "timezone": "UTC", "plan": {"every": "6h"}}
     assert (
