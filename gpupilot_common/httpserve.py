@@ -11,13 +11,13 @@ milliseconds). Bounds, each a field of :class:`Limits`:
   the kernel's listen backlog, costing this process nothing;
 * a connection that sends no complete request head within ``idle_timeout`` (slowloris), or stays
   idle that long between requests, is closed;
-* a request line over ``max_url_bytes``, a header field over ``max_header_bytes`` or more than
-  ``max_headers`` fields: aiohttp's parser answers 400 and closes; a request body → 413 (nothing here
-  takes one); a method other than GET/HEAD → 405;
+* a request line over ``max_url_bytes`` → 414, a header field over ``max_header_bytes`` or more than
+  ``max_headers`` fields → 431, any other malformed request → 400, each closing the connection; a
+  request body → 413 (nothing here takes one); a method other than GET/HEAD → 405;
 * writing an answer to a client that does not read it: ``write_timeout``, then the connection is cut.
 
-Each request is one DEBUG line (method, path, status, bytes, milliseconds); a failing handler is one
-ERROR line and a 500, never a traceback on the client's side.
+Each request is one DEBUG line (method, path, status, bytes, milliseconds), and so is each refused
+one; a failing handler is one ERROR line and a 500. No traceback, in the log or to the client.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Self
 
-from aiohttp import web, web_protocol
+from aiohttp import http_exceptions, web, web_protocol
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,36 @@ class Limits:
 
 
 class _Protocol(web_protocol.RequestHandler):
-    """aiohttp's connection handler with a deadline for writing an answer."""
+    """aiohttp's connection handler with a deadline for writing an answer, and malformed or oversized
+    requests answered 400/414/431 with one DEBUG line (aiohttp's own handler logs a traceback)."""
 
     write_timeout = 30.0
+    max_url_bytes = 8192
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        code, text = status, message or "internal error"
+        if isinstance(exc, http_exceptions.LineTooLong):
+            limit = exc.args[1] if len(exc.args) > 1 else None
+            if limit == self.max_url_bytes:
+                code, text = 414, f"the request line is longer than {limit} bytes"
+            else:
+                code, text = 431, f"a request header is longer than {limit} bytes"
+        elif isinstance(exc, http_exceptions.BadHttpMessage) and "Too many headers" in str(exc):
+            code, text = 431, "too many request headers"
+        elif code == 400:
+            text = f"malformed HTTP request: {type(exc).__name__ if exc else message}"
+        elif code == 500:
+            log.error("error serving %s: %s: %s", request.path, type(exc).__name__, exc)
+        log.debug("refused a request from %s: %d %s", request.remote, code, text)
+        resp = web.Response(status=code, text=text[:300] + "\n")
+        resp.force_close()
+        return resp
 
     async def finish_response(
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
@@ -110,6 +137,7 @@ class _Server(web.Server):
             lingering_time=0,
         )
         proto.write_timeout = self._limits.write_timeout
+        proto.max_url_bytes = self._limits.max_url_bytes
         return proto
 
     def connection_lost(self, handler: web_protocol.RequestHandler, exc: BaseException | None = None) -> None:

@@ -40,9 +40,35 @@ def test_slow_client_is_closed_after_idle_timeout(server: HTTPServer) -> None:
 
 
 def test_oversized_header_is_refused_and_the_server_goes_on(server: HTTPServer) -> None:
-    assert oversized_header_status(server.port, size=4096) == 400
+    assert oversized_header_status(server.port, size=4096) == 431
     assert oversized_header_status(server.port, size=512) == 200
     assert get(server.port, "/ok")[0] == 200
+
+
+def _status_line(port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(request)
+        return s.recv(4096).split(b"\r\n", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"414"),
+        (b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(100)) + b"\r\n", b"431"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not HTTP\r\n\r\n", b"400"),
+    ],
+)
+def test_malformed_requests_are_refused_in_one_debug_line(
+    server: HTTPServer, caplog: pytest.LogCaptureFixture, request_bytes: bytes, status: bytes
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        line = _status_line(server.port, request_bytes)
+        time.sleep(0.1)
+    assert line.split(b" ")[1] == status
+    assert get(server.port, "/ok")[0] == 200
+    assert not [r for r in caplog.records if r.exc_info or r.levelno > logging.DEBUG]
+    assert any(r.getMessage().startswith("refused a request from") for r in caplog.records)
 
 
 def test_connections_beyond_the_limit_wait_until_one_closes(server: HTTPServer) -> None:

@@ -349,7 +349,7 @@ def test_http_endpoints_close_slow_and_refuse_oversized_clients(tmp_path, clock)
     server = http_server(service, sched, "127.0.0.1", 0, limits=limits).start()
     try:
         assert slow_client_is_closed(server.port, within=0.5) < 3
-        assert oversized_header_status(server.port, size=64 * 1024) == 400
+        assert oversized_header_status(server.port, size=64 * 1024) == 431
         status, body = get(server.port, "/health")
         assert status == 200 and json.loads(body)["status"] == "ok"
         status, body = get(server.port, "/metrics")

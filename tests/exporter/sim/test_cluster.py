@@ -160,7 +160,7 @@ def test_server_closes_slow_and_refuses_oversized_clients(demo: scenario.Scenari
     server = ClusterServer(demo, port=0, clock=lambda: T, limits=limits).start()
     try:
         assert slow_client_is_closed(server.port, within=0.5) < 3
-        assert oversized_header_status(server.port, size=64 * 1024) == 400
+        assert oversized_header_status(server.port, size=64 * 1024) == 431
         status, body = get(server.port, "/metrics")
         assert status == 200 and b"# TYPE kube_pod_labels gauge" in body
     finally:
