@@ -360,27 +360,32 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain_offline(args: argparse.Namespace, spec: hpaspec.HpaSpec) -> int:
+    """explain-hpa --state FILE: pods, values, replicas (and history, if given) from the file."""
+    state = hpastate.load_state(args.state, spec)
+    inputs = explain.Inputs(
+        pods=list(state.pods),
+        observations=list(state.observations),
+        current=args.current_replicas if args.current_replicas is not None else state.current,
+        status=state.status,
+        history=state.history,
+        now=state.now,
+        sources=[f"pods, values and replicas from {args.state}"],
+    )
+    if state.history_given:
+        inputs.sources.append(f"history from {args.state}")
+    else:
+        inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
+    print(explain.render(explain.explain(spec, inputs)))
+    return 0
+
+
 def _explain(args: argparse.Namespace) -> int:
     spec = hpaspec.load_hpa(args.filename)
     if args.current_replicas is not None and args.current_replicas < 0:
         raise ConfigError(f"--current-replicas {args.current_replicas}: must be 0 or more")
     if args.state is not None:
-        state = hpastate.load_state(args.state, spec)
-        inputs = explain.Inputs(
-            pods=list(state.pods),
-            observations=list(state.observations),
-            current=args.current_replicas if args.current_replicas is not None else state.current,
-            status=state.status,
-            history=state.history,
-            now=state.now,
-            sources=[f"pods, values and replicas from {args.state}"],
-        )
-        if state.history_given:
-            inputs.sources.append(f"history from {args.state}")
-        else:
-            inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
-        print(explain.render(explain.explain(spec, inputs)))
-        return 0
+        return _explain_offline(args, spec)
     if not args.prometheus_url:
         raise ConfigError("explain-hpa needs --prometheus-url, or --state FILE to answer offline")
     config = load_config(args.config)

@@ -110,9 +110,9 @@ def load_hpa(path: Path) -> HpaSpec:
     raw_metrics = spec.get("metrics") or []
     if not isinstance(raw_metrics, list):
         raise ConfigError(f"{path}: spec.metrics must be a list")
-    sources = tuple(
-        _metric(m, where=f"{path}: spec.metrics[{i}]", namespace=namespace) for i, m in enumerate(raw_metrics)
-    ) or (DEFAULT_METRIC,)
+    sources = tuple(_metric(m, where=f"{path}: spec.metrics[{i}]") for i, m in enumerate(raw_metrics)) or (
+        DEFAULT_METRIC,
+    )
     behavior = _behavior(spec.get("behavior"), where=f"{path}: spec.behavior")
     model = hpa.HpaModel(min_r, max_r, tuple(s.spec for s in sources), behavior)
     return HpaSpec(
@@ -145,7 +145,7 @@ def _number(value: object, where: str, *, low: float = 0.0, high: float = math.i
     return out
 
 
-def _metric(raw: object, *, where: str, namespace: str) -> MetricSource:
+def _metric(raw: object, *, where: str) -> MetricSource:
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{where}: must be a mapping with type and its source")
     kind = str(raw.get("type", ""))

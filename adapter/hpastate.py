@@ -89,9 +89,7 @@ def load_state(path: Path, spec: HpaSpec, *, now: float | None = None) -> State:
     if extra:
         raise ConfigError(f"{path}: {extra[0]}: unknown field (allowed: {', '.join(sorted(_TOP))})")
     at = parse_time(doc["now"], f"{path}: now") if "now" in doc else (now if now is not None else time.time())
-    pods = tuple(
-        _pod(p, f"{path}: pods[{i}]", at) for i, p in enumerate(_list(doc.get("pods"), f"{path}: pods"))
-    )
+    pods = tuple(_pod(p, f"{path}: pods[{i}]") for i, p in enumerate(_list(doc.get("pods"), f"{path}: pods")))
     names = [p.name for p in pods]
     if len(set(names)) != len(names):
         raise ConfigError(f"{path}: pods: a pod name appears twice")
@@ -122,7 +120,7 @@ def _count(raw: object, where: str) -> int:
     return raw
 
 
-def _pod(raw: object, where: str, now: float) -> PodState:
+def _pod(raw: object, where: str) -> PodState:
     if not isinstance(raw, Mapping) or not raw.get("name"):
         raise ConfigError(f"{where}: must be a mapping with at least name")
     extra = sorted(set(raw) - _POD)

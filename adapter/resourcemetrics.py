@@ -18,7 +18,6 @@ from adapter.selectors import promql_escape
 
 CPU_WINDOW = "1m"
 """Rate window for CPU usage (metrics-server reports over its kubelet scrape, ~15-60 s)."""
-RESOURCES = ("cpu", "memory")
 
 
 def usage_query(resource: str, namespace: str, container: str = "") -> str:

@@ -17,7 +17,6 @@ from adapter.errors import BadRequest
 _KEY = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _SET = re.compile(r"^\s*(\S+)\s+(in|notin)\s*\((.*)\)\s*$")
-OPERATORS = ("=", "!=", "in", "notin", "exists", "!")
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,13 @@ targets and rule files, waits until ``/-/ready`` answers, and stops it cleanly.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -195,13 +194,3 @@ class PrometheusServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def running(data_dir: Path, **kwargs: object) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(data_dir, **kwargs)  # type: ignore[arg-type]
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()

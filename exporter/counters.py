@@ -54,9 +54,6 @@ class Selection:
     """Valid DCGM fields in the file this exporter cannot read (named once at start)."""
     source: str = ""
 
-    def has(self, name: str) -> bool:
-        return any(m.name == name for m in self.metrics)
-
 
 def parse(text: str, *, source: str) -> CounterFile:
     """Parse counters-file text; :class:`ConfigError` names ``source:line`` and the field."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from exporter import fields, health, xid_catalogue
 from exporter.layout import SeriesLayout
@@ -93,19 +94,11 @@ def _field_samples(
             return []
         return [((("err_code", str(last.code)), ("err_msg", xid_message(last.code))), float(last.code))]
     if name == fields.EXP_XID_COUNT.name:
-        if window is None:
-            return []
-        win = (("window_size_in_ms", str(round(layout.xid_window_s * 1000))),)
-        if not window.xid:
-            return [(win, 0.0)]
-        return [((*win, ("xid", str(c))), float(n)) for c, n in sorted(window.xid.items())]
+        return [] if window is None else _window_samples(window.xid, "xid", layout.xid_window_s)
     if name == fields.EXP_CLOCK_EVENTS_COUNT.name:
         if window is None:
             return []
-        win = (("window_size_in_ms", str(round(layout.clock_events_window_s * 1000))),)
-        if not window.clock_events:
-            return [(win, 0.0)]
-        return [((*win, ("clock_event", r)), float(n)) for r, n in sorted(window.clock_events.items())]
+        return _window_samples(window.clock_events, "clock_event", layout.clock_events_window_s)
     if name == fields.EXP_GPU_HEALTH.name:
         return [
             ((("health_watch", watch), ("health_error_code", code)), float(result))
@@ -114,6 +107,197 @@ def _field_samples(
     if values is None or name not in values:
         return []
     return [((), values[name])]
+
+
+def _window_samples(counts: Mapping[Any, int], label: str, window_s: float) -> list[tuple[LabelPairs, float]]:
+    """One sample per counted key over the window, or a single 0 when nothing happened in it."""
+    win = (("window_size_in_ms", str(round(window_s * 1000))),)
+    if not counts:
+        return [(win, 0.0)]
+    return [((*win, (label, str(k))), float(n)) for k, n in sorted(counts.items())]
+
+
+class _Families:
+    """The device families of one snapshot, filled GPU by GPU (:func:`device_families`)."""
+
+    def __init__(
+        self,
+        *,
+        hostname: str,
+        allocations: Allocations | None,
+        layout: SeriesLayout,
+        windows: WindowCounts | None,
+    ) -> None:
+        self.hostname = hostname
+        self.allocations = allocations
+        self.layout = layout
+        self.windows = windows
+        self.selected = layout.selection.metrics
+        self.per_instance = layout.mig_series == "per-instance"
+        self.fields: dict[str, Family] = {
+            spec.name: Family(spec.name, spec.kind, spec.help) for spec in self.selected
+        }
+        self.gpu_info = Family(
+            "gpupilot_gpu_info",
+            "gauge",
+            "GPU identity: model, PCI device id, MIG mode, GPM support (value 1).",
+        )
+        self.mig_info = Family(
+            "gpupilot_mig_instance_info",
+            "gauge",
+            "MIG instance identity: profile, placement, GPU/compute instance ids, MIG UUID (value 1).",
+        )
+        self.pod_info = Family(
+            "gpupilot_device_pod_info",
+            "gauge",
+            "Device (GPU or MIG instance) allocated to a container, from kubelet pod-resources (value 1).",
+        )
+        self.procs = Family(
+            "gpupilot_device_compute_processes",
+            "gauge",
+            "Compute processes running on the device (GPU or MIG instance): an idle signal without GPM.",
+        )
+        self.xid_total = Family(
+            "gpupilot_xid_errors_total",
+            "counter",
+            "Xid events seen by this exporter since it started, by Xid code.",
+        )
+
+    def add(
+        self,
+        spec: fields.FieldSpec,
+        gpu: GpuSnapshot,
+        values: Mapping[str, float] | None,
+        label_sets: Iterable[LabelPairs],
+    ) -> None:
+        name = spec.name
+        if name not in _COMPUTED:  # a plain field: the common, fast case
+            if values is None or name not in values:
+                return
+            value = values[name]
+            fam = self.fields[name]
+            for labels in label_sets:
+                fam.samples.append((labels, value))
+            return
+        window = self.windows.get(gpu.info.uuid) if self.windows is not None else None
+        samples = _field_samples(spec, gpu, values, layout=self.layout, window=window)
+        if not samples:
+            return
+        fam = self.fields[spec.name]
+        for labels in label_sets:
+            for extra, value in samples:
+                fam.samples.append(((*labels, *extra), value))
+
+    def add_gpu(self, gpu: GpuSnapshot) -> None:
+        base = _gpu_labels(gpu, self.hostname, self.layout)
+        info = gpu.info
+        self.gpu_info.samples.append(
+            (
+                (
+                    *base,
+                    ("pci_device_id", f"0x{info.pci_device_id:04x}"),
+                    ("mig_mode", "enabled" if info.mig_enabled else "disabled"),
+                    ("gpm", "supported" if info.gpm_supported else "unsupported"),
+                    ("memory_total_mib", str(info.memory_total_mib)),
+                ),
+                1.0,
+            )
+        )
+        gpu_values = gpu.values
+        gpu_pods = _pods(self.allocations, info.uuid)
+        if not info.mig_enabled:
+            sets = _pod_variants(base, gpu_pods)
+            for spec in self.selected:
+                self.add(spec, gpu, gpu_values, sets)
+        elif not self.per_instance or not gpu.instances:
+            # GPU-level fields once per physical GPU, without pods; device fields per instance below.
+            # (per-instance with no instance yet: still once per GPU, so power does not vanish.)
+            for spec in self.selected:
+                if spec.level == "gpu":
+                    self.add(spec, gpu, gpu_values, [base])
+        for code, count in sorted(gpu.xid_counts.items()):
+            self.xid_total.samples.append(((*base, ("xid", str(code))), float(count)))
+        if not info.mig_enabled:
+            self._add_device_info(base, gpu_pods, gpu.compute_processes)
+        for inst in gpu.instances:
+            self.add_instance(gpu, inst, base)
+
+    def add_instance(self, gpu: GpuSnapshot, inst: MigInstance, base: LabelPairs) -> None:
+        ibase = _instance_labels(base, inst)
+        self.mig_info.samples.append(
+            (
+                (
+                    *ibase,
+                    ("compute_instance_id", str(inst.compute_instance_id)),
+                    ("placement_start", str(inst.placement_start)),
+                    ("placement_size", str(inst.placement_size)),
+                    ("mig_uuid", inst.uuid),
+                ),
+                1.0,
+            )
+        )
+        inst_pods = _pods(self.allocations, inst.uuid)
+        variants = _pod_variants(ibase, inst_pods)
+        inst_values, gpu_values = inst.values, gpu.values
+        for spec in self.selected:
+            if spec.level == "device":
+                self.add(spec, gpu, inst_values, variants)
+            elif self.per_instance and spec.level == "gpu":
+                self.add(spec, gpu, gpu_values, variants)
+        self._add_device_info(ibase, inst_pods, inst.compute_processes)
+
+    def _add_device_info(
+        self, base: LabelPairs, pods: Sequence[PodRef], compute_processes: int | None
+    ) -> None:
+        """The pod-info and compute-process series of one device (GPU or MIG instance)."""
+        for labels in _pod_variants(base, pods):
+            if pods:
+                self.pod_info.samples.append((labels, 1.0))
+            if compute_processes is not None:
+                self.procs.samples.append((labels, float(compute_processes)))
+
+    def lost(self, snapshot: NodeSnapshot) -> Family:
+        lost = Family(
+            "gpupilot_gpu_lost",
+            "gauge",
+            "1 for a GPU that was enumerated before but can no longer be read (fell off the bus).",
+        )
+        host = self.layout.host_label
+        for gone in snapshot.lost:
+            lost_labels: LabelPairs = (
+                ("gpu", str(gone.index)),
+                ("UUID", gone.uuid),
+                ("pci_bus_id", gone.pci_bus_id),
+            )
+            if host is not None:
+                lost_labels = (*lost_labels, (host, self.hostname))
+            lost.samples.append(((*lost_labels, ("reason", gone.reason)), 1.0))
+        return lost
+
+    def visibility(self, snapshot: NodeSnapshot) -> Family:
+        visibility = Family(
+            "gpupilot_exporter_process_visibility",
+            "gauge",
+            "1 when process counts cover every container on the node (host PID namespace); 0 when the "
+            "exporter cannot see other containers' processes, and then no process counts are published.",
+        )
+        if snapshot.processes_visible is not None:
+            host = self.layout.host_label
+            vis_labels: LabelPairs = ((host, self.hostname),) if host is not None else ()
+            visibility.samples.append(
+                (
+                    (*vis_labels, ("reason", snapshot.processes_visibility_reason)),
+                    1.0 if snapshot.processes_visible else 0.0,
+                )
+            )
+        return visibility
+
+    def families(self, *node_level: Family) -> list[Family]:
+        """The field families, then the info, Xid and ``node_level`` ones, each only if it has samples."""
+        out = [f for f in self.fields.values() if f.samples]
+        extra = (self.gpu_info, self.mig_info, self.pod_info, self.procs, self.xid_total, *node_level)
+        out.extend(f for f in extra if f.samples)
+        return out
 
 
 def device_families(
@@ -129,156 +313,10 @@ def device_families(
     ``windows`` (from :class:`exporter.windows.EventWindows`) feeds ``DCGM_EXP_XID_ERRORS_COUNT``
     and ``DCGM_EXP_CLOCK_EVENTS_COUNT``; without it those two families are left out."""
     layout = layout or SeriesLayout()  # the default counters file is parsed once (layout.py)
-    selected = layout.selection.metrics
-    fams: dict[str, Family] = {spec.name: Family(spec.name, spec.kind, spec.help) for spec in selected}
-    per_instance = layout.mig_series == "per-instance"
-
-    def add(
-        spec: fields.FieldSpec,
-        gpu: GpuSnapshot,
-        values: Mapping[str, float] | None,
-        label_sets: Iterable[LabelPairs],
-    ) -> None:
-        name = spec.name
-        if name not in _COMPUTED:  # a plain field: the common, fast case
-            if values is None or name not in values:
-                return
-            value = values[name]
-            fam = fams[name]
-            for labels in label_sets:
-                fam.samples.append((labels, value))
-            return
-        window = windows.get(gpu.info.uuid) if windows is not None else None
-        samples = _field_samples(spec, gpu, values, layout=layout, window=window)
-        if not samples:
-            return
-        fam = fams[spec.name]
-        for labels in label_sets:
-            for extra, value in samples:
-                fam.samples.append(((*labels, *extra), value))
-
-    gpu_info = Family(
-        "gpupilot_gpu_info",
-        "gauge",
-        "GPU identity: model, PCI device id, MIG mode, GPM support (value 1).",
-    )
-    mig_info = Family(
-        "gpupilot_mig_instance_info",
-        "gauge",
-        "MIG instance identity: profile, placement, GPU/compute instance ids, MIG UUID (value 1).",
-    )
-    pod_info = Family(
-        "gpupilot_device_pod_info",
-        "gauge",
-        "Device (GPU or MIG instance) allocated to a container, from kubelet pod-resources (value 1).",
-    )
-    procs = Family(
-        "gpupilot_device_compute_processes",
-        "gauge",
-        "Compute processes running on the device (GPU or MIG instance): an idle signal without GPM.",
-    )
-    xid_total = Family(
-        "gpupilot_xid_errors_total",
-        "counter",
-        "Xid events seen by this exporter since it started, by Xid code.",
-    )
-
+    built = _Families(hostname=hostname, allocations=allocations, layout=layout, windows=windows)
     for gpu in snapshot.gpus:
-        base = _gpu_labels(gpu, hostname, layout)
-        info = gpu.info
-        gpu_info.samples.append(
-            (
-                (
-                    *base,
-                    ("pci_device_id", f"0x{info.pci_device_id:04x}"),
-                    ("mig_mode", "enabled" if info.mig_enabled else "disabled"),
-                    ("gpm", "supported" if info.gpm_supported else "unsupported"),
-                    ("memory_total_mib", str(info.memory_total_mib)),
-                ),
-                1.0,
-            )
-        )
-        gpu_values = gpu.values
-        gpu_pods = _pods(allocations, info.uuid)
-        if not info.mig_enabled:
-            sets = _pod_variants(base, gpu_pods)
-            for spec in selected:
-                add(spec, gpu, gpu_values, sets)
-        elif not per_instance or not gpu.instances:
-            # GPU-level fields once per physical GPU, without pods; device fields per instance below.
-            # (per-instance with no instance yet: still once per GPU, so power does not vanish.)
-            for spec in selected:
-                if spec.level == "gpu":
-                    add(spec, gpu, gpu_values, [base])
-        for code, count in sorted(gpu.xid_counts.items()):
-            xid_total.samples.append(((*base, ("xid", str(code))), float(count)))
-        if not info.mig_enabled:
-            for labels in _pod_variants(base, gpu_pods):
-                if gpu_pods:
-                    pod_info.samples.append((labels, 1.0))
-                if gpu.compute_processes is not None:
-                    procs.samples.append((labels, float(gpu.compute_processes)))
-        for inst in gpu.instances:
-            ibase = _instance_labels(base, inst)
-            mig_info.samples.append(
-                (
-                    (
-                        *ibase,
-                        ("compute_instance_id", str(inst.compute_instance_id)),
-                        ("placement_start", str(inst.placement_start)),
-                        ("placement_size", str(inst.placement_size)),
-                        ("mig_uuid", inst.uuid),
-                    ),
-                    1.0,
-                )
-            )
-            inst_pods = _pods(allocations, inst.uuid)
-            variants = _pod_variants(ibase, inst_pods)
-            inst_values = inst.values
-            for spec in selected:
-                if spec.level == "device":
-                    add(spec, gpu, inst_values, variants)
-                elif per_instance and spec.level == "gpu":
-                    add(spec, gpu, gpu_values, variants)
-            if inst_pods:
-                for labels in variants:
-                    pod_info.samples.append((labels, 1.0))
-            if inst.compute_processes is not None:
-                for labels in variants:
-                    procs.samples.append((labels, float(inst.compute_processes)))
-
-    lost = Family(
-        "gpupilot_gpu_lost",
-        "gauge",
-        "1 for a GPU that was enumerated before but can no longer be read (fell off the bus).",
-    )
-    host = layout.host_label
-    for gone in snapshot.lost:
-        lost_labels: LabelPairs = (
-            ("gpu", str(gone.index)),
-            ("UUID", gone.uuid),
-            ("pci_bus_id", gone.pci_bus_id),
-        )
-        if host is not None:
-            lost_labels = (*lost_labels, (host, hostname))
-        lost.samples.append(((*lost_labels, ("reason", gone.reason)), 1.0))
-    visibility = Family(
-        "gpupilot_exporter_process_visibility",
-        "gauge",
-        "1 when process counts cover every container on the node (host PID namespace); 0 when the "
-        "exporter cannot see other containers' processes, and then no process counts are published.",
-    )
-    if snapshot.processes_visible is not None:
-        vis_labels: LabelPairs = ((host, hostname),) if host is not None else ()
-        visibility.samples.append(
-            (
-                (*vis_labels, ("reason", snapshot.processes_visibility_reason)),
-                1.0 if snapshot.processes_visible else 0.0,
-            )
-        )
-    out = [f for f in fams.values() if f.samples]
-    out.extend(f for f in (gpu_info, mig_info, pod_info, procs, xid_total, lost, visibility) if f.samples)
-    return out
+        built.add_gpu(gpu)
+    return built.families(built.lost(snapshot), built.visibility(snapshot))
 
 
 def xid_message(code: int) -> str:

@@ -212,20 +212,3 @@ GPUPILOT_EXTRAS: tuple[str, ...] = (
 )
 """Published on top of dcgm-exporter's default set when no ``--collectors`` file is given: the
 per-slice activity of the metric contract and the volatile ECC counts the alert rules use."""
-
-GPU_LABELS: tuple[str, ...] = (
-    "gpu",
-    "UUID",
-    "pci_bus_id",
-    "device",
-    "modelName",
-    "Hostname",
-    "DCGM_FI_DRIVER_VERSION",
-)
-"""Labels on every per-GPU series, in dcgm-exporter's names."""
-
-INSTANCE_LABELS: tuple[str, ...] = ("GPU_I_PROFILE", "GPU_I_ID")
-"""Added on per-MIG-instance series."""
-
-POD_LABELS: tuple[str, ...] = ("pod", "namespace", "container")
-"""Added when pod attribution is on and the device is allocated."""

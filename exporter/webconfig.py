@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
-import yaml
 
 from exporter.errors import ConfigError
+from gpupilot_common import checked
 
 _TOP = {"tls_server_config", "http_server_config", "basic_auth_users"}
 _TLS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}
@@ -167,8 +167,16 @@ class BasicAuth:
         return ok and known is not None
 
 
+class _FieldProblem(ConfigError):
+    """A problem at a field; :func:`load` re-raises it as ``file:line: field: problem``."""
+
+    def __init__(self, path: Path, where: str, problem: str) -> None:
+        super().__init__(f"{path}: {where}: {problem}")
+        self.where, self.problem = where, problem
+
+
 def _fail(path: Path, where: str, problem: str) -> ConfigError:
-    return ConfigError(f"{path}: {where}: {problem}")
+    return _FieldProblem(path, where, problem)
 
 
 def _mapping(path: Path, where: str, value: Any) -> dict[str, Any]:
@@ -291,13 +299,14 @@ def load(path: Path) -> WebConfig:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read web config ({exc.strerror}); check --web-config") from None
+    doc = checked.parse_yaml(text, source=str(path), error=ConfigError)
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "YAML"
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}: {where}: {problem}; fix the YAML syntax") from None
+        return _checked(path, doc.data)
+    except _FieldProblem as exc:
+        raise doc.fail(tuple(exc.where.split(".")), exc.problem, field=exc.where) from None
+
+
+def _checked(path: Path, raw: Any) -> WebConfig:
     data = _mapping(path, "top level", raw)
     _unknown(path, "", data, _TOP)
     config = WebConfig(

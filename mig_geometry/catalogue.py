@@ -154,12 +154,6 @@ class GpuModel:
         """The GPU-instance profile named exactly ``name`` (or one of its published aliases)."""
         return self._profile_index.get(name)
 
-    def profile_by_id(self, gi_profile_id: int) -> Profile | None:
-        for p in self.profiles:
-            if p.gi_profile_id == gi_profile_id:
-                return p
-        return None
-
     def compute_profile(self, name: str) -> tuple[Profile, int] | None:
         """``(GPU-instance profile, compute size)`` for a name this model has, GI or ``Nc.`` CI form."""
         prof = self.profile(name)

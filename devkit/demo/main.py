@@ -109,7 +109,7 @@ def show_sections(con: Console, settings: DemoSettings, ends: services.Endpoints
     with con.step("replay-hpa: the same HPA over the history, as written and with a 60 % GPU target"):
         sections.replay_hpa(con, settings, ends)
     with con.step("The raw custom.metrics.k8s.io answer, through kubectl"):
-        sections.raw_custom_metrics(con, settings, ends, kubeconfig)
+        sections.raw_custom_metrics(con, ends, kubeconfig)
     con.section("3. Rightsizing")
     with con.step("gpupilot-rightsizer plan"):
         sections.plan(con, settings, ends)

@@ -75,7 +75,7 @@ def replay_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> Path:
     return chart
 
 
-def raw_custom_metrics(con: Console, settings: DemoSettings, ends: Endpoints, kubeconfig: Path) -> None:
+def raw_custom_metrics(con: Console, ends: Endpoints, kubeconfig: Path) -> None:
     if not ends.adapter:
         raise StepFailed("the adapter is not running (see the set-up steps above)")
     discovery = commands.kubectl(

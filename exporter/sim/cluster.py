@@ -176,11 +176,6 @@ def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
         )
 
 
-def cpu_cores(scenario: Scenario, pod: Pod, ts: Array) -> Array:
-    """The container's CPU use in cores: idle share plus a share following its GPU's utilisation."""
-    return CPU_IDLE_CORES + CPU_BUSY_CORES * pod_utilization(scenario, pod, ts) / 100.0
-
-
 def _resources(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
     """cAdvisor's CPU and memory series and kube-state-metrics' requests, for Resource metrics."""
     cadvisor: LabelPairs = (("namespace", pod.namespace), ("pod", pod.name), ("container", pod.container))

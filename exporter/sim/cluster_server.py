@@ -1,4 +1,5 @@
-"""A small stdlib HTTP server for the cluster series: ``/metrics`` (text 0.0.4) and ``/health``.
+"""The simulator's HTTP endpoint for the cluster series: ``/metrics`` (text 0.0.4) and ``/health``, on
+:mod:`gpupilot_common.httpserve` (aiohttp, bounded connections and header sizes).
 
 Each scrape evaluates :func:`exporter.sim.cluster.families` at the current time (a few hundred series,
 a few milliseconds), so values follow the clock exactly like the backfill's. :class:`SeriesServer`
@@ -7,71 +8,56 @@ serves any render function the same way (tests and the devkit use it for simulat
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Mapping
 from typing import Self
 
 from exporter import render
 from exporter.sim import cluster
 from exporter.sim.model import Scenario
+from gpupilot_common.httpserve import TEXT, HTTPServer, Limits, Reply
+
+HEALTH_PATHS = frozenset({"/health", "/ready", "/-/healthy"})
 
 
 class SeriesServer:
     """``/metrics`` answers ``render()`` in text format 0.0.4; ``/health`` answers ok."""
 
-    def __init__(self, render_body: Callable[[], str], *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        render_body: Callable[[], str],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        limits: Limits | None = None,
+    ) -> None:
         self._render_body = render_body
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/metrics":
-                    body = owner.render().encode()
-                    self._reply(200, render.TEXT_CONTENT_TYPE, body)
-                elif path in ("/health", "/ready", "/-/healthy"):
-                    self._reply(200, "text/plain; charset=utf-8", b"ok\n")
-                else:
-                    self._reply(404, "text/plain; charset=utf-8", b"not found: try /metrics\n")
-
-            def _reply(self, status: int, ctype: str, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self._http = HTTPServer(self._answer, host=host, port=port, limits=limits, name="sim-cluster")
 
     @property
     def port(self) -> int:
-        return int(self._httpd.server_address[1])
+        return self._http.port
 
     def render(self) -> str:
         return self._render_body()
 
+    def _answer(self, path: str, _query: Mapping[str, str]) -> Reply:
+        if path == "/metrics":
+            return Reply(200, self.render().encode(), render.TEXT_CONTENT_TYPE)
+        if path in HEALTH_PATHS:
+            return Reply(200, b"ok\n", TEXT)
+        return Reply(404, b"not found: try /metrics\n", TEXT)
+
     def serve_forever(self) -> None:
-        self._httpd.serve_forever(poll_interval=0.2)
+        self._http.serve_forever()
 
     def start(self) -> Self:
         """Serve in a background thread (tests, the demo)."""
-        self._thread = threading.Thread(target=self.serve_forever, name="sim-cluster", daemon=True)
-        self._thread.start()
+        self._http.start()
         return self
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._httpd.server_close()
+        self._http.close()
 
 
 class ClusterServer(SeriesServer):
@@ -84,11 +70,12 @@ class ClusterServer(SeriesServer):
         host: str = "127.0.0.1",
         port: int = 0,
         clock: Callable[[], float] = time.time,
+        limits: Limits | None = None,
     ) -> None:
         self.scenario = scenario
         self.clock = clock
         self.series = cluster.series(scenario)
-        super().__init__(self._families_text, host=host, port=port)
+        super().__init__(self._families_text, host=host, port=port, limits=limits)
 
     def _families_text(self) -> str:
         return render.render_text(cluster.families(self.scenario, self.clock(), all_series=self.series))

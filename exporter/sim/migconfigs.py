@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from mig_geometry.catalogue import GpuModel
 
-BUILTIN_NAMES = ("all-disabled", "all-enabled", "all-balanced", "all-<profile>")
-
 
 def resolve_builtin(model: GpuModel, name: str) -> dict[str, int] | None:
     """Counts for a built-in name (``None`` = MIG disabled); ``KeyError`` if the name is unknown here."""

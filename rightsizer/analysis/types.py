@@ -151,13 +151,6 @@ class Analysis:
     def _device_index(self) -> dict[tuple[str, int, str], DeviceStats]:
         return {(d.node, d.gpu, d.gpu_instance_id): d for d in self.devices}
 
-    @cached_property
-    def _workload_index(self) -> dict[PodKey, Workload]:
-        return {p: w for w in self.workloads for p in w.pods}
-
     def device(self, node: str, gpu: int, gpu_instance_id: str) -> DeviceStats | None:
         """The device on ``node``'s GPU ``gpu`` (``gpu_instance_id == ""`` for the whole GPU)."""
         return self._device_index.get((node, gpu, gpu_instance_id))
-
-    def workload_of(self, pod: PodKey) -> Workload | None:
-        return self._workload_index.get(pod)

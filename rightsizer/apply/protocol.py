@@ -104,14 +104,7 @@ class Decision:
 def decide(node: NodeView, *, plan_id: str, current: str, target: str) -> Decision:
     """What to do with ``node`` for a plan that moves it from ``current`` to ``target`` config."""
     if node.plan_id == plan_id and node.step:
-        if node.step == Step.DONE:
-            return Decision("done", f"already applied by plan {plan_id}")
-        if node.step == Step.ROLLED_BACK:
-            reason = node.annotations.get(ANN_REASON, "")
-            return Decision("skip", f"rolled back earlier by this plan ({reason}); make a new plan to retry")
-        if node.step in IN_FLIGHT:
-            return Decision("resume", f"resuming after step {node.step}", Step(node.step))
-        return Decision("skip", f"unknown {ANN_STEP}={node.step!r}; fix or remove the annotation")
+        return _marked_by_this_plan(node, plan_id)
     if node.plan_id and node.step in IN_FLIGHT:
         return Decision(
             "skip",
@@ -129,6 +122,18 @@ def decide(node: NodeView, *, plan_id: str, current: str, target: str) -> Decisi
             "skip", f"{STATE_LABEL}={node.state}: the MIG Manager is busy or failed; not touching it"
         )
     return Decision("start")
+
+
+def _marked_by_this_plan(node: NodeView, plan_id: str) -> Decision:
+    """A node this plan's annotations already mark: done, rolled back, or where to resume."""
+    if node.step == Step.DONE:
+        return Decision("done", f"already applied by plan {plan_id}")
+    if node.step == Step.ROLLED_BACK:
+        reason = node.annotations.get(ANN_REASON, "")
+        return Decision("skip", f"rolled back earlier by this plan ({reason}); make a new plan to retry")
+    if node.step in IN_FLIGHT:
+        return Decision("resume", f"resuming after step {node.step}", Step(node.step))
+    return Decision("skip", f"unknown {ANN_STEP}={node.step!r}; fix or remove the annotation")
 
 
 def _guard(node: NodeView) -> dict[str, Any]:

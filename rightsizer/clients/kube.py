@@ -189,9 +189,6 @@ class Kube:
         )
         return list(result.get("items") or [])
 
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any]:
-        return self._call(f"pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace)
-
     def evict_pod(self, namespace: str, name: str) -> None:
         """policy/v1 Eviction: the API server checks PodDisruptionBudgets (429 when one says no)."""
         body = {

@@ -11,11 +11,14 @@ A small generic API returning plain Python data — :meth:`PrometheusClient.inst
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import requests
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 from rightsizer.errors import RightsizerError
 
@@ -60,7 +63,14 @@ def _value(text: str) -> float:
 
 
 class PrometheusClient:
-    """Blocking client over ``requests``; one instance per base URL, reused for every query."""
+    """prometheus-api-client's :class:`PrometheusConnect` on one ``requests.Session`` per base URL,
+    reused for every query; its answers turned into :class:`Sample` / :class:`Series` and its errors
+    into this module's one-line ones.
+
+    Queries go as GET parameters (the library sends ``params`` in the URL even with ``method="POST"``).
+    Every rightsizer query is a fixed expression of a few hundred bytes, far below the 8 KiB a proxy
+    in front of Prometheus may allow for a URL; a caller building long selectors would need a POST
+    body, which the library cannot send."""
 
     def __init__(
         self,
@@ -75,11 +85,22 @@ class PrometheusClient:
         self._session = session or requests.Session()
         if headers:
             self._session.headers.update(headers)
+        # errors are ours before the library sees the response (it would raise one generic exception
+        # holding the whole body); a non-200 answer never reaches its parsing
+        self._session.hooks["response"].append(self._check)
+        self._api = PrometheusConnect(
+            self.url,
+            session=self._session,
+            timeout=timeout,
+            # the library's default retries 5xx three times with backoff; a failed query is reported
+            # at once instead: plan/report exit with one line, serve's job runs again on schedule
+            retry=Retry(total=0, raise_on_status=False),
+        )
         self.queries = 0
         """Queries sent so far (the analysis reports it; tests check it stays O(slices))."""
 
     def close(self) -> None:
-        self._session.close()
+        self._api.close()
 
     def __enter__(self) -> PrometheusClient:
         return self
@@ -87,19 +108,12 @@ class PrometheusClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _get(self, path: str, params: dict[str, str]) -> Any:
-        self.queries += 1
-        endpoint = f"{self.url}{path}"
-        try:
-            resp = self._session.post(endpoint, data=params, timeout=self.timeout)
-        except requests.Timeout as exc:
-            raise PrometheusUnavailable(
-                f"Prometheus at {self.url} did not answer within {self.timeout:.0f}s"
-            ) from exc
-        except requests.RequestException as exc:
-            raise PrometheusUnavailable(
-                f"cannot reach Prometheus at {self.url} ({type(exc).__name__}); is it running? check --prometheus-url"
-            ) from exc
+    def _check(self, resp: requests.Response, *_args: object, **_kwargs: object) -> None:
+        """Response hook: a non-200 answer becomes :class:`PrometheusUnavailable` (unreachable, 5xx
+        other than a query's own execution error) or :class:`PrometheusQueryError`."""
+        if resp.status_code == 200:
+            return
+        path = resp.request.path_url.split("?", 1)[0] if resp.request is not None else ""
         try:
             body = resp.json()
         except ValueError:
@@ -110,47 +124,91 @@ class PrometheusClient:
             )
         if not isinstance(body, dict):
             raise PrometheusQueryError(
-                f"{endpoint} answered HTTP {resp.status_code} without a Prometheus API body; is the URL right?"
+                f"{self.url}{path} answered HTTP {resp.status_code} without a Prometheus API body; "
+                "is the URL right?"
             )
-        if body.get("status") != "success":
-            err = str(body.get("error", "unknown error")).splitlines()[0]
-            raise PrometheusQueryError(f"Prometheus at {self.url} rejected a query: {err}")
-        return body.get("data")
+        err = str(body.get("error", "unknown error")).splitlines()[0]
+        raise PrometheusQueryError(f"Prometheus at {self.url} rejected a query: {err}")
+
+    def _call(self, path: str, query: Callable[[], Any]) -> Any:
+        """Run one library query; connection errors and a 200 that is not the API's JSON are ours."""
+        self.queries += 1
+        try:
+            return query()
+        except PrometheusError:
+            raise
+        except requests.JSONDecodeError as exc:  # also a RequestException: a 200 that is not JSON
+            raise PrometheusQueryError(
+                f"{self.url}{path} answered HTTP 200 without a Prometheus API body; is the URL right?"
+            ) from exc
+        except requests.Timeout as exc:
+            raise PrometheusUnavailable(
+                f"Prometheus at {self.url} did not answer within {self.timeout:.0f}s"
+            ) from exc
+        except requests.RequestException as exc:
+            raise PrometheusUnavailable(
+                f"cannot reach Prometheus at {self.url} ({type(exc).__name__}); is it running? check --prometheus-url"
+            ) from exc
+        except (ValueError, KeyError, TypeError) as exc:  # the library's ["data"]["result"] of other JSON
+            raise PrometheusQueryError(
+                f"{self.url}{path} answered HTTP 200 without a Prometheus API body; is the URL right?"
+            ) from exc
 
     def instant(self, query: str, at: float | datetime | None = None) -> list[Sample]:
         """Evaluate ``query`` at ``at`` (Unix seconds or datetime; default now). Vectors and scalars."""
-        params = {"query": query}
         t = _as_time(at)
-        if t is not None:
-            params["time"] = f"{t:.3f}"
-        data = self._get("/api/v1/query", params)
-        kind = data.get("resultType")
-        if kind == "scalar":
-            ts, val = data["result"]
+        params = {"time": f"{t:.3f}"} if t is not None else {}
+        result = self._call("/api/v1/query", lambda: self._api.custom_query(query, params=params))
+        if _is_scalar(result):
+            ts, val = result
             return [Sample({}, _value(val), float(ts))]
-        if kind != "vector":
-            raise PrometheusQueryError(f"expected a vector from {query!r:.60}, got {kind}")
+        if not isinstance(result, list):
+            raise PrometheusQueryError(f"expected a vector from {query!r:.60}, got {type(result).__name__}")
+        if any(not isinstance(r, dict) or "value" not in r for r in result):
+            raise PrometheusQueryError(f"expected a vector from {query!r:.60}, got a matrix or strings")
         return [
             Sample(dict(r["metric"]), _value(r["value"][1]), float(r["value"][0]))
-            for r in data["result"]
+            for r in result
             if not math.isnan(_value(r["value"][1]))
         ]
 
     def range(self, query: str, start: float | datetime, end: float | datetime, step: float) -> list[Series]:
         """``query_range`` from ``start`` to ``end`` every ``step`` seconds."""
-        params = {
-            "query": query,
-            "start": f"{_as_time(start):.3f}",
-            "end": f"{_as_time(end):.3f}",
-            "step": f"{step:.3f}",  # exact to the millisecond Prometheus works in (never ':g' rounding)
-        }
-        data = self._get("/api/v1/query_range", params)
+        lo, hi = _seconds(start), _seconds(end)
+        # the library rounds start and end to whole seconds; its ``params`` are applied last, so
+        # they carry the exact times (to the millisecond Prometheus works in; never ':g' rounding)
+        exact = {"start": f"{lo:.3f}", "end": f"{hi:.3f}"}
+        result = self._call(
+            "/api/v1/query_range",
+            lambda: self._api.custom_query_range(
+                query,
+                start_time=datetime.fromtimestamp(lo, UTC),
+                end_time=datetime.fromtimestamp(hi, UTC),
+                step=f"{step:.3f}",
+                params=exact,
+            ),
+        )
         return [
-            Series(dict(r["metric"]), [(float(t), _value(v)) for t, v in r["values"]])
-            for r in data.get("result", [])
+            Series(dict(r["metric"]), [(float(t), _value(v)) for t, v in r["values"]]) for r in result or []
         ]
 
     def has_data(self, selector: str, *, start: float, end: float) -> bool:
         """Whether any series of ``selector`` has a sample in ``(start, end]``."""
         span = max(1, int(end - start))
         return bool(self.instant(f"count(count_over_time({selector}[{span}s]))", end))
+
+
+def _seconds(at: float | datetime) -> float:
+    t = _as_time(at)
+    assert t is not None
+    return t
+
+
+def _is_scalar(result: object) -> bool:
+    """A scalar's ``result`` is ``[time, "value"]``; a vector's is a list of objects."""
+    return (
+        isinstance(result, list)
+        and len(result) == 2
+        and isinstance(result[0], int | float)
+        and isinstance(result[1], str)
+    )

@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -17,6 +17,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpupilot_common.httpserve import HTTPServer, Limits, Reply
 from rightsizer.apply.applier import Applier, ApplyReport, ApplySettings
 from rightsizer.clients.kube import Kube, KubeSettings
 from rightsizer.clients.prometheus import PrometheusClient
@@ -65,30 +66,21 @@ class LiveJobs:
             kube.close()
 
 
-def http_server(service: Service, scheduler: Any, host: str, port: int) -> ThreadingHTTPServer:
+def http_server(
+    service: Service, scheduler: Any, host: str, port: int, *, limits: Limits | None = None
+) -> HTTPServer:
+    """``/metrics`` and ``/health`` on aiohttp (bounded connections and header sizes; see
+    :mod:`gpupilot_common.httpserve`). Listens at once; ``start()`` serves."""
     registry = service.registry()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http: " + format, *args)
+    def answer(path: str, _query: Mapping[str, str]) -> Reply:
+        if path == "/metrics":
+            return Reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+        if path in ("/health", "/healthz"):
+            return Reply(200, json.dumps(service.health(scheduler)).encode(), "application/json")
+        return Reply(404, b"not found: try /health or /metrics\n")
 
-        def do_GET(self) -> None:
-            path = self.path.split("?")[0]
-            if path == "/metrics":
-                body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
-            elif path in ("/health", "/healthz"):
-                body, ctype, code = json.dumps(service.health(scheduler)).encode(), "application/json", 200
-            else:
-                body, ctype, code = b"not found: try /health or /metrics\n", "text/plain", 404
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    return server
+    return HTTPServer(answer, host=host, port=port, limits=limits, name="serve-http")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,17 +114,15 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
             file=sys.stderr,
         )
         return 1
-    thread = threading.Thread(target=server.serve_forever, args=(0.2,), name="serve-http", daemon=True)
-    thread.start()
+    server.start()
     scheduler.start()
-    log.info("serving /health and /metrics on %s:%d", *server.server_address[:2])
+    log.info("serving /health and /metrics on %s:%d", *server.address)
     for job in scheduler.get_jobs():
         log.info("job %s: next run %s", job.id, job.next_run_time)
     stop.wait()
     log.info("stopping: waiting for running jobs to finish")
     scheduler.shutdown(wait=True)
-    server.shutdown()
-    server.server_close()
+    server.close()
     return 0
 
 

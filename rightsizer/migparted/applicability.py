@@ -196,7 +196,7 @@ def _one(
     model = by_device_id(device_id, subsystem)
     label = _device_label(model, device_id)
 
-    def row(verdict: str, reason: str, *, error: bool = False) -> Verdict:
+    def row(verdict: str, reason: str, error: bool = False) -> Verdict:
         return Verdict(source, config, index, device_id, label, verdict, reason, error, named)
 
     if not entry.mig_enabled:
@@ -204,40 +204,47 @@ def _one(
     if entry.devices == ():
         return row(VALID, "devices: [] selects no GPU")
     if node is not None and (node.device_id is None or node.device_id == device_id):
-        why = _check_node(node, entry)
-        if why is None and model is not None and model.mig_capable:
-            why = (
-                check_model(model, entry)
-                if all(model.compute_profile(n) for n in entry.mig_devices)
-                else None
-            )
-        if why is None:
-            return row(VALID, f"offered by node {node.node}'s MIG Manager")
-        return row(INVALID, why, error=True)
+        return row(*_against_node(node, entry, model))
     if model is None:
         return row(
             UNKNOWN,
             f"0x{device_id:04x} is not in the geometry catalogue; check with --node NAME against the "
             "profiles the node's MIG Manager lists",
         )
+    return row(*_against_model(model, entry, named=named))
+
+
+def _against_node(node: NodeProfiles, entry: MigEntry, model: GpuModel | None) -> tuple[str, str, bool]:
+    """(verdict, reason, error) of ``entry`` against the node's MIG Manager profile list (and the
+    catalogue's placement rules where the catalogue knows the model)."""
+    why = _check_node(node, entry)
+    if why is None and model is not None and model.mig_capable:
+        why = check_model(model, entry) if all(model.compute_profile(n) for n in entry.mig_devices) else None
+    if why is None:
+        return VALID, f"offered by node {node.node}'s MIG Manager", False
+    return INVALID, why, True
+
+
+def _against_model(model: GpuModel, entry: MigEntry, *, named: bool) -> tuple[str, str, bool]:
+    """(verdict, reason, error) of a MIG-enabled ``entry`` on a GPU the catalogue knows."""
     if not model.mig_capable:
         if entry.devices == "all":
-            return row(SKIPPED, f"{model.key} has no MIG; mig-parted skips it under devices: all")
-        return row(INVALID, f"{model.key} does not support MIG; use mig-enabled: false", error=True)
+            return SKIPPED, f"{model.key} has no MIG; mig-parted skips it under devices: all", False
+        return INVALID, f"{model.key} does not support MIG; use mig-enabled: false", True
     if not entry.mig_devices:
-        return row(VALID, "MIG on, no instances")
+        return VALID, "MIG on, no instances", False
     missing = [n for n in entry.mig_devices if model.compute_profile(n) is None]
     if missing:
         if named:
-            return row(INVALID, missing_reason(model, missing[0]), error=True)
-        return row(NOT_FOR, f"{model.key} lacks {missing[0]}")
+            return INVALID, missing_reason(model, missing[0]), True
+        return NOT_FOR, f"{model.key} lacks {missing[0]}", False
     why = check_model(model, entry)
     if why is None:
         gis, _ = gpu_instances(model, entry.mig_devices)
         said = describe(entry.mig_devices)
         plain = all(model.profile(n) is not None for n in entry.mig_devices)
-        return row(VALID, said if plain else f"{said} in GPU instances {describe(gis)}")
-    return row(INVALID, why, error=named)
+        return VALID, said if plain else f"{said} in GPU instances {describe(gis)}", False
+    return INVALID, why, named
 
 
 def validate(

@@ -146,61 +146,72 @@ def _parse_entry(
     for key in raw:
         if key not in ENTRY_FIELDS:
             bad(f"unknown field {_short(key)} (allowed: {', '.join(ENTRY_FIELDS)})")
-    devices: Literal["all"] | tuple[int, ...] = "all"
-    raw_devices = raw.get("devices")
-    if raw_devices == "all":
-        devices = "all"
-    elif isinstance(raw_devices, list) and all(_is_index(d) for d in raw_devices):
-        devices = tuple(int(d) for d in raw_devices)
-        if len(set(devices)) != len(devices):
-            bad(f"devices lists a GPU index twice: {_short(raw_devices)}")
-    elif "devices" not in raw:
-        bad("devices is required: 'all' or a list of GPU indices like [0, 1]")
-    else:
-        bad(f"devices must be 'all' or a list of GPU indices like [0, 1], got {_short(raw_devices)}")
+    devices = _parse_devices(raw, bad)
     filters = _parse_filter(raw.get("device-filter"), bad) if "device-filter" in raw else []
-    enabled = raw.get("mig-enabled")
-    if "mig-enabled" not in raw:
-        bad("mig-enabled is required: true or false")
-        enabled = False
-    elif not isinstance(enabled, bool):
-        bad(f"mig-enabled must be true or false, got {_short(enabled)}")
-        enabled = False
-    raw_mig = raw.get("mig-devices")
-    mig: dict[str, int] = {}
-    if raw_mig is None:
-        if enabled:
-            bad("mig-devices is required when mig-enabled is true (use {} for MIG on without instances)")
-    elif not isinstance(raw_mig, dict):
-        bad(f"mig-devices must be a mapping of profile → count, got {_short(raw_mig)}")
-    else:
-        for name, count in raw_mig.items():
-            if not isinstance(name, str) or parse_name(name) is None:
-                bad(
-                    f"mig-devices {_short(name)}: not a MIG profile name like 1g.10gb, 1c.3g.40gb or 1g.24gb+gfx"
-                )
-            elif not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_COUNT:
-                bad(
-                    f"mig-devices {name}: count must be an integer from 0 to {MAX_COUNT}, got {_short(count)}"
-                )
-            else:
-                mig[name] = count
-        if not enabled and raw_mig:
-            bad(
-                "mig-enabled is false but mig-devices is not empty (even a 0 count is refused); "
-                "disabled entries carry no devices"
-            )
-        if enabled and mig and not any(mig.values()):
-            bad("every mig-devices count is 0; use mig-devices: {} for MIG on without instances")
+    enabled = _parse_enabled(raw, bad)
+    mig = _parse_mig_devices(raw.get("mig-devices"), enabled=enabled, bad=bad)
     if len(issues) != before:
         return None
     return MigEntry(
         devices=devices,
-        mig_enabled=bool(enabled),
+        mig_enabled=enabled,
         mig_devices=mig,
         device_filter=tuple(d for d, _ in filters),
         subsystem_filter=tuple(s for _, s in filters) if any(s is not None for _, s in filters) else (),
     )
+
+
+def _parse_devices(raw: dict[Any, Any], bad: Callable[[str], None]) -> Literal["all"] | tuple[int, ...]:
+    raw_devices = raw.get("devices")
+    if raw_devices == "all":
+        return "all"
+    if isinstance(raw_devices, list) and all(_is_index(d) for d in raw_devices):
+        devices = tuple(int(d) for d in raw_devices)
+        if len(set(devices)) != len(devices):
+            bad(f"devices lists a GPU index twice: {_short(raw_devices)}")
+        return devices
+    if "devices" not in raw:
+        bad("devices is required: 'all' or a list of GPU indices like [0, 1]")
+    else:
+        bad(f"devices must be 'all' or a list of GPU indices like [0, 1], got {_short(raw_devices)}")
+    return "all"
+
+
+def _parse_enabled(raw: dict[Any, Any], bad: Callable[[str], None]) -> bool:
+    enabled = raw.get("mig-enabled")
+    if "mig-enabled" not in raw:
+        bad("mig-enabled is required: true or false")
+        return False
+    if not isinstance(enabled, bool):
+        bad(f"mig-enabled must be true or false, got {_short(enabled)}")
+        return False
+    return enabled
+
+
+def _parse_mig_devices(raw_mig: object, *, enabled: bool, bad: Callable[[str], None]) -> dict[str, int]:
+    mig: dict[str, int] = {}
+    if raw_mig is None:
+        if enabled:
+            bad("mig-devices is required when mig-enabled is true (use {} for MIG on without instances)")
+        return mig
+    if not isinstance(raw_mig, dict):
+        bad(f"mig-devices must be a mapping of profile → count, got {_short(raw_mig)}")
+        return mig
+    for name, count in raw_mig.items():
+        if not isinstance(name, str) or parse_name(name) is None:
+            bad(f"mig-devices {_short(name)}: not a MIG profile name like 1g.10gb, 1c.3g.40gb or 1g.24gb+gfx")
+        elif not isinstance(count, int) or isinstance(count, bool) or not 0 <= count <= MAX_COUNT:
+            bad(f"mig-devices {name}: count must be an integer from 0 to {MAX_COUNT}, got {_short(count)}")
+        else:
+            mig[name] = count
+    if not enabled and raw_mig:
+        bad(
+            "mig-enabled is false but mig-devices is not empty (even a 0 count is refused); "
+            "disabled entries carry no devices"
+        )
+    if enabled and mig and not any(mig.values()):
+        bad("every mig-devices count is 0; use mig-devices: {} for MIG on without instances")
+    return mig
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -264,16 +275,6 @@ def document(configs: Mapping[str, Sequence[MigEntry]]) -> dict[str, Any]:
 def dump(configs: Mapping[str, Sequence[MigEntry]]) -> str:
     """YAML text of :func:`document`, stable from run to run."""
     return yaml.safe_dump(document(configs), sort_keys=False, default_flow_style=False)
-
-
-def config_map(*, name: str, namespace: str, configs: Mapping[str, Sequence[MigEntry]]) -> dict[str, Any]:
-    """The MIG Manager's ConfigMap form (``data["config.yaml"]``)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace},
-        "data": {"config.yaml": dump(configs)},
-    }
 
 
 def entries_for_layouts(

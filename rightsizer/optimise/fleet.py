@@ -101,7 +101,7 @@ def optimise(analysis: Analysis, *, settings: OptimiserSettings) -> FleetProposa
         )
         proposals = [p if (not p.changed or p.node.name in keep) else _unchanged(p) for p in proposals]
     if settings.allow_moves:
-        proposals, moved_note = pool_moves(proposals, analysis, settings=settings, deadline=deadline)
+        proposals, moved_note = pool_moves(proposals, analysis, deadline=deadline)
         if moved_note:
             notes.append(moved_note)
     ts = [t for n in analysis.nodes if (t := time_slicing_for(n, analysis, settings=settings)) is not None]

@@ -10,11 +10,11 @@ from mig_geometry.catalogue import GpuModel
 from rightsizer.analysis.types import Analysis, GpuInventory
 from rightsizer.optimise import packing
 from rightsizer.optimise.node import assert_placeable, assign, is_pinned, served, with_changes
-from rightsizer.optimise.proposal import GpuPlan, Item, NodeProposal, OptimiserSettings
+from rightsizer.optimise.proposal import GpuPlan, Item, NodeProposal
 
 
 def pool_moves(
-    proposals: list[NodeProposal], analysis: Analysis, *, settings: OptimiserSettings, deadline: float
+    proposals: list[NodeProposal], analysis: Analysis, *, deadline: float
 ) -> tuple[list[NodeProposal], str]:
     """Pack the changing mixed-strategy nodes of each model together; keep it if it frees more GPUs."""
     by_model: dict[str, list[NodeProposal]] = {}

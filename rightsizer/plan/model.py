@@ -80,10 +80,6 @@ class GpuLayout:
     mig_enabled: bool
     mig_devices: Mapping[str, int] = field(default_factory=dict)
 
-    @property
-    def instance_count(self) -> int:
-        return sum(self.mig_devices.values())
-
 
 @dataclass(frozen=True)
 class HeldDevice:
@@ -334,10 +330,6 @@ def plan_to_dict(plan: Plan) -> JsonDict:
 def dump_plan(plan: Plan, path: Path) -> None:
     """Write ``plan`` as indented JSON (stable key order) to ``path``."""
     path.write_text(json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n")
-
-
-def dumps_plan(plan: Plan) -> str:
-    return json.dumps(plan_to_dict(plan), indent=2) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------- load

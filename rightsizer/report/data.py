@@ -21,7 +21,6 @@ from rightsizer.plan.model import Plan
 IDLE = "sum(gpupilot:node_slices:idle)"
 ALLOCATED = "sum(gpupilot:node_slices:allocated)"
 TOTAL = "sum(gpupilot:node_slices:total)"
-NODE_ACTIVITY = "avg by (Hostname) (gpupilot:slice_activity:avg5m)"
 FIRING = 'ALERTS{alertstate="firing"}'
 RAW_TOTAL = 'count(gpupilot_mig_instance_info or gpupilot_gpu_info{mig_mode="disabled"})'
 ZERO_WHERE_SEEN = " or 0 * count(gpupilot_gpu_info)"

@@ -15,7 +15,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from datetime import time as dtime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -137,17 +136,10 @@ class Service(Collector):
         if not guard.enabled or guard.window is None:
             return
         now = self.clock().astimezone(self.config.timezone)
-        if not in_window(now, guard.window):
-            return self._skip("outside the maintenance window")
-        plan, made = self.state.plan, self.state.plan_made_at
-        if plan is None:
-            return self._skip("no plan yet")
-        if now.timestamp() - made > guard.max_plan_age_s:
-            return self._skip(f"plan {plan.plan_id} is older than {guard.max_plan_age_s / 3600:g}h")
-        if plan.totals.gpus_freed < guard.min_gpus_freed:
-            return self._skip(
-                f"plan frees {plan.totals.gpus_freed} GPU(s), below min_gpus_freed={guard.min_gpus_freed}"
-            )
+        plan = self.state.plan
+        refusal = self._refusal(now, guard)
+        if refusal is not None or plan is None:
+            return self._skip(refusal or "no plan yet")
         ledger = self._ledger()
         today = now.date().isoformat()
         done_today = ledger.get(today, [])
@@ -181,6 +173,20 @@ class Service(Collector):
         ledger[today] = [*done_today, *(o.node for o in result.applied)]
         ledger[f"plan:{plan.plan_id}"] = sorted(tried | {o.node for o in result.outcomes})
         self._save_ledger(ledger)
+        return None
+
+    def _refusal(self, now: datetime, guard: AutoApply) -> str | None:
+        """Why the guard refuses to apply the current plan now (None: it may)."""
+        assert guard.window is not None
+        if not in_window(now, guard.window):
+            return "outside the maintenance window"
+        plan, made = self.state.plan, self.state.plan_made_at
+        if plan is None:
+            return "no plan yet"
+        if now.timestamp() - made > guard.max_plan_age_s:
+            return f"plan {plan.plan_id} is older than {guard.max_plan_age_s / 3600:g}h"
+        if plan.totals.gpus_freed < guard.min_gpus_freed:
+            return f"plan frees {plan.totals.gpus_freed} GPU(s), below min_gpus_freed={guard.min_gpus_freed}"
         return None
 
     def _ledger(self) -> dict[str, list[str]]:
@@ -314,10 +320,3 @@ class Service(Collector):
                 "last_plan_success": self.state.last_plan_ok,
                 "last_auto_apply_skip": self.state.last_skip,
             }
-
-
-def maintenance_text(window: MaintenanceWindow) -> str:
-    def hhmm(t: dtime) -> str:
-        return t.strftime("%H:%M")
-
-    return f"{','.join(window.days)} {hhmm(window.start)}-{hhmm(window.end)}"

@@ -17,8 +17,16 @@ OWN = {"exporter", "adapter", "rightsizer", "mig_geometry", "gpupilot_common", "
 
 
 def third_party_imports(package: Path) -> set[str]:
+    """Top-level third-party imports of ``package``, and of the gpupilot_common modules it imports."""
     found: set[str] = set()
-    for path in package.rglob("*.py"):
+    paths = list(package.rglob("*.py"))
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpupilot_common."):
+                shared = ROOT / f"{node.module.replace('.', '/')}.py"  # type: ignore[union-attr]
+                if shared not in paths:
+                    paths.append(shared)
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]

@@ -117,7 +117,7 @@ def test_bad_web_config_fails_at_start(tmp_path: Path) -> None:
     )
     assert res.returncode == 2
     assert res.stderr.strip() == (
-        f"gpupilot-exporter: {web}: basic_auth_users.admin: expected a bcrypt hash ($2y$…, 60 characters), "
+        f"gpupilot-exporter: {web}:2: basic_auth_users.admin: expected a bcrypt hash ($2y$…, 60 characters), "
         "e.g. from htpasswd -nBC 10 USER"
     )
 

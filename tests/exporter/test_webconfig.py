@@ -96,12 +96,22 @@ def test_empty_file_means_plain_http(tmp_path: Path) -> None:
         ),
         ("http_server_config: {colour: red}\n", "http_server_config.colour: unknown field"),
         ("basic_auth_users: [a, b]\n", "basic_auth_users: expected a mapping, got list"),
-        ("tls_server_config: [\n", "line 2"),
+        ("tls_server_config: [\n", "web.yml:2: "),
         ("- a\n", "top level: expected a mapping"),
     ],
 )
 def test_bad_files_fail_with_one_line(tmp_path: Path, text: str, expected: str) -> None:
     assert expected in error_of(write(tmp_path, text))
+
+
+def test_errors_name_the_line_of_the_field(tmp_path: Path) -> None:
+    path = write(tmp_path, "# users\nbasic_auth_users:\n  bob: $2y$10$x\n  alice: plaintext\n")
+    assert error_of(path) == (
+        f"{path}:3: basic_auth_users.bob: expected a bcrypt hash ($2y$…, 60 characters), "
+        "e.g. from htpasswd -nBC 10 USER"
+    )
+    path = write(tmp_path, "http_server_config:\n  headers:\n    X-Ok: a\n    Content-Type: x\n")
+    assert error_of(path).startswith(f"{path}:4: http_server_config.headers.Content-Type: ")
 
 
 def test_bad_tls_choices(tmp_path: Path, pki: pki_mod.Pki) -> None:

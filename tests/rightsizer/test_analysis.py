@@ -166,6 +166,14 @@ def test_bad_query_is_query_error(small_history: History) -> None:
         client.instant("sum(")
 
 
+def test_scalar_and_vector_answers(small_history: History) -> None:
+    with PrometheusClient(small_history.url) as client:
+        [two] = client.instant("1 + 1", small_history.end)
+        up = client.instant('count(gpupilot_gpu_info{Hostname="node-c"})', small_history.end)
+    assert two.labels == {} and two.value == 2.0 and two.timestamp == pytest.approx(small_history.end)
+    assert [s.value for s in up] == [1.0]
+
+
 def test_generic_range_api(small_history: History) -> None:
     with PrometheusClient(small_history.url) as client:
         series = client.range(

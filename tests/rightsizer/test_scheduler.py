@@ -23,10 +23,13 @@ from apscheduler.executors.debug import DebugExecutor
 from apscheduler.schedulers.base import BaseScheduler
 
 from devkit.prometheus import free_port
+from gpupilot_common.httpserve import Limits
 from rightsizer.apply.applier import ApplyReport, NodeOutcome
 from rightsizer.cli import main
+from rightsizer.commands.serve import http_server
 from rightsizer.serve.config import ServeConfigError, load, parse
 from rightsizer.serve.scheduler import Service
+from tests.common.httpclients import get, oversized_header_status, slow_client_is_closed
 from tests.rightsizer.apply_support import Change, make_plan
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -256,6 +259,14 @@ def test_config_errors_are_one_line(tmp_path, change, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_config_file_errors_name_the_line(tmp_path):
+    path = tmp_path / "serve.yaml"
+    path.write_text("prometheus_url: http://p:9090\ntimezone: UTC\nplan:\n  every: 6h\n  max_nodes: 0\n")
+    with pytest.raises(ServeConfigError) as err:
+        load(path)
+    assert str(err.value) == f"{path}:5: plan.max_nodes: must be a whole number >= 1, got 0"
+
+
 def test_operator_namespace_and_configmap_are_settings():
     doc = {"prometheus_url": "http://p:9090", "timezone": "UTC", "plan": {"every": "6h"}}
     assert (
@@ -330,6 +341,23 @@ def test_serve_process_answers_health_and_metrics_and_stops_on_sigterm(tmp_path)
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_http_endpoints_close_slow_and_refuse_oversized_clients(tmp_path, clock):
+    service, sched = start(config(tmp_path), FakeJobs(), clock)
+    limits = Limits(idle_timeout=0.5, max_header_bytes=2048)
+    server = http_server(service, sched, "127.0.0.1", 0, limits=limits).start()
+    try:
+        assert slow_client_is_closed(server.port, within=0.5) < 3
+        assert oversized_header_status(server.port, size=64 * 1024) == 431
+        status, body = get(server.port, "/health")
+        assert status == 200 and json.loads(body)["status"] == "ok"
+        status, body = get(server.port, "/metrics")
+        assert status == 200 and b"gpupilot_rightsizer_job_runs_total" in body
+        assert get(server.port, "/nope")[0] == 404
+    finally:
+        server.close()
+        sched.shutdown(wait=False)
 
 
 def test_bad_config_file_exits_2_with_one_line(tmp_path, capsys):

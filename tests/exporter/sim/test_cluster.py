@@ -12,6 +12,8 @@ from exporter.sim import cluster, scenario
 from exporter.sim.backend import SimBackend
 from exporter.sim.cli import cluster_main
 from exporter.sim.cluster_server import ClusterServer
+from gpupilot_common.httpserve import Limits
+from tests.common.httpclients import get, oversized_header_status, slow_client_is_closed
 
 REPO = Path(__file__).resolve().parents[3]
 T = 1_767_225_600.0 + 300 * 86400 + 15 * 3600
@@ -151,3 +153,15 @@ def test_resource_series_for_every_pod(demo: scenario.Scenario) -> None:
     }
     assert requests[(demo.pods[0].name, "cpu", "core")] == 4.0
     assert requests[(demo.pods[0].name, "memory", "byte")] == 32 * 2**30
+
+
+def test_server_closes_slow_and_refuses_oversized_clients(demo: scenario.Scenario) -> None:
+    limits = Limits(idle_timeout=0.5, max_header_bytes=2048)
+    server = ClusterServer(demo, port=0, clock=lambda: T, limits=limits).start()
+    try:
+        assert slow_client_is_closed(server.port, within=0.5) < 3
+        assert oversized_header_status(server.port, size=64 * 1024) == 431
+        status, body = get(server.port, "/metrics")
+        assert status == 200 and b"# TYPE kube_pod_labels gauge" in body
+    finally:
+        server.close()

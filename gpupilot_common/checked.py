@@ -1,0 +1,202 @@
+"""One way to read checked input: a YAML document read once, then typed getters on its sections that
+fail with ONE line, ``file:line: field.path: problem`` (``source: field.path: problem`` for data
+that came from no file, such as a test's dict).
+
+Each service keeps its own error tree: the reader is given the exception class to raise (a
+``ServeConfigError``, the exporter's ``ConfigError``), so callers catch what they always caught.
+
+    doc = checked.load_yaml(path, error=ServeConfigError)
+    top = doc.root()                      # a Section over the top-level mapping
+    top.keys(("listen", "plan"))          # unknown fields: one line naming the known ones
+    every = top.section("plan").duration("every", default=6 * 3600, minimum=60)
+
+Lines come from the YAML composer's marks (the line of the key, or of the section when the key is
+missing), so a problem is found in the file where the reader would look for it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpupilot_common.timefmt import parse_duration
+
+ErrorType = Callable[[str], Exception]
+FieldPath = tuple[str, ...]
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class Document:
+    """Parsed data plus the line of every mapping key (1-based), by field path."""
+
+    def __init__(
+        self, data: Any, *, source: str, error: ErrorType, lines: Mapping[FieldPath, int] | None = None
+    ) -> None:
+        self.data = data
+        self.source = source
+        self.error = error
+        self.lines: Mapping[FieldPath, int] = lines or {}
+
+    def where(self, path: FieldPath) -> str:
+        """``file:line`` of the nearest known line on ``path`` (the key, else its section)."""
+        for n in range(len(path), -1, -1):
+            line = self.lines.get(path[:n])
+            if line is not None:
+                return f"{self.source}:{line}"
+        return self.source
+
+    def fail(self, path: FieldPath, problem: str, *, field: str | None = None) -> Exception:
+        """The one-line error for ``path``; ``field``: the name to show when it is not ``path``
+        joined by dots (a reader that names fields its own way)."""
+        field = ".".join(path) if field is None else field
+        return self.error(
+            f"{self.where(path)}: {field}: {problem}" if field else f"{self.where(path)}: {problem}"
+        )
+
+    def root(self, what: str = "the file") -> Section:
+        if not isinstance(self.data, dict):
+            raise self.error(
+                f"{self.where(())}: {what} must be a mapping of fields, got {type(self.data).__name__}"
+            )
+        return Section(self, self.data, ())
+
+
+def key_lines(node: yaml.Node | None, path: FieldPath = ()) -> dict[FieldPath, int]:
+    """The 1-based line of each mapping key under ``node`` (sequence items by index)."""
+    out: dict[FieldPath, int] = {}
+    if node is None:
+        return out
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            sub = (*path, str(key.value))
+            out[sub] = key.start_mark.line + 1
+            out.update({k: v for k, v in key_lines(value, sub).items() if k != sub})
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out.update(key_lines(item, (*path, str(i))))
+    return out
+
+
+def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
+    """Parse ``text`` (one YAML document) keeping each key's line; a syntax error is one line."""
+    try:
+        data = yaml.safe_load(text)
+        lines = key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise error(f"{where}: {problem} (YAML syntax)") from None
+    return Document(data, source=source, error=error, lines=lines)
+
+
+def load_yaml(path: Path, *, error: ErrorType, what: str = "file") -> Document:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise error(f"{path}: cannot read the {what} ({reason})") from None
+    return parse_yaml(text, source=str(path), error=error)
+
+
+class Section:
+    """A mapping at ``path`` of a :class:`Document`; each getter checks one field."""
+
+    def __init__(self, doc: Document, data: dict[Any, Any], path: FieldPath) -> None:
+        self.doc, self.data, self.path = doc, data, path
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.data
+
+    def fail(self, key: str, problem: str) -> Exception:
+        return self.doc.fail((*self.path, key), problem)
+
+    def keys(self, allowed: Iterable[str]) -> None:
+        known = tuple(allowed)
+        for key in self.data:
+            if key not in known:
+                raise self.fail(str(key), f"unknown field (known: {', '.join(known)})")
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def text(self, key: str, default: str | None = None) -> str:
+        v = self.data.get(key, default)
+        if not isinstance(v, str) or not v:
+            raise self.fail(
+                key, "required, a non-empty string" if v is None else f"must be a string, got {_short(v)}"
+            )
+        return v
+
+    def optional_text(self, key: str) -> str | None:
+        return None if self.data.get(key) is None else self.text(key)
+
+    def boolean(self, key: str, default: bool) -> bool:
+        v = self.data.get(key, default)
+        if not isinstance(v, bool):
+            raise self.fail(key, f"must be true or false, got {_short(v)}")
+        return v
+
+    def integer(
+        self, key: str, default: int | None, *, minimum: int = 0, maximum: int | None = None
+    ) -> int | None:
+        v = self.data.get(key, default)
+        if v is None:
+            return None
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int)
+            or v < minimum
+            or (maximum is not None and v > maximum)
+        ):
+            bound = f"from {minimum} to {maximum}" if maximum is not None else f">= {minimum}"
+            raise self.fail(key, f"must be a whole number {bound}, got {_short(v)}")
+        return v
+
+    def number(
+        self, key: str, default: float | None, *, minimum: float = 0.0, maximum: float | None = None
+    ) -> float | None:
+        v = self.data.get(key, default)
+        if v is None:
+            return None
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not math.isfinite(v)
+            or v < minimum
+            or (maximum is not None and v > maximum)
+        ):
+            bound = f"from {minimum:g} to {maximum:g}" if maximum is not None else f">= {minimum:g}"
+            raise self.fail(key, f"must be a number {bound}, got {_short(v)}")
+        return float(v)
+
+    def duration(self, key: str, default: float, *, minimum: float = 0.0) -> float:
+        """A duration in Prometheus' grammar (``90s``, ``1h30m``, ``7d``), in seconds."""
+        v = self.data.get(key)
+        if v is None:
+            return default
+        try:
+            seconds = parse_duration(str(v))
+        except ValueError as exc:
+            raise self.fail(key, str(exc)) from None
+        if seconds < minimum:
+            raise self.fail(key, f"must be at least {minimum:g}s, got {v}")
+        return seconds
+
+    def section(self, key: str) -> Section | None:
+        """The mapping under ``key`` (None when absent or null)."""
+        v = self.data.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, dict):
+            raise self.fail(key, f"must be a mapping of fields, got {_short(v)}")
+        return Section(self.doc, v, (*self.path, key))

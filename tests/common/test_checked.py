@@ -1,0 +1,93 @@
+"""gpupilot_common.checked: every problem is one line, ``file:line: field.path: problem``, with the
+line of the key (or of its section when the key is missing), raised as the caller's error class."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpupilot_common import checked
+
+
+class MyError(ValueError):
+    pass
+
+
+DOC = """\
+listen: ":9500"
+plan:
+  every: 6h
+  max_nodes: 3
+report:
+  # a comment line
+  price: .nan
+  window: 1h30m
+items: [1, 2]
+"""
+
+
+def _root(text: str = DOC) -> checked.Section:
+    return checked.parse_yaml(text, source="cfg.yaml", error=MyError).root()
+
+
+def _fails(call, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(MyError) as err:
+        call()
+    assert str(err.value) == message
+
+
+def test_values_are_read_and_typed() -> None:
+    root = _root()
+    plan = root.section("plan")
+    report = root.section("report")
+    assert plan is not None and report is not None
+    assert plan.duration("every", 0) == 6 * 3600 and plan.integer("max_nodes", None, minimum=1) == 3
+    assert report.duration("window", 0) == 5400 and root.section("absent") is None
+    assert root.text("listen") == ":9500" and root.boolean("enabled", False) is False
+
+
+def test_each_problem_names_file_line_and_field() -> None:
+    root = _root()
+    plan, report = root.section("plan"), root.section("report")
+    assert plan is not None and report is not None
+    _fails(
+        lambda: plan.integer("max_nodes", None, minimum=5),
+        "cfg.yaml:4: plan.max_nodes: must be a whole number >= 5, got 3",
+    )
+    _fails(lambda: report.number("price", None), "cfg.yaml:7: report.price: must be a number >= 0, got nan")
+    _fails(
+        lambda: report.duration("window", 0, minimum=7200),
+        "cfg.yaml:8: report.window: must be at least 7200s, got 1h30m",
+    )
+    _fails(
+        lambda: root.keys(("listen", "plan", "report")),
+        "cfg.yaml:9: items: unknown field (known: listen, plan, report)",
+    )
+    _fails(lambda: root.section("items"), "cfg.yaml:9: items: must be a mapping of fields, got [1, 2]")
+    # a missing key: the line of its section
+    _fails(lambda: plan.text("window"), "cfg.yaml:2: plan.window: required, a non-empty string")
+
+
+def test_syntax_errors_and_wrong_documents_are_one_line(tmp_path: Path) -> None:
+    _fails(
+        lambda: checked.parse_yaml("a: [1,\n", source="x.yaml", error=MyError),
+        "x.yaml:2: expected the node content, but found '<stream end>' (YAML syntax)",
+    )
+    _fails(lambda: _root("- 1\n- 2\n"), "cfg.yaml:1: the file must be a mapping of fields, got list")
+    missing = tmp_path / "missing.yaml"
+    _fails(
+        lambda: checked.load_yaml(missing, error=MyError),
+        f"{missing}: cannot read the file (No such file or directory)",
+    )
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    _fails(
+        lambda: checked.load_yaml(binary, error=MyError, what="config"),
+        f"{binary}: cannot read the config (not UTF-8 text)",
+    )
+
+
+def test_data_without_a_file_has_no_line() -> None:
+    doc = checked.Document({"n": "x"}, source="test", error=MyError)
+    _fails(lambda: doc.root().integer("n", None), "test: n: must be a whole number >= 0, got 'x'")
