@@ -1,0 +1,223 @@
+"""deploy/helm/gpupilot with a real Helm v4 (``python -m devkit.helm``, from the PyPI wheel):
+``helm lint``, ``helm template`` over the chart's ci/ values files, every rendered object checked as
+the kustomize ones are, the schema refusing bad values, and the chart with its defaults rendering
+the same objects as ``kubectl kustomize deploy/overlays/gpu-operator`` where the two overlap."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.test_manifests import (
+    FORBIDDEN_VERBS,
+    KNOWN_API_VERSIONS,
+    METRICS_GROUPS,
+    OVERLAY,
+    ROOT_ALLOWED,
+    WORKLOAD_KINDS,
+    ident,
+    pod_spec,
+    render,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "gpupilot"
+VALUES_FILES = sorted((CHART / "ci").glob("*.yaml"))
+NAMESPACE = "gpupilot"
+HELM_LABELS = {
+    "helm.sh/chart",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+}
+API_VERSIONS = {**KNOWN_API_VERSIONS, "PodMonitor": "monitoring.coreos.com/v1"}
+VARIANTS = ["defaults", *[p.stem for p in VALUES_FILES]]
+
+
+@functools.cache
+def helm() -> str:
+    here = Path(sys.executable).parent / "helm"
+    found = str(here) if os.access(here, os.X_OK) else shutil.which("helm")
+    assert found, "helm not found: run 'make helm' (python -m devkit.helm --into .venv/bin/helm)"
+    return found
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm(), *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+@functools.cache
+def template(variant: str, *sets: str) -> tuple[dict[str, Any], ...]:
+    args = ["template", "gpupilot", str(CHART), "--namespace", NAMESPACE]
+    if variant != "defaults":
+        args += ["-f", str(CHART / "ci" / f"{variant}.yaml")]
+    for s in sets:
+        args += ["--set", s]
+    res = run_helm(*args)
+    assert res.returncode == 0, f"helm template ({variant}) failed: {res.stderr.strip()}"
+    return tuple(doc for doc in yaml.safe_load_all(res.stdout) if doc)
+
+
+def kinds(objs: tuple[dict[str, Any], ...]) -> set[tuple[str, str]]:
+    return {(o["kind"], o["metadata"]["name"]) for o in objs}
+
+
+def test_helm_is_v4() -> None:
+    res = run_helm("version", "--short")
+    assert res.returncode == 0 and res.stdout.startswith("v4."), res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_lint_is_clean(variant: str) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    if variant != "defaults":
+        args += ["-f", str(CHART / "ci" / f"{variant}.yaml")]
+    res = run_helm(*args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 chart(s) failed" in res.stdout
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rendered_objects_pass_the_kustomize_checks(variant: str) -> None:
+    objs = template(variant)
+    assert objs
+    names = kinds(objs)
+    for obj in objs:
+        where = f"helm {variant}: {ident(obj)}"
+        assert obj["apiVersion"] == API_VERSIONS.get(obj["kind"]), where
+        labels = obj["metadata"].get("labels", {})
+        assert labels.keys() >= HELM_LABELS and labels["app.kubernetes.io/part-of"] == "gpupilot", where
+        if obj["kind"] not in {"ClusterRole", "ClusterRoleBinding", "APIService"}:
+            assert obj["metadata"].get("namespace"), f"{where}: no namespace"
+        for rule in obj.get("rules", []) if obj["kind"] in {"Role", "ClusterRole"} else []:
+            assert not FORBIDDEN_VERBS & set(rule["verbs"]), where
+            assert "*" not in rule["apiGroups"] and "secrets" not in rule["resources"], where
+            if "*" in rule["resources"]:
+                assert set(rule["apiGroups"]) <= METRICS_GROUPS and set(rule["verbs"]) <= {
+                    "get",
+                    "list",
+                    "watch",
+                }
+        if obj["kind"] not in WORKLOAD_KINDS:
+            continue
+        spec = pod_spec(obj)
+        assert ("ServiceAccount", spec["serviceAccountName"]) in names, where
+        for vol in spec.get("volumes", []):
+            if "configMap" in vol:
+                assert ("ConfigMap", vol["configMap"]["name"]) in names, where
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", where
+        assert not spec.get("hostNetwork") and not spec.get("hostPID"), where
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True, where
+            assert sc["capabilities"]["drop"] == ["ALL"] and not sc.get("privileged"), where
+            assert {"cpu", "memory"} <= c["resources"]["requests"].keys() & c["resources"]["limits"].keys()
+            assert "livenessProbe" in c and "readinessProbe" in c, where
+            if (obj["kind"], obj["metadata"]["name"]) not in ROOT_ALLOWED:
+                assert spec["securityContext"]["runAsNonRoot"] is True, where
+
+
+def test_each_component_switches_off() -> None:
+    full = kinds(template("everything"))
+    only = kinds(template("exporter-only"))
+    assert {k for k, _ in only} == {"ServiceAccount", "Service", "DaemonSet", "PodMonitor"}
+    assert ("PodMonitor", "gpupilot-exporter") in full and ("ServiceMonitor", "gpupilot-exporter") in full
+    assert ("APIService", "v1beta1.external.metrics.k8s.io") in full
+    assert {("Certificate", "gpupilot-adapter-tls"), ("Issuer", "gpupilot-adapter-selfsigned")} <= full
+    assert {n for k, n in full if k == "NetworkPolicy"} == {
+        "gpupilot-exporter",
+        "gpupilot-adapter",
+        "gpupilot-rightsizer",
+    }
+    none = template("defaults", "exporter.enabled=false", "adapter.enabled=false", "rightsizer.enabled=false")
+    assert {o["kind"] for o in none} == {"PrometheusRule", "ConfigMap"}
+    assert not template("exporter-only", "exporter.enabled=false"), "everything off must render nothing"
+
+
+def test_values_reach_the_objects() -> None:
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in template("everything")}
+    ds = pod_spec(objs[("DaemonSet", "gpupilot-exporter")])
+    (exporter,) = ds["containers"]
+    assert exporter["image"] == "registry.example.com/gpupilot:0.1.0-rc1"
+    assert exporter["imagePullPolicy"] == "Always"
+    assert exporter["args"][-1] == "--hostname-label=Hostname"
+    vm = {(o["kind"], o["metadata"]["name"]): o for o in template("victoriametrics")}
+    adapter = pod_spec(vm[("Deployment", "gpupilot-adapter")])["containers"][0]
+    assert "--prometheus-url=http://vmselect-vm.monitoring.svc:8481/select/0/prometheus" in adapter["args"]
+    api = vm[("APIService", "v1beta2.custom.metrics.k8s.io")]
+    assert api["spec"]["caBundle"] == "LS0tLS1CRUdJTi0tLS0t"
+    assert "annotations" not in api["metadata"], "a given caBundle must not be overwritten by cert-manager"
+    rules = [o for o in vm.values() if o["kind"] == "PrometheusRule"]
+    assert rules and all("release" not in o["metadata"]["labels"] for o in rules)
+    config = yaml.safe_load(vm[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
+    assert config["prometheus_url"].endswith("/select/0/prometheus")
+
+
+def test_rendered_configs_load(tmp_path: Path) -> None:
+    from adapter.config import load_config  # noqa: PLC0415
+
+    for variant in VARIANTS:
+        objs = {(o["kind"], o["metadata"]["name"]): o for o in template(variant)}
+        if ("ConfigMap", "gpupilot-adapter-config") in objs:
+            path = tmp_path / f"{variant}-adapter.yaml"
+            path.write_text(objs[("ConfigMap", "gpupilot-adapter-config")]["data"]["config.yaml"])
+            assert load_config(path).metrics
+        if ("ConfigMap", "gpupilot-rightsizer") in objs:
+            path = tmp_path / f"{variant}-rightsizer.yaml"
+            path.write_text(objs[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
+            res = subprocess.run(
+                [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            )
+            assert res.returncode == 0, f"{variant}: {res.stdout}{res.stderr}"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("adapter.replicas=0", "/adapter/replicas"),
+        ("exporter.port=70000", "/exporter/port"),
+        ("adapter.prometheusUrl=prometheus:9090", "/adapter/prometheusUrl"),
+        ("exporter.serviceMonitor.interval=often", "/exporter/serviceMonitor/interval"),
+        ("exporter.resources.limits.memory=lots", "/exporter/resources/limits/memory"),
+        ("adapter.enable=true", "enable"),
+    ],
+)
+def test_schema_refuses_bad_values(setting: str, message: str) -> None:
+    res = run_helm("template", "gpupilot", str(CHART), "--set", setting)
+    assert res.returncode != 0
+    assert message in res.stderr, res.stderr
+
+
+def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    labels = out["metadata"].get("labels", {})
+    for key in HELM_LABELS:
+        labels.pop(key, None)
+    return out
+
+
+def test_chart_and_kustomize_render_the_same_objects() -> None:
+    """Defaults against the rendered gpu-operator overlay (not a copy of it): every object both
+    produce is identical but for Helm's own labels; each side's extras are the expected ones."""
+    chart = {ident(o): _comparable(o) for o in template("defaults")}
+    kustomize = {ident(o): o for o in render(OVERLAY)}
+    shared = chart.keys() & kustomize.keys()
+    assert len(shared) == 33
+    for key in sorted(shared):
+        assert chart[key] == kustomize[key], f"{key}: chart and kustomize differ"
+    # The namespace is Helm's (--create-namespace), not an object of the chart.
+    assert set(kustomize) - set(chart) == {"Namespace/-/gpupilot"}
+    assert set(chart) - set(kustomize) == set()
