@@ -7,8 +7,9 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: gpupilot
 {{- end -}}
 
+{{/* One image per service (the Dockerfile's targets): <repository>-<service>:<tag>. */}}
 {{- define "gpupilot.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ .root.Values.image.repository }}-{{ .service }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}
 {{- end -}}
 
 {{/* Container security context shared by every workload. */}}
