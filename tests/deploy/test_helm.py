@@ -180,6 +180,11 @@ def test_rendered_configs_load(tmp_path: Path) -> None:
         ("exporter.serviceMonitor.interval=often", "/exporter/serviceMonitor/interval"),
         ("exporter.resources.limits.memory=lots", "/exporter/resources/limits/memory"),
         ("adapter.enable=true", "enable"),
+        ("networkPolicy.monitoringNamespace=Monitoring", "/networkPolicy/monitoringNamespace"),
+        ("exporter.kubeletPodResourcesDir=var/lib/kubelet", "/exporter/kubeletPodResourcesDir"),
+        ("rightsizer.migConfigMap=MIG_config", "/rightsizer/migConfigMap"),
+        ("rightsizer.prometheusUrl=vm:8428", "/rightsizer/prometheusUrl"),
+        ("adapter.minAvailable=-1", "/adapter/minAvailable"),
     ],
 )
 def test_schema_refuses_bad_values(setting: str, message: str) -> None:
@@ -205,18 +210,8 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
 
 # The chart's own extra: a NetworkPolicy for the rightsizer too (Prometheus' namespace only).
 CHART_EXTRAS = {"NetworkPolicy/gpupilot/gpupilot-rightsizer"}
-# overlay → (chart values variant, objects only the overlay has, besides the Namespace Helm creates).
-COUNTERPARTS = {
-    OVERLAY: ("defaults", set()),
-    "overlays/openshift": (
-        "openshift",
-        {
-            "SecurityContextConstraints/-/gpupilot-exporter",
-            "ClusterRole/-/gpupilot-exporter-scc",
-            "RoleBinding/gpupilot/gpupilot-exporter-scc",
-        },
-    ),
-}
+# overlay → the chart's values variant that installs the same.
+COUNTERPARTS = {OVERLAY: "defaults", "overlays/openshift": "openshift"}
 
 
 def _compare(
@@ -244,11 +239,11 @@ def _compare(
 def test_chart_and_kustomize_render_the_same_objects(overlay: str) -> None:
     """Each overlay against its values file, both rendered (kustomize's output, not a copy): every
     object both produce is identical but for Helm's own labels; each side's extras are known."""
-    variant, overlay_only = COUNTERPARTS[overlay]
+    variant = COUNTERPARTS[overlay]
     chart = {ident(o) for o in template(variant)}
     kustomize = {ident(o) for o in render(overlay)}
     assert _compare(template(variant), render(overlay)) >= 40
-    assert kustomize - chart == {"Namespace/-/gpupilot", *overlay_only}
+    assert kustomize - chart == {"Namespace/-/gpupilot"}, "the chart leaves it to --create-namespace"
     assert chart - kustomize == CHART_EXTRAS
 
 
@@ -279,3 +274,52 @@ def test_chart_settings_match_kustomize_components(component: str, tmp_path: Pat
     # components); the chart labels every object.
     assert _compare(chart, kustomize, ignore_labels=frozenset({"app.kubernetes.io/part-of"})) >= 40
     assert {ident(o) for o in kustomize} - {ident(o) for o in chart} == {"Namespace/-/gpupilot"}
+
+
+def test_chart_files_are_links_to_deploy_and_package_resolves_them(tmp_path: Path) -> None:
+    """rules/, dashboards/ (through deploy/monitoring), the default configs, admission policies and
+    the SCC reach the chart by links to their one source under deploy/, never by copies; a
+    packaged chart (what `helm package`/`helm push` ship) carries their contents and renders the
+    same objects as the chart directory."""
+    files = sorted((CHART / "files").iterdir())
+    assert files
+    for path in files:
+        assert path.is_symlink(), f"{path.relative_to(ROOT)} must link to its source under deploy/"
+        target = path.resolve()
+        assert target.is_file() and DEPLOY in target.parents and CHART not in target.parents, path
+    res = run_helm("package", str(CHART), "--destination", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    (packaged,) = tmp_path.glob("gpupilot-*.tgz")
+    res = run_helm("template", "gpupilot", str(packaged), "--namespace", NAMESPACE)
+    assert res.returncode == 0, res.stderr
+    assert tuple(d for d in yaml.safe_load_all(res.stdout) if d) == template("defaults")
+
+
+def test_settings_reach_the_objects() -> None:
+    objs = template(
+        "defaults",
+        "exporter.kubeletPodResourcesDir=/data/kubelet/pod-resources",
+        "exporter.runtimeClassName=",
+        "adapter.priorityClassName=",
+        "adapter.minAvailable=null",
+        "rightsizer.migConfigMap=mig-a",
+        "rightsizer.admissionPolicy.enabled=false",
+    )
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    ds = pod_spec(by[("DaemonSet", "gpupilot-exporter")])
+    volume = next(v for v in ds["volumes"] if v["name"] == "pod-resources")
+    assert volume["hostPath"]["path"] == "/data/kubelet/pod-resources"
+    assert "runtimeClassName" not in ds
+    assert "priorityClassName" not in pod_spec(by[("Deployment", "gpupilot-adapter")])
+    assert ("PodDisruptionBudget", "gpupilot-adapter") not in by
+    assert not {k for k, _ in by} & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    role = by[("Role", "gpupilot-rightsizer-mig-config")]
+    assert role["rules"][0]["resourceNames"] == ["mig-a"]
+    config = yaml.safe_load(by[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
+    assert config["auto_apply"]["mig_configmap"] == "mig-a"
+
+
+def test_clusters_without_admission_policies_v1_are_refused() -> None:
+    res = run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.29.0")
+    assert res.returncode != 0 and "kubeVersion: >=1.30.0-0" in res.stderr, res.stderr
+    assert run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.30.0").returncode == 0
