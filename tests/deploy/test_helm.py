@@ -149,26 +149,27 @@ def test_values_reach_the_objects() -> None:
     assert config["prometheus_url"].endswith("/select/0/prometheus")
 
 
-def test_rendered_configs_load(tmp_path: Path) -> None:
+@pytest.mark.slow  # a rightsizer process per variant
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
     from adapter.config import load_config  # noqa: PLC0415
 
-    for variant in VARIANTS:
-        objs = {(o["kind"], o["metadata"]["name"]): o for o in template(variant)}
-        if ("ConfigMap", "gpupilot-adapter-config") in objs:
-            path = tmp_path / f"{variant}-adapter.yaml"
-            path.write_text(objs[("ConfigMap", "gpupilot-adapter-config")]["data"]["config.yaml"])
-            assert load_config(path).metrics
-        if ("ConfigMap", "gpupilot-rightsizer") in objs:
-            path = tmp_path / f"{variant}-rightsizer.yaml"
-            path.write_text(objs[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
-            res = subprocess.run(
-                [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check"],
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=60,
-            )
-            assert res.returncode == 0, f"{variant}: {res.stdout}{res.stderr}"
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in template(variant)}
+    if ("ConfigMap", "gpupilot-adapter-config") in objs:
+        path = tmp_path / "adapter.yaml"
+        path.write_text(objs[("ConfigMap", "gpupilot-adapter-config")]["data"]["config.yaml"])
+        assert load_config(path).metrics
+    if ("ConfigMap", "gpupilot-rightsizer") in objs:
+        path = tmp_path / "rightsizer.yaml"
+        path.write_text(objs[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
+        res = subprocess.run(
+            [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert res.returncode == 0, f"{variant}: {res.stdout}{res.stderr}"
 
 
 @pytest.mark.parametrize(
