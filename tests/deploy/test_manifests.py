@@ -146,44 +146,44 @@ def rbac_rules() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     ]
 
 
-def test_rbac_has_no_wildcards_secrets_or_destructive_verbs() -> None:
+def check_rbac_rule(where: str, obj: dict[str, Any], rule: dict[str, Any]) -> None:
+    """Least privilege for one rule of a Role/ClusterRole (also applied to the Helm chart's)."""
+    where = f"{where}: {ident(obj)} rule {rule}"
+    verbs = set(rule.get("verbs", []))
+    assert not FORBIDDEN_VERBS & verbs, where
+    if "*" in rule.get("resources", []):
+        # The metrics APIs name resources after metrics, which are not known in advance; read
+        # access to all of them is what the HPA controller needs (as its own ClusterRole has).
+        assert set(rule["apiGroups"]) <= METRICS_GROUPS, where
+        assert verbs <= {"get", "list", "watch"}, where
+    assert "*" not in rule.get("apiGroups", []), where
+    assert "secrets" not in rule.get("resources", []), where
+    assert "nonResourceURLs" not in rule or "*" not in rule["nonResourceURLs"], where
+    writes = {"create", "update", "patch"}
+    for resource in rule.get("resources", []):
+        if resource == "pods/eviction":
+            assert verbs == {"create"}, where
+        elif resource == "configmaps":
+            assert obj["kind"] == "Role", f"configmaps must be namespaced (a Role): {where}"
+        elif resource == "nodes":
+            assert verbs & writes <= {"patch"}, where
+        elif resource == "pods":
+            assert not verbs & writes, where
+        elif resource == "events":
+            assert verbs <= {"create", "patch"}, where
+        elif resource == "clusterpolicies":
+            assert verbs <= {"get", "list", "watch", "patch"}, where
+        elif resource == "securitycontextconstraints":
+            assert verbs == {"use"} and rule.get("resourceNames"), where
+        elif resource not in {"tokenreviews", "subjectaccessreviews"}:
+            assert not verbs & writes, f"unexpected write access: {where}"
+
+
+def test_rbac_is_least_privilege() -> None:
     rules = rbac_rules()
     assert rules
     for rel, obj, rule in rules:
-        where = f"deploy/{rel}: {ident(obj)} rule {rule}"
-        assert not FORBIDDEN_VERBS & set(rule.get("verbs", [])), where
-        if "*" in rule.get("resources", []):
-            # The metrics APIs name resources after metrics, which are not known in advance; read
-            # access to all of them is what the HPA controller needs (as its own ClusterRole has).
-            assert set(rule["apiGroups"]) <= METRICS_GROUPS, where
-            assert set(rule["verbs"]) <= {"get", "list", "watch"}, where
-        assert "*" not in rule.get("apiGroups", []), where
-        assert "secrets" not in rule.get("resources", []), where
-        assert "nonResourceURLs" not in rule or "*" not in rule["nonResourceURLs"], where
-
-
-def test_rbac_writes_are_the_minimum() -> None:
-    writes = {"create", "update", "patch"}
-    for rel, obj, rule in rbac_rules():
-        where = f"deploy/{rel}: {ident(obj)} rule {rule}"
-        verbs = set(rule["verbs"])
-        for resource in rule.get("resources", []):
-            if resource == "pods/eviction":
-                assert verbs == {"create"}, where
-            elif resource == "configmaps":
-                assert obj["kind"] == "Role", f"configmaps must be namespaced (a Role): {where}"
-            elif resource == "nodes":
-                assert verbs & writes <= {"patch"}, where
-            elif resource == "pods":
-                assert not verbs & writes, where
-            elif resource == "events":
-                assert verbs <= {"create", "patch"}, where
-            elif resource == "clusterpolicies":
-                assert verbs <= {"get", "list", "watch", "patch"}, where
-            elif resource == "securitycontextconstraints":
-                assert verbs == {"use"} and rule.get("resourceNames"), where
-            elif resource not in {"tokenreviews", "subjectaccessreviews"}:
-                assert not verbs & writes, f"unexpected write access: {where}"
+        check_rbac_rule(f"deploy/{rel}", obj, rule)
 
 
 def test_rightsizer_rbac_covers_what_apply_does() -> None:
@@ -218,40 +218,49 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
     ]
 
 
+def check_pod_security(where: str, obj: dict[str, Any]) -> None:
+    """Pod security of one workload (also applied to the Helm chart's)."""
+    spec = pod_spec(obj)
+    pod_sc = spec.get("securityContext", {})
+    assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", ident(obj)
+    exporter = (obj["kind"], obj["metadata"]["name"]) in ROOT_ALLOWED
+    assert not spec.get("hostNetwork") and not spec.get("hostIPC"), ident(obj)
+    assert not spec.get("hostPID") or exporter, ident(obj)
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        sc = c.get("securityContext", {})
+        here = f"{where}: {ident(obj)} container {c['name']}"
+        assert sc.get("allowPrivilegeEscalation") is False, here
+        assert sc.get("readOnlyRootFilesystem") is True, here
+        assert not sc.get("privileged"), here
+        assert "ALL" in sc.get("capabilities", {}).get("drop", []), here
+        added = set(sc.get("capabilities", {}).get("add") or [])
+        assert added <= (EXPORTER_CAPABILITIES if exporter else set()), here
+        non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
+        if exporter:
+            continue
+        assert non_root is True, f"{here}: runAsNonRoot must be true"
+        uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
+        assert uid is None or uid != 0, here
+
+
+def check_resources_and_probes(where: str, obj: dict[str, Any]) -> None:
+    for c in pod_spec(obj)["containers"]:
+        here = f"{where}: {ident(obj)} container {c['name']}"
+        res = c.get("resources", {})
+        for part in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(res.get(part, {})), f"{here}: {part} cpu+memory"
+        assert "livenessProbe" in c and "readinessProbe" in c, f"{here}: probes"
+
+
 def test_pod_security_on_every_workload() -> None:
     assert workloads()
     for rel, obj in workloads():
-        spec = pod_spec(obj)
-        pod_sc = spec.get("securityContext", {})
-        assert pod_sc.get("seccompProfile", {}).get("type") == "RuntimeDefault", ident(obj)
-        exporter = (obj["kind"], obj["metadata"]["name"]) in ROOT_ALLOWED
-        assert not spec.get("hostNetwork") and not spec.get("hostIPC"), ident(obj)
-        assert not spec.get("hostPID") or exporter, ident(obj)
-        for c in spec.get("initContainers", []) + spec["containers"]:
-            sc = c.get("securityContext", {})
-            where = f"deploy/{rel}: {ident(obj)} container {c['name']}"
-            assert sc.get("allowPrivilegeEscalation") is False, where
-            assert sc.get("readOnlyRootFilesystem") is True, where
-            assert not sc.get("privileged"), where
-            assert "ALL" in sc.get("capabilities", {}).get("drop", []), where
-            added = set(sc.get("capabilities", {}).get("add") or [])
-            assert added <= (EXPORTER_CAPABILITIES if exporter else set()), where
-            non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
-            if (obj["kind"], obj["metadata"]["name"]) in ROOT_ALLOWED:
-                continue
-            assert non_root is True, f"{where}: runAsNonRoot must be true"
-            uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
-            assert uid is None or uid != 0, where
+        check_pod_security(f"deploy/{rel}", obj)
 
 
 def test_resources_and_probes_on_every_container() -> None:
     for rel, obj in workloads():
-        for c in pod_spec(obj)["containers"]:
-            where = f"deploy/{rel}: {ident(obj)} container {c['name']}"
-            res = c.get("resources", {})
-            for part in ("requests", "limits"):
-                assert {"cpu", "memory"} <= set(res.get(part, {})), f"{where}: {part} cpu+memory"
-            assert "livenessProbe" in c and "readinessProbe" in c, f"{where}: probes"
+        check_resources_and_probes(f"deploy/{rel}", obj)
 
 
 def test_exporter_daemonset_placement_and_mounts() -> None:

