@@ -4,6 +4,7 @@ values equal to what Prometheus itself holds, and the MIG-aware utilisation from
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -80,3 +81,20 @@ def test_seed_hpa_explained_on_the_fleet(metrics_history: Any, capsys: pytest.Ca
     final = next(line for line in out.splitlines() if "FINAL:" in line)
     after = int(final.split("→")[1].split()[0])
     assert 2 <= after <= 8  # within the seed's min/max
+
+
+def test_range_points_fall_on_the_requested_grid(metrics_history: Any) -> None:
+    """replay-hpa's timeline expects points at start + k × step, on both engines (the adapter's
+    POSTed range queries are not shifted to step multiples by VictoriaMetrics)."""
+    from adapter.prometheus import PrometheusClient  # noqa: PLC0415
+
+    end = time.time() - 7
+    start = end - 6 * 3600
+    client = PrometheusClient(metrics_history.url)
+    series = client.query_range(
+        'avg(DCGM_FI_DEV_GPU_UTIL{namespace="ai-serving"})', start=start, end=end, step=300
+    )
+    assert len(series) == 1
+    times = [t for t, _ in series[0].points]
+    assert times[0] == pytest.approx(start) and len(times) == 73
+    assert all(t == pytest.approx(start + 300 * k) for k, t in enumerate(times))
