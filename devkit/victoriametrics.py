@@ -1,7 +1,8 @@
 """Run a real VictoriaMetrics (Debian's ``victoria-metrics`` package) for tests, the demo and benchmarks.
 
 :class:`VictoriaMetricsServer` starts the single-node server on a free loopback port (optionally
-scraping targets with its built-in ``-promscrape.config``) and waits for ``/health``.
+scraping targets with its built-in ``-promscrape.config``) and waits for ``/health``;
+:class:`VMAgent` scrapes targets and remote-writes to it instead.
 :class:`VMAlert` runs ``vmalert`` over rule files against it: recording rules are written back through
 remote write, alerts go to a local notifier that keeps what it receives (an Alertmanager stand-in).
 
@@ -47,7 +48,7 @@ class VictoriaMetricsError(RuntimeError):
     pass
 
 
-BINARIES = ("victoria-metrics", "vmalert", "vmctl")
+BINARIES = ("victoria-metrics", "vmagent", "vmalert", "vmctl")
 
 
 def require_binary(name: str) -> str:
@@ -93,6 +94,27 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait(timeout=5)
 
 
+def scrape_config(scrape_jobs: Sequence[ScrapeJob]) -> dict[str, object]:
+    """A ``-promscrape.config`` document (Prometheus' ``scrape_configs``) for ``scrape_jobs``."""
+    jobs = []
+    for job in scrape_jobs:
+        static: dict[str, object] = {"targets": list(job.targets)}
+        if job.labels:
+            static["labels"] = dict(job.labels)
+        entry: dict[str, object] = {
+            "job_name": job.name,
+            "scrape_interval": job.interval,
+            "scheme": job.scheme,
+            "metrics_path": job.metrics_path,
+            "honor_labels": job.honor_labels,
+            "static_configs": [static],
+        }
+        if job.metric_relabel_configs:
+            entry["metric_relabel_configs"] = [dict(c) for c in job.metric_relabel_configs]
+        jobs.append(entry)
+    return {"scrape_configs": jobs}
+
+
 class VictoriaMetricsServer:
     """A real single-node VictoriaMetrics on 127.0.0.1:<free port>. Use as a context manager."""
 
@@ -119,23 +141,7 @@ class VictoriaMetricsServer:
         return f"http://127.0.0.1:{self.port}"
 
     def scrape_config(self) -> dict[str, object]:
-        jobs = []
-        for job in self.scrape_jobs:
-            static: dict[str, object] = {"targets": list(job.targets)}
-            if job.labels:
-                static["labels"] = dict(job.labels)
-            entry: dict[str, object] = {
-                "job_name": job.name,
-                "scrape_interval": job.interval,
-                "scheme": job.scheme,
-                "metrics_path": job.metrics_path,
-                "honor_labels": job.honor_labels,
-                "static_configs": [static],
-            }
-            if job.metric_relabel_configs:
-                entry["metric_relabel_configs"] = [dict(c) for c in job.metric_relabel_configs]
-            jobs.append(entry)
-        return {"scrape_configs": jobs}
+        return scrape_config(self.scrape_jobs)
 
     def start(self, *, timeout: float = 60.0) -> VictoriaMetricsServer:
         binary = require_binary("victoria-metrics")
@@ -279,6 +285,61 @@ def vmctl_import(server: VictoriaMetricsServer, blocks_dir: Path) -> float:
         raise VictoriaMetricsError(f"vmctl prometheus {blocks_dir} failed: {tail[0].strip()}")
     server.force_flush()
     return time.monotonic() - started
+
+
+class VMAgent:
+    """``vmagent`` scraping ``scrape_jobs`` and remote-writing to a VictoriaMetrics (as a fleet runs
+    it: vmagent per cluster, the store elsewhere)."""
+
+    def __init__(
+        self, server: VictoriaMetricsServer, scrape_jobs: Sequence[ScrapeJob], *, log_file: Path | None = None
+    ) -> None:
+        self.server = server
+        self.scrape_jobs = list(scrape_jobs)
+        self.port = free_port()
+        self.work_dir = server.data_dir.parent / f"vmagent-{self.port}"
+        self.log_file = log_file or server.data_dir.parent / f"vmagent-{self.port}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, timeout: float = 60.0) -> VMAgent:
+        binary = require_binary("vmagent")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.work_dir / "scrape.yml"
+        cfg.write_text(yaml.safe_dump(scrape_config(self.scrape_jobs), sort_keys=False))
+        cmd = [
+            binary,
+            f"-promscrape.config={cfg}",
+            f"-remoteWrite.url={self.server.url}/api/v1/write",
+            f"-remoteWrite.tmpDataPath={self.work_dir / 'queue'}",
+            "-remoteWrite.flushInterval=1s",
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            "-loggerLevel=WARN",
+        ]
+        log = self.log_file.open("ab")
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        log.close()
+        try:
+            _wait_http(f"{self.url}/health", self._proc, name="vmagent", log=self.log_file, timeout=timeout)
+        except VictoriaMetricsError:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        _stop(proc)
+
+    def __enter__(self) -> VMAgent:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 class _Notifier(BaseHTTPRequestHandler):

@@ -104,9 +104,9 @@ def prometheus_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
 def victoriametrics_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusHistory]:
     """The same simulated week in a real single-node VictoriaMetrics: imported through
     ``/api/v1/import/prometheus`` (faster than promtool blocks + vmctl here), then scraped live by
-    VictoriaMetrics itself, with vmalert evaluating rules/ and writing recording rules back."""
+    vmagent (remote write), with vmalert evaluating rules/ and writing recording rules back."""
     from devkit.history import LiveFleet  # noqa: PLC0415
-    from devkit.victoriametrics import VictoriaMetricsServer, VMAlert, import_history  # noqa: PLC0415
+    from devkit.victoriametrics import VictoriaMetricsServer, VMAgent, VMAlert, import_history  # noqa: PLC0415
     from exporter.sim import scenario as scenario_mod  # noqa: PLC0415
 
     base = tmp_path_factory.mktemp("victoriametrics-history")
@@ -117,13 +117,13 @@ def victoriametrics_history(tmp_path_factory: pytest.TempPathFactory) -> Iterato
     scenario = scenario_mod.load(HISTORY_SCENARIO)
     rules = tuple(sorted((REPO / "rules").glob("*.rules.yaml")))
     with LiveFleet(scenario) as live:
-        server = VictoriaMetricsServer(
-            data, scrape_jobs=live.scrape_jobs(interval=LIVE_INTERVAL), log_file=base / "vm.log"
-        )
+        server = VictoriaMetricsServer(data, log_file=base / "vm.log")
         server.start()
+        agent = VMAgent(server, live.scrape_jobs(interval=LIVE_INTERVAL), log_file=base / "vmagent.log")
         vmalert = VMAlert(server, rules, evaluation_interval=LIVE_INTERVAL, log_file=base / "vmalert.log")
         try:
             import_history(server, scenario, start=start, end=end, step=HISTORY_STEP_S)
+            agent.start()
             vmalert.start()
             _wait_for(server.url, "count(up == 1)", minimum=len(live.servers), timeout=60)
             _wait_for(server.url, 'count({__name__=~"gpupilot:.+"})', minimum=1, timeout=60)
@@ -140,6 +140,7 @@ def victoriametrics_history(tmp_path_factory: pytest.TempPathFactory) -> Iterato
             )
         finally:
             vmalert.stop()
+            agent.stop()
             server.stop()
 
 
