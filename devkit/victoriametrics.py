@@ -4,7 +4,7 @@
 scraping targets with its built-in ``-promscrape.config``) and waits for ``/health``;
 :class:`VMAgent` scrapes targets and remote-writes to it instead.
 :class:`VMAlert` runs ``vmalert`` over rule files against it: recording rules are written back through
-remote write, alerts go to a local notifier that keeps what it receives (an Alertmanager stand-in).
+remote write; alert state is read from vmalert's API and the ALERTS series it writes back.
 
 History goes in two ways, measured on the same history (``python -m devkit.victoriametrics``):
 :func:`import_history` streams the simulator's windows as Prometheus text (millisecond timestamps) to
@@ -33,7 +33,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TextIO
 
@@ -342,28 +341,6 @@ class VMAgent:
         self.stop()
 
 
-class _Notifier(BaseHTTPRequestHandler):
-    """Alertmanager's ``POST /api/v2/alerts``, keeping what vmalert sends."""
-
-    received: list[dict[str, object]]
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(min(length, 16 << 20))
-        try:
-            alerts = json.loads(body)
-        except ValueError:
-            alerts = []
-        if isinstance(alerts, list):
-            self.server.received.extend(a for a in alerts if isinstance(a, dict))  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        return
-
-
 class VMAlert:
     """``vmalert`` evaluating ``rule_files`` against a VictoriaMetrics, writing recording rules back."""
 
@@ -381,30 +358,22 @@ class VMAlert:
         self.port = free_port()
         self.log_file = log_file or server.data_dir.parent / f"vmalert-{self.port}.log"
         self._proc: subprocess.Popen[bytes] | None = None
-        self._notifier: ThreadingHTTPServer | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    @property
-    def notifications(self) -> list[dict[str, object]]:
-        """Alerts vmalert sent to its notifier so far."""
-        return list(self._notifier.received) if self._notifier is not None else []  # type: ignore[attr-defined]
-
     def start(self, *, timeout: float = 60.0) -> VMAlert:
         binary = require_binary("vmalert")
-        notifier = ThreadingHTTPServer(("127.0.0.1", 0), _Notifier)
-        notifier.received = []  # type: ignore[attr-defined]
-        threading.Thread(target=notifier.serve_forever, daemon=True).start()
-        self._notifier = notifier
         cmd = [
             binary,
             *[f"-rule={p}" for p in self.rule_files],
             f"-datasource.url={self.server.url}",
             f"-remoteWrite.url={self.server.url}",
             f"-remoteRead.url={self.server.url}",
-            f"-notifier.url=http://127.0.0.1:{notifier.server_address[1]}",
+            # vmalert 1.79 requires a notifier for alerting rules; nothing listens there (it logs the
+            # failed sends): alert state is read from its /api/v1/rules and the ALERTS series.
+            f"-notifier.url=http://127.0.0.1:{free_port()}",
             f"-evaluationInterval={self.evaluation_interval}",
             "-remoteWrite.flushInterval=1s",
             f"-httpListenAddr=127.0.0.1:{self.port}",
@@ -429,10 +398,6 @@ class VMAlert:
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         _stop(proc)
-        notifier, self._notifier = self._notifier, None
-        if notifier is not None:
-            notifier.shutdown()
-            notifier.server_close()
 
     def __enter__(self) -> VMAlert:
         if self._proc is None:
