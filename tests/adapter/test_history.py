@@ -1,9 +1,10 @@
-"""The adapter over the shared simulated fleet (``prometheus_history``: 7 days backfilled, live
+"""The adapter over the shared simulated fleet (``metrics_history``: 7 days backfilled, live
 scrapes, rules/ loaded): the seed's HPA explained, selectors resolved through kube_pod_labels,
 values equal to what Prometheus itself holds, and the MIG-aware utilisation from the recording rule."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,22 +29,22 @@ def prom_query(url: str, query: str) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def history_client(
-    prometheus_history: Any, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
+    metrics_history: Any, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
 ) -> Client:
-    adapter = start_adapter(base_settings(prometheus_history.url, pki))
+    adapter = start_adapter(base_settings(metrics_history.url, pki))
     return Client(f"https://127.0.0.1:{adapter.port}", pki)
 
 
-def test_selector_values_match_prometheus(prometheus_history: Any, history_client: Client) -> None:
+def test_selector_values_match_prometheus(metrics_history: Any, history_client: Client) -> None:
     labelled = prom_query(
-        prometheus_history.url, 'kube_pod_labels{namespace="ai-serving",label_app="llm-inference"}'
+        metrics_history.url, 'kube_pod_labels{namespace="ai-serving",label_app="llm-inference"}'
     )
     pods = {r["metric"]["pod"] for r in labelled}
     assert pods, "the simulated fleet should run ai-serving/llm-inference"
     truth = {
         r["metric"]["pod"]: float(r["value"][1])
         for r in prom_query(
-            prometheus_history.url, 'avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ai-serving"})'
+            metrics_history.url, 'avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ai-serving"})'
         )
         if r["metric"]["pod"] in pods
     }
@@ -58,10 +59,8 @@ def test_selector_values_match_prometheus(prometheus_history: Any, history_clien
         assert abs(served - value) <= 25, (name, served, value)
 
 
-def test_mig_aware_utilisation_for_every_allocated_pod(
-    prometheus_history: Any, history_client: Client
-) -> None:
-    rule = prom_query(prometheus_history.url, "gpupilot:pod_gpu_utilization:percent")
+def test_mig_aware_utilisation_for_every_allocated_pod(metrics_history: Any, history_client: Client) -> None:
+    rule = prom_query(metrics_history.url, "gpupilot:pod_gpu_utilization:percent")
     by_ns: dict[str, set[str]] = {}
     for row in rule:
         by_ns.setdefault(row["metric"]["namespace"], set()).add(row["metric"]["pod"])
@@ -72,8 +71,8 @@ def test_mig_aware_utilisation_for_every_allocated_pod(
     assert served == pods
 
 
-def test_seed_hpa_explained_on_the_fleet(prometheus_history: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["explain-hpa", "-f", str(SEED_HPA), "--prometheus-url", prometheus_history.url])
+def test_seed_hpa_explained_on_the_fleet(metrics_history: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain-hpa", "-f", str(SEED_HPA), "--prometheus-url", metrics_history.url])
     out = capsys.readouterr().out
     assert code == 0, out
     rows = [line.split() for line in out.splitlines() if line.strip().startswith("pods/")]
@@ -82,3 +81,20 @@ def test_seed_hpa_explained_on_the_fleet(prometheus_history: Any, capsys: pytest
     final = next(line for line in out.splitlines() if "FINAL:" in line)
     after = int(final.split("→")[1].split()[0])
     assert 2 <= after <= 8  # within the seed's min/max
+
+
+def test_range_points_fall_on_the_requested_grid(metrics_history: Any) -> None:
+    """replay-hpa's timeline expects points at start + k × step, on both engines (the adapter's
+    POSTed range queries are not shifted to step multiples by VictoriaMetrics)."""
+    from adapter.prometheus import PrometheusClient  # noqa: PLC0415
+
+    end = time.time() - 7
+    start = end - 6 * 3600
+    client = PrometheusClient(metrics_history.url)
+    series = client.query_range(
+        'avg(DCGM_FI_DEV_GPU_UTIL{namespace="ai-serving"})', start=start, end=end, step=300
+    )
+    assert len(series) == 1
+    times = [t for t, _ in series[0].points]
+    assert times[0] == pytest.approx(start) and len(times) == 73
+    assert all(t == pytest.approx(start + 300 * k) for k, t in enumerate(times))

@@ -1,4 +1,4 @@
-"""``gpupilot-rightsizer plan`` end to end on the shared simulated week (``prometheus_history``):
+"""``gpupilot-rightsizer plan`` end to end on the shared simulated week (``metrics_history``):
 a valid plan.json from Prometheus alone, the recording rule used, evidence for idle slices, --help."""
 
 from __future__ import annotations
@@ -16,19 +16,17 @@ pytestmark = pytest.mark.prometheus
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_plan_on_simulated_week(
-    prometheus_history, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:  # type: ignore[no-untyped-def]
+def test_plan_on_simulated_week(metrics_history, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "plan.json"
     code = main(
         [
             "plan",
             "--prometheus-url",
-            prometheus_history.url,
+            metrics_history.url,
             "--window",
             "7d",
             "--at",
-            str(prometheus_history.end),
+            str(metrics_history.end),
             "--out",
             str(out),
             "--all-nodes",

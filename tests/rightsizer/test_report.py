@@ -31,15 +31,15 @@ def pixel_spread(png: bytes) -> float:
 
 
 @pytest.fixture(scope="module")
-def weekly(prometheus_history, tmp_path_factory):
+def weekly(metrics_history, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     plan_file = out / "plan.json"
-    end = prometheus_history.end
+    end = metrics_history.end
     code = main(
         [
             "plan",
             "--prometheus-url",
-            prometheus_history.url,
+            metrics_history.url,
             "--at",
             str(end),
             "--out",
@@ -49,7 +49,7 @@ def weekly(prometheus_history, tmp_path_factory):
         ]
     )
     assert code == 0
-    with PrometheusClient(prometheus_history.url) as client:
+    with PrometheusClient(metrics_history.url) as client:
         written = generate(
             client,
             out=out,
@@ -95,9 +95,9 @@ def test_plan_numbers_appear_in_html_and_markdown(weekly):
 
 
 @pytest.mark.prometheus
-def test_alerts_from_the_alerts_series_are_listed(prometheus_history, tmp_path):
+def test_alerts_from_the_alerts_series_are_listed(metrics_history, tmp_path):
     """ALERTS is whatever Prometheus evaluated; the report lists each alert that fired, or says none did."""
-    with PrometheusClient(prometheus_history.url) as client:
+    with PrometheusClient(metrics_history.url) as client:
         now = time.time()
         firing = client.instant('count by (alertname) (max_over_time(ALERTS{alertstate="firing"}[7d]))', now)
     md = (tmp_path / "x").as_posix()
@@ -105,7 +105,7 @@ def test_alerts_from_the_alerts_series_are_listed(prometheus_history, tmp_path):
         [
             "report",
             "--prometheus-url",
-            prometheus_history.url,
+            metrics_history.url,
             "--out",
             md,
             "--at",
@@ -165,13 +165,13 @@ def test_without_price_or_alerts_the_report_says_so(tmp_path):
 
 
 @pytest.mark.prometheus
-def test_backfilled_history_with_a_plan_that_changes_nodes(prometheus_history, tmp_path):
+def test_backfilled_history_with_a_plan_that_changes_nodes(metrics_history, tmp_path):
     plan = plan_with_evidence()
-    with PrometheusClient(prometheus_history.url) as client:
+    with PrometheusClient(metrics_history.url) as client:
         written = generate(
             client,
             out=tmp_path,
-            end=prometheus_history.end,
+            end=metrics_history.end,
             settings=PlanSettings(window_s=7 * 86400),
             price=PRICE,
             plan=plan,
@@ -183,10 +183,10 @@ def test_backfilled_history_with_a_plan_that_changes_nodes(prometheus_history, t
 
 
 @pytest.mark.prometheus
-def test_history_fills_trend_and_heatmap_over_the_whole_window(prometheus_history):
+def test_history_fills_trend_and_heatmap_over_the_whole_window(metrics_history):
     """Rule results exist only since Prometheus started; the raw-series fallback covers the rest."""
-    end = prometheus_history.end
-    with PrometheusClient(prometheus_history.url) as client:
+    end = metrics_history.end
+    with PrometheusClient(metrics_history.url) as client:
         trend = data_api.fetch_trend(client, start=end - 7 * 86400, end=end, step=1800)
         heat = data_api.fetch_heatmap(client, start=end - 7 * 86400, end=end)
     assert sum(v is not None for v in trend.total) >= 0.95 * len(trend.times)

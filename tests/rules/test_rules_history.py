@@ -23,17 +23,17 @@ def _query(url: str, expr: str, at: float) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _recorded(prometheus_history: Any) -> None:
+def _recorded(metrics_history: Any) -> None:
     """Every recording rule has data (level-2 groups lag level-1 by one evaluation)."""
-    recorded.wait_for_records(prometheus_history.url)
+    recorded.wait_for_records(metrics_history.url)
 
 
 @pytest.fixture(scope="module")
-def rules_state(prometheus_history: Any) -> list[dict[str, Any]]:
+def rules_state(metrics_history: Any) -> list[dict[str, Any]]:
     """Every loaded rule, once each group has been evaluated at least once."""
     deadline = time.monotonic() + 60
     while True:
-        body = requests.get(f"{prometheus_history.url}/api/v1/rules", timeout=30).json()
+        body = requests.get(f"{metrics_history.rules_url}/api/v1/rules", timeout=30).json()
         groups = body["data"]["groups"]
         if groups and all(not g["lastEvaluation"].startswith("0001") for g in groups):
             return [r for g in groups for r in g["rules"]]
@@ -47,19 +47,19 @@ def test_every_rule_evaluates_without_error(rules_state: list[dict[str, Any]]) -
     assert not bad
 
 
-def test_slice_counts_match_the_scenario(prometheus_history: Any) -> None:
+def test_slice_counts_match_the_scenario(metrics_history: Any) -> None:
     at = time.time()
-    scen = yaml.safe_load(prometheus_history.scenario_path.read_text())
+    scen = yaml.safe_load(metrics_history.scenario_path.read_text())
     assert {n["name"] for n in scen["nodes"]} == {"sim-h100-a", "sim-h100-b", "sim-a100", "sim-h200"}
     total = {
         r["metric"]["Hostname"]: float(r["value"][1])
-        for r in _query(prometheus_history.url, "gpupilot:node_slices:total", at)
+        for r in _query(metrics_history.url, "gpupilot:node_slices:total", at)
     }
     # 2 whole H100s; 1 whole H100 + 3g.40gb + 4 × 1g.10gb; all-2g.10gb on an A100 40GB = 3; 1 whole H200.
     assert total == {"sim-h100-a": 2, "sim-h100-b": 6, "sim-a100": 3, "sim-h200": 1}
     allocated = {
         r["metric"]["Hostname"]: float(r["value"][1])
-        for r in _query(prometheus_history.url, "gpupilot:node_slices:allocated", at)
+        for r in _query(metrics_history.url, "gpupilot:node_slices:allocated", at)
     }
     assert allocated == {"sim-h100-a": 2, "sim-h100-b": 4, "sim-a100": 2, "sim-h200": 1}
 
@@ -68,20 +68,18 @@ def _alert_expr(name: str) -> str:
     return next(a["expr"] for a in ALERTS if a["alert"] == name)
 
 
-def test_idle_notebook_slice_is_flagged_over_real_history(prometheus_history: Any) -> None:
+def test_idle_notebook_slice_is_flagged_over_real_history(metrics_history: Any) -> None:
     at = time.time()
-    idle = _query(prometheus_history.url, _alert_expr("MIGSliceIdle24h"), at)
+    idle = _query(metrics_history.url, _alert_expr("MIGSliceIdle24h"), at)
     assert [
         (r["metric"]["Hostname"], r["metric"]["GPU_I_PROFILE"], r["metric"]["pod"][:9]) for r in idle
     ] == [("sim-h100-b", "1g.10gb", "notebook-")]
-    low = {
-        r["metric"]["pod"][:9] for r in _query(prometheus_history.url, _alert_expr("GPULowUtilization"), at)
-    }
+    low = {r["metric"]["pod"][:9] for r in _query(metrics_history.url, _alert_expr("GPULowUtilization"), at)}
     assert "notebook-" in low
     assert not low & {"llm-infer", "pretrain-"}
 
 
-def test_healthy_history_raises_no_hardware_alert(prometheus_history: Any) -> None:
+def test_healthy_history_raises_no_hardware_alert(metrics_history: Any) -> None:
     at = time.time()
     for name in (
         "GPUDoubleBitECCErrors",
@@ -89,15 +87,15 @@ def test_healthy_history_raises_no_hardware_alert(prometheus_history: Any) -> No
         "GPUDriverVersionMismatch",
         "GPUMemoryPressure",
     ):
-        assert _query(prometheus_history.url, _alert_expr(name), at) == [], name
+        assert _query(metrics_history.url, _alert_expr(name), at) == [], name
 
 
-def test_hpa_join_reaches_the_seed_deployment(prometheus_history: Any) -> None:
+def test_hpa_join_reaches_the_seed_deployment(metrics_history: Any) -> None:
     at = time.time()
     pods = _query(
-        prometheus_history.url, 'gpupilot:pod_hpa:info{horizontalpodautoscaler="llm-inference-hpa"}', at
+        metrics_history.url, 'gpupilot:pod_hpa:info{horizontalpodautoscaler="llm-inference-hpa"}', at
     )
     assert len(pods) == 3
     assert all(r["metric"]["pod"].startswith("llm-inference-") for r in pods)
-    util = _query(prometheus_history.url, "gpupilot:hpa_gpu_utilization:percent", at)
+    util = _query(metrics_history.url, "gpupilot:hpa_gpu_utilization:percent", at)
     assert len(util) == 1 and 0 < float(util[0]["value"][1]) <= 100
