@@ -28,7 +28,7 @@ from mig_geometry.catalogue import (
     parse_name,
 )
 from mig_geometry.placement import describe, place
-from rightsizer.migparted.config import Issue, MigEntry, MigPartedConfig
+from rightsizer.migparted.config import Issue, MigEntry, MigPartedConfig, shown
 
 VALID = "valid"
 INVALID = "invalid"
@@ -385,6 +385,6 @@ def summarise(verdicts: Sequence[Verdict], *, limit: int = 3) -> list[tuple[str,
             devices = ", ".join(names)
             reasons = list(dict.fromkeys(v.reason for v in vs))
             reason = reasons[0] if len(reasons) == 1 else "; ".join(reasons[:2])
-        label = f"{config}[{entry}]" if (_src, config) in several else config
+        label = f"{shown(config)}[{entry}]" if (_src, config) in several else shown(config)
         rows.append((label, devices, verdict.upper() if error else verdict, reason))
     return rows

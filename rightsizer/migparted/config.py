@@ -62,6 +62,15 @@ class MigEntry:
         return out
 
 
+def shown(name: str, *, limit: int = 80) -> str:
+    """A name from the file as it may be printed on one line: as is when printable and short, else
+    its ``repr`` cut to ``limit`` (a key holding a newline or a megabyte must not break the output)."""
+    if name.isprintable() and len(name) <= limit:
+        return name
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Issue:
     """One problem, formatted by :meth:`line` as ``FILE: config NAME entry I (device …): REASON``."""
@@ -76,7 +85,7 @@ class Issue:
     def line(self) -> str:
         where = ""
         if self.config:
-            where += f" config {self.config}"
+            where += f" config {shown(self.config)}"
         if self.entry is not None:
             where += f" entry {self.entry}"
         if self.device_id is not None:

@@ -184,3 +184,25 @@ def test_oversized_file_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Ca
     assert code == 2
     (line,) = err.strip().splitlines()
     assert "is too large for a config file (limit 1048576)" in line
+
+
+@pytest.mark.parametrize("name", ["\n", "a\nb", "x" * 5000])
+def test_config_names_that_cannot_be_printed_are_quoted_and_cut(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A config key holding a newline (found by the property test) or a huge key keeps every
+    message and table row on one short line."""
+    for mig_enabled in ("true", "'maybe'"):
+        doc = {
+            "version": "v1",
+            "mig-configs": {name: [{"devices": "all", "mig-enabled": mig_enabled == "true"}]},
+        }
+        if mig_enabled != "true":
+            doc["mig-configs"][name][0]["mig-enabled"] = "maybe"
+        else:
+            doc["mig-configs"][name][0]["mig-devices"] = {"1g.10gb": 2}
+        code, out, err = run(tmp_path, yaml.safe_dump(doc), capsys)
+        assert code == (0 if mig_enabled == "true" else 1)
+        lines = (out + err).splitlines()
+        assert all(line.strip() for line in lines), lines
+        assert max(map(len, lines)) < 400
