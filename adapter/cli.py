@@ -22,6 +22,8 @@ from adapter.prometheus import PrometheusClient
 from adapter.quantity import parse_quantity
 from adapter.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
 from adapter.values import MetricValues
+from checked_input import numbers
+from checked_input.cli import OneLineParser
 from gpupilot_common import timefmt
 
 log = logging.getLogger("adapter")
@@ -92,7 +94,7 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpupilot-adapter",
         description="Serve Prometheus metrics to the HPA as custom.metrics.k8s.io / external.metrics.k8s.io.",
     )
@@ -106,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="0.0.0.0",  # noqa: S104 - pods listen on all interfaces
         help="address to listen on (default 0.0.0.0)",
     )
-    s.add_argument("--secure-port", type=int, default=6443, help="HTTPS port (default 6443)")
+    s.add_argument(
+        "--secure-port", type=numbers.whole(low=1, high=65535), default=6443, help="HTTPS port (default 6443)"
+    )
     s.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM)")
     s.add_argument("--tls-private-key-file", type=Path, help="serving key (PEM)")
     s.add_argument(
@@ -254,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(format: README, 'explain-hpa --state'); no Prometheus needed",
     )
     e.add_argument(
-        "--current-replicas", type=int, help="current replica count (default: pods matching the selector)"
+        "--current-replicas",
+        type=numbers.whole(low=0, high=2**31 - 1),
+        help="current replica count (default: pods matching the selector)",
     )
     e.add_argument("--selector", help="scale target's label selector (default: from the target in the file)")
     e.add_argument(

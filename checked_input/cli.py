@@ -1,0 +1,13 @@
+"""An argparse parser whose usage errors are one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """``prog: error: argument --x: … (see --help)``; subparsers made from it behave the same."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see --help)\n")
