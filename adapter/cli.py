@@ -447,7 +447,7 @@ def _explain(args: argparse.Namespace) -> int:
                     if kube
                     else f"the {mode} pod source"
                 ),
-                f"values from {args.prometheus_url}, newer than {args.max_value_age:g}s",
+                f"values from {prometheus.url}, newer than {args.max_value_age:g}s",
             ],
         )
         found = 0

@@ -20,6 +20,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from checked_input.urls import split_userinfo
 from rightsizer.errors import RightsizerError
 
 
@@ -80,9 +81,13 @@ class PrometheusClient:
         headers: dict[str, str] | None = None,
         session: requests.Session | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
+        # user:password@ in the URL goes into the Authorization header; the URL shown in messages,
+        # plan.json and reports has none
+        self.url, basic_auth = split_userinfo(url.rstrip("/"))
         self.timeout = timeout
         self._session = session or requests.Session()
+        if basic_auth is not None:
+            self._session.auth = basic_auth
         if headers:
             self._session.headers.update(headers)
         # errors are ours before the library sees the response (it would raise one generic exception
