@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from adapter import apiservice_check, explain, hpa, hpaspec, hpastate, replay, timeline
 from adapter.app import Adapter
@@ -236,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     apiservice_check.add_owner_flag(s)
-    apiservice_check.add_parser(sub)
+    apiservice_check.add_parser(cast("argparse._SubParsersAction[argparse.ArgumentParser]", sub))
 
     e = sub.add_parser(
         "explain-hpa",
