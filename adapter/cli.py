@@ -24,7 +24,8 @@ from adapter.quantity import parse_quantity
 from adapter.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
 from adapter.values import MetricValues
 from checked_input import numbers
-from checked_input.cli import OneLineParser
+from checked_input.cli import OneLineParser, existing_file
+from checked_input.urls import base_url
 from gpupilot_common import timefmt
 
 log = logging.getLogger("adapter")
@@ -64,6 +65,7 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
     p.add_argument(
         "--prometheus-url",
         required=required,
+        type=base_url,
         help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL"
         + ("" if required else " (required unless --state is given)"),
     )
@@ -73,8 +75,10 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
         default=5.0,
         help="deadline in seconds for each Prometheus request, connect to last byte (default 5)",
     )
-    p.add_argument("--prometheus-bearer-token-file", type=Path, help="send this file's token to Prometheus")
-    p.add_argument("--prometheus-ca-file", type=Path, help="CA bundle for an https Prometheus URL")
+    p.add_argument(
+        "--prometheus-bearer-token-file", type=existing_file, help="send this file's token to Prometheus"
+    )
+    p.add_argument("--prometheus-ca-file", type=existing_file, help="CA bundle for an https Prometheus URL")
     p.add_argument(
         "--config", type=Path, help="metric mapping file (YAML); default: the packaged default-config.yaml"
     )

@@ -153,7 +153,14 @@ class PrometheusClient:
             raise PrometheusUnavailable(
                 f"Prometheus at {self.url} answered HTTP {answer.status} to the query: {detail}"
             )
-        return _samples(data.get("data", {}))
+        try:
+            return _samples(data.get("data", {}))
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+            # JSON, but not the API's shape (a sample value of "abc"): 503 with one line
+            detail = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
+            raise PrometheusUnavailable(
+                f"Prometheus at {self.url} answered with a malformed result ({detail})"
+            ) from None
 
     def query_range(
         self, promql: str, *, start: float, end: float, step: float, purpose: str = "history"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -11,3 +12,11 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see --help)\n")
+
+
+def existing_file(text: str) -> Path:
+    """``argparse`` type for a file that must exist now (a CA bundle, a token), not at first use."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r}: no such file")
+    return path

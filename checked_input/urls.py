@@ -8,6 +8,7 @@ wherever a URL is shown as given, :func:`redact` replaces the user-info with ``*
 
 from __future__ import annotations
 
+import argparse
 import urllib.parse
 
 
@@ -40,3 +41,18 @@ def redact(text: str) -> str:
     if at < 0:
         return text
     return text[:start] + "***" + text[at:]
+
+
+def base_url(text: str) -> str:
+    """``argparse`` type for a server's base URL: http(s), a host, a valid port; shown redacted."""
+    try:
+        parts = urllib.parse.urlsplit(text.strip())
+        port = parts.port  # raises ValueError for a port out of range or not a number
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{redact(text)!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{redact(text)!r}: expected http(s)://HOST[:PORT][/PATH], e.g. http://prometheus:9090"
+        )
+    del port
+    return text.strip()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from checked_input import numbers
+from checked_input.urls import base_url
 from gpupilot_common import timefmt
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.migparted import manifest
@@ -73,7 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "table and writes plan.json for 'apply' and 'report'."
     )
     parser.add_argument(
-        "--prometheus-url", required=True, metavar="URL", help="Prometheus (or Thanos/Mimir) base URL"
+        "--prometheus-url",
+        required=True,
+        type=base_url,
+        metavar="URL",
+        help="Prometheus (or Thanos/Mimir) base URL",
     )
     parser.add_argument(
         "--window",

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from checked_input import numbers
+from checked_input.urls import base_url
 from gpupilot_common.timefmt import parse_duration
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.commands import plan as plan_cmd
@@ -44,7 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Read-only. Without --plan it computes the plan from the same history."
     )
     parser.add_argument(
-        "--prometheus-url", required=True, metavar="URL", help="Prometheus (or Thanos/Mimir) base URL"
+        "--prometheus-url",
+        required=True,
+        type=base_url,
+        metavar="URL",
+        help="Prometheus (or Thanos/Mimir) base URL",
     )
     parser.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="directory to write into (created if missing)"
