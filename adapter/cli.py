@@ -352,12 +352,15 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    adapter = Adapter(serve_settings(args))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: adapter.config.request_reload())
-    adapter.start()
+    try:
+        adapter = Adapter(serve_settings(args))
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: adapter.config.request_reload())
+        adapter.start()
+    except OSError as exc:  # a folder that cannot be created, an address that cannot be bound
+        raise ConfigError(_start_failure(exc, args)) from None
     if adapter.kube is not None:
         apiservice_check.warn_at_start(
             adapter.kube, owner=args.apiservice_owner, external=adapter.settings.external_metrics
@@ -389,6 +392,16 @@ def _explain_offline(args: argparse.Namespace, spec: hpaspec.HpaSpec) -> int:
         inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
     print(explain.render(explain.explain(spec, inputs)))
     return 0
+
+
+def _start_failure(exc: OSError, args: argparse.Namespace) -> str:
+    reason = exc.strerror or str(exc)
+    if exc.filename:
+        return f"cannot use {exc.filename}: {reason}; check the file and folder flags"
+    return (
+        f"cannot listen on --bind-address {args.bind_address} --secure-port {args.secure_port}: "
+        f"{reason}; choose a local address and a free port"
+    )
 
 
 def _explain(args: argparse.Namespace) -> int:

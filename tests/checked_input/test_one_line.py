@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +169,36 @@ def test_kubernetes_api_answering_html_is_one_line(html_server: str, tmp_path: P
     with pytest.raises(KubernetesUnavailable) as failure:
         adapter_kube.token_review("token")
     assert str(failure.value).startswith("TokenReview failed:") and "\n" not in str(failure.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--self-signed-cert-dir", "/proc/gpupilot-no-such-dir"], "cannot use /proc/gpupilot-no-such-dir:"),
+        (["--bind-address", "999.1.1.1"], "cannot listen on --bind-address 999.1.1.1 --secure-port"),
+        (["--bind-address", "127.0.0.1", "--secure-port", "{busy}"], "Address already in use"),
+    ],
+    ids=["uncreatable cert dir", "bad bind address", "port in use"],
+)
+def test_adapter_start_failures_are_one_line(flags: list[str], expected: str, tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        flags = [f.replace("{busy}", port) for f in flags]
+        argv = ["serve", "--prometheus-url", "http://127.0.0.1:9", "--authorization-mode", "none"]
+        argv += ["--pod-source", "none", "--self-signed-cert-dir", str(tmp_path / "cert"), *flags]
+        res = subprocess.run(
+            [sys.executable, "-m", "adapter", *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert res.returncode == 2
+    errors = [line for line in res.stderr.splitlines() if " WARNING " not in line]
+    assert len(errors) == 1 and errors[0].startswith("gpupilot-adapter serve: "), res.stderr
+    assert expected in errors[0]
+    assert "Traceback" not in res.stderr
