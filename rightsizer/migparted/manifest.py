@@ -106,6 +106,11 @@ def yaml_documents(text: str, *, source: str, line_offset: int = 0) -> list[tupl
         raise MigPartedError(yaml_error(source, exc, offset=line_offset)) from exc
     except RecursionError as exc:
         raise MigPartedError(f"{source}: invalid YAML: nesting too deep") from exc
+    except (ValueError, TypeError, IndexError) as exc:  # PyYAML on ``!!int a`` or ``!!int`` alone
+        raise MigPartedError(
+            f"{source}: invalid YAML: a tagged value cannot be read ({type(exc).__name__}); "
+            "remove the !!tag or fix the value"
+        ) from exc
     return list(zip(docs, nodes, strict=True))
 
 

@@ -72,7 +72,7 @@ def test_bad_hpa_quantity_names_the_field(
     rc, err = run(adapter_cli.main, argv, capsys)
     assert rc == 2
     assert f"{hpa}: spec.metrics[0].pods.target.averageValue:" in err
-    assert "Kubernetes quantity" in err
+    assert "quantity" in err
 
 
 @pytest.mark.parametrize(
