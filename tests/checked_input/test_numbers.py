@@ -101,12 +101,12 @@ CASES: list[tuple[Callable[[list[str]], int], list[str], str]] = [
     (
         rightsizer_cli.main,
         ["plan", "--prometheus-url", "http://p", "--headroom", "nan"],
-        "argument --headroom: 'nan' is not a finite number",
+        "argument --headroom: 'nan': must be between 0 and 4",
     ),
     (
         rightsizer_cli.main,
         ["plan", "--prometheus-url", "http://p", "--headroom", "-0.9"],
-        "argument --headroom: '-0.9': must be between 0 and 10",
+        "argument --headroom: '-0.9': must be between 0 and 4",
     ),
     (
         rightsizer_cli.main,
