@@ -33,6 +33,7 @@ from typing import Any
 
 import bcrypt
 
+from checked_input import yamlsafe
 from exporter.errors import ConfigError
 from gpupilot_common import checked
 
@@ -317,7 +318,7 @@ def _headers(path: Path, raw: Any) -> dict[str, str]:
 def load(path: Path) -> WebConfig:
     """Parse and check a web config file completely (TLS material included)."""
     try:
-        text = path.read_text()
+        text = yamlsafe.read_text(path)  # UTF-8 or one line naming the byte; at most 16 MiB
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read web config ({exc.strerror}); check --web-config") from None
     doc = checked.parse_yaml(text, source=str(path), error=ConfigError)

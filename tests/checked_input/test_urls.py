@@ -42,6 +42,9 @@ def test_split_and_redact() -> None:
 class _Recorder(http.server.BaseHTTPRequestHandler):
     seen: ClassVar[list[str | None]] = []
 
+    def do_GET(self) -> None:
+        self.do_POST()
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.seen.append(self.headers.get("Authorization"))
