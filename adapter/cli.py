@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 from adapter import apiservice_check, convert, explain, hpa, hpaspec, hpastate, replay, timeline
 from adapter.app import Adapter
@@ -22,6 +23,9 @@ from adapter.prometheus import PrometheusClient
 from adapter.quantity import parse_quantity
 from adapter.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
 from adapter.values import MetricValues
+from checked_input import numbers
+from checked_input.cli import OneLineParser, existing_file
+from checked_input.urls import base_url
 from gpupilot_common import timefmt
 
 log = logging.getLogger("adapter")
@@ -61,6 +65,7 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
     p.add_argument(
         "--prometheus-url",
         required=required,
+        type=base_url,
         help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL"
         + ("" if required else " (required unless --state is given)"),
     )
@@ -70,8 +75,10 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
         default=5.0,
         help="deadline in seconds for each Prometheus request, connect to last byte (default 5)",
     )
-    p.add_argument("--prometheus-bearer-token-file", type=Path, help="send this file's token to Prometheus")
-    p.add_argument("--prometheus-ca-file", type=Path, help="CA bundle for an https Prometheus URL")
+    p.add_argument(
+        "--prometheus-bearer-token-file", type=existing_file, help="send this file's token to Prometheus"
+    )
+    p.add_argument("--prometheus-ca-file", type=existing_file, help="CA bundle for an https Prometheus URL")
     p.add_argument(
         "--config", type=Path, help="metric mapping file (YAML); default: the packaged default-config.yaml"
     )
@@ -92,7 +99,7 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpupilot-adapter",
         description="Serve Prometheus metrics to the HPA as custom.metrics.k8s.io / external.metrics.k8s.io.",
     )
@@ -106,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="0.0.0.0",  # noqa: S104 - pods listen on all interfaces
         help="address to listen on (default 0.0.0.0)",
     )
-    s.add_argument("--secure-port", type=int, default=6443, help="HTTPS port (default 6443)")
+    s.add_argument(
+        "--secure-port", type=numbers.whole(low=1, high=65535), default=6443, help="HTTPS port (default 6443)"
+    )
     s.add_argument("--tls-cert-file", type=Path, help="serving certificate (PEM)")
     s.add_argument("--tls-private-key-file", type=Path, help="serving key (PEM)")
     s.add_argument(
@@ -232,8 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     apiservice_check.add_owner_flag(s)
-    apiservice_check.add_parser(sub)
-    convert.add_parser(sub)
+    apiservice_check.add_parser(cast("argparse._SubParsersAction[argparse.ArgumentParser]", sub))
+    convert.add_parser(cast("argparse._SubParsersAction[argparse.ArgumentParser]", sub))
 
     e = sub.add_parser(
         "explain-hpa",
@@ -255,7 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(format: README, 'explain-hpa --state'); no Prometheus needed",
     )
     e.add_argument(
-        "--current-replicas", type=int, help="current replica count (default: pods matching the selector)"
+        "--current-replicas",
+        type=numbers.whole(low=0, high=2**31 - 1),
+        help="current replica count (default: pods matching the selector)",
     )
     e.add_argument("--selector", help="scale target's label selector (default: from the target in the file)")
     e.add_argument(
@@ -342,12 +353,15 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    adapter = Adapter(serve_settings(args))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: adapter.config.request_reload())
-    adapter.start()
+    try:
+        adapter = Adapter(serve_settings(args))
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: adapter.config.request_reload())
+        adapter.start()
+    except OSError as exc:  # a folder that cannot be created, an address that cannot be bound
+        raise ConfigError(_start_failure(exc, args)) from None
     if adapter.kube is not None:
         apiservice_check.warn_at_start(
             adapter.kube, owner=args.apiservice_owner, external=adapter.settings.external_metrics
@@ -379,6 +393,16 @@ def _explain_offline(args: argparse.Namespace, spec: hpaspec.HpaSpec) -> int:
         inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
     print(explain.render(explain.explain(spec, inputs)))
     return 0
+
+
+def _start_failure(exc: OSError, args: argparse.Namespace) -> str:
+    reason = exc.strerror or str(exc)
+    if exc.filename:
+        return f"cannot use {exc.filename}: {reason}; check the file and folder flags"
+    return (
+        f"cannot listen on --bind-address {args.bind_address} --secure-port {args.secure_port}: "
+        f"{reason}; choose a local address and a free port"
+    )
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -442,7 +466,7 @@ def _explain(args: argparse.Namespace) -> int:
                     if kube
                     else f"the {mode} pod source"
                 ),
-                f"values from {args.prometheus_url}, newer than {args.max_value_age:g}s",
+                f"values from {prometheus.url}, newer than {args.max_value_age:g}s",
             ],
         )
         found = 0

@@ -42,6 +42,7 @@ import yaml
 from adapter import resources
 from adapter.errors import ConfigError
 from adapter.resources import Resource
+from checked_input import yamlsafe
 from gpupilot_common import timefmt
 
 DEFAULT_QUERY = "avg by (<<by>>) (<<series>>{<<matchers>>})"
@@ -270,11 +271,11 @@ def load_config(path: Path | None) -> AdapterConfig:
     else:
         source = str(path)
         try:
-            text = path.read_text()
+            text = yamlsafe.read_text(path)
         except OSError as exc:
             raise ConfigError(f"adapter config {source}: cannot read: {exc.strerror or exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        data = yamlsafe.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "YAML"

@@ -16,8 +16,10 @@ AdapterError                      one line a user can act on
 
 from __future__ import annotations
 
+from checked_input.text import OneLineMessage
 
-class AdapterError(Exception):
+
+class AdapterError(OneLineMessage):
     """Base class: ``str(err)`` is one line naming what failed and what to do."""
 
     status = 500

@@ -20,6 +20,7 @@ from adapter.errors import ConfigError
 from adapter.quantity import parse_quantity
 from adapter.resources import Resource
 from adapter.selectors import Selector, from_label_selector
+from checked_input import yamlsafe
 
 _TARGET_FIELD = {"AverageValue": "averageValue", "Value": "value", "Utilization": "averageUtilization"}
 _SOURCE_FIELD = {
@@ -70,7 +71,7 @@ class HpaSpec:
 
 def load_hpa(path: Path) -> HpaSpec:
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, Mapping)]
+        docs = [d for d in yamlsafe.safe_load_all(yamlsafe.read_text(path)) if isinstance(d, Mapping)]
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:

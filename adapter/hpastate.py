@@ -42,6 +42,7 @@ from adapter.errors import ConfigError
 from adapter.hpa_calc import PodState
 from adapter.hpaspec import HpaSpec
 from adapter.quantity import parse_quantity, to_milli
+from checked_input import yamlsafe
 from gpupilot_common import timefmt
 
 _TOP = {"now", "currentReplicas", "statusReplicas", "pods", "metrics", "history"}
@@ -78,7 +79,7 @@ def parse_time(text: object, where: str, *, now: float | None = None) -> float:
 
 def load_state(path: Path, spec: HpaSpec, *, now: float | None = None) -> State:
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yamlsafe.safe_load(yamlsafe.read_text(path))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:

@@ -133,7 +133,7 @@ class KubeClient:
             result = self._within(
                 "TokenReview", lambda: self._authn.create_token_review(body, _request_timeout=self.timeout)
             )
-        except (ApiException, HTTPError, OSError) as exc:
+        except (ApiException, HTTPError, OSError, ValueError, TypeError) as exc:  # HTML: ValueError
             raise KubernetesUnavailable(f"TokenReview failed: {_why(exc)}") from exc
         status = result.status
         if status is None or not status.authenticated or status.user is None:
@@ -166,7 +166,7 @@ class KubeClient:
                 "SubjectAccessReview",
                 lambda: self._authz.create_subject_access_review(review, _request_timeout=self.timeout),
             )
-        except (ApiException, HTTPError, OSError) as exc:
+        except (ApiException, HTTPError, OSError, ValueError, TypeError) as exc:  # HTML: ValueError
             raise KubernetesUnavailable(f"SubjectAccessReview failed: {_why(exc)}") from exc
         status = result.status
         return bool(status and status.allowed), (status.reason or "") if status else ""
@@ -174,7 +174,7 @@ class KubeClient:
     def authentication_configmap(self) -> AuthenticationConfigMap:
         try:
             cm = self._core.read_namespaced_config_map("extension-apiserver-authentication", "kube-system")
-        except (ApiException, HTTPError, OSError) as exc:
+        except (ApiException, HTTPError, OSError, ValueError, TypeError) as exc:  # HTML: ValueError
             raise KubernetesUnavailable(
                 f"reading ConfigMap kube-system/extension-apiserver-authentication failed: {_why(exc)} "
                 "(bind Role extension-apiserver-authentication-reader to the adapter's ServiceAccount)"

@@ -17,6 +17,7 @@ which the API answers as 503.
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import contextlib
 import functools
@@ -35,6 +36,7 @@ import orjson
 from prometheus_client import Counter, Histogram
 
 from adapter.errors import PrometheusUnavailable
+from checked_input.urls import split_userinfo
 from gpupilot_common import timefmt
 
 T = TypeVar("T")
@@ -79,9 +81,14 @@ class PrometheusClient:
     ) -> None:
         if not math.isfinite(timeout) or timeout <= 0:
             raise ValueError(f"Prometheus timeout {timeout!r}: must be a finite number of seconds > 0")
-        self.url = url.rstrip("/")
+        # user:password@ in the URL becomes an Authorization header; the URL every message shows
+        # (503 bodies, logs, explain-hpa) has none
+        self.url, basic_auth = split_userinfo(url.rstrip("/"))
         self.timeout = timeout
         self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
+        if basic_auth is not None and not bearer_token:
+            pair = f"{basic_auth[0]}:{basic_auth[1]}".encode()
+            self._headers = {"Authorization": f"Basic {base64.b64encode(pair).decode()}"}
         self._ssl: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
         self._metrics = registry_metrics
         self._max_connections = max_connections
@@ -146,7 +153,14 @@ class PrometheusClient:
             raise PrometheusUnavailable(
                 f"Prometheus at {self.url} answered HTTP {answer.status} to the query: {detail}"
             )
-        return _samples(data.get("data", {}))
+        try:
+            return _samples(data.get("data", {}))
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+            # JSON, but not the API's shape (a sample value of "abc"): 503 with one line
+            detail = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
+            raise PrometheusUnavailable(
+                f"Prometheus at {self.url} answered with a malformed result ({detail})"
+            ) from None
 
     def query_range(
         self, promql: str, *, start: float, end: float, step: float, purpose: str = "history"

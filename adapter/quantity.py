@@ -75,8 +75,8 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei"
 
 def parse_quantity(text: str | int | float) -> float:
     """Read a Quantity (``75``, ``750m``, ``1.5``, ``2Gi``, ``3e9``) as a float."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a Kubernetes quantity (e.g. 75, 750m, 2Gi)")
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise ValueError(f"{str(text)[:40]!r} is not a Kubernetes quantity (e.g. 75, 750m, 2Gi)")
     if isinstance(text, int | float):
         if not math.isfinite(text):
             raise ValueError(f"{text!r} is not a finite quantity")

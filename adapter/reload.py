@@ -15,6 +15,7 @@ from pathlib import Path
 
 from adapter.config import AdapterConfig, load_config
 from adapter.errors import ConfigError
+from checked_input.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,9 @@ class ConfigHolder:
             self._stamp = self._file_stamp()
             try:
                 fresh = load_config(self.path)
-            except ConfigError as exc:
-                log.error("config reload failed, keeping the previous config: %s", exc)
+            except Exception as exc:  # a reload failure is logged, counted and survived, always
+                reason = str(exc) if isinstance(exc, ConfigError) else f"{type(exc).__name__}: {exc}"
+                log.error("config reload failed, keeping the previous config: %s", one_line(reason))
                 if self._on_result:
                     self._on_result(False)
                 return False
@@ -84,7 +86,10 @@ class ConfigHolder:
                 if self._stop.is_set():
                     return
                 if woke or self._file_stamp() != self._stamp:
-                    self.reload()
+                    try:
+                        self.reload()
+                    except Exception:  # e.g. a failing on_change: the watch must outlive it
+                        log.exception("config watch: error after a reload; still watching")
 
         thread = threading.Thread(target=run, name="config-watch", daemon=True)
         thread.start()

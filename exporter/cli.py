@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from checked_input import numbers
 from exporter import counters, webconfig, windows
 from exporter.backend import Backend
 from exporter.collector import AllocationsSource, Collector
@@ -34,6 +35,10 @@ from exporter.settings import (
 )
 
 PROG = "gpupilot-exporter"
+MIN_INTERVAL_S = 0.1
+"""Shorter collection periods only burn CPU: NVML's own sampling is coarser than that."""
+MAX_INTERVAL_S = 3600.0
+"""Longer periods make every scrape an hour stale; a scrape interval is 10-60 s."""
 SUBCOMMANDS = ("backfill", "cluster")
 log = logging.getLogger("exporter")
 
@@ -77,14 +82,14 @@ def build_parser() -> _Parser:
     )
     p.add_argument(
         "--interval",
-        type=float,
+        type=numbers.real(low=MIN_INTERVAL_S, high=MAX_INTERVAL_S, unit="seconds"),
         metavar="SECONDS",
         default=10.0,
         help="seconds between collections; scrapes are served from the last one (default 10)",
     )
     p.add_argument(
         "--collect-timeout",
-        type=float,
+        type=numbers.real(low=0, low_open=True, high=MAX_INTERVAL_S, unit="seconds"),
         metavar="SECONDS",
         help="seconds one backend read may take before it is abandoned and the last snapshot is "
         "kept (default: the smaller of 5 and --interval)",
@@ -179,8 +184,6 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
     """Flags → Settings; raises ConfigError (one line) for values argparse cannot check."""
     args = build_parser().parse_args(list(argv))
     env = os.environ if environ is None else environ
-    if args.interval <= 0:
-        raise ConfigError(f"--interval {args.interval:g}: must be a positive number of seconds")
     timeout = args.collect_timeout if args.collect_timeout is not None else min(5.0, args.interval)
     if timeout <= 0 or timeout > args.interval:
         raise ConfigError(

@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+from checked_input.text import OneLineMessage
 
-class ExporterError(Exception):
+
+class ExporterError(OneLineMessage):
     temporary = False
 
 

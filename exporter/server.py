@@ -1,6 +1,7 @@
 """The exporter's HTTP(S) endpoint: ``/metrics``, ``/health``, ``/ready``.
 
-A small HTTP/1.1 server on one asyncio event loop in its own thread. Every response to
+HTTP/1.1 by h11 (the protocol: parsing, keep-alive, pipelining, framing) on one asyncio event loop
+in its own thread; this module routes and bounds memory (see :class:`_Connection`). Every response to
 ``/metrics`` is a lookup in the collector's current :class:`~exporter.render.Page` (pre-rendered in
 both formats, plain and gzip) plus the snapshot-age line, so a scrape never touches the backend and
 costs tens of microseconds; one thread and no locks means 16 concurrent scrapers do not fight over
@@ -15,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
+
+import h11
 
 from exporter.errors import ConfigError
 from exporter.render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Page
@@ -28,6 +32,17 @@ from exporter.webconfig import BasicAuth, WebConfig
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16 * 1024
+"""A request line and headers larger than this get 431."""
+READ_CHUNK_BYTES = 4 * 1024
+"""What one read from a client's socket may bring in (the protocol's receive buffer). h11 answers
+431 when an incomplete head exceeds its limit, which it checks once per read; so that limit is
+``MAX_HEAD_BYTES - READ_CHUNK_BYTES`` and no head above ``MAX_HEAD_BYTES`` is ever accepted."""
+WRITE_HIGH_WATER = 64 * 1024
+"""Send-buffer size above which a connection stops reading requests until its client reads."""
+MAX_CONNECTIONS = 128
+"""Open connections at most; more are closed at once. With the per-connection bounds above this
+caps what all clients together can make the exporter hold (a few MiB plus answers in flight;
+Prometheus needs one connection per scraping server, kubelet probes one each)."""
 IDLE_TIMEOUT_S = 120.0
 _REASONS = {
     200: "OK",
@@ -93,47 +108,46 @@ def accepts_gzip(accept_encoding: str) -> bool:
 
 
 class _Request:
-    __slots__ = ("headers", "keep_alive", "method", "path")
+    """The parts of an ``h11.Request`` the routes read (header names lower-cased by h11)."""
 
-    def __init__(self, method: str, path: str, headers: dict[str, str], keep_alive: bool) -> None:
-        self.method, self.path, self.headers, self.keep_alive = method, path, headers, keep_alive
+    __slots__ = ("accept", "accept_encoding", "authorization", "method", "path")
+
+    def __init__(self, event: h11.Request) -> None:
+        self.method = event.method.decode("ascii", "replace")
+        self.path = event.target.decode("ascii", "replace").split("?", 1)[0]
+        self.accept = self.accept_encoding = ""
+        self.authorization: str | None = None
+        for name, value in event.headers:
+            if name == b"accept":
+                self.accept = value.decode("latin-1")
+            elif name == b"accept-encoding":
+                self.accept_encoding = value.decode("latin-1")
+            elif name == b"authorization":
+                self.authorization = value.decode("latin-1")
 
 
-def parse_head(head: bytes) -> _Request | int:
-    """The request line and headers, or an HTTP status for a malformed request.
-
-    Cached: a scraper sends the same request head every time, so parsing is a dict lookup after the
-    first scrape (the returned request is never mutated). Heads carrying credentials are parsed
-    each time instead, so that no password sits in the cache."""
-    if b"uthorization" in head:
-        return _parse_head(head)
-    return _parse_head_cached(head)
+_END = h11.EndOfMessage()
 
 
 @functools.lru_cache(maxsize=256)
-def _parse_head_cached(head: bytes) -> _Request | int:
-    return _parse_head(head)
+def _response_head(
+    status: int, ctype: str, length: int, headers: tuple[tuple[str, str], ...]
+) -> h11.Response:
+    """The response event, cached: h11 validates every header when an event is built, and a
+    scraper gets the same few heads over and over (the page length changes once per collection)."""
+    return h11.Response(
+        status_code=status,
+        headers=[("Content-Type", ctype), ("Content-Length", str(length)), *headers],
+        reason=_REASONS.get(status, "Error"),
+    )
 
 
-def _parse_head(head: bytes) -> _Request | int:
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3:
-        return 400
-    method, target, version = parts
-    if version not in ("HTTP/1.1", "HTTP/1.0"):
-        return 505 if version.startswith("HTTP/") else 400
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            return 400
-        headers[name.lower()] = value.strip()
-    if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
-        return 400  # only GET/HEAD are served; a request body would desynchronise keep-alive
-    connection = headers.get("connection", "").lower()
-    keep_alive = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
-    return _Request(method, target.split("?", 1)[0], headers, keep_alive)
+def _has_body(event: h11.Request) -> bool:
+    """Only GET and HEAD are served: a request body is refused rather than read and buffered."""
+    for name, value in event.headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
 
 
 class _App:
@@ -146,10 +160,21 @@ class _App:
         auth: BasicAuth | None,
         extra_headers: Mapping[str, str],
         clock: Callable[[], float],
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.source, self.auth, self.clock = source, auth, clock
-        self.extra = "".join(f"{k}: {v}\r\n" for k, v in extra_headers.items())
+        self.max_connections = max_connections
+        self.extra = tuple(extra_headers.items())
         self.connections: set[_Connection] = set()
+        self._refused_logged_at = -math.inf
+
+    def refused_connection(self) -> None:
+        now = time.monotonic()
+        if now - self._refused_logged_at >= 60:  # at most one line a minute
+            self._refused_logged_at = now
+            log.warning(
+                "refusing connections: %d are open, the most this exporter holds", self.max_connections
+            )
 
     def response(
         self, req: _Request, *, authorized: bool
@@ -162,8 +187,8 @@ class _App:
                 challenge = (("WWW-Authenticate", 'Basic realm="gpupilot-exporter"'),)
                 return 401, "text/plain; charset=utf-8", b"unauthorized\n", challenge
             page = self.source.page
-            om = page.negotiate(wants_openmetrics=wants_openmetrics(req.headers.get("accept", "")))
-            gz = accepts_gzip(req.headers.get("accept-encoding", ""))
+            om = page.negotiate(wants_openmetrics=wants_openmetrics(req.accept))
+            gz = accepts_gzip(req.accept_encoding)
             body = page.body(openmetrics=om, gzip=gz, now=self.clock())
             ctype = OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE
             enc = (("Content-Encoding", "gzip"),) if gz else ()
@@ -178,26 +203,64 @@ class _App:
         return 404, "text/plain; charset=utf-8", b"not found; try /metrics\n", ()
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: h11 parses, this class routes and bounds what is held in memory.
+
+    Reading stops whenever the connection cannot make progress — a bcrypt check is running, or
+    the transport's send buffer is above its high-water mark because the client does not read
+    its answers — and resumes when it can. So a connection holds at most one receive chunk, one
+    incomplete request head (``MAX_HEAD_BYTES``; more is a 431) and one send buffer
+    (``WRITE_HIGH_WATER`` plus the answer being written)."""
+
     def __init__(self, app: _App) -> None:
         self.app = app
-        self.buf = bytearray()
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES - READ_CHUNK_BYTES)
+        self.recv = bytearray(READ_CHUNK_BYTES)
         self.transport: asyncio.Transport | None = None
-        self.waiting = False  # a bcrypt check or a full send buffer holds back the next request
+        self.request: _Request | None = None
+        self.waiting = False  # a bcrypt check holds back the next request
         self.write_paused = False
-        self.closing = False
+        self.reading = True
         self.last_active = time.monotonic()
 
+    # -- transport callbacks ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
+        if len(self.app.connections) >= self.app.max_connections:
+            self.app.refused_connection()
+            transport.abort()
+            return
         self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.app.connections.add(self)
         asyncio.get_running_loop().call_later(IDLE_TIMEOUT_S, self._idle_check)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
         self.transport = None
         self.app.connections.discard(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self.recv)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.transport is None:
+            return  # closing: whatever else arrives is dropped
+        self.last_active = time.monotonic()
+        self.h11.receive_data(bytes(self.recv[:nbytes]))
+        self._process()
+
+    def eof_received(self) -> bool:
+        if self.transport is not None:
+            self.h11.receive_data(b"")
+            self._process()
+        return False  # close our side too
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._process()
 
     def _idle_check(self) -> None:
         if self.transport is None:
@@ -208,49 +271,52 @@ class _Connection(asyncio.Protocol):
         else:
             asyncio.get_running_loop().call_later(IDLE_TIMEOUT_S - idle, self._idle_check)
 
-    def pause_writing(self) -> None:
-        self.write_paused = True
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        self._process()
-
-    def data_received(self, data: bytes) -> None:
-        self.last_active = time.monotonic()
-        self.buf += data
-        self._process()
+    # -- request loop -----------------------------------------------------------------------
+    def _set_reading(self, on: bool) -> None:
+        if self.transport is not None and on != self.reading:
+            self.reading = on
+            if on:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
 
     def _process(self) -> None:
-        while not (self.waiting or self.write_paused or self.closing) and self.transport is not None:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self.buf) > MAX_HEAD_BYTES:
-                    self._send_error(431)
+        while self.transport is not None:
+            if self.waiting or self.write_paused:
+                self._set_reading(False)  # the client's further requests wait in its own buffers
                 return
-            if end > MAX_HEAD_BYTES:
-                self._send_error(431)
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                self._send_error(exc.error_status_hint)
                 return
-            head = bytes(self.buf[:end])
-            del self.buf[: end + 4]
-            req = parse_head(head)
-            if isinstance(req, int):
-                self._send_error(req)
+            if event is h11.NEED_DATA:
+                self._set_reading(True)
                 return
-            self._handle(req)
+            if isinstance(event, h11.Request):
+                if _has_body(event):
+                    self._send_error(400)
+                    return
+                self.request = _Request(event)
+            elif isinstance(event, h11.EndOfMessage) and self.request is not None:
+                req, self.request = self.request, None
+                self._handle(req)
+            elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+                self._close()
+                return
 
     def _handle(self, req: _Request) -> None:
         auth = self.app.auth
         if auth is None or req.path != "/metrics":
             self._respond(req, authorized=True)
             return
-        header = req.headers.get("authorization")
-        verdict = auth.cached(header)
+        verdict = auth.cached(req.authorization)
         if verdict is not None:
             self._respond(req, authorized=verdict)
             return
         self.waiting = True  # bcrypt costs tens of ms: verify off the loop, keep others served
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, auth.check, header)
+        future = loop.run_in_executor(None, auth.check, req.authorization)
         future.add_done_callback(lambda f: self._verified(req, f))
 
     def _verified(self, req: _Request, future: asyncio.Future[bool]) -> None:
@@ -266,12 +332,16 @@ class _Connection(asyncio.Protocol):
         except Exception:  # never a traceback to the client; the server keeps running
             log.exception("error answering %s %s", req.method, req.path)
             status, ctype, body, headers = 500, "text/plain; charset=utf-8", b"internal error\n", ()
-        self._write(status, ctype, body, headers, keep_alive=req.keep_alive, head_only=req.method == "HEAD")
+        self._write(status, ctype, body, headers, head_only=req.method == "HEAD")
 
     def _send_error(self, status: int) -> None:
-        self._write(
-            status, "text/plain; charset=utf-8", f"{status} {_REASONS.get(status, '')}\n".encode(), ()
-        )
+        """Answer a request h11 or we refused, then close: the stream cannot be trusted past it."""
+        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            self._close()
+            return
+        body = f"{status} {_REASONS.get(status, 'Error')}\n".encode()
+        self._write(status, "text/plain; charset=utf-8", body, (("Connection", "close"),))
+        self._close()
 
     def _write(
         self,
@@ -280,21 +350,31 @@ class _Connection(asyncio.Protocol):
         body: bytes,
         headers: tuple[tuple[str, str], ...],
         *,
-        keep_alive: bool = False,
         head_only: bool = False,
     ) -> None:
         if self.transport is None:
             return
-        extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
-        conn = "" if keep_alive else "Connection: close\r\n"
-        head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: {ctype}\r\n"
-            f"Content-Length: {len(body)}\r\n{extra}{self.app.extra}{conn}\r\n"
-        ).encode("latin-1")
-        self.transport.writelines((head, b"" if head_only else body))
-        if not keep_alive:
-            self.closing = True
-            self.transport.close()
+        try:
+            response = _response_head(status, ctype, len(body), (*headers, *self.app.extra))
+            pieces = [self.h11.send(response)]
+            if body and not head_only:  # passthrough: the page is written as is, not copied by h11
+                pieces += self.h11.send_with_data_passthrough(h11.Data(data=body)) or ()
+            pieces.append(self.h11.send(_END))
+        except h11.LocalProtocolError:  # e.g. an error answer to a request h11 could not parse
+            log.debug("cannot answer on this connection; closing it", exc_info=True)
+            self._close()
+            return
+        self.transport.writelines([p for p in pieces if p])
+        if self.h11.our_state is h11.MUST_CLOSE:
+            self._close()
+        elif self.h11.their_state is h11.DONE:
+            self.h11.start_next_cycle()
+
+    def _close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()  # flushes what is buffered, then closes
+            self.transport = None
+            self.app.connections.discard(self)
 
 
 class MetricsServer:
@@ -308,6 +388,7 @@ class MetricsServer:
         port: int = 9400,
         web_config: WebConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.host = host
         self.port = port
@@ -317,6 +398,7 @@ class MetricsServer:
             auth=web_config.authenticator() if web_config else None,
             extra_headers=web_config.headers if web_config else {},
             clock=clock,
+            max_connections=max_connections,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None

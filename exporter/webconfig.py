@@ -24,6 +24,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import Any
 
 import bcrypt
 
+from checked_input import yamlsafe
 from exporter.errors import ConfigError
 from gpupilot_common import checked
 
@@ -54,6 +56,9 @@ _AUTH_TYPES = {
 }
 _AUTH_UNSUPPORTED = {"RequestClientCert", "RequireAnyClientCert"}
 _RESERVED_HEADERS = {"content-type", "content-length", "content-encoding", "connection", "www-authenticate"}
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}")
+"""An HTTP header name (RFC 9110 token): no CR, LF, colon or space can reach a response."""
+_BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
 _CACHE_LIMIT = 1024
 # bcrypt of a random password: unknown users pay the same cost as known ones (no user enumeration).
 _DUMMY_HASH = b"$2b$10$5Pd8i3Tawd4pRVGDqu6gpervhZ49vVW4Ohry42WyydgFINEJwBheS"
@@ -175,6 +180,16 @@ class _FieldProblem(ConfigError):
         self.where, self.problem = where, problem
 
 
+def _bcrypt_decodes(hashed: str) -> bool:
+    """Whether bcrypt can read the salt and digest, at cost 4 (~1 ms) whatever the hash's cost:
+    a hash bcrypt cannot read makes every login fail, so it is refused at start instead."""
+    try:
+        bcrypt.checkpw(b"", f"{hashed[:4]}04{hashed[6:]}".encode())
+    except ValueError:
+        return False
+    return True
+
+
 def _fail(path: Path, where: str, problem: str) -> ConfigError:
     return _FieldProblem(path, where, problem)
 
@@ -247,6 +262,14 @@ def _tls(path: Path, raw: Any) -> TlsSettings | None:
         if v is not None and v not in _VERSIONS:
             raise _fail(path, f"tls_server_config.{key}", f"{v!r} is not one of {', '.join(_VERSIONS)}")
         versions[key] = v
+    low, high = versions["min_version"] or "TLS12", versions["max_version"]
+    if high is not None and _VERSIONS[low] > _VERSIONS[high]:
+        raise _fail(
+            path,
+            "tls_server_config.min_version",
+            f"{low} is above max_version {high}: every handshake would fail; lower min_version "
+            "or raise max_version",
+        )
     return TlsSettings(
         cert_file=_file(path, "tls_server_config.cert_file", data["cert_file"]),
         key_file=_file(path, "tls_server_config.key_file", data["key_file"]),
@@ -264,11 +287,7 @@ def _users(path: Path, raw: Any) -> dict[str, bytes]:
         where = f"basic_auth_users.{name}"
         if not isinstance(name, str) or not name or ":" in name:
             raise _fail(path, where, "user names must be non-empty text without ':'")
-        if (
-            not isinstance(hashed, str)
-            or not hashed.startswith(("$2a$", "$2b$", "$2y$"))
-            or len(hashed) != 60
-        ):
+        if not isinstance(hashed, str) or not _BCRYPT.fullmatch(hashed) or not _bcrypt_decodes(hashed):
             raise _fail(
                 path,
                 where,
@@ -284,8 +303,11 @@ def _headers(path: Path, raw: Any) -> dict[str, str]:
     headers = _mapping(path, "http_server_config.headers", data.get("headers"))
     out: dict[str, str] = {}
     for name, value in headers.items():
+        where = f"http_server_config.headers.{name!r}"
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise _fail(path, where, "not a header name (letters, digits and !#$%&'*+-.^_`|~ only)")
         where = f"http_server_config.headers.{name}"
-        if not isinstance(name, str) or name.lower() in _RESERVED_HEADERS or not name.isascii():
+        if name.lower() in _RESERVED_HEADERS:
             raise _fail(path, where, "this header is set by the exporter and cannot be configured")
         if not isinstance(value, str) or "\n" in value or "\r" in value or not value.isascii():
             raise _fail(path, where, "expected a one-line ASCII text value")
@@ -296,7 +318,7 @@ def _headers(path: Path, raw: Any) -> dict[str, str]:
 def load(path: Path) -> WebConfig:
     """Parse and check a web config file completely (TLS material included)."""
     try:
-        text = path.read_text()
+        text = yamlsafe.read_text(path)  # UTF-8 or one line naming the byte; at most 16 MiB
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read web config ({exc.strerror}); check --web-config") from None
     doc = checked.parse_yaml(text, source=str(path), error=ConfigError)

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from checked_input import yamlsafe
 from gpupilot_common.timefmt import parse_duration
 
 ErrorType = Callable[[str], Exception]
@@ -89,7 +90,7 @@ def key_lines(node: yaml.Node | None, path: FieldPath = ()) -> dict[FieldPath, i
 def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
     """Parse ``text`` (one YAML document) keeping each key's line; a syntax error is one line."""
     try:
-        data = yaml.safe_load(text)
+        data = yamlsafe.safe_load(text)  # bounded: aliases, nesting, control characters, !!tags
         lines = key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -101,7 +102,7 @@ def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
 
 def load_yaml(path: Path, *, error: ErrorType, what: str = "file") -> Document:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = yamlsafe.read_text(path)  # UTF-8 (the bad byte's line named), at most 16 MiB
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise error(f"{path}: cannot read the {what} ({reason})") from None

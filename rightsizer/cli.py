@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from checked_input.cli import OneLineParser
 from rightsizer.errors import RightsizerError
 
 COMMANDS: dict[str, str] = {
@@ -24,7 +25,7 @@ COMMANDS: dict[str, str] = {
 
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpupilot-rightsizer",
         description="Find idle MIG slices, compute better layouts and apply them safely.",
     )

@@ -22,8 +22,10 @@ Each class lives beside the code that raises it; this module holds the roots onl
 
 from __future__ import annotations
 
+from checked_input.text import OneLineMessage
 
-class RightsizerError(Exception):
+
+class RightsizerError(OneLineMessage):
     """Base class: ``str(err)`` is one line naming what failed and what to do."""
 
     exit_code = 1

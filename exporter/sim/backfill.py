@@ -250,10 +250,16 @@ def run(
             f"{settings.out_dir} already holds {existing} TSDB blocks; remove it or choose another --out "
             "(a second backfill would duplicate every sample)"
         )
-    settings.out_dir.mkdir(parents=True, exist_ok=True)
     keep_dir = settings.out_dir / "openmetrics"
-    if settings.keep_openmetrics:
-        keep_dir.mkdir(exist_ok=True)
+    try:
+        settings.out_dir.mkdir(parents=True, exist_ok=True)
+        if settings.keep_openmetrics:
+            keep_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise BackfillError(
+            f"--out {settings.out_dir}: cannot create the data directory "
+            f"({exc.strerror or exc}); give a directory path"
+        ) from None
     filler = Backfiller(scenario, layout=settings.layout)
     first_block = math.floor(ts_all_first / BLOCK_S) * BLOCK_S
     windows = list(range(int(first_block), int(settings.end) + 1, BLOCK_S))

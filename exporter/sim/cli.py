@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from checked_input import numbers
+from checked_input.cli import OneLineParser
 from exporter import counters
 from exporter.errors import ConfigError
 from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
@@ -25,7 +27,7 @@ FUTURE_SLACK_S = 60.0
 
 
 def _backfill_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="gpupilot-exporter backfill",
         description=(
             "Write the simulator's history (every node's device series plus the cluster's "
@@ -41,7 +43,11 @@ def _backfill_parser() -> argparse.ArgumentParser:
         "--start", help="first sample time: ISO 8601 (2026-11-01T00:00:00Z), Unix seconds, or now-14d"
     )
     p.add_argument("--end", help="last sample time, same forms as --start (default: now)")
-    p.add_argument("--days", type=float, help="instead of --start: this many days ending at --end (or now)")
+    p.add_argument(
+        "--days",
+        type=numbers.real(low=0, low_open=True, high=36500, unit="days"),
+        help="instead of --start: this many days ending at --end (or now)",
+    )
     p.add_argument(
         "--step", default="15s", help="seconds between samples, like a scrape interval: 15s, 1m (default 15s)"
     )
@@ -53,7 +59,7 @@ def _backfill_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--jobs",
-        type=int,
+        type=numbers.whole(low=1, high=64),
         default=2,
         help="promtool processes run side by side (default 2; 1 on a busy machine)",
     )
@@ -163,7 +169,7 @@ def backfill_main(argv: Sequence[str]) -> int:
 
 
 def _cluster_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="gpupilot-exporter cluster",
         description=(
             "Serve what a cluster around the simulated GPUs would publish, on /metrics: kube-state-metrics "

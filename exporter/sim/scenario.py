@@ -14,6 +14,7 @@ from typing import Literal
 
 import yaml
 
+from checked_input import yamlsafe
 from exporter.errors import ScenarioError
 from exporter.sim import identity, migconfigs
 from exporter.sim.model import (
@@ -28,7 +29,14 @@ from exporter.sim.model import (
     Workload,
 )
 from exporter.sim.patterns import IDLE
-from exporter.sim.scenario_parse import Ctx, parse_faults, parse_hpas, parse_pattern
+from exporter.sim.scenario_parse import (
+    MAX_GPUS_PER_ENTRY,
+    MAX_REPLICAS,
+    Ctx,
+    parse_faults,
+    parse_hpas,
+    parse_pattern,
+)
 from mig_geometry import catalogue, placement
 from mig_geometry.catalogue import GpuModel
 
@@ -37,7 +45,7 @@ def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file; :class:`ScenarioError` (one line) on any problem."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = yamlsafe.read_text(p)
     except OSError as e:
         raise ScenarioError(f"{p}: cannot read scenario: {e.strerror or e}") from None
     return loads(text, name=str(p))
@@ -45,7 +53,7 @@ def load(path: str | Path) -> Scenario:
 
 def loads(text: str, *, name: str = "<scenario>") -> Scenario:
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlsafe.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
@@ -115,7 +123,7 @@ def _node(ctx: Ctx, raw: object, path: str, seed: int) -> Node:
         if model is None:
             known = ", ".join(catalogue.known_model_keys())
             ctx.fail(f"{gpath}.model", f"unknown GPU model {model_name!r} (known: {known}, or a PCI id)")
-        count = ctx.integer(g.get("count", 1), f"{gpath}.count", minimum=1)
+        count = ctx.integer(g.get("count", 1), f"{gpath}.count", minimum=1, maximum=MAX_GPUS_PER_ENTRY)
         gdriver = ctx.string(g.get("driver_version", driver), f"{gpath}.driver_version")
         mig_name, counts = _mig(ctx, g.get("mig"), f"{gpath}.mig", model)
         for _ in range(count):
@@ -141,6 +149,8 @@ def _mig(ctx: Ctx, raw: object, path: str, model: GpuModel) -> tuple[str | None,
     for key, value in raw.items():
         if not isinstance(value, int) or isinstance(value, bool):
             ctx.fail(f"{path}.{key}", f"count must be an integer, got {value!r}")
+        if not 0 <= value <= 7:  # no GPU holds more than 7 MIG instances
+            ctx.fail(f"{path}.{key}", f"count must be between 0 and 7, got {value}")
         counts[str(key)] = value
     result = placement.place(model, counts)
     if not result.ok:
@@ -216,7 +226,7 @@ def _workload(
         ctx.fail(path, "give exactly one of 'pod' or 'deployment'")
     kind: Literal["Pod", "Deployment"] = "Pod" if "pod" in m else "Deployment"
     name = ctx.string(m.get("pod") or m.get("deployment"), f"{path}.{kind.lower()}", required=True)
-    replicas = ctx.integer(m.get("replicas", 1), f"{path}.replicas", minimum=1)
+    replicas = ctx.integer(m.get("replicas", 1), f"{path}.replicas", minimum=1, maximum=MAX_REPLICAS)
     if kind == "Pod" and "replicas" in m:
         ctx.fail(f"{path}.replicas", "only a deployment has replicas")
     container = ctx.string(m.get("container", name), f"{path}.container")

@@ -15,6 +15,12 @@ from exporter.sim.model import Fault, FaultKind, Hpa, HpaMetric, Node
 from exporter.sim.patterns import IDLE, Pattern, PatternKind
 from gpupilot_common import timefmt as timespec
 
+_MAX_PROBLEM = 200
+MAX_GPUS_PER_ENTRY = 64
+"""A node entry's ``count``: the largest GPU servers hold 16; more is a typo."""
+MAX_REPLICAS = 10_000
+"""A workload's ``replicas``: each is a simulated pod with its own series."""
+
 
 class Ctx:
     def __init__(self, file: str) -> None:
@@ -22,6 +28,8 @@ class Ctx:
 
     def fail(self, path: str, problem: str) -> NoReturn:
         where = f"{self.file}: {path}: " if path else f"{self.file}: "
+        if len(problem) > _MAX_PROBLEM:  # a value quoted in it can be anything the file holds
+            problem = problem[:_MAX_PROBLEM] + "…"
         raise ScenarioError(where + problem)
 
     def mapping(self, raw: object, path: str, allowed: Collection[str] | None) -> dict[str, object]:
@@ -57,13 +65,17 @@ class Ctx:
             self.fail(path, "must not be empty")
         return text
 
-    def integer(self, raw: object, path: str, *, minimum: int | None = None) -> int:
-        if isinstance(raw, str) and raw.strip().isdigit():
+    def integer(
+        self, raw: object, path: str, *, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
+        if isinstance(raw, str) and raw.strip().isdigit() and len(raw.strip()) <= 18:
             raw = int(raw)
         if isinstance(raw, bool) or not isinstance(raw, int):
             self.fail(path, f"expected an integer, got {raw!r}")
         if minimum is not None and raw < minimum:
             self.fail(path, f"must be at least {minimum}, got {raw}")
+        if maximum is not None and raw > maximum:
+            self.fail(path, f"must be at most {maximum}, got {raw}")
         return raw
 
     def number(self, raw: object, path: str) -> float:

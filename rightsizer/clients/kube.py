@@ -98,6 +98,7 @@ def _raise(exc: Exception, what: str) -> NoReturn:
 
 
 _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+_NOT_KUBERNETES = "the answer is not Kubernetes API JSON; is the kubeconfig's server a Kubernetes API server?"
 
 
 class Kube:
@@ -149,6 +150,8 @@ class Kube:
             _raise(exc, what)
         except _TRANSPORT_ERRORS as exc:
             _raise(exc, what)
+        except (ValueError, TypeError) as exc:  # the client could not read the answer (an HTML page)
+            raise PermanentKubeError(f"{what}: {_NOT_KUBERNETES}") from exc
         if isinstance(result, dict):
             return result
         return self._json(result)
@@ -179,6 +182,8 @@ class Kube:
             _raise(exc, f"watch node {name}")
         except _TRANSPORT_ERRORS as exc:
             _raise(exc, f"watch node {name}")
+        except (ValueError, TypeError) as exc:
+            raise PermanentKubeError(f"watch node {name}: {_NOT_KUBERNETES}") from exc
         finally:
             w.stop()  # type: ignore[no-untyped-call]
 

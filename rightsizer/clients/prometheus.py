@@ -20,6 +20,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from checked_input.urls import split_userinfo
 from rightsizer.errors import RightsizerError
 
 
@@ -80,9 +81,13 @@ class PrometheusClient:
         headers: dict[str, str] | None = None,
         session: requests.Session | None = None,
     ) -> None:
-        self.url = url.rstrip("/")
+        # user:password@ in the URL goes into the Authorization header; the URL shown in messages,
+        # plan.json and reports has none
+        self.url, basic_auth = split_userinfo(url.rstrip("/"))
         self.timeout = timeout
         self._session = session or requests.Session()
+        if basic_auth is not None:
+            self._session.auth = basic_auth
         if headers:
             self._session.headers.update(headers)
         # errors are ours before the library sees the response (it would raise one generic exception
@@ -166,11 +171,14 @@ class PrometheusClient:
             raise PrometheusQueryError(f"expected a vector from {query!r:.60}, got {type(result).__name__}")
         if any(not isinstance(r, dict) or "value" not in r for r in result):
             raise PrometheusQueryError(f"expected a vector from {query!r:.60}, got a matrix or strings")
-        return [
-            Sample(dict(r["metric"]), _value(r["value"][1]), float(r["value"][0]))
-            for r in result
-            if not math.isnan(_value(r["value"][1]))
-        ]
+        try:
+            return [
+                Sample(dict(r["metric"]), _value(r["value"][1]), float(r["value"][0]))
+                for r in result
+                if not math.isnan(_value(r["value"][1]))
+            ]
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+            raise self._malformed(exc) from None
 
     def range(self, query: str, start: float | datetime, end: float | datetime, step: float) -> list[Series]:
         """``query_range`` from ``start`` to ``end`` every ``step`` seconds.
@@ -192,9 +200,21 @@ class PrometheusClient:
                 params=exact,
             ),
         )
-        return [
-            Series(dict(r["metric"]), [(float(t), _value(v)) for t, v in r["values"]]) for r in result or []
-        ]
+        try:
+            return [
+                Series(dict(r["metric"]), [(float(t), _value(v)) for t, v in r["values"]])
+                for r in result or []
+            ]
+        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
+            raise self._malformed(exc) from None
+
+    def _malformed(self, exc: Exception) -> PrometheusQueryError:
+        """An answer that is JSON but not the Prometheus API's shape (a sample value of "abc")."""
+        detail = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
+        return PrometheusQueryError(
+            f"Prometheus at {self.url} answered with a malformed result ({detail}); "
+            "is --prometheus-url a Prometheus-compatible API?"
+        )
 
     def has_data(self, selector: str, *, start: float, end: float) -> bool:
         """Whether any series of ``selector`` has a sample in ``(start, end]``."""

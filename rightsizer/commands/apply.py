@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from checked_input import numbers
 from gpupilot_common.timefmt import parse_duration
 from rightsizer.apply import dryrun
 from rightsizer.apply.applier import Applier, ApplyError, ApplyReport, ApplySettings
@@ -35,7 +36,7 @@ def _positive(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1")
-    return value
+    return int(numbers.check_range(value, text=text, high=1000))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from checked_input import numbers
+from checked_input.urls import base_url
 from gpupilot_common import timefmt
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.migparted import manifest
@@ -18,6 +20,8 @@ from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, make_plan
 
 # Prometheus keeps 15 days by default and long-term stores keep years; past a year a window is a typo.
 MAX_WINDOW = 366 * 86400.0
+MAX_UNIX_S = 253402300799.0
+"""9999-12-31T23:59:59Z, the last time ISO 8601 and Python's datetime can write."""
 
 
 def parse_duration(text: str) -> float:
@@ -34,16 +38,6 @@ def parse_time(text: str) -> float:
         return timefmt.parse_time(text, now=time.time())
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
 
 
 def fraction_arg(text: str) -> float:
@@ -80,7 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "table and writes plan.json for 'apply' and 'report'."
     )
     parser.add_argument(
-        "--prometheus-url", required=True, metavar="URL", help="Prometheus (or Thanos/Mimir) base URL"
+        "--prometheus-url",
+        required=True,
+        type=base_url,
+        metavar="URL",
+        help="Prometheus (or Thanos/Mimir) base URL",
     )
     parser.add_argument(
         "--window",
@@ -91,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--at",
-        type=parse_time,
+        type=numbers.bounded(parse_time, low=0, high=MAX_UNIX_S, unit="(year 9999)"),
         default=None,
         metavar="TIME",
         help="end of the window: Unix seconds or ISO 8601 (default: now)",
@@ -105,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-nodes",
-        type=_positive_int,
+        type=numbers.whole(low=1, high=1_000_000),
         default=None,
         metavar="N",
         help="change at most N nodes in this plan, the most valuable first (default: no limit)",
@@ -117,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--time-limit",
-        type=float,
+        type=numbers.real(low=0, low_open=True, high=86400, unit="seconds"),
         default=30.0,
         metavar="S",
         help="seconds for the exact MILP solver in total; past it the greedy packing is used (default 30)",
@@ -163,7 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all-nodes", action="store_true", help="list unchanged nodes in the table too")
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=numbers.real(low=0, low_open=True, high=3600, unit="seconds"),
         default=60.0,
         metavar="S",
         help="per-query HTTP timeout in seconds (default 60)",

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from checked_input import numbers
+from checked_input.urls import base_url
 from gpupilot_common.timefmt import parse_duration
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.commands import plan as plan_cmd
@@ -22,7 +24,7 @@ def _window(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if value < 3600:
         raise argparse.ArgumentTypeError(f"{text!r}: the window must be at least 1h")
-    return value
+    return numbers.check_range(value, text=text, high=366 * 86400.0, show=numbers.duration_text)
 
 
 def _price(text: str) -> float:
@@ -30,9 +32,9 @@ def _price(text: str) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if value < 0:
+    if not value >= 0:  # NaN too
         raise argparse.ArgumentTypeError(f"{text!r} is not a price >= 0")
-    return value
+    return numbers.check_range(value, text=text, high=1e6)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Read-only. Without --plan it computes the plan from the same history."
     )
     parser.add_argument(
-        "--prometheus-url", required=True, metavar="URL", help="Prometheus (or Thanos/Mimir) base URL"
+        "--prometheus-url",
+        required=True,
+        type=base_url,
+        metavar="URL",
+        help="Prometheus (or Thanos/Mimir) base URL",
     )
     parser.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="directory to write into (created if missing)"
@@ -95,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=numbers.real(low=0, low_open=True, high=3600, unit="seconds"),
         default=60.0,
         metavar="S",
         help="per-query HTTP timeout in seconds (default 60)",

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from checked_input import yamlsafe
 from rightsizer.migparted.config import Issue, MigPartedConfig, MigPartedError, parse_document
 from rightsizer.migparted.timeslicing import SharingConfig
 
@@ -45,7 +46,7 @@ def read_text(path: Path) -> str:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise MigPartedError(f"{path}: {size} bytes is too large for a config file (limit {MAX_BYTES})")
-        return path.read_text()
+        return yamlsafe.read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc).splitlines()[0]
         raise MigPartedError(f"{path}: cannot read: {reason}") from exc
@@ -93,6 +94,9 @@ def yaml_documents(text: str, *, source: str, line_offset: int = 0) -> list[tupl
         )
     try:
         nodes = list(yaml.compose_all(text, Loader=_Loader))
+        for node in nodes:
+            if node is not None:
+                yamlsafe.check_node(node)  # aliases expanding past the shared bound (an alias bomb)
         loader = yaml.SafeLoader("")
         try:
             docs = [loader.construct_document(n) if n is not None else None for n in nodes]
@@ -102,6 +106,11 @@ def yaml_documents(text: str, *, source: str, line_offset: int = 0) -> list[tupl
         raise MigPartedError(yaml_error(source, exc, offset=line_offset)) from exc
     except RecursionError as exc:
         raise MigPartedError(f"{source}: invalid YAML: nesting too deep") from exc
+    except (ValueError, TypeError, IndexError) as exc:  # PyYAML on ``!!int a`` or ``!!int`` alone
+        raise MigPartedError(
+            f"{source}: invalid YAML: a tagged value cannot be read ({type(exc).__name__}); "
+            "remove the !!tag or fix the value"
+        ) from exc
     return list(zip(docs, nodes, strict=True))
 
 

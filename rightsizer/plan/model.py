@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checked_input import yamlsafe
 from rightsizer.errors import InputError
 
 SCHEMA = "gpupilot.plan/v1"
@@ -513,13 +514,15 @@ def plan_from_dict(data: object, *, source: str = "plan") -> Plan:
 def load_plan(path: Path) -> Plan:
     """Read a plan file; every problem is a :class:`PlanError` with one line naming file and field."""
     try:
-        text = path.read_text()
+        text = yamlsafe.read_text(path)
     except OSError as exc:
         raise PlanError(f"{path}: cannot read plan: {exc.strerror or exc}") from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PlanError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+    except RecursionError:
+        raise PlanError(f"{path}: nested too deeply to be a plan; use a plan written by 'plan'") from None
     return plan_from_dict(data, source=str(path))
 
 

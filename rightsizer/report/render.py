@@ -6,6 +6,7 @@ import base64
 from html import escape
 from typing import TYPE_CHECKING
 
+from checked_input.urls import redact
 from gpupilot_common.timefmt import format_time as iso
 
 if TYPE_CHECKING:  # report.py imports this module to write files
@@ -91,7 +92,7 @@ def html(r: Report) -> str:
         f"<style>{CSS}</style></head><body><main>",
         "<header><h1>GPU rightsizing report</h1>",
         f"<p>{escape(iso(d.start))} → {escape(iso(d.end))} ({escape(s.window)}) · plan <code>{escape(plan.plan_id)}</code>"
-        f" · data from <code>{escape(d.prometheus_url)}</code></p></header>",
+        f" · data from <code>{escape(redact(d.prometheus_url))}</code></p></header>",
         "<div class='cards'>",
         *(
             f"<div class='card {cls}'><div class='v'>{escape(v)}</div><div class='k'>{escape(k)}</div></div>"
@@ -210,7 +211,7 @@ def markdown(r: Report) -> str:
     out = [
         "# GPU rightsizing report",
         "",
-        f"{iso(d.start)} → {iso(d.end)} ({s.window}) · plan `{plan.plan_id}` · data from `{d.prometheus_url}`",
+        f"{iso(d.start)} → {iso(d.end)} ({s.window}) · plan `{plan.plan_id}` · data from `{redact(d.prometheus_url)}`",
         "",
         *(f"- **{v}** {k}" for _, v, k in _cards(r)),
         "",

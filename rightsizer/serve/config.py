@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from checked_input.urls import redact
 from gpupilot_common import checked
 from gpupilot_common.checked import Section
 from rightsizer.errors import InputError
@@ -254,7 +255,7 @@ def parse_document(doc: checked.Document) -> ServeConfig:
     r.keys(("prometheus_url", "timezone", "listen", "state_dir", "report", "plan", "auto_apply"))
     url = r.text("prometheus_url")
     if not re.match(r"^https?://", url):
-        raise r.fail("prometheus_url", f"{url!r} must start with http:// or https://")
+        raise r.fail("prometheus_url", f"{redact(url)!r} must start with http:// or https://")
     tz = _timezone(r)
     host, port = _listen(r)
     rr, pr, ar = r.section("report"), r.section("plan"), r.section("auto_apply")

@@ -84,7 +84,7 @@ def test_syntax_errors_and_wrong_documents_are_one_line(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00")
     _fails(
         lambda: checked.load_yaml(binary, error=MyError, what="config"),
-        f"{binary}: cannot read the config (not UTF-8 text)",
+        f"{binary}: cannot read the config (not UTF-8 text (byte 0xff on line 1); save the file as UTF-8)",
     )
 
 

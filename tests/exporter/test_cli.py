@@ -67,7 +67,12 @@ def test_once_failure_is_one_line_and_exit_1(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--interval", "0"], "--interval 0: must be a positive number of seconds"),
+        (["--interval", "0"], "argument --interval: '0': must be between 0.1 and 3600 seconds"),
+        (["--interval", "nan"], "argument --interval: 'nan' is not a finite number"),
+        (["--interval", "inf"], "argument --interval: 'inf' is not a finite number"),
+        (["--interval", "1e300"], "argument --interval: '1e300': must be between 0.1 and 3600"),
+        (["--interval", "ten"], "argument --interval: 'ten' is not a number"),
+        (["--collect-timeout", "-0"], "argument --collect-timeout: '-0': must be more than 0"),
         (
             ["--interval", "5", "--collect-timeout", "9"],
             "--collect-timeout 9: must be positive and at most --interval (5)",
@@ -106,7 +111,10 @@ def test_bad_flag_through_the_real_entry_point() -> None:
     res = run("--interval", "-1")
     assert res.returncode == 2
     assert res.stdout == ""
-    assert res.stderr == "gpupilot-exporter: --interval -1: must be a positive number of seconds\n"
+    assert res.stderr == (
+        "gpupilot-exporter: error: argument --interval: '-1': must be between 0.1 and 3600 seconds "
+        "(see --help)\n"
+    )
 
 
 def test_bad_web_config_fails_at_start(tmp_path: Path) -> None:

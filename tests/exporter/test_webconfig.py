@@ -97,6 +97,16 @@ def test_empty_file_means_plain_http(tmp_path: Path) -> None:
         ("http_server_config: {colour: red}\n", "http_server_config.colour: unknown field"),
         ("basic_auth_users: [a, b]\n", "basic_auth_users: expected a mapping, got list"),
         ("tls_server_config: [\n", "web.yml:2: "),
+        (
+            f"basic_auth_users:\n  alice: '{HASH[:7]}{'A' * 53}'\n",  # right shape, unreadable salt
+            "basic_auth_users.alice: expected a bcrypt hash",
+        ),
+        (f"basic_auth_users:\n  alice: '$2y$99${HASH[7:]}'\n", "basic_auth_users.alice: expected a bcrypt"),
+        (
+            'http_server_config: {headers: {"X-Evil\\r\\nSet-Cookie": a}}\n',
+            "http_server_config.headers.'X-Evil\\r\\nSet-Cookie': not a header name",
+        ),
+        ('http_server_config: {headers: {"X Space": a}}\n', "headers.'X Space': not a header name"),
         ("- a\n", "top level: expected a mapping"),
     ],
 )
@@ -124,6 +134,9 @@ def test_bad_tls_choices(tmp_path: Path, pki: pki_mod.Pki) -> None:
     assert "client_auth_type: client_ca_file is set but client_auth_type is NoClientCert" in msg
     msg = error_of(write(tmp_path, base + "  client_auth_type: RequireAnyClientCert\n"))
     assert "use VerifyClientCertIfGiven or RequireAndVerifyClientCert" in msg
+    msg = error_of(write(tmp_path, base + "  min_version: TLS13\n  max_version: TLS12\n"))
+    assert "tls_server_config.min_version: TLS13 is above max_version TLS12" in msg
+    assert webconfig.load(write(tmp_path, base + "  min_version: TLS13\n  max_version: TLS13\n")).tls
     msg = error_of(write(tmp_path, base + "  client_auth_type: Sometimes\n"))
     assert "'Sometimes' is not one of" in msg
 

@@ -83,7 +83,7 @@ def test_plan_help_explains_every_flag() -> None:
     ("args", "message"),
     [
         (["--window", "7x"], "is not a duration"),
-        (["--max-nodes", "0"], "must be at least 1"),
+        (["--max-nodes", "0"], "must be between 1 and 1000000"),
         (["--at", "yesterday"], "is not a time"),
         (["--min-busy", "2m"], "must be between 5m and 6h"),
         (["--headroom", "nan"], "must be between 0 and 4"),

@@ -1,0 +1,21 @@
+"""Messages that stay one line of bounded length, whatever a file put into them."""
+
+from __future__ import annotations
+
+MAX_MESSAGE = 500
+"""Longest error message shown; a value quoted from a file can be megabytes."""
+
+_CONTROL = {i: f"\\x{i:02x}" for i in range(32)} | {0x7F: "\\x7f", 10: "\\n", 13: "\\r", 9: "\\t"}
+
+
+def one_line(text: str, *, limit: int = MAX_MESSAGE) -> str:
+    """``text`` with control characters escaped (``\\n`` …) and cut to ``limit`` characters."""
+    flat = text.translate(_CONTROL)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class OneLineMessage(Exception):
+    """Mixin for a service's root error: ``str(err)`` is always :func:`one_line`."""
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
