@@ -10,11 +10,15 @@
 3. On ``failed`` or a timeout: restore the previous label, uncordon, record a Warning Event, and start no
    further batch. On success: uncordon (unless it was cordoned before we came) and a Normal Event.
 4. Steps are recorded on the node (:mod:`rightsizer.apply.protocol`), so a rerun resumes or skips.
+5. Transient API errors (429 with ``Retry-After``, 5xx, dropped connections) are retried with backoff
+   (:mod:`rightsizer.apply.retry`) within the node's deadline; a rollback that still fails is reported
+   as ``rollback-failed`` (never ``rolled-back``), the node's annotations left for a rerun to resume.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -25,8 +29,16 @@ from typing import Any, Protocol
 from gpupilot_common.timefmt import format_time
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.configs import write_configs
+from rightsizer.apply.retry import Retrier
 from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
-from rightsizer.clients.kube import ConflictError, Kube, KubeError, NotFoundError, TooManyRequestsError
+from rightsizer.clients.kube import (
+    ConflictError,
+    Kube,
+    KubeError,
+    MultipleBudgetsError,
+    NotFoundError,
+    TooManyRequestsError,
+)
 from rightsizer.errors import RightsizerError
 from rightsizer.migparted import nodeprofiles
 from rightsizer.migparted.config import MigPartedError
@@ -55,7 +67,7 @@ class SystemClock:
 @dataclass(frozen=True)
 class NodeOutcome:
     node: str
-    result: str  # applied | already-applied | skipped | rolled-back | not-started
+    result: str  # applied | already-applied | skipped | failed | rolled-back | rollback-failed | not-started
     reason: str = ""
     previous: str = ""
     target: str = ""
@@ -73,7 +85,7 @@ class ApplyReport:
 
     @property
     def failed(self) -> tuple[NodeOutcome, ...]:
-        return tuple(o for o in self.outcomes if o.result == "rolled-back")
+        return tuple(o for o in self.outcomes if o.result in FAILED)
 
     @property
     def applied(self) -> tuple[NodeOutcome, ...]:
@@ -82,6 +94,10 @@ class ApplyReport:
     @property
     def ok(self) -> bool:
         return not self.failed
+
+
+FAILED = ("failed", "rolled-back", "rollback-failed")
+"""Results that stop later batches: nothing changed (``failed``), undone, or left half-done."""
 
 
 class NodeFailure(RightsizerError):
@@ -117,7 +133,11 @@ class Applier:
     # -- the whole run --------------------------------------------------------------------------
     def run(self) -> ApplyReport:
         nodes = list(self.plan.changed_nodes)
-        target = write_configs(self.kube, self.plan, self.settings, progress=self.progress)
+        configs = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+        target = configs.call(
+            "write the MIG configs",
+            lambda: write_configs(self.kube, self.plan, self.settings, progress=self.progress),
+        )
         if (target.changed or target.repoint) and self.settings.configmap_sync_s > 0:
             self.progress(
                 "-",
@@ -144,7 +164,7 @@ class Applier:
                     continue
                 results = list(pool.map(self.apply_node, batch))
                 outcomes.extend(results)
-                failed = [o.node for o in results if o.result == "rolled-back"]
+                failed = [o.node for o in results if o.result in FAILED]
                 if failed:
                     stopped_by = ", ".join(failed)
         return ApplyReport(
@@ -168,8 +188,19 @@ class Applier:
         return f"{pn.config_name} is not offered by the node's MIG Manager: {why}" if why else ""
 
     # -- one node --------------------------------------------------------------------------------
+    def _retrier(self, node: str, deadline: float) -> Retrier:
+        return Retrier(
+            self.clock,
+            deadline,
+            initial_s=max(self.settings.retry_interval_s, 0.01),
+            max_s=self.settings.backoff_max_s,
+            notify=lambda message: self.progress(node, message),
+        )
+
     def apply_node(self, pn: NodePlan) -> NodeOutcome:
         started = self.clock.monotonic()
+        s = self.settings
+        r = self._retrier(pn.name, started + s.eviction_timeout_s + s.timeout_s + s.api_retry_s)
 
         def outcome(result: str, reason: str = "") -> NodeOutcome:
             return NodeOutcome(
@@ -183,10 +214,13 @@ class Applier:
             )
 
         try:
-            node = proto.view(self.kube.get_node(pn.name))
+            node = proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
         except NotFoundError:
             self.progress(pn.name, "skipped: node not found")
             return outcome("skipped", "node not found")
+        except KubeError as exc:
+            self.progress(pn.name, f"failed before any change: {exc}")
+            return outcome("failed", f"nothing changed: {exc}")
         decision = proto.decide(
             node, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
         )
@@ -206,26 +240,27 @@ class Applier:
             self.progress(pn.name, decision.reason)
         try:
             if step is None:
-                node = self._patch(pn, lambda v: self._cordon(v, pn))
+                node = self._patch(pn, lambda v: self._cordon(v, pn), r)
                 self.progress(pn.name, "cordoned")
                 step = proto.Step.CORDONED
             if step == proto.Step.CORDONED:
-                self._drain(pn)
-                node = self._patch(pn, lambda v: proto.step_patch(v, proto.Step.DRAINED))
+                self._drain(pn, r)
+                node = self._patch(pn, lambda v: proto.step_patch(v, proto.Step.DRAINED), r)
                 self.progress(pn.name, "drained: no pod holds its GPUs")
                 step = proto.Step.DRAINED
             if step == proto.Step.DRAINED:
-                node = self._patch(pn, lambda v: proto.relabel_patch(v, target=pn.config_name))
+                node = self._patch(pn, lambda v: proto.relabel_patch(v, target=pn.config_name), r)
                 self.progress(
                     pn.name, f"relabelled {proto.CONFIG_LABEL}={pn.config_name} (was {node.previous})"
                 )
-            node = self._wait_for_success(pn, node)
-            node = self._patch(pn, proto.finish_patch)
+            node = self._wait_for_success(pn, node, r)
+            node = self._patch(pn, proto.finish_patch, r)
             self._event(
                 node,
                 "MigReconfigured",
                 f"gpupilot plan {self.plan.plan_id}: {node.previous} → {pn.config_name}",
                 warning=False,
+                retrier=r,
             )
             self.progress(
                 pn.name,
@@ -238,7 +273,9 @@ class Applier:
         except (NodeFailure, KubeError) as exc:
             reason = str(exc)
             self.progress(pn.name, f"failed: {reason}; rolling back")
-            self._rollback(pn, reason)
+            problem = self._rollback(pn, reason)
+            if problem:
+                return outcome("rollback-failed", f"{reason}; ROLLBACK FAILED: {problem}")
             return outcome("rolled-back", reason)
 
     def _cordon(self, v: proto.NodeView, pn: NodePlan) -> dict[str, Any]:
@@ -249,25 +286,31 @@ class Applier:
             raise NodeSkip(again.reason or "changed while starting")
         return proto.cordon_patch(v, plan_id=self.plan.plan_id, target=pn.config_name)
 
-    def _patch(self, pn: NodePlan, build: Callable[[proto.NodeView], dict[str, Any]]) -> proto.NodeView:
-        """Read, build a guarded patch, write; on 409 re-read and rebuild."""
+    def _patch(
+        self, pn: NodePlan, build: Callable[[proto.NodeView], dict[str, Any]], r: Retrier
+    ) -> proto.NodeView:
+        """Read, build a guarded patch, write; on 409 re-read and rebuild; transient errors retried."""
         last: ConflictError | None = None
         for _ in range(self.settings.conflict_retries):
-            current = proto.view(self.kube.get_node(pn.name))
+            current = proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+            patch = build(current)
             try:
-                return proto.view(self.kube.patch_node(pn.name, build(current)))
+                return proto.view(
+                    r.call(f"patch node {pn.name}", functools.partial(self.kube.patch_node, pn.name, patch))
+                )
             except ConflictError as exc:
                 last = exc
         raise NodeFailure(f"still conflicting after {self.settings.conflict_retries} tries: {last}")
 
-    def _drain(self, pn: NodePlan) -> None:
+    def _drain(self, pn: NodePlan, r: Retrier) -> None:
         """Evict the pods :func:`rightsizer.plan.disruption.evictions` names and wait for them to go."""
         node = pn.name
         deadline = self.clock.monotonic() + self.settings.eviction_timeout_s
         evicted: set[tuple[str, str, str]] = set()
         refused = ""
         while True:
-            gpu_pods = [p for p in self.kube.pods_on_node(node) if proto.holds_gpus(p)]
+            pods = r.call(f"list pods on {node}", lambda: self.kube.pods_on_node(node))
+            gpu_pods = [p for p in pods if proto.holds_gpus(p)]
             chosen = {(e.namespace, e.name) for e in evictions(pn, (proto.pod_key(p)[:2] for p in gpu_pods))}
             holding = [p for p in gpu_pods if proto.pod_key(p)[:2] in chosen]
             if not holding:
@@ -276,14 +319,25 @@ class Applier:
                 key = proto.pod_key(pod)
                 if key in evicted or (pod.get("metadata") or {}).get("deletionTimestamp"):
                     continue
+                ns, name = key[0], key[1]
                 try:
-                    self.kube.evict_pod(key[0], key[1])
+                    r.call(
+                        f"evict {ns}/{name}",
+                        functools.partial(self.kube.evict_pod, ns, name),
+                        retry_throttled=False,
+                    )
                     evicted.add(key)
                     self.progress(node, f"evicted {key[0]}/{key[1]}")
                 except TooManyRequestsError as exc:
                     refused = f"{key[0]}/{key[1]}: {exc}"
                 except NotFoundError:
                     evicted.add(key)
+                except MultipleBudgetsError as exc:
+                    raise NodeFailure(
+                        f"pod {key[0]}/{key[1]} is selected by more than one PodDisruptionBudget, and the "
+                        "Eviction API refuses such pods (HTTP 500); make one budget cover it, or move it "
+                        f"off {node}, then run apply again ({exc})"
+                    ) from exc
             if self.clock.monotonic() >= deadline:
                 names = ", ".join(
                     f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}" for p in holding
@@ -294,9 +348,13 @@ class Applier:
                 )
             self.clock.sleep(self.settings.retry_interval_s)
 
-    def _wait_for_success(self, pn: NodePlan, node: proto.NodeView) -> proto.NodeView:
+    def _wait_for_success(self, pn: NodePlan, node: proto.NodeView, r: Retrier) -> proto.NodeView:
         deadline = self.clock.monotonic() + self.settings.timeout_s
         seen = ""
+
+        def read() -> proto.NodeView:
+            return proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+
         while True:
             if node.config != pn.config_name:
                 raise NodeFailure(
@@ -330,31 +388,40 @@ class Applier:
                     ):
                         break
                 else:
-                    node = proto.view(self.kube.get_node(pn.name))
+                    node = read()
             except KubeError as exc:
+                if exc.status in (401, 403):
+                    raise
                 log.info("%s: watch interrupted (%s); polling", pn.name, exc)
                 self.clock.sleep(min(self.settings.retry_interval_s, max(0.0, remaining)))
-                node = proto.view(self.kube.get_node(pn.name))
+                node = read()
 
-    def _rollback(self, pn: NodePlan, reason: str) -> None:
+    def _rollback(self, pn: NodePlan, reason: str) -> str:
+        """Undo what this node's run did; returns "" when done, else what is left and how to finish."""
+        r = self._retrier(pn.name, self.clock.monotonic() + self.settings.api_retry_s)
         try:
-            node = self._patch(pn, lambda v: proto.rollback_patch(v, reason=reason))
+            node = self._patch(pn, lambda v: proto.rollback_patch(v, reason=reason), r)
         except (NodeFailure, KubeError) as exc:
-            self.progress(
-                pn.name,
-                f"ROLLBACK FAILED: {exc}; restore {proto.CONFIG_LABEL}={pn.current_config_name} and uncordon by hand",
+            problem = (
+                f"{exc}; the node keeps its gpupilot.io/step annotation: run apply again to resume, or "
+                f"restore {proto.CONFIG_LABEL}={pn.current_config_name} and uncordon by hand"
             )
-            return
+            self.progress(pn.name, f"ROLLBACK FAILED: {problem}")
+            return problem
         restored = f"restored {proto.CONFIG_LABEL}={node.config}" if node.config else "label untouched"
         self._event(
             node,
             "MigReconfigureFailed",
             f"gpupilot plan {self.plan.plan_id}: {reason}; {restored}, uncordoned",
             warning=True,
+            retrier=r,
         )
         self.progress(pn.name, f"rolled back: {restored}, uncordoned")
+        return ""
 
-    def _event(self, node: proto.NodeView, reason: str, message: str, *, warning: bool) -> None:
+    def _event(
+        self, node: proto.NodeView, reason: str, message: str, *, warning: bool, retrier: Retrier
+    ) -> None:
         body = proto.node_event(
             node,
             reason=reason,
@@ -364,6 +431,8 @@ class Applier:
             now=_now(),
         )
         try:
-            self.kube.create_event(self.settings.event_namespace, body)
+            retrier.call(
+                f"record Event {reason}", lambda: self.kube.create_event(self.settings.event_namespace, body)
+            )
         except KubeError as exc:
             log.warning("%s: could not record Event %s: %s", node.name, reason, exc)

@@ -32,6 +32,13 @@ class ApplySettings:
     volume updates to the MIG Manager's pod with a delay (about a minute by default)."""
     retry_interval_s: float = 2.0
     """Pause between eviction retries and between polls after a failed watch."""
+    api_retry_s: float = 120.0
+    """Per call: how long transient API errors (429, 5xx, dropped connections) are retried, with
+    backoff from ``retry_interval_s`` doubling to ``backoff_max_s`` or the server's ``Retry-After``.
+    A node's deadline is ``eviction_timeout_s + timeout_s + api_retry_s`` from its start; its rollback
+    gets ``api_retry_s`` of its own."""
+    backoff_max_s: float = 30.0
+    """Longest pause between two retries of a transient error (unless ``Retry-After`` asks more)."""
     conflict_retries: int = 8
     """How often a 409 Conflict is answered by re-reading and re-applying before giving up."""
     event_namespace: str = "default"

@@ -284,7 +284,16 @@ class Service(Collector):
                 "Node applies by the guarded auto-apply, by result.",
                 labels=["result"],
             )
-            for result in ("applied", "already-applied", "skipped", "rolled-back", "not-started", "error"):
+            for result in (
+                "applied",
+                "already-applied",
+                "skipped",
+                "failed",
+                "rolled-back",
+                "rollback-failed",
+                "not-started",
+                "error",
+            ):
                 applies.add_metric([result], float(s.applies.get(result, 0)))
             yield applies
             runs = CounterMetricFamily(
