@@ -28,7 +28,8 @@ from typing import Any, Protocol
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.apply import protocol as proto
-from rightsizer.apply.configs import write_configs
+from rightsizer.apply.configs import restore_configs, write_configs
+from rightsizer.apply.plancheck import check_plan
 from rightsizer.apply.retry import Retrier
 from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
 from rightsizer.clients.kube import (
@@ -82,6 +83,8 @@ class ApplyReport:
     configmap_changed: bool
     cluster_policy_patched: bool
     outcomes: tuple[NodeOutcome, ...] = field(default_factory=tuple)
+    configs_restored: str = ""
+    """What step 1's undo did after a run in which no node took the new configs ("" if not run)."""
 
     @property
     def failed(self) -> tuple[NodeOutcome, ...]:
@@ -132,6 +135,7 @@ class Applier:
 
     # -- the whole run --------------------------------------------------------------------------
     def run(self) -> ApplyReport:
+        check_plan(self.plan)  # before touching anything
         nodes = list(self.plan.changed_nodes)
         configs = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
         target = configs.call(
@@ -167,8 +171,19 @@ class Applier:
                 failed = [o.node for o in results if o.result in FAILED]
                 if failed:
                     stopped_by = ", ".join(failed)
+        restored = ""
+        in_use = any(o.result in ("applied", "already-applied", "rollback-failed") for o in outcomes)
+        if stopped_by and not in_use and (target.written_rv or target.policy_rv):
+            undo = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+            try:
+                restored = undo.call(
+                    "restore the MIG configs", lambda: restore_configs(self.kube, target, self.settings)
+                )
+            except KubeError as exc:
+                restored = f"could not restore the ConfigMap/ClusterPolicy: {exc}"
+            self.progress("-", restored)
         return ApplyReport(
-            self.plan.plan_id, target.configmap, target.changed, target.repoint, tuple(outcomes)
+            self.plan.plan_id, target.configmap, target.changed, target.repoint, tuple(outcomes), restored
         )
 
     def _node_objection(self, pn: NodePlan) -> str:

@@ -20,6 +20,9 @@ class ApplySettings:
     default (which the operator owns and rewrites), else ``gpupilot-mig-parted-config``."""
     cluster_policy: str | None = None
     """ClusterPolicy name; ``None``: the only one in the cluster."""
+    repoint_cluster_policy: bool = False
+    """Allow pointing the ClusterPolicy's ``spec.migManager.config.name`` at the ConfigMap apply writes
+    when it points elsewhere (a cluster-wide change); without it apply refuses instead."""
     max_parallel: int = 1
     """Nodes reconfigured at the same time (a batch); a failure stops later batches."""
     timeout_s: float = 900.0

@@ -93,6 +93,8 @@ class KubeDouble:
                             },
                         },
                     },
+                    # the operator records where it runs (ClusterPolicyStatus.namespace)
+                    "status": {"state": "ready", "namespace": self.mig_settings.namespace},
                 },
                 event="ADDED",
             )

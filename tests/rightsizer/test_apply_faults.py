@@ -13,19 +13,21 @@ import pytest
 
 from rightsizer.apply import protocol as proto
 from tests.kubedouble import KubeDouble
-from tests.rightsizer.apply_support import FAST, Change, make_plan, seed_node
-from tests.rightsizer.test_apply import GOOD, NO_PLACEMENT, run_apply
+from tests.rightsizer.apply_support import FAST, Change, break_node, make_plan, seed_node
+from tests.rightsizer.test_apply import GOOD, run_apply
 
 SCENARIOS = {
-    "success": (GOOD, "applied", "done"),
-    "rollback": (NO_PLACEMENT, "rolled-back", "rolled-back"),  # the MIG Manager fails: rollback calls too
+    "success": (False, "applied", "done"),
+    "rollback": (True, "rolled-back", "rolled-back"),  # the MIG Manager fails: rollback calls too
 }
 
 
-def scenario_run(layout, *, fault=None):  # type: ignore[no-untyped-def]
+def scenario_run(broken, *, fault=None):  # type: ignore[no-untyped-def]
     """One apply on a fresh double; ``fault`` = (status, method, path, skip) fails that one call."""
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a")
+        if broken:
+            break_node(kube, "gpu-a")
         injected = None
         if fault is not None:
             status, method, path, skip = fault
@@ -37,7 +39,7 @@ def scenario_run(layout, *, fault=None):  # type: ignore[no-untyped-def]
                 retry_after_s=1 if status == 429 else None,
                 message="injected by the fault matrix",
             )
-        report, lines = run_apply(kube, make_plan([Change("gpu-a", "all-1g.10gb", layout)]))
+        report, lines = run_apply(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
         calls = [(m, urllib.parse.urlsplit(p).path) for m, p in kube.api.request_log]
         state = {
             "config": kube.labels("gpu-a")[proto.CONFIG_LABEL],
@@ -51,8 +53,8 @@ def scenario_run(layout, *, fault=None):  # type: ignore[no-untyped-def]
 
 def matrix() -> list[tuple[str, int, str, str, int]]:
     cases = []
-    for name, (layout, _, _) in SCENARIOS.items():
-        _, _, calls, _, _ = scenario_run(layout)
+    for name, (broken, _, _) in SCENARIOS.items():
+        _, _, calls, _, _ = scenario_run(broken)
         seen: Counter[tuple[str, str]] = Counter()
         for method, path in calls:
             if path.startswith(("/api/v1/namespaces/default/events", "/version")) or path in (
