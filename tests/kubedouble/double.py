@@ -238,10 +238,16 @@ class KubeDouble:
         with self.store.lock:
             self.api.faults.clear()
 
-    def compact(self) -> None:
-        """Expire every watch position up to now: a watch resuming from an older resourceVersion
-        gets an in-stream ``ERROR`` with ``410 Expired`` (as after etcd compaction)."""
-        self.store.compact()
+    def compact(self, up_to: int | None = None) -> None:
+        """Expire every watch position up to ``up_to`` (default: now): a watch resuming from an older
+        resourceVersion gets an in-stream ``ERROR`` with ``410 Expired`` (as after etcd compaction)."""
+        self.store.compact(up_to)
+
+    def expire_watches(self, count: int | None = 1) -> None:
+        """The next ``count`` watches that name a resourceVersion (``None``: all, until called with 0)
+        get the in-stream ``410 Expired`` at once, as under heavy churn with a small watch window."""
+        with self.store.lock:
+            self.api.expire_watches = count
 
     def inject_conflicts(self, resource: str, name: str, count: int = 1) -> None:
         """The next ``count`` PATCH/PUT of ``resource/name`` get 409 Conflict (as if someone wrote first)."""

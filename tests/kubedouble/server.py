@@ -181,6 +181,10 @@ class Api:
         self.faults: list[Fault] = []
         self.pod_termination_s = pod_termination_s
         self.bookmark_interval_s = bookmark_interval_s
+        self.bookmarks_sent: list[int] = []
+        self.expire_watches: int | None = 0
+        """Watches still to be answered with an in-stream 410 whatever their resourceVersion
+        (``None``: all); see ``KubeDouble.expire_watches``."""
         self.request_log: list[tuple[str, str]] = []
         self._timers: list[threading.Timer] = []
 
@@ -568,6 +572,7 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                 # BOOKMARK: an object of the watched kind holding only metadata.resourceVersion
                 # (apiserver ``storage/cacher``: sent when allowWatchBookmarks=true, about once a
                 # minute — ``bookmark_interval_s`` here — and before the watch times out).
+                api.bookmarks_sent.append(rv)
                 write_event(
                     {
                         "type": "BOOKMARK",
@@ -587,7 +592,10 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                     initial = [o for o in api.store.list(skey, ns or None) if matches(o)]
                 else:
                     last, initial = int(start), []
-                    if last < api.store.compacted_rv:
+                    forced = api.expire_watches is None or api.expire_watches > 0
+                    if forced and api.expire_watches is not None:
+                        api.expire_watches -= 1
+                    if last < api.store.compacted_rv or forced:
                         # storage/cacher watch_cache.go: a resourceVersion older than the cache's
                         # window → "too old resource version" as an in-stream ERROR (410 Expired)
                         gone = ApiError(

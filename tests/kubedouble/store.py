@@ -172,12 +172,13 @@ class Store:
             del self.history[:drop]
         self.changed.notify_all()
 
-    def compact(self) -> None:
-        """Forget the watch history (as etcd compaction and the watch cache's window do): a watch
-        from any resourceVersion before now gets ``410 Expired``; a fresh list is needed."""
+    def compact(self, up_to: int | None = None) -> None:
+        """Forget the watch history up to ``up_to`` (default: now), as etcd compaction and the watch
+        cache's window do: a watch from an older resourceVersion gets ``410 Expired``."""
         with self.lock:
-            self.history.clear()
-            self.compacted_rv = self._rv
+            rv = self._rv if up_to is None else min(up_to, self._rv)
+            self.history = [e for e in self.history if e.rv > rv]
+            self.compacted_rv = max(self.compacted_rv, rv)
 
     def _run_hooks(self, skey: str) -> None:
         """Let the double's controllers react; their own writes queue instead of recursing."""
