@@ -28,7 +28,8 @@ from typing import Any, Protocol
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.apply import protocol as proto
-from rightsizer.apply.configs import restore_configs, write_configs
+from rightsizer.apply.configs import resolve_config_target, restore_configs, write_configs
+from rightsizer.apply.lease import ApplyLease
 from rightsizer.apply.plancheck import check_plan
 from rightsizer.apply.retry import Retrier
 from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
@@ -136,6 +137,28 @@ class Applier:
     # -- the whole run --------------------------------------------------------------------------
     def run(self) -> ApplyReport:
         check_plan(self.plan)  # before touching anything
+        r = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+        # the ClusterPolicy, namespace and ConfigMap checks too (read-only), before even the Lease
+        r.call("read the ClusterPolicy", lambda: resolve_config_target(self.kube, self.plan, self.settings))
+        if self.settings.lease_duration_s <= 0:
+            return self._run(None)
+        lease = ApplyLease(self.kube, self.settings.namespace, duration_s=self.settings.lease_duration_s)
+        r.call("take the apply Lease", lease.acquire)
+        self.progress("-", f"holding Lease {lease.namespace}/{lease.name} as {lease.identity}")
+        try:
+            return self._run(lease)
+        finally:
+            lease.stop_renewing()
+            r = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+            try:
+                r.call("give back the apply Lease", lease.give_back)
+            except KubeError as exc:
+                self.progress(
+                    "-",
+                    f"could not give back the apply Lease (it expires {lease.duration_s}s after now): {exc}",
+                )
+
+    def _run(self, lease: ApplyLease | None) -> ApplyReport:
         nodes = list(self.plan.changed_nodes)
         configs = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
         target = configs.call(
@@ -154,12 +177,14 @@ class Applier:
         with ThreadPoolExecutor(max_workers=size, thread_name_prefix="apply") as pool:
             for i in range(0, len(nodes), size):
                 batch = nodes[i : i + size]
+                if lease is not None and lease.lost.is_set() and not stopped_by:
+                    stopped_by = "the loss of the apply Lease (another run took it)"
                 if stopped_by:
                     outcomes.extend(
                         NodeOutcome(
                             n.name,
                             "not-started",
-                            f"stopped after the failure on {stopped_by}",
+                            f"stopped after {stopped_by}",
                             n.current_config_name,
                             n.config_name,
                         )
@@ -170,7 +195,7 @@ class Applier:
                 outcomes.extend(results)
                 failed = [o.node for o in results if o.result in FAILED]
                 if failed:
-                    stopped_by = ", ".join(failed)
+                    stopped_by = f"the failure on {', '.join(failed)}"
         restored = ""
         in_use = any(o.result in ("applied", "already-applied", "rollback-failed") for o in outcomes)
         if stopped_by and not in_use and (target.written_rv or target.policy_rv):

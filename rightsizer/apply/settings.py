@@ -44,6 +44,9 @@ class ApplySettings:
     """Longest pause between two retries of a transient error (unless ``Retry-After`` asks more)."""
     conflict_retries: int = 8
     """How often a 409 Conflict is answered by re-reading and re-applying before giving up."""
+    lease_duration_s: int = 60
+    """The apply Lease (one run at a time, in ``namespace``) expires this long after its holder stopped
+    renewing it (a killed run); renewed every third of it. 0: no Lease (tests of a single run only)."""
     event_namespace: str = "default"
     """Namespace of the Events recorded about nodes (``kubectl describe node`` lists them)."""
 

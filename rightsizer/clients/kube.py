@@ -146,6 +146,7 @@ class Kube:
         self._client = api_client
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
+        self._coordination = client.CoordinationV1Api(api_client)
         self._timeout = request_timeout_s
 
     @classmethod
@@ -286,6 +287,35 @@ class Kube:
             name,
             dict(patch),
             _content_type=MERGE_PATCH,
+        )
+
+    # -- leases (coordination.k8s.io/v1) ------------------------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call(
+                f"lease {namespace}/{name}", self._coordination.read_namespaced_lease, name, namespace
+            )
+        except NotFoundError:
+            return None
+
+    def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any]:
+        """409 AlreadyExists (someone created it first) is a :class:`ConflictError`."""
+        return self._call(
+            f"create lease {namespace}/{lease['metadata']['name']}",
+            self._coordination.create_namespaced_lease,
+            namespace,
+            dict(lease),
+        )
+
+    def replace_lease(self, lease: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT with the lease's ``resourceVersion``: another holder's write first is a :class:`ConflictError`."""
+        meta = lease["metadata"]
+        return self._call(
+            f"replace lease {meta['namespace']}/{meta['name']}",
+            self._coordination.replace_namespaced_lease,
+            meta["name"],
+            meta["namespace"],
+            dict(lease),
         )
 
     # -- events ---------------------------------------------------------------------------------
