@@ -175,6 +175,10 @@ def check_rbac_rule(where: str, obj: dict[str, Any], rule: dict[str, Any]) -> No
             assert verbs <= {"get", "list", "watch", "patch"}, where
         elif resource == "securitycontextconstraints":
             assert verbs == {"use"} and rule.get("resourceNames"), where
+        elif resource == "leases":  # one apply at a time / serve's leader: named Leases only
+            assert obj["kind"] == "Role", f"leases must be namespaced (a Role): {where}"
+            assert verbs <= {"get", "create", "update"}, where
+            assert verbs <= {"create"} or rule.get("resourceNames"), where
         elif resource not in {"tokenreviews", "subjectaccessreviews"}:
             assert not verbs & writes, f"unexpected write access: {where}"
 
