@@ -81,6 +81,7 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One round; True when we hold the Lease after it."""
+        started = time.monotonic()  # leadership counts from before the write, never from after it
         now = dt.datetime.now(dt.UTC)
         lease = self.kube.get_lease(self.namespace, self.name)
         spec: dict[str, Any] = dict((lease or {}).get("spec") or {})
@@ -115,5 +116,5 @@ class LeaderElector:
             return False  # someone else wrote first: try again next round
         if not mine:
             log.info("became the leader (Lease %s/%s) as %s", self.namespace, self.name, self.identity)
-        self._renewed_at = time.monotonic()
+        self._renewed_at = started
         return True

@@ -244,8 +244,9 @@ class KubeDouble:
         self.store.compact(up_to)
 
     def expire_watches(self, count: int | None = 1) -> None:
-        """The next ``count`` watches that name a resourceVersion (``None``: all, until called with 0)
-        get the in-stream ``410 Expired`` at once, as under heavy churn with a small watch window."""
+        """The next ``count`` watches that name a resourceVersion get the in-stream ``410 Expired`` at
+        once, as under heavy churn with a small watch window; ``None``: every watch, open ones too,
+        until called with 0."""
         with self.store.lock:
             self.api.expire_watches = count
 

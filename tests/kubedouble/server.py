@@ -616,7 +616,7 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                     if api.store.resource_version <= last:
                         api.store.changed.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
                     # fell out of the window while streaming: None
-                    behind = last < api.store.compacted_rv
+                    behind = last < api.store.compacted_rv or api.expire_watches is None
                     pending = None if behind else list(api.store.events_after(last))
                 if pending is None:
                     gone = ApiError(
