@@ -188,10 +188,16 @@ class KubeDouble:
         )
         return token
 
-    def load_rbac(self, *paths: Path, default_namespace: str = "gpupilot") -> int:
+    def load_rbac(
+        self, *paths: Path, default_namespace: str = "gpupilot", only: Iterable[str] | None = None
+    ) -> int:
         """Enforce the Roles/ClusterRoles and their bindings in these manifests (``deploy/``) from now
-        on (``enforce_rules``); returns how many rules were loaded. See :mod:`tests.kubedouble.rbac`."""
+        on (``enforce_rules``), for every subject or ``only`` those; returns how many rules were
+        loaded. See :mod:`tests.kubedouble.rbac`."""
         rules = load_rbac_rules(paths, default_namespace=default_namespace)
+        if only is not None:
+            keep = set(only)
+            rules = [r for r in rules if r.subject in keep]
         self.auth.rules.extend(rules)
         self.auth.enforce_rules = True
         return len(rules)
