@@ -71,7 +71,7 @@ def matrix() -> list[tuple[str, int, str, str, int]]:
 @pytest.mark.slow
 def test_one_transient_error_on_any_call_changes_nothing_in_the_outcome():
     cases = matrix()
-    assert len(cases) >= 30  # every read, patch, list, eviction, watch and event, in both scenarios
+    assert len(cases) >= 100  # every read, patch, list, eviction, watch, Lease and event, both scenarios
 
     def one(case: tuple[str, int, str, str, int]):  # type: ignore[no-untyped-def]
         name, status, method, path, skip = case
