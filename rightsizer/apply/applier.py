@@ -272,7 +272,13 @@ class Applier:
             return outcome("already-applied", decision.reason)
         step = decision.step
         if step is None:
-            objection = self._node_objection(pn)
+            try:
+                objection = r.call(
+                    f"read the MIG Manager profiles of {pn.name}", lambda: self._node_objection(pn)
+                )
+            except KubeError as exc:
+                self.progress(pn.name, f"failed before any change: {exc}")
+                return outcome("failed", f"nothing changed: {exc}")
             if objection:
                 self.progress(pn.name, f"skipped: {objection}")
                 return outcome("skipped", objection)

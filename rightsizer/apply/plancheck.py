@@ -19,6 +19,7 @@ from collections import Counter
 
 from mig_geometry.catalogue import GpuModel, by_device_id, find_model
 from rightsizer.apply.configmap import plan_configs
+from rightsizer.migparted import applicability
 from rightsizer.migparted import config as migparted
 from rightsizer.plan.model import Plan, PlanError, config_name_for, plan_id_for
 
@@ -64,7 +65,7 @@ def check_plan(plan: Plan, *, source: str = "plan") -> None:
             for index, entry in enumerate(entries):
                 if entry.device_filter and _device_id(node.pci_device_id) not in entry.device_filter:
                     continue
-                reason = migparted.check_entry(model, entry)
+                reason = applicability.check_entry(model, entry)
                 if reason:
                     problems.append(
                         f"{source}: node {node.name} config {node.config_name} entry {index}: {reason}"
