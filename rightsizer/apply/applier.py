@@ -39,6 +39,7 @@ from rightsizer.clients.kube import (
     KubeError,
     MultipleBudgetsError,
     NotFoundError,
+    PermanentKubeError,
     TooManyRequestsError,
 )
 from rightsizer.errors import RightsizerError
@@ -213,8 +214,22 @@ class Applier:
 
     def _node_objection(self, pn: NodePlan) -> str:
         """The node's own MIG Manager profile list (v26.3+) overrides the catalogue: a config naming a
-        profile it does not offer would fail on the node, so the node is not touched."""
-        cm = self.kube.get_configmap(self.settings.namespace, nodeprofiles.configmap_name(pn.name))
+        profile it does not offer would fail on the node, so the node is not touched.
+
+        A Role that pins ConfigMaps by name (deploy/rightsizer) cannot name every node's list: a 403
+        is said once per node and the config is checked against the catalogue only (plan checks)."""
+        name = nodeprofiles.configmap_name(pn.name)
+        try:
+            cm = self.kube.get_configmap(self.settings.namespace, name)
+        except PermanentKubeError as exc:
+            if exc.status != 403:
+                raise
+            self.progress(
+                pn.name,
+                f"not allowed to read ConfigMap {self.settings.namespace}/{name} (HTTP 403): the config "
+                "was checked against the geometry catalogue only",
+            )
+            return ""
         try:
             device_id = int(pn.pci_device_id, 16) or None
         except ValueError:

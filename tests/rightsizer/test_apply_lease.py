@@ -92,8 +92,13 @@ def test_apply_runs_with_nothing_but_the_rightsizer_rbac_of_deploy():
         token = kube.add_service_account("gpupilot", "gpupilot-rightsizer")
         seed_node(kube, "gpu-a")
         plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD)])
-        report = Applier(Kube(kube.api_client(token)), plan, LEASED).run()
+        lines: list[str] = []
+        report = Applier(
+            Kube(kube.api_client(token)), plan, LEASED, progress=lambda n, m: lines.append(m)
+        ).run()
         assert [o.result for o in report.outcomes] == ["applied"]
+        # the Role pins ConfigMaps by name, so the node's own MIG profile list cannot be read: said once
+        assert any("ConfigMap gpu-operator/gpu-a-mig-config (HTTP 403)" in m for m in lines)
         assert kube.configmap("gpupilot-mig-parted-config") is not None
         assert any(e["reason"] == "MigReconfigured" for e in kube.events(involving="gpu-a"))
         # and it is enforced: the same token cannot delete a pod or touch ConfigMaps elsewhere
