@@ -109,6 +109,14 @@ class NodeFailure(RightsizerError):
     """The node cannot be reconfigured now; it is rolled back with this reason."""
 
 
+class _Stop(Exception):
+    """A node that ends before any change: ``result`` and ``reason`` of its outcome."""
+
+    def __init__(self, result: str, reason: str) -> None:
+        super().__init__(reason)
+        self.result, self.reason = result, reason
+
+
 class NodeSkip(RightsizerError):
     """The node is not ours to touch (changed since the plan, another plan in flight)."""
 
@@ -269,36 +277,9 @@ class Applier:
             )
 
         try:
-            node = proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
-        except NotFoundError:
-            self.progress(pn.name, "skipped: node not found")
-            return outcome("skipped", "node not found")
-        except KubeError as exc:
-            self.progress(pn.name, f"failed before any change: {exc}")
-            return outcome("failed", f"nothing changed: {exc}")
-        decision = proto.decide(
-            node, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
-        )
-        if decision.action == "skip":
-            self.progress(pn.name, f"skipped: {decision.reason}")
-            return outcome("skipped", decision.reason)
-        if decision.action == "done":
-            self.progress(pn.name, decision.reason)
-            return outcome("already-applied", decision.reason)
-        step = decision.step
-        if step is None:
-            try:
-                objection = r.call(
-                    f"read the MIG Manager profiles of {pn.name}", lambda: self._node_objection(pn)
-                )
-            except KubeError as exc:
-                self.progress(pn.name, f"failed before any change: {exc}")
-                return outcome("failed", f"nothing changed: {exc}")
-            if objection:
-                self.progress(pn.name, f"skipped: {objection}")
-                return outcome("skipped", objection)
-        if step is not None:
-            self.progress(pn.name, decision.reason)
+            node, step = self._preflight(pn, r)
+        except _Stop as stop:
+            return outcome(stop.result, stop.reason)
         try:
             if step is None:
                 node = self._patch(pn, lambda v: self._cordon(v, pn), r)
@@ -338,6 +319,41 @@ class Applier:
             if problem:
                 return outcome("rollback-failed", f"{reason}; ROLLBACK FAILED: {problem}")
             return outcome("rolled-back", reason)
+
+    def _preflight(self, pn: NodePlan, r: Retrier) -> tuple[proto.NodeView, proto.Step | None]:
+        """Read and judge the node before any change: (node, step to resume from); :class:`_Stop`
+        with the result (skipped, failed, already-applied) when there is nothing to do."""
+        try:
+            node = proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+        except NotFoundError:
+            self.progress(pn.name, "skipped: node not found")
+            raise _Stop("skipped", "node not found") from None
+        except KubeError as exc:
+            self.progress(pn.name, f"failed before any change: {exc}")
+            raise _Stop("failed", f"nothing changed: {exc}") from exc
+        decision = proto.decide(
+            node, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
+        )
+        if decision.action == "skip":
+            self.progress(pn.name, f"skipped: {decision.reason}")
+            raise _Stop("skipped", decision.reason)
+        if decision.action == "done":
+            self.progress(pn.name, decision.reason)
+            raise _Stop("already-applied", decision.reason)
+        if decision.step is not None:
+            self.progress(pn.name, decision.reason)
+            return node, decision.step
+        try:
+            objection = r.call(
+                f"read the MIG Manager profiles of {pn.name}", lambda: self._node_objection(pn)
+            )
+        except KubeError as exc:
+            self.progress(pn.name, f"failed before any change: {exc}")
+            raise _Stop("failed", f"nothing changed: {exc}") from exc
+        if objection:
+            self.progress(pn.name, f"skipped: {objection}")
+            raise _Stop("skipped", objection)
+        return node, None
 
     def _cordon(self, v: proto.NodeView, pn: NodePlan) -> dict[str, Any]:
         again = proto.decide(

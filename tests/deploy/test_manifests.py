@@ -214,12 +214,19 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
     assert cm_role["metadata"]["namespace"] == "gpu-operator"
     cm = [""], ["configmaps"]
     assert [
-        (r["apiGroups"], r["resources"], r.get("resourceNames"), r["verbs"]) for r in cm_role["rules"]
+        (r["apiGroups"], r["resources"], r.get("resourceNames"), r["verbs"])
+        for r in cm_role["rules"]
+        if r["resources"] == ["configmaps"]
     ] == [
         (*cm, ["gpupilot-mig-parted-config"], ["get", "update", "patch"]),
         (*cm, ["default-mig-parted-config", "custom-mig-config"], ["get"]),
         (*cm, None, ["create"]),  # create cannot be limited by name
     ]
+    leases = [r for r in cm_role["rules"] if r["resources"] == ["leases"]]
+    assert {v for r in leases for v in r["verbs"]} == {"get", "create", "update"}
+    assert all(
+        r.get("resourceNames") == ["gpupilot-rightsizer-apply"] for r in leases if r["verbs"] != ["create"]
+    )
 
 
 def check_pod_security(where: str, obj: dict[str, Any]) -> None:
@@ -510,6 +517,9 @@ CLIENT_CALLS = {
     "list_cluster_custom_object": ("nvidia.com", "clusterpolicies", "list"),
     "patch_cluster_custom_object": ("nvidia.com", "clusterpolicies", "patch"),
     "create_namespaced_event": ("", "events", "create"),
+    "read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
+    "create_namespaced_lease": ("coordination.k8s.io", "leases", "create"),
+    "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update"),
 }
 
 
