@@ -248,13 +248,19 @@ class KubeClient:
         stop: threading.Event,
         timeout_seconds: int = 300,
     ) -> None:
-        """List all pods, then follow the watch, relisting after errors or 410 Gone, until ``stop``."""
+        """List all pods, then follow the watch, relisting after errors or 410 Gone, until ``stop``.
+
+        The watch resumes from the last resourceVersion it saw, BOOKMARK events included (the API
+        server sends them about once a minute, so a quiet watch does not fall out of the watch
+        cache's window). A 410 relists at once; a 410 again before any event arrived backs off like any
+        other error (0.5 s doubling to 30 s), as does everything until the watch delivers an event.
+        """
         backoff = 0.5
+        expired_in_a_row = 0
         while not stop.is_set():
             try:
-                pods, version = self.list_pods()
+                pods, version = self.list_pods()  # paginated (limit/continue)
                 on_reset(pods)
-                backoff = 0.5
                 while not stop.is_set():
                     stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                         self._core.list_pod_for_all_namespaces,
@@ -265,15 +271,24 @@ class KubeClient:
                     for event in stream:
                         if stop.is_set():
                             return
+                        backoff, expired_in_a_row = 0.5, 0  # the watch works again
                         kind, raw = event["type"], event["raw_object"]
                         version = (raw.get("metadata") or {}).get("resourceVersion", version)
                         if kind in ("ADDED", "MODIFIED", "DELETED"):
                             on_event(kind, _pod(raw))
             except ApiException as exc:
                 if exc.status == 410:
-                    log.info("pod watch expired (410 Gone); relisting")
-                    continue
-                log.warning("pod watch failed: %s; retrying in %.1fs", _why(exc), backoff)
+                    expired_in_a_row += 1
+                    if expired_in_a_row == 1:
+                        log.info("pod watch expired (410 Gone); relisting")
+                        continue
+                    log.warning(
+                        "pod watch expired again before any event (%d in a row); relisting in %.1fs",
+                        expired_in_a_row,
+                        backoff,
+                    )
+                else:
+                    log.warning("pod watch failed: %s; retrying in %.1fs", _why(exc), backoff)
             except (HTTPError, OSError, ValueError) as exc:
                 log.warning("pod watch failed: %s; retrying in %.1fs", _why(exc), backoff)
             stop.wait(backoff)

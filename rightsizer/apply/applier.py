@@ -10,11 +10,15 @@
 3. On ``failed`` or a timeout: restore the previous label, uncordon, record a Warning Event, and start no
    further batch. On success: uncordon (unless it was cordoned before we came) and a Normal Event.
 4. Steps are recorded on the node (:mod:`rightsizer.apply.protocol`), so a rerun resumes or skips.
+5. Transient API errors (429 with ``Retry-After``, 5xx, dropped connections) are retried with backoff
+   (:mod:`rightsizer.apply.retry`) within the node's deadline; a rollback that still fails is reported
+   as ``rollback-failed`` (never ``rolled-back``), the node's annotations left for a rerun to resume.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -24,9 +28,20 @@ from typing import Any, Protocol
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.apply import protocol as proto
-from rightsizer.apply.configs import write_configs
+from rightsizer.apply.configs import resolve_config_target, restore_configs, write_configs
+from rightsizer.apply.lease import ApplyLease
+from rightsizer.apply.plancheck import check_plan
+from rightsizer.apply.retry import Retrier
 from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
-from rightsizer.clients.kube import ConflictError, Kube, KubeError, NotFoundError, TooManyRequestsError
+from rightsizer.clients.kube import (
+    ConflictError,
+    Kube,
+    KubeError,
+    MultipleBudgetsError,
+    NotFoundError,
+    PermanentKubeError,
+    TooManyRequestsError,
+)
 from rightsizer.errors import RightsizerError
 from rightsizer.migparted import nodeprofiles
 from rightsizer.migparted.config import MigPartedError
@@ -55,7 +70,7 @@ class SystemClock:
 @dataclass(frozen=True)
 class NodeOutcome:
     node: str
-    result: str  # applied | already-applied | skipped | rolled-back | not-started
+    result: str  # applied | already-applied | skipped | failed | rolled-back | rollback-failed | not-started
     reason: str = ""
     previous: str = ""
     target: str = ""
@@ -70,10 +85,12 @@ class ApplyReport:
     configmap_changed: bool
     cluster_policy_patched: bool
     outcomes: tuple[NodeOutcome, ...] = field(default_factory=tuple)
+    configs_restored: str = ""
+    """What step 1's undo did after a run in which no node took the new configs ("" if not run)."""
 
     @property
     def failed(self) -> tuple[NodeOutcome, ...]:
-        return tuple(o for o in self.outcomes if o.result == "rolled-back")
+        return tuple(o for o in self.outcomes if o.result in FAILED)
 
     @property
     def applied(self) -> tuple[NodeOutcome, ...]:
@@ -84,8 +101,20 @@ class ApplyReport:
         return not self.failed
 
 
+FAILED = ("failed", "rolled-back", "rollback-failed")
+"""Results that stop later batches: nothing changed (``failed``), undone, or left half-done."""
+
+
 class NodeFailure(RightsizerError):
     """The node cannot be reconfigured now; it is rolled back with this reason."""
+
+
+class _Stop(Exception):
+    """A node that ends before any change: ``result`` and ``reason`` of its outcome."""
+
+    def __init__(self, result: str, reason: str) -> None:
+        super().__init__(reason)
+        self.result, self.reason = result, reason
 
 
 class NodeSkip(RightsizerError):
@@ -116,8 +145,35 @@ class Applier:
 
     # -- the whole run --------------------------------------------------------------------------
     def run(self) -> ApplyReport:
+        check_plan(self.plan)  # before touching anything
+        r = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+        # the ClusterPolicy, namespace and ConfigMap checks too (read-only), before even the Lease
+        r.call("read the ClusterPolicy", lambda: resolve_config_target(self.kube, self.plan, self.settings))
+        if self.settings.lease_duration_s <= 0:
+            return self._run(None)
+        lease = ApplyLease(self.kube, self.settings.namespace, duration_s=self.settings.lease_duration_s)
+        r.call("take the apply Lease", lease.acquire)
+        self.progress("-", f"holding Lease {lease.namespace}/{lease.name} as {lease.identity}")
+        try:
+            return self._run(lease)
+        finally:
+            lease.stop_renewing()
+            r = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+            try:
+                r.call("give back the apply Lease", lease.give_back)
+            except KubeError as exc:
+                self.progress(
+                    "-",
+                    f"could not give back the apply Lease (it expires {lease.duration_s}s after now): {exc}",
+                )
+
+    def _run(self, lease: ApplyLease | None) -> ApplyReport:
         nodes = list(self.plan.changed_nodes)
-        target = write_configs(self.kube, self.plan, self.settings, progress=self.progress)
+        configs = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+        target = configs.call(
+            "write the MIG configs",
+            lambda: write_configs(self.kube, self.plan, self.settings, progress=self.progress),
+        )
         if (target.changed or target.repoint) and self.settings.configmap_sync_s > 0:
             self.progress(
                 "-",
@@ -130,12 +186,14 @@ class Applier:
         with ThreadPoolExecutor(max_workers=size, thread_name_prefix="apply") as pool:
             for i in range(0, len(nodes), size):
                 batch = nodes[i : i + size]
+                if lease is not None and lease.lost.is_set() and not stopped_by:
+                    stopped_by = "the loss of the apply Lease (another run took it)"
                 if stopped_by:
                     outcomes.extend(
                         NodeOutcome(
                             n.name,
                             "not-started",
-                            f"stopped after the failure on {stopped_by}",
+                            f"stopped after {stopped_by}",
                             n.current_config_name,
                             n.config_name,
                         )
@@ -144,17 +202,42 @@ class Applier:
                     continue
                 results = list(pool.map(self.apply_node, batch))
                 outcomes.extend(results)
-                failed = [o.node for o in results if o.result == "rolled-back"]
+                failed = [o.node for o in results if o.result in FAILED]
                 if failed:
-                    stopped_by = ", ".join(failed)
+                    stopped_by = f"the failure on {', '.join(failed)}"
+        restored = ""
+        in_use = any(o.result in ("applied", "already-applied", "rollback-failed") for o in outcomes)
+        if stopped_by and not in_use and (target.written_rv or target.policy_rv):
+            undo = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+            try:
+                restored = undo.call(
+                    "restore the MIG configs", lambda: restore_configs(self.kube, target, self.settings)
+                )
+            except KubeError as exc:
+                restored = f"could not restore the ConfigMap/ClusterPolicy: {exc}"
+            self.progress("-", restored)
         return ApplyReport(
-            self.plan.plan_id, target.configmap, target.changed, target.repoint, tuple(outcomes)
+            self.plan.plan_id, target.configmap, target.changed, target.repoint, tuple(outcomes), restored
         )
 
     def _node_objection(self, pn: NodePlan) -> str:
         """The node's own MIG Manager profile list (v26.3+) overrides the catalogue: a config naming a
-        profile it does not offer would fail on the node, so the node is not touched."""
-        cm = self.kube.get_configmap(self.settings.namespace, nodeprofiles.configmap_name(pn.name))
+        profile it does not offer would fail on the node, so the node is not touched.
+
+        A Role that pins ConfigMaps by name (deploy/rightsizer) cannot name every node's list: a 403
+        is said once per node and the config is checked against the catalogue only (plan checks)."""
+        name = nodeprofiles.configmap_name(pn.name)
+        try:
+            cm = self.kube.get_configmap(self.settings.namespace, name)
+        except PermanentKubeError as exc:
+            if exc.status != 403:
+                raise
+            self.progress(
+                pn.name,
+                f"not allowed to read ConfigMap {self.settings.namespace}/{name} (HTTP 403): the config "
+                "was checked against the geometry catalogue only",
+            )
+            return ""
         try:
             device_id = int(pn.pci_device_id, 16) or None
         except ValueError:
@@ -168,8 +251,19 @@ class Applier:
         return f"{pn.config_name} is not offered by the node's MIG Manager: {why}" if why else ""
 
     # -- one node --------------------------------------------------------------------------------
+    def _retrier(self, node: str, deadline: float) -> Retrier:
+        return Retrier(
+            self.clock,
+            deadline,
+            initial_s=max(self.settings.retry_interval_s, 0.01),
+            max_s=self.settings.backoff_max_s,
+            notify=lambda message: self.progress(node, message),
+        )
+
     def apply_node(self, pn: NodePlan) -> NodeOutcome:
         started = self.clock.monotonic()
+        s = self.settings
+        r = self._retrier(pn.name, started + s.eviction_timeout_s + s.timeout_s + s.api_retry_s)
 
         def outcome(result: str, reason: str = "") -> NodeOutcome:
             return NodeOutcome(
@@ -183,49 +277,32 @@ class Applier:
             )
 
         try:
-            node = proto.view(self.kube.get_node(pn.name))
-        except NotFoundError:
-            self.progress(pn.name, "skipped: node not found")
-            return outcome("skipped", "node not found")
-        decision = proto.decide(
-            node, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
-        )
-        if decision.action == "skip":
-            self.progress(pn.name, f"skipped: {decision.reason}")
-            return outcome("skipped", decision.reason)
-        if decision.action == "done":
-            self.progress(pn.name, decision.reason)
-            return outcome("already-applied", decision.reason)
-        step = decision.step
-        if step is None:
-            objection = self._node_objection(pn)
-            if objection:
-                self.progress(pn.name, f"skipped: {objection}")
-                return outcome("skipped", objection)
-        if step is not None:
-            self.progress(pn.name, decision.reason)
+            node, step = self._preflight(pn, r)
+        except _Stop as stop:
+            return outcome(stop.result, stop.reason)
         try:
             if step is None:
-                node = self._patch(pn, lambda v: self._cordon(v, pn))
+                node = self._patch(pn, lambda v: self._cordon(v, pn), r)
                 self.progress(pn.name, "cordoned")
                 step = proto.Step.CORDONED
             if step == proto.Step.CORDONED:
-                self._drain(pn)
-                node = self._patch(pn, lambda v: proto.step_patch(v, proto.Step.DRAINED))
+                self._drain(pn, r)
+                node = self._patch(pn, lambda v: proto.step_patch(v, proto.Step.DRAINED), r)
                 self.progress(pn.name, "drained: no pod holds its GPUs")
                 step = proto.Step.DRAINED
             if step == proto.Step.DRAINED:
-                node = self._patch(pn, lambda v: proto.relabel_patch(v, target=pn.config_name))
+                node = self._patch(pn, lambda v: proto.relabel_patch(v, target=pn.config_name), r)
                 self.progress(
                     pn.name, f"relabelled {proto.CONFIG_LABEL}={pn.config_name} (was {node.previous})"
                 )
-            node = self._wait_for_success(pn, node)
-            node = self._patch(pn, proto.finish_patch)
+            node = self._wait_for_success(pn, node, r)
+            node = self._patch(pn, proto.finish_patch, r)
             self._event(
                 node,
                 "MigReconfigured",
                 f"gpupilot plan {self.plan.plan_id}: {node.previous} → {pn.config_name}",
                 warning=False,
+                retrier=r,
             )
             self.progress(
                 pn.name,
@@ -238,8 +315,45 @@ class Applier:
         except (NodeFailure, KubeError) as exc:
             reason = str(exc)
             self.progress(pn.name, f"failed: {reason}; rolling back")
-            self._rollback(pn, reason)
+            problem = self._rollback(pn, reason)
+            if problem:
+                return outcome("rollback-failed", f"{reason}; ROLLBACK FAILED: {problem}")
             return outcome("rolled-back", reason)
+
+    def _preflight(self, pn: NodePlan, r: Retrier) -> tuple[proto.NodeView, proto.Step | None]:
+        """Read and judge the node before any change: (node, step to resume from); :class:`_Stop`
+        with the result (skipped, failed, already-applied) when there is nothing to do."""
+        try:
+            node = proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+        except NotFoundError:
+            self.progress(pn.name, "skipped: node not found")
+            raise _Stop("skipped", "node not found") from None
+        except KubeError as exc:
+            self.progress(pn.name, f"failed before any change: {exc}")
+            raise _Stop("failed", f"nothing changed: {exc}") from exc
+        decision = proto.decide(
+            node, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
+        )
+        if decision.action == "skip":
+            self.progress(pn.name, f"skipped: {decision.reason}")
+            raise _Stop("skipped", decision.reason)
+        if decision.action == "done":
+            self.progress(pn.name, decision.reason)
+            raise _Stop("already-applied", decision.reason)
+        if decision.step is not None:
+            self.progress(pn.name, decision.reason)
+            return node, decision.step
+        try:
+            objection = r.call(
+                f"read the MIG Manager profiles of {pn.name}", lambda: self._node_objection(pn)
+            )
+        except KubeError as exc:
+            self.progress(pn.name, f"failed before any change: {exc}")
+            raise _Stop("failed", f"nothing changed: {exc}") from exc
+        if objection:
+            self.progress(pn.name, f"skipped: {objection}")
+            raise _Stop("skipped", objection)
+        return node, None
 
     def _cordon(self, v: proto.NodeView, pn: NodePlan) -> dict[str, Any]:
         again = proto.decide(
@@ -249,25 +363,31 @@ class Applier:
             raise NodeSkip(again.reason or "changed while starting")
         return proto.cordon_patch(v, plan_id=self.plan.plan_id, target=pn.config_name)
 
-    def _patch(self, pn: NodePlan, build: Callable[[proto.NodeView], dict[str, Any]]) -> proto.NodeView:
-        """Read, build a guarded patch, write; on 409 re-read and rebuild."""
+    def _patch(
+        self, pn: NodePlan, build: Callable[[proto.NodeView], dict[str, Any]], r: Retrier
+    ) -> proto.NodeView:
+        """Read, build a guarded patch, write; on 409 re-read and rebuild; transient errors retried."""
         last: ConflictError | None = None
         for _ in range(self.settings.conflict_retries):
-            current = proto.view(self.kube.get_node(pn.name))
+            current = proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+            patch = build(current)
             try:
-                return proto.view(self.kube.patch_node(pn.name, build(current)))
+                return proto.view(
+                    r.call(f"patch node {pn.name}", functools.partial(self.kube.patch_node, pn.name, patch))
+                )
             except ConflictError as exc:
                 last = exc
         raise NodeFailure(f"still conflicting after {self.settings.conflict_retries} tries: {last}")
 
-    def _drain(self, pn: NodePlan) -> None:
+    def _drain(self, pn: NodePlan, r: Retrier) -> None:
         """Evict the pods :func:`rightsizer.plan.disruption.evictions` names and wait for them to go."""
         node = pn.name
         deadline = self.clock.monotonic() + self.settings.eviction_timeout_s
         evicted: set[tuple[str, str, str]] = set()
         refused = ""
         while True:
-            gpu_pods = [p for p in self.kube.pods_on_node(node) if proto.holds_gpus(p)]
+            pods = r.call(f"list pods on {node}", lambda: self.kube.pods_on_node(node))
+            gpu_pods = [p for p in pods if proto.holds_gpus(p)]
             chosen = {(e.namespace, e.name) for e in evictions(pn, (proto.pod_key(p)[:2] for p in gpu_pods))}
             holding = [p for p in gpu_pods if proto.pod_key(p)[:2] in chosen]
             if not holding:
@@ -276,14 +396,25 @@ class Applier:
                 key = proto.pod_key(pod)
                 if key in evicted or (pod.get("metadata") or {}).get("deletionTimestamp"):
                     continue
+                ns, name = key[0], key[1]
                 try:
-                    self.kube.evict_pod(key[0], key[1])
+                    r.call(
+                        f"evict {ns}/{name}",
+                        functools.partial(self.kube.evict_pod, ns, name),
+                        retry_throttled=False,
+                    )
                     evicted.add(key)
                     self.progress(node, f"evicted {key[0]}/{key[1]}")
                 except TooManyRequestsError as exc:
                     refused = f"{key[0]}/{key[1]}: {exc}"
                 except NotFoundError:
                     evicted.add(key)
+                except MultipleBudgetsError as exc:
+                    raise NodeFailure(
+                        f"pod {key[0]}/{key[1]} is selected by more than one PodDisruptionBudget, and the "
+                        "Eviction API refuses such pods (HTTP 500); make one budget cover it, or move it "
+                        f"off {node}, then run apply again ({exc})"
+                    ) from exc
             if self.clock.monotonic() >= deadline:
                 names = ", ".join(
                     f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}" for p in holding
@@ -294,9 +425,13 @@ class Applier:
                 )
             self.clock.sleep(self.settings.retry_interval_s)
 
-    def _wait_for_success(self, pn: NodePlan, node: proto.NodeView) -> proto.NodeView:
+    def _wait_for_success(self, pn: NodePlan, node: proto.NodeView, r: Retrier) -> proto.NodeView:
         deadline = self.clock.monotonic() + self.settings.timeout_s
         seen = ""
+
+        def read() -> proto.NodeView:
+            return proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+
         while True:
             if node.config != pn.config_name:
                 raise NodeFailure(
@@ -330,31 +465,40 @@ class Applier:
                     ):
                         break
                 else:
-                    node = proto.view(self.kube.get_node(pn.name))
+                    node = read()
             except KubeError as exc:
+                if exc.status in (401, 403):
+                    raise
                 log.info("%s: watch interrupted (%s); polling", pn.name, exc)
                 self.clock.sleep(min(self.settings.retry_interval_s, max(0.0, remaining)))
-                node = proto.view(self.kube.get_node(pn.name))
+                node = read()
 
-    def _rollback(self, pn: NodePlan, reason: str) -> None:
+    def _rollback(self, pn: NodePlan, reason: str) -> str:
+        """Undo what this node's run did; returns "" when done, else what is left and how to finish."""
+        r = self._retrier(pn.name, self.clock.monotonic() + self.settings.api_retry_s)
         try:
-            node = self._patch(pn, lambda v: proto.rollback_patch(v, reason=reason))
+            node = self._patch(pn, lambda v: proto.rollback_patch(v, reason=reason), r)
         except (NodeFailure, KubeError) as exc:
-            self.progress(
-                pn.name,
-                f"ROLLBACK FAILED: {exc}; restore {proto.CONFIG_LABEL}={pn.current_config_name} and uncordon by hand",
+            problem = (
+                f"{exc}; the node keeps its gpupilot.io/step annotation: run apply again to resume, or "
+                f"restore {proto.CONFIG_LABEL}={pn.current_config_name} and uncordon by hand"
             )
-            return
+            self.progress(pn.name, f"ROLLBACK FAILED: {problem}")
+            return problem
         restored = f"restored {proto.CONFIG_LABEL}={node.config}" if node.config else "label untouched"
         self._event(
             node,
             "MigReconfigureFailed",
             f"gpupilot plan {self.plan.plan_id}: {reason}; {restored}, uncordoned",
             warning=True,
+            retrier=r,
         )
         self.progress(pn.name, f"rolled back: {restored}, uncordoned")
+        return ""
 
-    def _event(self, node: proto.NodeView, reason: str, message: str, *, warning: bool) -> None:
+    def _event(
+        self, node: proto.NodeView, reason: str, message: str, *, warning: bool, retrier: Retrier
+    ) -> None:
         body = proto.node_event(
             node,
             reason=reason,
@@ -364,6 +508,8 @@ class Applier:
             now=_now(),
         )
         try:
-            self.kube.create_event(self.settings.event_namespace, body)
+            retrier.call(
+                f"record Event {reason}", lambda: self.kube.create_event(self.settings.event_namespace, body)
+            )
         except KubeError as exc:
             log.warning("%s: could not record Event %s: %s", node.name, reason, exc)

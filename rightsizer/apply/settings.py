@@ -20,6 +20,9 @@ class ApplySettings:
     default (which the operator owns and rewrites), else ``gpupilot-mig-parted-config``."""
     cluster_policy: str | None = None
     """ClusterPolicy name; ``None``: the only one in the cluster."""
+    repoint_cluster_policy: bool = False
+    """Allow pointing the ClusterPolicy's ``spec.migManager.config.name`` at the ConfigMap apply writes
+    when it points elsewhere (a cluster-wide change); without it apply refuses instead."""
     max_parallel: int = 1
     """Nodes reconfigured at the same time (a batch); a failure stops later batches."""
     timeout_s: float = 900.0
@@ -32,8 +35,18 @@ class ApplySettings:
     volume updates to the MIG Manager's pod with a delay (about a minute by default)."""
     retry_interval_s: float = 2.0
     """Pause between eviction retries and between polls after a failed watch."""
+    api_retry_s: float = 120.0
+    """Per call: how long transient API errors (429, 5xx, dropped connections) are retried, with
+    backoff from ``retry_interval_s`` doubling to ``backoff_max_s`` or the server's ``Retry-After``.
+    A node's deadline is ``eviction_timeout_s + timeout_s + api_retry_s`` from its start; its rollback
+    gets ``api_retry_s`` of its own."""
+    backoff_max_s: float = 30.0
+    """Longest pause between two retries of a transient error (unless ``Retry-After`` asks more)."""
     conflict_retries: int = 8
     """How often a 409 Conflict is answered by re-reading and re-applying before giving up."""
+    lease_duration_s: int = 60
+    """The apply Lease (one run at a time, in ``namespace``) expires this long after its holder stopped
+    renewing it (a killed run); renewed every third of it. 0: no Lease (tests of a single run only)."""
     event_namespace: str = "default"
     """Namespace of the Events recorded about nodes (``kubectl describe node`` lists them)."""
 

@@ -8,7 +8,11 @@ so everything above it is pure and testable without the client. Errors wrap the 
     │   ├── ConflictError          409: someone wrote the object first (re-read, re-decide, retry)
     │   └── TooManyRequestsError   429: throttled, or an eviction a PodDisruptionBudget refuses now
     └── PermanentKubeError         retrying will not help: 400/401/403/404/415/422, bad kubeconfig
-        └── NotFoundError          404
+        ├── NotFoundError          404
+        └── MultipleBudgetsError   500 from an eviction: the pod is under two PodDisruptionBudgets
+
+A temporary error carries ``retry_after_s``, the server's ``Retry-After`` (API Priority and Fairness
+sends one with its 429s), or None.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ class KubeError(RightsizerError):
 
     temporary = False
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
+    def __init__(self, message: str, *, status: int = 0, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 class TemporaryKubeError(KubeError):
@@ -63,6 +68,16 @@ class NotFoundError(PermanentKubeError):
     pass
 
 
+class MultipleBudgetsError(PermanentKubeError):
+    """The Eviction API's 500 for a pod two PodDisruptionBudgets select (it cannot evict such a pod;
+    ``pkg/registry/core/pod/storage/eviction.go``)."""
+
+
+MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
+
+MAX_RETRY_AFTER_S = 600.0
+
+
 @dataclass(frozen=True)
 class KubeSettings:
     kubeconfig: Path | None = None
@@ -74,25 +89,49 @@ class KubeSettings:
 
 
 def _message(exc: ApiException) -> str:
+    """The Status ``message``, with its ``details.causes`` (an eviction's 429 says there which budget
+    refused and how many healthy pods it needs)."""
     try:
         body = json.loads(exc.body or "{}")
-        return str(body.get("message") or exc.reason or "")
+        text = str(body.get("message") or exc.reason or "")
+        causes = ((body.get("details") or {}).get("causes")) or []
+        extra = "; ".join(
+            str(c.get("message")) for c in causes[:3] if isinstance(c, dict) and c.get("message")
+        )
+        return f"{text} ({extra})" if extra else text
     except (ValueError, AttributeError):
         return str(exc.reason or exc.body or "")
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    """``Retry-After`` in seconds (RFC 9110: delay-seconds; an HTTP date is not sent by Kubernetes)."""
+    headers = exc.headers or {}
+    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        value = float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+    if value is None or not (0 <= value <= MAX_RETRY_AFTER_S):
+        return None
+    return value
 
 
 def _raise(exc: Exception, what: str) -> NoReturn:
     if isinstance(exc, ApiException):
         status = int(exc.status or 0)
-        text = f"{what}: HTTP {status} {_message(exc)}".rstrip()
+        message = _message(exc)
+        text = f"{what}: HTTP {status} {message}".rstrip()
+        after = _retry_after(exc)
         if status == 409:
             raise ConflictError(text, status=status) from exc
         if status == 429:
-            raise TooManyRequestsError(text, status=status) from exc
+            raise TooManyRequestsError(text, status=status, retry_after_s=after) from exc
         if status == 404:
             raise NotFoundError(text, status=status) from exc
+        if status == 500 and MULTIPLE_BUDGETS in message:
+            raise MultipleBudgetsError(text, status=status) from exc
         if status >= 500 or status == 0:
-            raise TemporaryKubeError(text, status=status) from exc
+            raise TemporaryKubeError(text, status=status, retry_after_s=after) from exc
         raise PermanentKubeError(text, status=status) from exc
     raise TemporaryKubeError(f"{what}: cannot reach the API server: {exc}") from exc
 
@@ -108,6 +147,7 @@ class Kube:
         self._client = api_client
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
+        self._coordination = client.CoordinationV1Api(api_client)
         self._timeout = request_timeout_s
 
     @classmethod
@@ -252,6 +292,35 @@ class Kube:
             name,
             dict(patch),
             _content_type=MERGE_PATCH,
+        )
+
+    # -- leases (coordination.k8s.io/v1) ------------------------------------------------------------
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call(
+                f"lease {namespace}/{name}", self._coordination.read_namespaced_lease, name, namespace
+            )
+        except NotFoundError:
+            return None
+
+    def create_lease(self, namespace: str, lease: Mapping[str, Any]) -> dict[str, Any]:
+        """409 AlreadyExists (someone created it first) is a :class:`ConflictError`."""
+        return self._call(
+            f"create lease {namespace}/{lease['metadata']['name']}",
+            self._coordination.create_namespaced_lease,
+            namespace,
+            dict(lease),
+        )
+
+    def replace_lease(self, lease: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT with the lease's ``resourceVersion``: another holder's write first is a :class:`ConflictError`."""
+        meta = lease["metadata"]
+        return self._call(
+            f"replace lease {meta['namespace']}/{meta['name']}",
+            self._coordination.replace_namespaced_lease,
+            meta["name"],
+            meta["namespace"],
+            dict(lease),
         )
 
     # -- events ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from checked_input import numbers
 from gpupilot_common.timefmt import parse_duration
 from rightsizer.apply import dryrun
 from rightsizer.apply.applier import Applier, ApplyError, ApplyReport, ApplySettings
+from rightsizer.apply.plancheck import check_plan
 from rightsizer.clients.kube import Kube, KubeError, KubeSettings
 from rightsizer.plan.model import Plan, PlanError, load_plan
 
@@ -118,6 +119,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cluster-policy", default=None, metavar="NAME", help="ClusterPolicy name (default: the only one)"
     )
+    parser.add_argument(
+        "--repoint-cluster-policy",
+        action="store_true",
+        help="allow pointing the ClusterPolicy's spec.migManager.config.name at the ConfigMap apply writes "
+        "when it points elsewhere (a cluster-wide change; without it apply refuses). Undone if no node "
+        "takes the new configs",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> ApplySettings:
@@ -125,6 +133,7 @@ def settings_from(args: argparse.Namespace) -> ApplySettings:
         namespace=args.namespace,
         configmap=args.configmap,
         cluster_policy=args.cluster_policy,
+        repoint_cluster_policy=args.repoint_cluster_policy,
         max_parallel=args.max_parallel,
         timeout_s=args.timeout,
         eviction_timeout_s=args.eviction_timeout,
@@ -163,11 +172,14 @@ def print_report(report: ApplyReport, out: TextIO) -> None:
     for o in report.outcomes:
         detail = o.reason or f"{o.previous} → {o.target}"
         print(f"{o.node:<{width}}  {o.result:<15}  {o.seconds:7.1f}  {detail}", file=out)
+    if report.configs_restored:
+        print(f"undone: {report.configs_restored}", file=out)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         plan = load_plan(args.plan)
+        check_plan(plan, source=str(args.plan))
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

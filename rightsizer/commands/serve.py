@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Mapping
@@ -26,6 +28,8 @@ from rightsizer.plan.pipeline import make_plan
 from rightsizer.report import build as report
 from rightsizer.serve import config as serve_config
 from rightsizer.serve.config import AutoApply, PlanJob, ReportJob, ServeConfig
+from rightsizer.serve.leader import LeaderElector
+from rightsizer.serve.ledger import ConfigMapLedger
 from rightsizer.serve.scheduler import Service
 
 log = logging.getLogger(__name__)
@@ -103,7 +107,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> int:
-    service = Service(config, jobs=jobs or LiveJobs(config))
+    election = config.auto_apply.leader_election
+    elector: LeaderElector | None = None
+    if election is not None:
+        kube = Kube.connect(KubeSettings(kubeconfig=config.auto_apply.kubeconfig))
+        identity = os.environ.get("POD_NAME") or socket.gethostname()
+        elector = LeaderElector(
+            kube, election.namespace, identity=identity, duration_s=election.lease_duration_s
+        )
+        elector.start()
+        service = Service(
+            config,
+            jobs=jobs or LiveJobs(config),
+            ledger=ConfigMapLedger(kube, election.namespace),
+            leader=elector.is_leader,
+        )
+    else:
+        service = Service(config, jobs=jobs or LiveJobs(config))
     scheduler = BackgroundScheduler(timezone=config.timezone, executors={"default": ThreadPoolExecutor(2)})
     service.add_jobs(scheduler)
     try:
@@ -122,6 +142,8 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
     stop.wait()
     log.info("stopping: waiting for running jobs to finish")
     scheduler.shutdown(wait=True)
+    if elector is not None:
+        elector.stop(release=True)
     server.close()
     return 0
 

@@ -14,6 +14,7 @@ Example (``examples/rightsizer-serve.yaml``)::
       max_nodes_per_day: 2
       min_gpus_freed: 1
       operator_namespace: gpu-operator     # nvidia-gpu-operator on OpenShift
+      leader_election: {namespace: gpupilot, lease_duration: 15s}   # optional: several replicas
 """
 
 from __future__ import annotations
@@ -102,6 +103,15 @@ class AutoApply:
     """Namespace of the NVIDIA GPU Operator (``nvidia-gpu-operator`` when installed from OperatorHub)."""
     mig_configmap: str | None = None
     """The mig-parted ConfigMap to write (its Role names it); default as ``apply --configmap``."""
+    leader_election: LeaderElection | None = None
+    """Several replicas: only the one holding the Lease reports and applies; the ledger lives in a
+    ConfigMap of this namespace. None: one replica, ledger in ``state_dir``."""
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    namespace: str
+    lease_duration_s: float = 15.0
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,7 @@ _AUTO_APPLY_FIELDS = (
     "max_plan_age",
     "operator_namespace",
     "mig_configmap",
+    "leader_election",
 )
 
 
@@ -231,6 +242,13 @@ def _auto_apply(ar: Section, *, has_plan: bool) -> AutoApply:
     if enabled and not has_plan:
         raise ar.fail("enabled", "auto_apply needs a 'plan' job to produce plans")
     kc = ar.optional_text("kubeconfig")
+    election = None
+    if (lr := ar.section("leader_election")) is not None:
+        lr.keys(("namespace", "lease_duration"))
+        duration = lr.duration("lease_duration", 15.0)
+        if not 3 <= duration <= 600:
+            raise lr.fail("lease_duration", "must be between 3s and 10m")
+        election = LeaderElection(lr.text("namespace"), duration)
     return AutoApply(
         enabled=enabled,
         window=window,
@@ -242,6 +260,7 @@ def _auto_apply(ar: Section, *, has_plan: bool) -> AutoApply:
         max_plan_age_s=ar.duration("max_plan_age", 12 * 3600.0),
         operator_namespace=_k8s_name(ar, "operator_namespace", "gpu-operator") or "gpu-operator",
         mig_configmap=_k8s_name(ar, "mig_configmap", None),
+        leader_election=election,
     )
 
 

@@ -9,7 +9,6 @@ job does are injected (:class:`Jobs`), so tests drive the real APScheduler trigg
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import threading
 from collections import Counter
@@ -24,9 +23,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from rightsizer.apply.applier import ApplyReport
+from rightsizer.errors import RightsizerError
 from rightsizer.plan import idle
 from rightsizer.plan.model import Plan
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
+from rightsizer.serve.ledger import FileLedger, Ledger
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +71,32 @@ class State:
 
 class Service(Collector):
     def __init__(
-        self, config: ServeConfig, *, jobs: Jobs, clock: Callable[[], datetime] | None = None
+        self,
+        config: ServeConfig,
+        *,
+        jobs: Jobs,
+        clock: Callable[[], datetime] | None = None,
+        ledger: Ledger | None = None,
+        leader: Callable[[], bool] | None = None,
     ) -> None:
+        """``ledger``: where auto-apply records its work (default: a file in ``state_dir``);
+        ``leader``: whether this replica leads now (None: a single replica, always)."""
         self.config = config
         self.jobs = jobs
         self.clock = clock or (lambda: datetime.now(UTC))
         self.state = State()
         self._lock = threading.Lock()
         self.ledger_path = config.state_dir / "auto-apply-ledger.json"
+        self.ledger: Ledger = ledger or FileLedger(self.ledger_path)
+        self.leader = leader
+
+    def _standby(self, job: str) -> bool:
+        if self.leader is None or self.leader():
+            return False
+        with self._lock:
+            self.state.runs[(job, "standby")] += 1
+        log.info("%s: not the leader; the leading replica runs it", job)
+        return True
 
     # -- the jobs -------------------------------------------------------------------------------
     def run_plan(self) -> None:
@@ -107,7 +126,7 @@ class Service(Collector):
 
     def run_report(self) -> None:
         job = self.config.report
-        if job is None:
+        if job is None or self._standby("report"):
             return
         now = self.clock()
         out = (job.out_dir or self.config.state_dir / "reports") / now.astimezone(
@@ -133,28 +152,38 @@ class Service(Collector):
 
     def run_auto_apply(self) -> None:
         guard = self.config.auto_apply
-        if not guard.enabled or guard.window is None:
+        if not guard.enabled or guard.window is None or self._standby("auto_apply"):
             return
         now = self.clock().astimezone(self.config.timezone)
         plan = self.state.plan
         refusal = self._refusal(now, guard)
         if refusal is not None or plan is None:
             return self._skip(refusal or "no plan yet")
-        ledger = self._ledger()
+        try:
+            ledger = self.ledger.load()
+        except RightsizerError as exc:
+            return self._skip(f"cannot read the auto-apply ledger: {exc}")
         today = now.date().isoformat()
         done_today = ledger.get(today, [])
-        tried = set(ledger.get(f"plan:{plan.plan_id}", []))
+        tried_key, started_key = f"plan:{plan.plan_id}", f"started:{plan.plan_id}"
+        tried = set(ledger.get(tried_key, []))
+        started = set(ledger.get(started_key, [])) - tried
         budget = guard.max_nodes_per_day - len(done_today)
-        if budget <= 0:
-            return self._skip(f"max_nodes_per_day={guard.max_nodes_per_day} reached")
-        todo = [
-            n
-            for n in sorted(plan.changed_nodes, key=lambda n: (-n.gpus_freed, n.name))
-            if n.name not in tried
-        ]
-        chosen = {n.name for n in todo[:budget]}
+        order = sorted(plan.changed_nodes, key=lambda n: (-n.gpus_freed, n.name))
+        # nodes a previous leader handed to an apply that never reported: resumed first (the node
+        # annotations make apply continue, not repeat); they were counted in that round's budget
+        resume = [n.name for n in order if n.name in started]
+        fresh = [n.name for n in order if n.name not in tried and n.name not in started]
+        chosen = set(resume) | set(fresh[: max(0, budget - len(resume))])
         if not chosen:
+            if budget <= 0:
+                return self._skip(f"max_nodes_per_day={guard.max_nodes_per_day} reached")
             return self._skip(f"every node of plan {plan.plan_id} was already tried")
+        ledger[started_key] = sorted(started | chosen)
+        try:
+            self.ledger.save(ledger)  # before the apply: a successor knows what was handed over
+        except RightsizerError as exc:
+            return self._skip(f"cannot write the auto-apply ledger: {exc}")
         subset = dataclasses.replace(
             plan,
             nodes=tuple(n if n.name in chosen else dataclasses.replace(n, changed=False) for n in plan.nodes),
@@ -170,9 +199,18 @@ class Service(Collector):
             for o in result.outcomes:
                 self.state.applies[o.result] += 1
             self.state.runs[("auto_apply", "ok" if result.ok else "failed")] += 1
-        ledger[today] = [*done_today, *(o.node for o in result.applied)]
-        ledger[f"plan:{plan.plan_id}"] = sorted(tried | {o.node for o in result.outcomes})
-        self._save_ledger(ledger)
+        reported = {o.node for o in result.outcomes}
+        ledger[today] = [*done_today, *(o.node for o in result.applied if o.node not in done_today)]
+        ledger[tried_key] = sorted(tried | reported)
+        left = sorted((started | chosen) - reported)
+        if left:
+            ledger[started_key] = left
+        else:
+            ledger.pop(started_key, None)
+        try:
+            self.ledger.save(ledger)
+        except RightsizerError as exc:
+            log.error("could not record the auto-apply results in the ledger: %s", exc)
         return None
 
     def _refusal(self, now: datetime, guard: AutoApply) -> str | None:
@@ -188,19 +226,6 @@ class Service(Collector):
         if plan.totals.gpus_freed < guard.min_gpus_freed:
             return f"plan frees {plan.totals.gpus_freed} GPU(s), below min_gpus_freed={guard.min_gpus_freed}"
         return None
-
-    def _ledger(self) -> dict[str, list[str]]:
-        try:
-            data = json.loads(self.ledger_path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return {str(k): [str(x) for x in v] for k, v in data.items() if isinstance(v, list)}
-
-    def _save_ledger(self, ledger: dict[str, list[str]]) -> None:
-        self.config.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.ledger_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(ledger, indent=1, sort_keys=True))
-        tmp.replace(self.ledger_path)
 
     # -- scheduling -------------------------------------------------------------------------------
     def add_jobs(self, scheduler: Any) -> None:
@@ -284,7 +309,16 @@ class Service(Collector):
                 "Node applies by the guarded auto-apply, by result.",
                 labels=["result"],
             )
-            for result in ("applied", "already-applied", "skipped", "rolled-back", "not-started", "error"):
+            for result in (
+                "applied",
+                "already-applied",
+                "skipped",
+                "failed",
+                "rolled-back",
+                "rollback-failed",
+                "not-started",
+                "error",
+            ):
                 applies.add_metric([result], float(s.applies.get(result, 0)))
             yield applies
             runs = CounterMetricFamily(

@@ -21,6 +21,8 @@ from tests.adapter.pki import Pki
 from tests.kubedouble import KubeDouble
 
 HPA_SA = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+ADAPTER_SA = "system:serviceaccount:gpupilot:gpupilot-adapter"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PODS_PATH = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL"
 LLM = {"labelSelector": "app=llm-inference"}
 
@@ -38,7 +40,10 @@ def kube(tmp_path: Path) -> Iterator[KubeDouble]:
 
 def kube_settings(prom: PromEnv, pki: Pki, kube: KubeDouble, tmp_path: Path, **auth: object) -> ServeSettings:
     settings = base_settings(prom.url, pki, pod_source="kubernetes")
-    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    # the adapter runs as its ServiceAccount with exactly the RBAC of deploy/adapter, enforced
+    kube.load_rbac(DEPLOY / "adapter", only=[ADAPTER_SA])
+    token = kube.add_service_account("gpupilot", "gpupilot-adapter")
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", token=token)
     fields = {
         "client_ca_file": pki.client_ca.path,
         "requestheader_client_ca_file": pki.front_proxy_ca.path,

@@ -175,6 +175,10 @@ def check_rbac_rule(where: str, obj: dict[str, Any], rule: dict[str, Any]) -> No
             assert verbs <= {"get", "list", "watch", "patch"}, where
         elif resource == "securitycontextconstraints":
             assert verbs == {"use"} and rule.get("resourceNames"), where
+        elif resource == "leases":  # one apply at a time / serve's leader: named Leases only
+            assert obj["kind"] == "Role", f"leases must be namespaced (a Role): {where}"
+            assert verbs <= {"get", "create", "update"}, where
+            assert verbs <= {"create"} or rule.get("resourceNames"), where
         elif resource not in {"tokenreviews", "subjectaccessreviews"}:
             assert not verbs & writes, f"unexpected write access: {where}"
 
@@ -210,12 +214,19 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
     assert cm_role["metadata"]["namespace"] == "gpu-operator"
     cm = [""], ["configmaps"]
     assert [
-        (r["apiGroups"], r["resources"], r.get("resourceNames"), r["verbs"]) for r in cm_role["rules"]
+        (r["apiGroups"], r["resources"], r.get("resourceNames"), r["verbs"])
+        for r in cm_role["rules"]
+        if r["resources"] == ["configmaps"]
     ] == [
         (*cm, ["gpupilot-mig-parted-config"], ["get", "update", "patch"]),
         (*cm, ["default-mig-parted-config", "custom-mig-config"], ["get"]),
         (*cm, None, ["create"]),  # create cannot be limited by name
     ]
+    leases = [r for r in cm_role["rules"] if r["resources"] == ["leases"]]
+    assert {v for r in leases for v in r["verbs"]} == {"get", "create", "update"}
+    assert all(
+        r.get("resourceNames") == ["gpupilot-rightsizer-apply"] for r in leases if r["verbs"] != ["create"]
+    )
 
 
 def check_pod_security(where: str, obj: dict[str, Any]) -> None:
@@ -506,6 +517,9 @@ CLIENT_CALLS = {
     "list_cluster_custom_object": ("nvidia.com", "clusterpolicies", "list"),
     "patch_cluster_custom_object": ("nvidia.com", "clusterpolicies", "patch"),
     "create_namespaced_event": ("", "events", "create"),
+    "read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
+    "create_namespaced_lease": ("coordination.k8s.io", "leases", "create"),
+    "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update"),
 }
 
 

@@ -20,10 +20,15 @@ What it serves (see :mod:`tests.kubedouble.server` for the route table):
   from history, ``timeoutSeconds`` ends the stream), create (``generateName``, 409 AlreadyExists),
   replace (PUT), patch (strategic-merge — what the client sends for a dict body —, merge-patch and
   JSON-patch), delete, ``?dryRun=All``.
-- ``pods/{name}/eviction`` (policy/v1 Eviction): 429 TooManyRequests when a PodDisruptionBudget allows
-  no disruption (status of PDBs is computed on read: ``disruptionsAllowed``, ``currentHealthy``, …).
-  ``KubeDouble(pod_termination_s=0.2)`` makes deleted/evicted pods linger with a ``deletionTimestamp``.
-- policy/v1 ``poddisruptionbudgets``, events.k8s.io/v1 ``events`` (one store with core events).
+- ``pods/{name}/eviction`` (policy/v1 Eviction) with PodDisruptionBudgets as a cluster keeps them
+  (:mod:`tests.kubedouble.disruption`, each rule citing ``eviction.go`` / ``disruption.go``): 429 when
+  ``disruptionsAllowed`` is 0, which each eviction decrements and only a Ready replacement restores;
+  500 for a pod under two budgets; expected pods from the ReplicaSet's scale
+  (``kube.add_replicaset(..., replacement_ready_after_s=)``: a ReplicaSet controller makes replacements).
+- Graceful deletion by default: a deleted/evicted pod on a node keeps a ``deletionTimestamp`` (and its
+  GPU) for ``pod_termination_s`` (0.1 s; ``gracePeriodSeconds: 0`` deletes at once).
+- policy/v1 ``poddisruptionbudgets``, apps/v1 ``replicasets``, coordination.k8s.io/v1 ``leases``,
+  events.k8s.io/v1 ``events`` (one store with core events).
 - ``nvidia.com/v1 clusterpolicies`` (a CRD: strategic-merge patches get 415, as on a real cluster — use
   ``_content_type="application/merge-patch+json"`` or a JSON patch).
 - ``authentication.k8s.io/v1`` TokenReview (``kube.add_token(token, user, groups)``) and
@@ -34,9 +39,16 @@ What it serves (see :mod:`tests.kubedouble.server` for the route table):
   ``system:masters``, which is allowed everything.
 - ``resourceVersion`` on every object (one global counter); a write carrying a stale
   ``metadata.resourceVersion`` gets **409 Conflict**; ``kube.inject_conflicts("nodes", "gpu-a", 2)``
-  makes the next writes conflict; ``kube.inject_fault(503, path_contains="/pods")`` any other status.
-  Errors are ``Status`` JSON (404 NotFound, 409 Conflict/AlreadyExists, 415, 422 Invalid — bad label
-  keys/values —, 429 TooManyRequests).
+  makes the next writes conflict; ``kube.inject_fault(503, path_contains="/pods", count=None, skip=2,
+  retry_after_s=1)`` any status on any call, once, repeatedly or after N (``Retry-After`` header).
+  Errors are ``Status`` JSON (404 NotFound, 409 Conflict/AlreadyExists, 413, 415, 422 Invalid — bad
+  label keys/values, ConfigMaps over 1 MiB —, 429 TooManyRequests). Writes that change nothing keep
+  the resourceVersion and send no event; unknown top-level and metadata fields are dropped.
+- Watches: history bounded (``history_limit``); ``kube.compact()`` / ``kube.expire_watches(n)`` make
+  watches from older versions get an in-stream ``ERROR`` 410 Expired; ``allowWatchBookmarks`` gets a
+  BOOKMARK every ``bookmark_interval_s``.
+- RBAC: ``kube.load_rbac(Path("deploy/rightsizer"))`` enforces the manifests' Roles/ClusterRoles and
+  bindings (:mod:`tests.kubedouble.rbac`); ``kube.add_service_account(ns, name)`` returns a token.
 - A simulated **MIG Manager** (:mod:`tests.kubedouble.migmanager`): on ``nvidia.com/mig.config``
   changes → ``failed`` for names missing from the ConfigMap the ClusterPolicy points at (or for
   layouts without a placement, or with pods still holding the node's GPUs: "In use by another

@@ -14,6 +14,7 @@ from kubernetes import client
 
 from mig_geometry.catalogue import find_model
 from tests.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
+from tests.kubedouble.disruption import DisruptionController, ReplicaSetController
 from tests.kubedouble.migmanager import (
     CONFIG_LABEL,
     DEPLOY_LABELS,
@@ -23,6 +24,7 @@ from tests.kubedouble.migmanager import (
     MigManagerSettings,
     default_configmap,
 )
+from tests.kubedouble.rbac import load_rbac_rules
 from tests.kubedouble.server import Api, AuthConfig, Fault, Rule, Server, make_handler
 from tests.kubedouble.store import Action, Store, now_rfc3339
 
@@ -43,19 +45,29 @@ class KubeDouble:
         *,
         mig_manager: MigManagerSettings | None = None,
         run_mig_manager: bool = True,
-        pod_termination_s: float = 0.0,
+        pod_termination_s: float = 0.1,
+        bookmark_interval_s: float = 60.0,
+        history_limit: int = 5000,
         require_token: bool = False,
         enforce_rules: bool = False,
         cluster_policy: bool = True,
         default_mig_configmap: bool = True,
         daemonset_delete_delay_s: float = 0.0,
     ) -> None:
-        self.store = Store()
+        self.store = Store(history_limit=history_limit)
+        self.disruption = DisruptionController(self.store)
+        self.replicasets = ReplicaSetController(self.store)
+        self.store.hooks += [self.replicasets.hook, self.disruption.hook]
         self.auth = AuthConfig(require_token=require_token, enforce_rules=enforce_rules)
         self.auth.tokens[ADMIN_TOKEN] = (ADMIN_USER, ("system:masters", "system:authenticated"))
         self.auth.rules.append(Rule("system:masters"))
         self.auth.rules.append(Rule("system:masters", path="*"))
-        self.api = Api(self.store, self.auth, pod_termination_s=pod_termination_s)
+        self.api = Api(
+            self.store,
+            self.auth,
+            pod_termination_s=pod_termination_s,
+            bookmark_interval_s=bookmark_interval_s,
+        )
         self.mig_settings = mig_manager or MigManagerSettings()
         self.mig_manager = MigManager(self.store, self.mig_settings)
         self._run_mig_manager = run_mig_manager
@@ -81,6 +93,8 @@ class KubeDouble:
                             },
                         },
                     },
+                    # the operator records where it runs (ClusterPolicyStatus.namespace)
+                    "status": {"state": "ready", "namespace": self.mig_settings.namespace},
                 },
                 event="ADDED",
             )
@@ -108,6 +122,7 @@ class KubeDouble:
         self._server.shutdown()
         self._server.server_close()
         self.api.close()
+        self.replicasets.close()
 
     def __enter__(self) -> KubeDouble:
         return self.start()
@@ -143,9 +158,49 @@ class KubeDouble:
         return path
 
     # -- authn / authz -------------------------------------------------------------------------
-    def add_token(self, token: str, user: str, groups: Iterable[str] = ()) -> None:
-        """TokenReview of ``token`` authenticates as ``user`` with ``groups``; requests with it too."""
+    def add_token(
+        self,
+        token: str,
+        user: str,
+        groups: Iterable[str] = (),
+        *,
+        extra: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        """TokenReview of ``token`` authenticates as ``user`` with ``groups`` (and ``extra``); requests
+        with it too."""
         self.auth.tokens[token] = (user, tuple(groups))
+        self.auth.extras[token] = {k: tuple(v) for k, v in (extra or {}).items()}
+
+    def add_service_account(self, namespace: str, name: str) -> str:
+        """A bearer token for ServiceAccount ``namespace/name``, authenticated as the API server does
+        (``system:serviceaccount:NS:NAME``, groups ``system:serviceaccounts[:NS]``, a pod-bound token's
+        ``extra``); returns the token."""
+        token = f"sa-token-{namespace}-{name}"
+        self.add_token(
+            token,
+            f"system:serviceaccount:{namespace}:{name}",
+            ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+            extra={
+                "authentication.kubernetes.io/pod-name": [f"{name}-0"],
+                "authentication.kubernetes.io/pod-uid": [f"uid-{name}-0"],
+                "authentication.kubernetes.io/credential-id": [f"JTI={token}"],
+            },
+        )
+        return token
+
+    def load_rbac(
+        self, *paths: Path, default_namespace: str = "gpupilot", only: Iterable[str] | None = None
+    ) -> int:
+        """Enforce the Roles/ClusterRoles and their bindings in these manifests (``deploy/``) from now
+        on (``enforce_rules``), for every subject or ``only`` those; returns how many rules were
+        loaded. See :mod:`tests.kubedouble.rbac`."""
+        rules = load_rbac_rules(paths, default_namespace=default_namespace)
+        if only is not None:
+            keep = set(only)
+            rules = [r for r in rules if r.subject in keep]
+        self.auth.rules.extend(rules)
+        self.auth.enforce_rules = True
+        return len(rules)
 
     def allow(
         self,
@@ -172,11 +227,34 @@ class KubeDouble:
         *,
         method: str = "*",
         path_contains: str = "",
-        count: int = 1,
+        count: int | None = 1,
+        skip: int = 0,
+        retry_after_s: int | None = None,
         message: str = "injected fault",
-    ) -> None:
-        """Answer the next ``count`` requests whose path contains ``path_contains`` with ``status``."""
-        self.api.faults.append(Fault(status, method, path_contains, count, message))
+    ) -> Fault:
+        """Answer requests whose path contains ``path_contains`` (and ``method``) with ``status``: after
+        ``skip`` such requests went through, the next ``count`` (``None``: all of them until
+        ``clear_faults``). ``retry_after_s`` adds ``Retry-After`` (as API Priority and Fairness does
+        on its 429s). Returns the fault (its ``hits`` counts the matching requests seen)."""
+        fault = Fault(status, method, path_contains, count, message, skip, retry_after_s)
+        self.api.faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        with self.store.lock:
+            self.api.faults.clear()
+
+    def compact(self, up_to: int | None = None) -> None:
+        """Expire every watch position up to ``up_to`` (default: now): a watch resuming from an older
+        resourceVersion gets an in-stream ``ERROR`` with ``410 Expired`` (as after etcd compaction)."""
+        self.store.compact(up_to)
+
+    def expire_watches(self, count: int | None = 1) -> None:
+        """The next ``count`` watches that name a resourceVersion get the in-stream ``410 Expired`` at
+        once, as under heavy churn with a small watch window; ``None``: every watch, open ones too,
+        until called with 0."""
+        with self.store.lock:
+            self.api.expire_watches = count
 
     def inject_conflicts(self, resource: str, name: str, count: int = 1) -> None:
         """The next ``count`` PATCH/PUT of ``resource/name`` get 409 Conflict (as if someone wrote first)."""
@@ -249,11 +327,15 @@ class KubeDouble:
         resources: Mapping[str, int | str] | None = None,
         labels: Mapping[str, str] | None = None,
         phase: str = "Running",
+        ready: bool | None = None,
         owner: tuple[str, str] | None = ("ReplicaSet", "app"),
         gpu_indices: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         """A pod (bound to ``node`` when given) whose one container has ``resources`` as limits;
-        ``gpu_indices``: the GPUs the device plugin gave it (see :mod:`tests.kubedouble.migmanager`)."""
+        ``gpu_indices``: the GPUs the device plugin gave it (see :mod:`tests.kubedouble.migmanager`).
+
+        ``ready`` (default: ``phase == "Running"``) sets the ``Ready`` condition, which is what a
+        PodDisruptionBudget counts as healthy."""
         limits = {k: str(v) for k, v in (resources or {}).items()}
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
         if gpu_indices is not None:
@@ -282,7 +364,16 @@ class KubeDouble:
                 ],
                 **({"nodeName": node} if node else {}),
             },
-            "status": {"phase": phase},
+            "status": {
+                "phase": phase,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True" if (phase == "Running" if ready is None else ready) else "False",
+                        "lastTransitionTime": now_rfc3339(),
+                    }
+                ],
+            },
         }
         return self.store.put("/pods", obj, event="ADDED")
 
@@ -292,6 +383,64 @@ class KubeDouble:
         obj.setdefault("metadata", {}).setdefault("namespace", namespace)
         return self.store.put(DAEMONSETS, obj, event="ADDED")
 
+    def add_replicaset(
+        self,
+        name: str,
+        *,
+        namespace: str = "default",
+        replicas: int,
+        labels: Mapping[str, str],
+        nodes: Sequence[str | None] = (),
+        resources: Mapping[str, int | str] | None = None,
+        replacement_ready_after_s: float | None = 0.0,
+        replacement_node: str = "elsewhere",
+    ) -> dict[str, Any]:
+        """A ReplicaSet (the scale a PDB's ``maxUnavailable`` or percentage counts against). Add its
+        pods are created too: ``{name}-{i}`` on ``nodes[i]``. A pod that goes away is replaced at once by
+        a Pending pod that becomes Ready on ``replacement_node`` ``replacement_ready_after_s`` later
+        (``None``: never — nowhere to schedule it)."""
+        limits = {k: str(v) for k, v in (resources or {}).items()}
+        annotations = {ReplicaSetController.NODE: replacement_node}
+        if replacement_ready_after_s is not None:
+            annotations[ReplicaSetController.READY_AFTER] = str(replacement_ready_after_s)
+        obj = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "annotations": annotations,
+                "uid": f"uid-{name}",
+            },
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": dict(labels)},
+                "template": {
+                    "metadata": {"labels": dict(labels)},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "registry.local/app:1",
+                                "resources": {"limits": limits, "requests": limits},
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+        with self.store.lock:  # the pods first, then the ReplicaSet: no spurious replacements
+            for i, node in enumerate(nodes):
+                self.add_pod(
+                    f"{name}-{i}",
+                    namespace=namespace,
+                    node=node,
+                    resources=resources,
+                    labels=labels,
+                    owner=("ReplicaSet", name),
+                )
+            return self.store.put("apps/replicasets", obj, event="ADDED")
+
     def add_pdb(
         self,
         name: str,
@@ -300,8 +449,11 @@ class KubeDouble:
         match_labels: Mapping[str, str],
         min_available: int | str | None = None,
         max_unavailable: int | str | None = None,
+        unhealthy_pod_eviction_policy: str | None = None,
     ) -> dict[str, Any]:
         spec: dict[str, Any] = {"selector": {"matchLabels": dict(match_labels)}}
+        if unhealthy_pod_eviction_policy is not None:
+            spec["unhealthyPodEvictionPolicy"] = unhealthy_pod_eviction_policy
         if min_available is not None:
             spec["minAvailable"] = min_available
         if max_unavailable is not None:

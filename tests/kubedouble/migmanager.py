@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -74,6 +74,9 @@ class MigManagerSettings:
     """Fallback poll; every store write wakes the manager at once anyway."""
     client_wait_s: float = 5.0
     """How long it waits for third-party GPU client pods to leave (mig-parted: 5 minutes)."""
+    failing_nodes: dict[str, str] = field(default_factory=dict)
+    """node → reason: any new config fails there after ``pending`` (a GPU that will not reset, an
+    Xid error): a failure no plan check can foresee. Going back to the applied config still works."""
 
 
 @dataclass(frozen=True)
@@ -333,6 +336,10 @@ class MigManager:
         time.sleep(self.settings.pending_s)
         if has_clients and not self._wait_for_clients(node):
             self._set(node, want, "failed", "timeout waiting for GPU client pods to stop", deploy="true")
+            return
+        broken = self.settings.failing_nodes.get(node)
+        if broken:
+            self._set(node, want, "failed", broken, deploy="true")
             return
         count = int((obj["metadata"].get("labels") or {}).get("nvidia.com/gpu.count", "1") or 1)
         previous = configs.get(self.applied.get(node, ""))

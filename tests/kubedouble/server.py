@@ -33,6 +33,8 @@ from typing import Any
 
 from tests.kubedouble import patching, selectors
 from tests.kubedouble.discovery import discovery
+from tests.kubedouble.disruption import check_eviction, record_disruption
+from tests.kubedouble.errors import REASONS, ApiError
 from tests.kubedouble.store import Kind, Store, find_kind, now_rfc3339, storage_key
 
 _CORE = re.compile(
@@ -45,36 +47,50 @@ _GROUP = re.compile(
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
+"""k8s.io/apiserver ``server/config.go``: ``MaxRequestBodyBytes = 3 * 1024 * 1024`` (413 beyond)."""
+MAX_CONFIGMAP_BYTES = 1024 * 1024
+"""pkg/apis/core/validation ``ValidateConfigMap``: data + binaryData at most ``core.MaxSecretSize``."""
 
-class ApiError(Exception):
-    def __init__(
-        self, code: int, reason: str, message: str, *, details: dict[str, Any] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
-
-    def status(self) -> dict[str, Any]:
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "details": self.details,
-            "code": self.code,
-        }
+KNOWN_FIELDS: dict[str, frozenset[str]] = {
+    "Node": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+    "Pod": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+    "ConfigMap": frozenset({"apiVersion", "kind", "metadata", "data", "binaryData", "immutable"}),
+    "Namespace": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+    "PodDisruptionBudget": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+    "ReplicaSet": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+    "Lease": frozenset({"apiVersion", "kind", "metadata", "spec"}),
+    "ClusterPolicy": frozenset({"apiVersion", "kind", "metadata", "spec", "status"}),
+}
+"""Top-level fields each kind has; others are dropped on write (the decoder drops unknown fields of
+built-in types, ``fieldValidation=Warn`` being the default since v1.27; a structural CRD schema
+prunes them)."""
+KNOWN_METADATA = frozenset(
+    {
+        "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
+        "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+        "annotations", "ownerReferences", "finalizers", "managedFields", "selfLink",
+    }
+)  # fmt: skip
 
 
 @dataclass
 class Fault:
-    """Answer the next ``count`` matching requests with ``status`` instead of serving them."""
+    """Answer matching requests with ``status`` instead of serving them: after letting ``skip`` of
+    them through, the next ``count`` (``None``: every one from then on).
+
+    A 429 or 503 carries ``Retry-After: retry_after_s`` when set (API Priority and Fairness sends
+    ``Retry-After`` with its 429s; an API server shutting down or overloaded answers 503/500/504).
+    """
 
     status: int
     method: str = "*"
     path_contains: str = ""
-    count: int = 1
+    count: int | None = 1
     message: str = "injected fault"
+    skip: int = 0
+    retry_after_s: int | None = None
+    hits: int = 0
 
 
 @dataclass(frozen=True)
@@ -109,6 +125,8 @@ class Rule:
 @dataclass
 class AuthConfig:
     tokens: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    extras: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
+    """TokenReview ``status.user.extra`` per token (a service account token carries its pod's name)."""
     rules: list[Rule] = field(default_factory=list)
     require_token: bool = False
     enforce_rules: bool = False
@@ -150,11 +168,23 @@ def validate_labels(obj: dict[str, Any], kind: Kind) -> None:
 class Api:
     """The API semantics, independent of HTTP (the handler below only parses and writes)."""
 
-    def __init__(self, store: Store, auth: AuthConfig, *, pod_termination_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        auth: AuthConfig,
+        *,
+        pod_termination_s: float = 0.0,
+        bookmark_interval_s: float = 60.0,
+    ) -> None:
         self.store = store
         self.auth = auth
         self.faults: list[Fault] = []
         self.pod_termination_s = pod_termination_s
+        self.bookmark_interval_s = bookmark_interval_s
+        self.bookmarks_sent: list[int] = []
+        self.expire_watches: int | None = 0
+        """Watches still to be answered with an in-stream 410 whatever their resourceVersion
+        (``None``: all); see ``KubeDouble.expire_watches``."""
         self.request_log: list[tuple[str, str]] = []
         self._timers: list[threading.Timer] = []
 
@@ -162,55 +192,39 @@ class Api:
     def take_fault(self, method: str, path: str) -> Fault | None:
         with self.store.lock:
             for f in self.faults:
-                if f.count > 0 and f.method in ("*", method) and f.path_contains in path:
+                if not (f.method in ("*", method) and f.path_contains in path):
+                    continue
+                f.hits += 1
+                if f.hits <= f.skip:
+                    continue
+                if f.count is None:
+                    return f
+                if f.count > 0:
                     f.count -= 1
                     return f
         return None
 
-    # -- PDBs ----------------------------------------------------------------------------------
-    def pdb_status(self, pdb: dict[str, Any]) -> dict[str, int]:
-        ns = pdb["metadata"].get("namespace", "")
-        pred = selectors.label_selector_object(pdb.get("spec", {}).get("selector"))
-        pods = [p for p in self.store.list("/pods", ns) if pred(p["metadata"].get("labels") or {})]
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        healthy = [p for p in live if p.get("status", {}).get("phase") == "Running"]
-        expected = len(live)
-        spec = pdb.get("spec", {})
-
-        def amount(v: Any) -> int:
-            if isinstance(v, str) and v.endswith("%"):
-                return -(-int(v[:-1]) * expected // 100)  # ceil, as the disruption controller rounds up
-            return int(v)
-
-        if spec.get("minAvailable") is not None:
-            desired = amount(spec["minAvailable"])
-        elif spec.get("maxUnavailable") is not None:
-            desired = max(0, expected - amount(spec["maxUnavailable"]))
-        else:
-            desired = expected
-        return {
-            "currentHealthy": len(healthy),
-            "desiredHealthy": desired,
-            "expectedPods": expected,
-            "disruptionsAllowed": max(0, len(healthy) - desired),
-        }
-
     def decorate(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
         obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
-        if kind.plural == "poddisruptionbudgets":
-            obj["status"] = {**obj.get("status", {}), **self.pdb_status(obj), "observedGeneration": 1}
         return obj
 
     # -- pods ----------------------------------------------------------------------------------
-    def delete_pod(self, ns: str, name: str, *, verb: str) -> dict[str, Any]:
+    def delete_pod(self, ns: str, name: str, *, verb: str, grace_s: float | None = None) -> dict[str, Any]:
+        """Graceful deletion (``registry/rest/delete.go`` ``BeforeDelete``): a pod bound to a node gets
+        ``deletionTimestamp`` and keeps running (and holding its devices) until the kubelet has
+        stopped it, here ``pod_termination_s`` later; ``gracePeriodSeconds: 0`` or an unbound pod
+        goes at once (``pod/strategy.go`` ``CheckGracefulDelete``)."""
         pod = self.store.get("/pods", ns, name)
         if pod is None:
             raise ApiError(
                 404, "NotFound", f'pods "{name}" not found', details={"name": name, "kind": "pods"}
             )
         self.store.record(verb, "pods", ns, name, node=pod.get("spec", {}).get("nodeName", ""))
-        if self.pod_termination_s <= 0:
+        wait = self.pod_termination_s if grace_s is None else min(grace_s, self.pod_termination_s)
+        if pod["metadata"].get("deletionTimestamp"):
+            return pod  # already terminating: a second delete changes nothing
+        if wait <= 0 or not pod.get("spec", {}).get("nodeName"):
             self.store.remove("/pods", ns, name)
             return pod
 
@@ -219,47 +233,42 @@ class Api:
             o["metadata"]["deletionGracePeriodSeconds"] = max(1, int(self.pod_termination_s))
 
         marked = self.store.update("/pods", ns, name, mark) or pod
-        timer = threading.Timer(self.pod_termination_s, self.store.remove, ("/pods", ns, name))
+        timer = threading.Timer(wait, self._gone, (ns, name, pod["metadata"].get("uid")))
         timer.daemon = True
         timer.start()
         self._timers.append(timer)
         return marked
 
+    def _gone(self, ns: str, name: str, uid: str | None) -> None:
+        """The kubelet has stopped the pod: it leaves the store (and releases its devices)."""
+        with self.store.lock:
+            current = self.store.get("/pods", ns, name)
+            if current is not None and current["metadata"].get("uid") == uid and not self.store.closed:
+                self.store.remove("/pods", ns, name)
+
     def evict(self, ns: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``pkg/registry/core/pod/storage/eviction.go`` ``EvictionREST.Create`` (PDB rules in
+        :mod:`tests.kubedouble.disruption`)."""
         if body.get("kind") not in (None, "Eviction"):
             raise ApiError(400, "BadRequest", f"expected an Eviction body, got kind {body.get('kind')!r}")
+        if (body.get("metadata") or {}).get("name") not in (None, name):
+            # eviction.go: ``if name != eviction.Name`` → NewBadRequest
+            raise ApiError(400, "BadRequest", "name in URL does not match name in Eviction object")
         with self.store.lock:
             pod = self.store.get("/pods", ns, name)
             if pod is None:
                 raise ApiError(
                     404, "NotFound", f'pods "{name}" not found', details={"name": name, "kind": "pods"}
                 )
-            healthy = pod.get("status", {}).get("phase") == "Running" and not pod["metadata"].get(
-                "deletionTimestamp"
-            )
-            labels = pod["metadata"].get("labels") or {}
-            for pdb in self.store.list("policy/poddisruptionbudgets", ns):
-                pred = selectors.label_selector_object(pdb.get("spec", {}).get("selector"))
-                if not pred(labels) or not healthy:
-                    continue
-                if self.pdb_status(pdb)["disruptionsAllowed"] < 1:
-                    self.store.record("evict-refused", "pods", ns, name, pdb=pdb["metadata"]["name"])
-                    raise ApiError(
-                        429,
-                        "TooManyRequests",
-                        "Cannot evict pod as it would violate the pod's disruption budget.",
-                        details={
-                            "causes": [
-                                {
-                                    "reason": "DisruptionBudget",
-                                    "message": f"The disruption budget {pdb['metadata']['name']} needs "
-                                    f"{self.pdb_status(pdb)['desiredHealthy']} healthy pods and has "
-                                    f"{self.pdb_status(pdb)['currentHealthy']} currently",
-                                }
-                            ]
-                        },
-                    )
-            self.delete_pod(ns, name, verb="evict")
+            try:
+                _, pdb = check_eviction(self.store, pod)
+            except ApiError as err:
+                self.store.record("evict-refused", "pods", ns, name, code=err.code, message=err.message)
+                raise
+            if pdb is not None:
+                record_disruption(self.store, pdb, name)
+            grace = (body.get("deleteOptions") or {}).get("gracePeriodSeconds")
+            self.delete_pod(ns, name, verb="evict", grace_s=None if grace is None else float(grace))
         return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
 
     # -- reviews -------------------------------------------------------------------------------
@@ -273,13 +282,34 @@ class Api:
             user, groups = found
             out["status"] = {
                 "authenticated": True,
-                "user": {"username": user, "uid": f"uid-{user}", "groups": list(groups)},
+                "user": {
+                    "username": user,
+                    "uid": f"uid-{user}",
+                    "groups": list(groups),
+                    "extra": {k: list(v) for k, v in self.auth.extras.get(token, {}).items()},
+                },
                 "audiences": body.get("spec", {}).get("audiences") or [],
             }
         return out
 
     def subject_access_review(self, body: dict[str, Any]) -> dict[str, Any]:
         spec = body.get("spec", {})
+        # pkg/apis/authorization/validation ValidateSubjectAccessReviewSpec
+        has_res, has_non = bool(spec.get("resourceAttributes")), bool(spec.get("nonResourceAttributes"))
+        if has_res == has_non:
+            raise ApiError(
+                422,
+                "Invalid",
+                "SubjectAccessReview.authorization.k8s.io is invalid: spec.resourceAttributes: Invalid value: "
+                '"null": exactly one of nonResourceAttributes or resourceAttributes must be specified',
+            )
+        if not spec.get("user") and not spec.get("groups"):
+            raise ApiError(
+                422,
+                "Invalid",
+                "SubjectAccessReview.authorization.k8s.io is invalid: spec.user: Invalid value: "
+                '"": at least one of user or group must be specified',
+            )
         non_resource = "nonResourceAttributes" in spec and "resourceAttributes" not in spec
         attrs = spec.get("nonResourceAttributes" if non_resource else "resourceAttributes") or {}
         allowed = self.auth.allowed(spec.get("user", ""), list(spec.get("groups") or []), attrs, non_resource)
@@ -295,6 +325,31 @@ class Api:
     def close(self) -> None:
         for t in self._timers:
             t.cancel()
+
+
+def prune_unknown(obj: dict[str, Any], kind: Kind) -> None:
+    known = KNOWN_FIELDS.get(kind.kind)
+    if known is not None:
+        for key in [k for k in obj if k not in known]:
+            del obj[key]
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        for key in [k for k in meta if k not in KNOWN_METADATA]:
+            del meta[key]
+
+
+def validate_size(obj: dict[str, Any], kind: Kind) -> None:
+    if kind.kind != "ConfigMap":
+        return
+    total = sum(len(k) + len(str(v).encode()) for k, v in (obj.get("data") or {}).items())
+    total += sum(len(k) + len(str(v)) * 3 // 4 for k, v in (obj.get("binaryData") or {}).items())
+    if total > MAX_CONFIGMAP_BYTES:
+        raise ApiError(
+            422,
+            "Invalid",
+            f'ConfigMap "{obj["metadata"].get("name")}" is invalid: []: Too long: '
+            f"must have at most {MAX_CONFIGMAP_BYTES} bytes",
+        )
 
 
 Route = tuple[Kind, str, str, str]  # kind, namespace, name, subresource
@@ -324,10 +379,12 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             pass
 
         # -- plumbing ---------------------------------------------------------------------------
-        def _send(self, code: int, body: dict[str, Any]) -> None:
+        def _send(self, code: int, body: dict[str, Any], *, retry_after_s: int | None = None) -> None:
             data = json.dumps(body).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
+            if retry_after_s is not None:
+                self.send_header("Retry-After", str(retry_after_s))
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -344,6 +401,9 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                     out += self.rfile.read(size)
                     self.rfile.readline()
             length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_REQUEST_BYTES:
+                self.close_connection = True  # the rest of the body is not read
+                return b"\0" * (MAX_REQUEST_BYTES + 1)
             return self.rfile.read(length) if length else b""
 
         def _body(self) -> Any:
@@ -371,12 +431,16 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             query = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items()}
             api.request_log.append((method, self.path))
             try:
+                if len(self._raw) > MAX_REQUEST_BYTES:
+                    raise ApiError(
+                        413,
+                        "RequestEntityTooLarge",
+                        f"Request entity too large: limit is {MAX_REQUEST_BYTES}",
+                    )
                 fault = api.take_fault(method, parsed.path)
                 if fault is not None:
-                    reason = {409: "Conflict", 429: "TooManyRequests", 404: "NotFound", 422: "Invalid"}.get(
-                        fault.status, "InternalError"
-                    )
-                    raise ApiError(fault.status, reason, fault.message)
+                    reason = REASONS.get(fault.status, "InternalError")
+                    raise ApiError(fault.status, reason, fault.message, retry_after_s=fault.retry_after_s)
                 if parsed.path == "/version":
                     self._send(200, {"major": "1", "minor": "32", "gitVersion": "v1.32.0-kubedouble"})
                     return
@@ -397,7 +461,7 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                     "PATCH": "patch",
                     "DELETE": "delete",
                 }[method]
-                if api.auth.enforce_rules and kind.storable:
+                if api.auth.enforce_rules:  # reviews too: system:auth-delegator grants their create
                     attrs = {
                         "verb": verb,
                         "resource": kind.plural,
@@ -413,7 +477,7 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                 handler = getattr(self, f"_{method.lower()}")
                 handler(kind, ns, name, sub, query)
             except ApiError as err:
-                self._send(err.code, err.status())
+                self._send(err.code, err.status(), retry_after_s=err.retry_after_s)
             except (selectors.SelectorError, patching.PatchError) as err:
                 code, reason = (
                     (400, "BadRequest") if isinstance(err, selectors.SelectorError) else (422, "Invalid")
@@ -496,11 +560,31 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
 
-            def emit(kind_name: str, obj: dict[str, Any]) -> None:
-                line = json.dumps({"type": kind_name, "object": api.decorate(kind, obj)}).encode() + b"\n"
+            def write_event(event: dict[str, Any]) -> None:
+                line = json.dumps(event).encode() + b"\n"
                 self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
                 self.wfile.flush()
 
+            def emit(kind_name: str, obj: dict[str, Any]) -> None:
+                write_event({"type": kind_name, "object": api.decorate(kind, obj)})
+
+            def bookmark(rv: int) -> None:
+                # BOOKMARK: an object of the watched kind holding only metadata.resourceVersion
+                # (apiserver ``storage/cacher``: sent when allowWatchBookmarks=true, about once a
+                # minute — ``bookmark_interval_s`` here — and before the watch times out).
+                api.bookmarks_sent.append(rv)
+                write_event(
+                    {
+                        "type": "BOOKMARK",
+                        "object": {
+                            "kind": kind.kind,
+                            "apiVersion": kind.api_version,
+                            "metadata": {"resourceVersion": str(rv)},
+                        },
+                    }
+                )
+
+            bookmarks = query.get("allowWatchBookmarks", "").lower() in ("true", "1")
             start = query.get("resourceVersion", "")
             with api.store.lock:
                 if start in ("", "0"):
@@ -508,13 +592,38 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                     initial = [o for o in api.store.list(skey, ns or None) if matches(o)]
                 else:
                     last, initial = int(start), []
+                    forced = api.expire_watches is None or api.expire_watches > 0
+                    if forced and api.expire_watches is not None:
+                        api.expire_watches -= 1
+                    if last < api.store.compacted_rv or forced:
+                        # storage/cacher watch_cache.go: a resourceVersion older than the cache's
+                        # window → "too old resource version" as an in-stream ERROR (410 Expired)
+                        gone = ApiError(
+                            410,
+                            "Expired",
+                            f"too old resource version: {last} ({api.store.compacted_rv + 1})",
+                        )
+                        write_event({"type": "ERROR", "object": gone.status()})
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.wfile.flush()
+                        self.close_connection = True
+                        return
             for obj in initial:
                 emit("ADDED", obj)
+            next_bookmark = time.monotonic() + api.bookmark_interval_s
             while time.monotonic() < deadline and not api.store.closed:
                 with api.store.changed:
                     if api.store.resource_version <= last:
                         api.store.changed.wait(timeout=min(0.05, max(0.0, deadline - time.monotonic())))
-                    pending = list(api.store.events_after(last))
+                    # fell out of the window while streaming: None
+                    behind = last < api.store.compacted_rv or api.expire_watches is None
+                    pending = None if behind else list(api.store.events_after(last))
+                if pending is None:
+                    gone = ApiError(
+                        410, "Expired", f"too old resource version: {last} ({api.store.compacted_rv + 1})"
+                    )
+                    write_event({"type": "ERROR", "object": gone.status()})
+                    break
                 for ev in pending:
                     last = ev.rv
                     if ev.skey != skey:
@@ -523,6 +632,9 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                         continue
                     if matches(ev.obj):
                         emit(ev.type, ev.obj)
+                if bookmarks and time.monotonic() >= next_bookmark:
+                    bookmark(last)
+                    next_bookmark = time.monotonic() + api.bookmark_interval_s
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
             self.close_connection = True
@@ -548,7 +660,9 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                 meta["namespace"] = ns
             body.pop("status", None) if kind.plural == "poddisruptionbudgets" else None
             body["apiVersion"], body["kind"] = kind.api_version, kind.kind
+            prune_unknown(body, kind)
             validate_labels(body, kind)
+            validate_size(body, kind)
             return body
 
         def _post(self, kind: Kind, ns: str, name: str, sub: str, query: dict[str, str]) -> None:
@@ -619,9 +733,16 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             for keep in ("uid", "creationTimestamp", "deletionTimestamp"):
                 if keep in current["metadata"]:
                     obj["metadata"][keep] = current["metadata"][keep]
+            prune_unknown(obj, kind)
             validate_labels(obj, kind)
+            validate_size(obj, kind)
             if query.get("dryRun") == "All":
                 self._send(200, api.decorate(kind, obj))
+                return
+            same = api.store.unchanged(storage_key(kind), obj)
+            if same is not None:  # nothing changed: no new resourceVersion, no MODIFIED event
+                api.store.record(verb, kind.plural, ns, name, body=copy.deepcopy(body), noop=True)
+                self._send(200, api.decorate(kind, same))
                 return
             stored = api.store.put(storage_key(kind), obj, event="MODIFIED")
             api.store.record(verb, kind.plural, ns, name, body=copy.deepcopy(body))
@@ -656,7 +777,14 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             if not name:
                 raise ApiError(405, "MethodNotAllowed", "deleting collections is not supported by the double")
             if kind.plural == "pods":
-                self._send(200, api.decorate(kind, api.delete_pod(ns, name, verb="delete")))
+                opts = json.loads(self._raw) if self._raw.strip() else {}
+                grace = (opts.get("gracePeriodSeconds") if isinstance(opts, dict) else None) or query.get(
+                    "gracePeriodSeconds"
+                )
+                gone = api.delete_pod(
+                    ns, name, verb="delete", grace_s=None if grace is None else float(grace)
+                )
+                self._send(200, api.decorate(kind, gone))
                 return
             with api.store.lock:
                 self._existing(kind, ns, name)

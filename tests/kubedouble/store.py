@@ -40,6 +40,8 @@ KINDS: tuple[Kind, ...] = (
     Kind("", "v1", "namespaces", "Namespace", namespaced=False),
     Kind("events.k8s.io", "v1", "events", "Event", namespaced=True),
     Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True),
+    Kind("apps", "v1", "replicasets", "ReplicaSet", namespaced=True),
+    Kind("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),
     Kind("nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", namespaced=False),
     Kind("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", namespaced=True),
     Kind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", namespaced=True),
@@ -93,15 +95,26 @@ class WatchEvent:
     obj: dict[str, Any]
 
 
+Hook = Callable[[str], None]
+"""``hook(skey)``: a controller of the double reacting to a write of kind ``skey`` (under the lock)."""
+
+
 class Store:
-    def __init__(self) -> None:
+    def __init__(self, *, history_limit: int = 5000) -> None:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._rv = 100
         self.history: list[WatchEvent] = []
+        self.history_limit = history_limit
+        """Watch events kept (the watch cache's window); a watch from before it gets 410 Expired."""
+        self.compacted_rv = self._rv
+        """Oldest resourceVersion a watch may still start from (events after it are in ``history``)."""
         self.journal: list[Action] = []
         self.closed = False
+        self.hooks: list[Hook] = []
+        self._in_hooks = False
+        self._dirty: list[str] = []
 
     # -- reading -------------------------------------------------------------------------------
     @property
@@ -136,9 +149,10 @@ class Store:
             self._bump(obj)
             key = (skey, meta.get("namespace", ""), meta["name"])
             self._objects[key] = copy.deepcopy(obj)
-            self.history.append(WatchEvent(self._rv, event, skey, copy.deepcopy(obj)))
-            self.changed.notify_all()
-            return copy.deepcopy(obj)
+            self._append(WatchEvent(self._rv, event, skey, copy.deepcopy(obj)))
+            out = copy.deepcopy(obj)
+            self._run_hooks(skey)
+            return out
 
     def remove(self, skey: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self.lock:
@@ -146,9 +160,43 @@ class Store:
             if obj is None:
                 return None
             self._bump(obj)
-            self.history.append(WatchEvent(self._rv, "DELETED", skey, copy.deepcopy(obj)))
-            self.changed.notify_all()
+            self._append(WatchEvent(self._rv, "DELETED", skey, copy.deepcopy(obj)))
+            self._run_hooks(skey)
             return obj
+
+    def _append(self, event: WatchEvent) -> None:
+        self.history.append(event)
+        if len(self.history) > self.history_limit:
+            drop = len(self.history) - self.history_limit
+            self.compacted_rv = self.history[drop - 1].rv
+            del self.history[:drop]
+        self.changed.notify_all()
+
+    def compact(self, up_to: int | None = None) -> None:
+        """Forget the watch history up to ``up_to`` (default: now), as etcd compaction and the watch
+        cache's window do: a watch from an older resourceVersion gets ``410 Expired``."""
+        with self.lock:
+            rv = self._rv if up_to is None else min(up_to, self._rv)
+            self.history = [e for e in self.history if e.rv > rv]
+            self.compacted_rv = max(self.compacted_rv, rv)
+
+    def _run_hooks(self, skey: str) -> None:
+        """Let the double's controllers react; their own writes queue instead of recursing."""
+        self._dirty.append(skey)
+        if self._in_hooks:
+            return
+        self._in_hooks = True
+        try:
+            for _ in range(50):  # controllers converge in a few passes; a bound stops a ping-pong
+                if not self._dirty:
+                    break
+                batch, self._dirty = self._dirty, []
+                for key in dict.fromkeys(batch):
+                    for hook in self.hooks:
+                        hook(key)
+        finally:
+            self._dirty.clear()
+            self._in_hooks = False
 
     def record(self, verb: str, resource: str, namespace: str, name: str, **detail: Any) -> None:
         with self.lock:
@@ -164,9 +212,26 @@ class Store:
                 return None
             before = copy.deepcopy(obj)
             change(obj)
-            if obj == before:
+            if obj == before:  # no change, no write: as the generic registry store (see ``unchanged``)
                 return obj
             return self.put(skey, obj, event="MODIFIED")
+
+    def unchanged(self, skey: str, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """The stored object when ``obj`` equals it but for ``resourceVersion``, else None.
+
+        k8s.io/apiserver ``storage/etcd3/store.go`` ``GuaranteedUpdate``: when the encoded new object is
+        byte-equal to the stored one (``!origState.stale && bytes.Equal(data, origState.data)``) the
+        write is skipped, so the resourceVersion stays and no watch event is sent.
+        """
+        meta = obj.get("metadata") or {}
+        with self.lock:
+            current = self._objects.get((skey, meta.get("namespace", "") or "", meta.get("name", "")))
+            if current is None:
+                return None
+            a, b = copy.deepcopy(current), copy.deepcopy(obj)
+            a["metadata"].pop("resourceVersion", None)
+            b.setdefault("metadata", {}).pop("resourceVersion", None)
+            return copy.deepcopy(current) if a == b else None
 
     def events_after(self, rv: int) -> Iterator[WatchEvent]:
         with self.lock:

@@ -103,7 +103,8 @@ def test_pod_list_by_node_watch_and_delete(kube):
         if ev["type"] == "DELETED":
             w.stop()
     t.join()
-    assert seen == [("ADDED", "p1"), ("DELETED", "p1")]
+    # graceful deletion: first the deletionTimestamp (MODIFIED), then gone once the kubelet stopped it
+    assert seen == [("ADDED", "p1"), ("MODIFIED", "p1"), ("DELETED", "p1")]
 
 
 def test_watch_replays_from_resource_version(kube):
@@ -133,7 +134,8 @@ def test_eviction_respects_pod_disruption_budget(kube):
             "b", "default", client.V1Eviction(metadata=client.V1ObjectMeta(name="b", namespace="default"))
         )
     assert err.value.status == 429
-    assert [p["metadata"]["name"] for p in kube.pods()] == ["b"]
+    assert kube.pods()[0]["metadata"].get("deletionTimestamp")  # "a" terminates gracefully
+    kube.wait_for(lambda: [p["metadata"]["name"] for p in kube.pods()] == ["b"])
     assert [a.verb for a in kube.actions(resource="pods")] == ["evict", "evict-refused"]
 
 

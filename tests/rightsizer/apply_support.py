@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rightsizer.apply.applier import ApplySettings
-from rightsizer.plan.model import Plan, config_name_for, content_hash, dump_plan, plan_from_dict
+from rightsizer.plan.model import Plan, config_name_for, dump_plan, plan_from_dict, plan_id_for
 from tests.kubedouble import KubeDouble
 
 H100_FILTER = "0x233010DE"
-FAST = ApplySettings(configmap_sync_s=0, retry_interval_s=0.02, timeout_s=5, eviction_timeout_s=2)
+FAST = ApplySettings(
+    configmap_sync_s=0, retry_interval_s=0.02, timeout_s=5, eviction_timeout_s=2, repoint_cluster_policy=True
+)
+GPU_FAULT = "Xid 79: GPU has fallen off the bus (injected)"
+
+
+def break_node(kube: KubeDouble, node: str) -> None:
+    """The MIG Manager will fail any new config on ``node`` (a failure no plan check can foresee)."""
+    kube.mig_settings.failing_nodes[node] = GPU_FAULT
 
 
 @dataclass(frozen=True)
@@ -78,7 +87,7 @@ def make_plan(changes: Sequence[Change], *, unchanged: Sequence[str] = ()) -> Pl
         )
     doc = {
         "schema": "gpupilot.plan/v1",
-        "plan_id": content_hash([n["name"] + n["config_name"] for n in nodes], length=16),
+        "plan_id": "set-below",
         "created_at": "2026-11-29T23:00:00Z",
         "window": {"start": "2026-11-22T23:00:00Z", "end": "2026-11-29T23:00:00Z", "duration": "7d"},
         "prometheus_url": "http://prometheus:9090",
@@ -96,7 +105,8 @@ def make_plan(changes: Sequence[Change], *, unchanged: Sequence[str] = ()) -> Pl
         "mig_parted_config": {"version": "v1", "mig-configs": configs},
         "nodes": nodes,
     }
-    return plan_from_dict(doc, source="test-plan")
+    plan = plan_from_dict(doc, source="test-plan")
+    return dataclasses.replace(plan, plan_id=plan_id_for(nodes=plan.nodes, window=plan.window))
 
 
 def write_plan(plan: Plan, path: Path) -> Path:

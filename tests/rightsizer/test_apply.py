@@ -13,10 +13,9 @@ from rightsizer.apply.applier import Applier
 from rightsizer.apply.configmap import GPUPILOT_CONFIGMAP
 from rightsizer.clients.kube import Kube
 from tests.kubedouble import KubeDouble, MigManagerSettings, default_mig_configs
-from tests.rightsizer.apply_support import FAST, Change, make_plan, seed_node
+from tests.rightsizer.apply_support import FAST, Change, break_node, make_plan, seed_node
 
 GOOD = {"3g.40gb": 1, "1g.10gb": 4}
-NO_PLACEMENT = {"3g.40gb": 2, "1g.10gb": 1}  # 3g+3g+1g: no free memory slice for the 1g
 
 
 class Crash(Exception):
@@ -118,7 +117,8 @@ def test_writes_into_the_custom_configmap_the_cluster_policy_already_uses(kube):
 def test_failure_rolls_back_restores_label_uncordons_records_event_and_stops(kube):
     seed_node(kube, "gpu-a")
     seed_node(kube, "gpu-b")
-    plan = make_plan([Change("gpu-a", "all-1g.10gb", NO_PLACEMENT), Change("gpu-b", "all-1g.10gb", GOOD)])
+    break_node(kube, "gpu-a")
+    plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD), Change("gpu-b", "all-1g.10gb", GOOD)])
     report, lines = run_apply(kube, plan)
     assert [(o.node, o.result) for o in report.outcomes] == [
         ("gpu-a", "rolled-back"),
@@ -180,7 +180,8 @@ def test_killed_apply_resumes_without_repeating_steps(kube, crash_after):
 
 def test_restart_after_the_manager_failed_rolls_back(kube):
     seed_node(kube, "gpu-a")
-    plan = make_plan([Change("gpu-a", "all-1g.10gb", NO_PLACEMENT)])
+    break_node(kube, "gpu-a")
+    plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD)])
 
     def crash(node: str, msg: str) -> None:
         if msg.startswith("relabelled"):

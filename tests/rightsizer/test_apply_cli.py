@@ -12,7 +12,7 @@ import pytest
 from rightsizer.apply import protocol as proto
 from rightsizer.cli import main
 from tests.kubedouble import KubeDouble
-from tests.rightsizer.apply_support import Change, make_plan, seed_node, write_plan
+from tests.rightsizer.apply_support import Change, break_node, make_plan, seed_node, write_plan
 
 GOOD = {"3g.40gb": 1, "1g.10gb": 4}
 
@@ -30,7 +30,16 @@ def setup(tmp_path):
         plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD), Change("gpu-b", "all-1g.10gb", GOOD)])
         plan_file = write_plan(plan, tmp_path / "plan.json")
         kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
-        args = ["apply", "--plan", str(plan_file), "--kubeconfig", str(kubeconfig), "--configmap-sync", "0"]
+        args = [
+            "apply",
+            "--plan",
+            str(plan_file),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--configmap-sync",
+            "0",
+            "--repoint-cluster-policy",
+        ]
         yield kube, plan, args, kubeconfig
 
 
@@ -109,12 +118,21 @@ def test_yes_applies_with_progress_on_stderr_and_a_table_on_stdout(setup, capsys
 def test_failed_node_makes_the_exit_code_non_zero(tmp_path, capsys):
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a", pods=0)
-        plan = write_plan(
-            make_plan([Change("gpu-a", "all-1g.10gb", {"3g.40gb": 2, "1g.10gb": 1})]), tmp_path / "p.json"
-        )
+        break_node(kube, "gpu-a")
+        plan = write_plan(make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]), tmp_path / "p.json")
         cfg = kube.write_kubeconfig(tmp_path / "kc")
         code = main(
-            ["apply", "--plan", str(plan), "--kubeconfig", str(cfg), "--configmap-sync", "0", "--yes"]
+            [
+                "apply",
+                "--plan",
+                str(plan),
+                "--kubeconfig",
+                str(cfg),
+                "--configmap-sync",
+                "0",
+                "--yes",
+                "--repoint-cluster-policy",
+            ]
         )
         assert code == 1
         out = capsys.readouterr().out
@@ -167,5 +185,6 @@ def test_help_explains_every_flag(capsys):
         "--namespace",
         "--cluster-policy",
         "--configmap-sync",
+        "--repoint-cluster-policy",
     ):
         assert flag in text

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rightsizer.apply.plancheck import check_plan
 from rightsizer.cli import main
 from rightsizer.plan.model import load_plan
 
@@ -36,6 +37,7 @@ def test_plan_on_simulated_week(metrics_history, tmp_path: Path, capsys: pytest.
     assert code == 0, captured.err
     assert "querying history chunk 7/7" in captured.err
     plan = load_plan(out)
+    check_plan(plan)  # what plan writes, apply accepts (catalogue, content hashes, plan id)
     assert plan.window.duration == "7d"
     names = {n.name: n for n in plan.nodes}
     assert set(names) == {"sim-h100-a", "sim-h100-b", "sim-a100", "sim-h200"}

@@ -1,0 +1,120 @@
+"""Leader election for ``serve`` replicas through a coordination.k8s.io Lease, as client-go's
+``leaderelection`` does it: the leader renews ``holderIdentity``'s ``renewTime`` every ``retry_s``;
+the others try as often and take the Lease once it has not been renewed for ``leaseDurationSeconds``.
+A leader that cannot renew for ``renew_deadline_s`` (two thirds of the duration) stops acting as
+leader before anyone else may take over, so two replicas never both believe they lead.
+
+Only the leader runs the report and the auto-apply; every replica plans (read-only, so /metrics of
+each shows the latest plan).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from typing import Any
+
+from rightsizer.clients.kube import ConflictError, Kube, KubeError
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "gpupilot-rightsizer-leader"
+
+
+def _micro(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: object) -> dt.datetime | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+class LeaderElector:
+    def __init__(
+        self, kube: Kube, namespace: str, *, identity: str, duration_s: float = 15.0, name: str = LEASE_NAME
+    ) -> None:
+        self.kube, self.namespace, self.name, self.identity = kube, namespace, name, identity
+        self.duration_s = max(1.0, duration_s)
+        self.renew_deadline_s = self.duration_s * 2 / 3
+        self.retry_s = self.duration_s / 5
+        self._renewed_at = 0.0  # monotonic time of our last successful write as holder
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def is_leader(self) -> bool:
+        return self._renewed_at > 0 and time.monotonic() - self._renewed_at < self.renew_deadline_s
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="leader-election", daemon=True)
+        self._thread.start()
+
+    def stop(self, *, release: bool = True) -> None:
+        """Stop competing; ``release`` clears the holder so another replica takes over at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if release and self.is_leader():
+            try:
+                lease = self.kube.get_lease(self.namespace, self.name)
+                if lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                    spec = {**(lease.get("spec") or {}), "holderIdentity": None, "leaseDurationSeconds": 1}
+                    self.kube.replace_lease({**lease, "spec": spec})
+            except KubeError as exc:
+                log.warning("could not release the leader Lease (it expires by itself): %s", exc)
+        self._renewed_at = 0.0
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.try_acquire_or_renew()
+            except KubeError as exc:
+                log.warning("leader election: %s", exc)
+            self._stop.wait(self.retry_s)
+
+    def try_acquire_or_renew(self) -> bool:
+        """One round; True when we hold the Lease after it."""
+        started = time.monotonic()  # leadership counts from before the write, never from after it
+        now = dt.datetime.now(dt.UTC)
+        lease = self.kube.get_lease(self.namespace, self.name)
+        spec: dict[str, Any] = dict((lease or {}).get("spec") or {})
+        holder = spec.get("holderIdentity") or ""
+        if lease is not None and holder and holder != self.identity:
+            renewed = _parse(spec.get("renewTime"))
+            duration = float(spec.get("leaseDurationSeconds") or self.duration_s)
+            if renewed is not None and (now - renewed).total_seconds() < duration:
+                self._renewed_at = 0.0
+                return False
+        mine = holder == self.identity
+        new_spec = {
+            **spec,
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.duration_s),
+            "renewTime": _micro(now),
+            **({} if mine else {"acquireTime": _micro(now)}),
+            "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine or not holder else 1),
+        }
+        try:
+            if lease is None:
+                body = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": new_spec,
+                }
+                self.kube.create_lease(self.namespace, body)
+            else:
+                self.kube.replace_lease({**lease, "spec": new_spec})
+        except ConflictError:
+            return False  # someone else wrote first: try again next round
+        if not mine:
+            log.info("became the leader (Lease %s/%s) as %s", self.namespace, self.name, self.identity)
+        self._renewed_at = started
+        return True
