@@ -15,6 +15,7 @@ help:
 	@echo "make test   lint, type checks, import contracts, promtool rule tests and pytest"
 	@echo "make bench  benchmarks, each beside its baseline, ratios printed"
 	@echo "make lint   ruff + mypy + import-linter only"
+	@echo "make docs   build the documentation site into .site/ (mkdocs --strict)"
 	@echo "make manifests  regenerate dashboards/*.json and deploy/monitoring from their sources"
 
 $(STAMP): pyproject.toml
@@ -82,7 +83,12 @@ rules-test: prometheus
 unit: venv prometheus victoriametrics helm kubectl
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
 
-test: venv prometheus victoriametrics helm kubectl lint rules-test unit
+test: venv prometheus victoriametrics helm kubectl lint rules-test docs unit
+
+# The documentation site (docs/, mkdocs + Material) into .site/; --strict: a broken link, anchor or
+# nav entry fails the build, and `make test` runs it.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 demo: venv prometheus
 	$(BIN)/python -m devkit.demo

@@ -245,7 +245,7 @@ def report(
         f"  pods: {len(line.pods)} matched the selector ({origin}) in the range; recorded replicas from "
         f"{line.recorded_from}",
         "  load model: per-pod metrics = recorded per-pod mean × recorded replicas ÷ replayed replicas;",
-        "  Object/External values as recorded; new pods ready at once (see README for the limits)",
+        "  Object/External values as recorded; new pods ready at once (see docs/adapter.md for the limits)",
         "",
         table(runs, rows=rows),
         "",

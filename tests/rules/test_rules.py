@@ -15,8 +15,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILES = sorted((REPO / "rules").glob("*.rules.yaml"))
 TEST_FILES = sorted((REPO / "rules" / "tests").glob("*.test.yaml"))
-RUNBOOK = REPO / "README.md"
-RUNBOOK_PREFIX = "https://github.com/gpupilot/gpupilot/blob/main/README.md#"
+RUNBOOKS = REPO / "docs" / "runbooks"
+RULES_GUIDE = REPO / "docs" / "rules.md"
+RUNBOOK_PREFIX = "https://github.com/gpupilot/gpupilot/blob/main/docs/runbooks/"
 AGREED_RECORDS = {
     "gpupilot:pod_gpu_utilization:percent",
     "gpupilot:slice_activity:avg5m",
@@ -59,15 +60,6 @@ def _promtool() -> str:
     tool = shutil.which("promtool")
     assert tool, "promtool not found: run 'make test' as root or 'sudo apt-get install prometheus'"
     return tool
-
-
-def _anchor(heading: str) -> str:
-    """GitHub's heading anchor: lower case, punctuation dropped, spaces to dashes."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-def _anchors() -> set[str]:
-    return {_anchor(m[1]) for m in re.finditer(r"^#{2,4} (.+)$", RUNBOOK.read_text(), re.M)}
 
 
 def test_promtool_check_rules() -> None:
@@ -118,10 +110,10 @@ def test_alert_is_annotated_and_links_its_runbook(alert: dict[str, Any]) -> None
     ann = alert.get("annotations", {})
     for key in ("summary", "description", "runbook_url"):
         assert str(ann.get(key, "")).strip(), f"{alert['alert']}: no {key}"
-    assert ann["runbook_url"].startswith(RUNBOOK_PREFIX)
-    anchor = ann["runbook_url"][len(RUNBOOK_PREFIX) :]
-    assert anchor == _anchor(alert["alert"]), "the anchor is the alert's own heading"
-    assert anchor in _anchors(), f"{alert['alert']}: no '### {alert['alert']}' heading in {RUNBOOK.name}"
+    assert ann["runbook_url"] == f"{RUNBOOK_PREFIX}{alert['alert'].lower()}.md", "one page per alert"
+    page = RUNBOOKS / f"{alert['alert'].lower()}.md"
+    assert page.is_file(), f"{alert['alert']}: no runbook page {page.relative_to(REPO)}"
+    assert page.read_text().startswith(f"# {alert['alert']}\n"), f"{page.name}: not titled with the alert"
     assert alert["labels"]["severity"] in {"critical", "warning", "info"}
 
 
@@ -149,8 +141,8 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test(name: str) -> None:
 
 
 def test_seed_comparison_table_names_all_six_seed_rules() -> None:
-    text = RUNBOOK.read_text()
-    table = text[text.index("### The seed's rules") :]
+    text = RULES_GUIDE.read_text()
+    table = text[text.index("## The seed's rules") :]
     for seed_rule in (
         "GPUHighTemperature",
         "GPUMemoryPressure",
