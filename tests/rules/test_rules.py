@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import re
 import shutil
 import subprocess
 from pathlib import Path
