@@ -27,7 +27,16 @@ from checked_input import yamlsafe
 from gpupilot_common.timefmt import parse_duration
 
 ErrorType = Callable[[str], Exception]
-FieldPath = tuple[str, ...]
+FieldPath = tuple[str | int, ...]
+"""Mapping keys by name, sequence items by index."""
+
+
+def dotted(path: FieldPath) -> str:
+    """``metrics[0].name``: keys joined by dots, sequence indices in brackets."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -56,8 +65,8 @@ class Document:
 
     def fail(self, path: FieldPath, problem: str, *, field: str | None = None) -> Exception:
         """The one-line error for ``path``; ``field``: the name to show when it is not ``path``
-        joined by dots (a reader that names fields its own way)."""
-        field = ".".join(path) if field is None else field
+        written as :func:`dotted` (a reader that names fields its own way)."""
+        field = dotted(path) if field is None else field
         return self.error(
             f"{self.where(path)}: {field}: {problem}" if field else f"{self.where(path)}: {problem}"
         )
@@ -71,7 +80,7 @@ class Document:
 
 
 def key_lines(node: yaml.Node | None, path: FieldPath = ()) -> dict[FieldPath, int]:
-    """The 1-based line of each mapping key under ``node`` (sequence items by index)."""
+    """The 1-based line of each mapping key under ``node`` (sequence items by their int index)."""
     out: dict[FieldPath, int] = {}
     if node is None:
         return out
@@ -83,7 +92,7 @@ def key_lines(node: yaml.Node | None, path: FieldPath = ()) -> dict[FieldPath, i
             out.update({k: v for k, v in key_lines(value, sub).items() if k != sub})
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            out.update(key_lines(item, (*path, str(i))))
+            out.update(key_lines(item, (*path, i)))
     return out
 
 
@@ -192,6 +201,25 @@ class Section:
         if seconds < minimum:
             raise self.fail(key, f"must be at least {minimum:g}s, got {v}")
         return seconds
+
+    def sequence(self, key: str) -> list[Any]:
+        """The list under ``key`` (empty when absent or null)."""
+        v = self.data.get(key)
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            raise self.fail(key, f"must be a list, got {_short(v)}")
+        return v
+
+    def sections(self, key: str, *, what: str = "a mapping of fields") -> list[Section]:
+        """The list of mappings under ``key``, each a :class:`Section` at ``key[i]``."""
+        out: list[Section] = []
+        for i, item in enumerate(self.sequence(key)):
+            path = (*self.path, key, i)
+            if not isinstance(item, dict):
+                raise self.doc.fail(path, f"must be {what}, got {_short(item)}")
+            out.append(Section(self.doc, item, path))
+        return out
 
     def section(self, key: str) -> Section | None:
         """The mapping under ``key`` (None when absent or null)."""

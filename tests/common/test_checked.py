@@ -91,3 +91,22 @@ def test_syntax_errors_and_wrong_documents_are_one_line(tmp_path: Path) -> None:
 def test_data_without_a_file_has_no_line() -> None:
     doc = checked.Document({"n": "x"}, source="test", error=MyError)
     _fails(lambda: doc.root().integer("n", None), "test: n: must be a whole number >= 0, got 'x'")
+
+
+def test_lists_of_sections_name_items_by_index() -> None:
+    text = "rules:\n  - name: a\n  - name: 3\n  - oops\n"
+    good = text.replace("  - oops\n", "")
+    items = checked.parse_yaml(good, source="r.yaml", error=MyError).root().sections("rules")
+    assert items[0].text("name") == "a"
+    _fails(lambda: items[1].text("name"), "r.yaml:3: rules[1].name: must be a string, got 3")
+    _fails(
+        lambda: (
+            checked.parse_yaml(text, source="r.yaml", error=MyError).root().sections("rules", what="a rule")
+        ),
+        "r.yaml:4: rules[2]: must be a rule, got 'oops'",
+    )
+    _fails(
+        lambda: _root().sequence("plan"),
+        "cfg.yaml:2: plan: must be a list, got {'every': '6h', 'max_nodes': 3}",
+    )
+    assert checked.dotted(("a", 0, "b", 12)) == "a[0].b[12]"
