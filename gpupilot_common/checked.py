@@ -54,6 +54,7 @@ class Document:
         self.source = source
         self.error = error
         self.lines: Mapping[FieldPath, int] = lines or {}
+        self._by_text: dict[str, int] | None = None
 
     def where(self, path: FieldPath) -> str:
         """``file:line`` of the nearest known line on ``path`` (the key, else its section)."""
@@ -70,6 +71,18 @@ class Document:
         return self.error(
             f"{self.where(path)}: {field}: {problem}" if field else f"{self.where(path)}: {problem}"
         )
+
+    def fail_dotted(self, field: str, problem: str) -> Exception:
+        """The one-line error for a field named in :func:`dotted` form (``nodes[2].gpus[0].mig``),
+        for readers that build their paths as text; the line is that of the nearest known field."""
+        if self._by_text is None:
+            self._by_text = {dotted(p): line for p, line in self.lines.items()}
+        probe = field
+        while probe and probe not in self._by_text:
+            probe = probe[: max(probe.rfind("."), probe.rfind("["), 0)]
+        line = self._by_text.get(probe)
+        where = f"{self.source}:{line}" if line is not None else self.source
+        return self.error(f"{where}: {field}: {problem}" if field else f"{where}: {problem}")
 
     def root(self, what: str = "the file") -> Section:
         if not isinstance(self.data, dict):
