@@ -16,6 +16,8 @@ missing), so a problem is found in the file where the reader would look for it.
 
 from __future__ import annotations
 
+import bisect
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -48,13 +50,26 @@ class Document:
     """Parsed data plus the line of every mapping key (1-based), by field path."""
 
     def __init__(
-        self, data: Any, *, source: str, error: ErrorType, lines: Mapping[FieldPath, int] | None = None
+        self,
+        data: Any,
+        *,
+        source: str,
+        error: ErrorType,
+        lines: Mapping[FieldPath, int] | Callable[[], Mapping[FieldPath, int]] | None = None,
     ) -> None:
+        """``lines``: the map, or a function that finds it when a problem is first reported (so
+        that a valid document costs no second pass)."""
         self.data = data
         self.source = source
         self.error = error
-        self.lines: Mapping[FieldPath, int] = lines or {}
+        self._lines = lines
         self._by_text: dict[str, int] | None = None
+
+    @property
+    def lines(self) -> Mapping[FieldPath, int]:
+        if callable(self._lines):
+            self._lines = self._lines()
+        return self._lines or {}
 
     def where(self, path: FieldPath) -> str:
         """``file:line`` of the nearest known line on ``path`` (the key, else its section)."""
@@ -122,13 +137,72 @@ def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
     return Document(data, source=source, error=error, lines=lines)
 
 
-def load_yaml(path: Path, *, error: ErrorType, what: str = "file") -> Document:
+def _read(path: Path, *, error: ErrorType, what: str) -> str:
     try:
-        text = yamlsafe.read_text(path)  # UTF-8 (the bad byte's line named), at most 16 MiB
+        return yamlsafe.read_text(path)  # UTF-8 (the bad byte's line named), at most 16 MiB
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise error(f"{path}: cannot read the {what} ({reason})") from None
-    return parse_yaml(text, source=str(path), error=error)
+
+
+def load_yaml(path: Path, *, error: ErrorType, what: str = "file") -> Document:
+    return parse_yaml(_read(path, error=error, what=what), source=str(path), error=error)
+
+
+def json_key_lines(text: str) -> dict[FieldPath, int]:
+    """The 1-based line of each object key (and array item) of a valid JSON ``text``.
+
+    Python's JSON decoder keeps no positions, so this walks the text once more with the decoder's
+    own string and scalar scanners; it is only called on text that ``json.loads`` accepted."""
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+    out: dict[FieldPath, int] = {}
+    decoder = json.JSONDecoder()
+
+    def line(pos: int) -> int:
+        return bisect.bisect_right(starts, pos)
+
+    def skip(pos: int) -> int:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        return pos
+
+    def value(pos: int, path: FieldPath) -> int:
+        pos = skip(pos)
+        out.setdefault(path, line(pos))
+        if text[pos] == "{":
+            pos = skip(pos + 1)
+            while text[pos] != "}":
+                key, end = decoder.raw_decode(text, pos)
+                out[(*path, key)] = line(pos)
+                pos = skip(value(skip(end) + 1, (*path, key)))
+                pos = skip(pos + 1) if text[pos] == "," else pos
+            return pos + 1
+        if text[pos] == "[":
+            pos, i = skip(pos + 1), 0
+            while text[pos] != "]":
+                pos = skip(value(pos, (*path, i)))
+                pos, i = (skip(pos + 1) if text[pos] == "," else pos), i + 1
+            return pos + 1
+        return decoder.raw_decode(text, pos)[1]
+
+    value(0, ())
+    return out
+
+
+def parse_json(text: str, *, source: str, error: ErrorType) -> Document:
+    """Parse a JSON ``text``; each key's line is found when a problem is reported (the decoder keeps
+    none). A syntax error is one line with the decoder's line and column."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{source}:{exc.lineno}: {exc.msg} at column {exc.colno} (JSON syntax)") from None
+    except RecursionError:
+        raise error(f"{source}: nested too deeply to be a document this program writes") from None
+    return Document(data, source=source, error=error, lines=lambda: json_key_lines(text))
+
+
+def load_json(path: Path, *, error: ErrorType, what: str = "file") -> Document:
+    return parse_json(_read(path, error=error, what=what), source=str(path), error=error)
 
 
 class Section:

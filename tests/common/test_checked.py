@@ -110,3 +110,29 @@ def test_lists_of_sections_name_items_by_index() -> None:
         "cfg.yaml:2: plan: must be a list, got {'every': '6h', 'max_nodes': 3}",
     )
     assert checked.dotted(("a", 0, "b", 12)) == "a[0].b[12]"
+
+
+def test_json_errors_name_the_line_of_the_key() -> None:
+    text = '{\n  "a": [1, {"b": "x\\\\n}"},\n    3],\n  "c" : {}, "d": "no"\n}'
+    doc = checked.parse_json(text, source="p.json", error=MyError)
+    assert doc.data["a"][1] == {"b": "x\\n}"}
+    assert checked.json_key_lines(text) == {
+        (): 1,
+        ("a",): 2,
+        ("a", 0): 2,
+        ("a", 1): 2,
+        ("a", 1, "b"): 2,
+        ("a", 2): 3,
+        ("c",): 4,
+        ("d",): 4,
+    }
+    _fails(lambda: doc.root().boolean("d", False), "p.json:4: d: must be true or false, got 'no'")
+    _fails(lambda: doc.root().section("c").text("e"), "p.json:4: c.e: required, a non-empty string")  # type: ignore[union-attr]
+    _fails(
+        lambda: checked.parse_json('{\n"a": 1,\n}', source="p.json", error=MyError),
+        "p.json:3: Expecting property name enclosed in double quotes at column 1 (JSON syntax)",
+    )
+    _fails(
+        lambda: checked.parse_json("[" * 100_000, source="p.json", error=MyError),
+        "p.json: nested too deeply to be a document this program writes",
+    )
