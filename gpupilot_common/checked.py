@@ -108,19 +108,27 @@ class Document:
 
 
 def key_lines(node: yaml.Node | None, path: FieldPath = ()) -> dict[FieldPath, int]:
-    """The 1-based line of each mapping key under ``node`` (sequence items by their int index)."""
+    """The 1-based line of each mapping key under ``node`` (sequence items by their int index).
+
+    Each node is visited once: an alias (``*a``) shares its anchor's node, so a document of nested
+    aliases (a "billion laughs") costs its size, not its expansion, and a self-referring alias ends.
+    Fields reached only through an alias get the line of the nearest field above them."""
     out: dict[FieldPath, int] = {}
-    if node is None:
-        return out
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            sub = (*path, str(key.value))
-            out[sub] = key.start_mark.line + 1
-            out.update({k: v for k, v in key_lines(value, sub).items() if k != sub})
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out.update(key_lines(item, (*path, i)))
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node | None, FieldPath]] = [(node, path)]
+    while stack:
+        item, at = stack.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        out.setdefault(at, item.start_mark.line + 1)
+        if isinstance(item, yaml.MappingNode):
+            for key, value in item.value:
+                sub = (*at, str(key.value))
+                out[sub] = key.start_mark.line + 1
+                stack.append((value, sub))
+        elif isinstance(item, yaml.SequenceNode):
+            stack.extend((child, (*at, i)) for i, child in enumerate(item.value))
     return out
 
 
@@ -134,6 +142,8 @@ def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(exc, "problem", None) or "not valid YAML"
         raise error(f"{where}: {problem} (YAML syntax)") from None
+    except RecursionError:
+        raise error(f"{source}: nested too deeply to be a document this program reads") from None
     return Document(data, source=source, error=error, lines=lines)
 
 
@@ -197,7 +207,7 @@ def parse_json(text: str, *, source: str, error: ErrorType) -> Document:
     except json.JSONDecodeError as exc:
         raise error(f"{source}:{exc.lineno}: {exc.msg} at column {exc.colno} (JSON syntax)") from None
     except RecursionError:
-        raise error(f"{source}: nested too deeply to be a document this program writes") from None
+        raise error(f"{source}: nested too deeply to be a document this program reads") from None
     return Document(data, source=source, error=error, lines=lambda: json_key_lines(text))
 
 

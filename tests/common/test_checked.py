@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpupilot_common import checked
 
@@ -134,5 +135,25 @@ def test_json_errors_name_the_line_of_the_key() -> None:
     )
     _fails(
         lambda: checked.parse_json("[" * 100_000, source="p.json", error=MyError),
-        "p.json: nested too deeply to be a document this program writes",
+        "p.json: nested too deeply to be a document this program reads",
+    )
+
+
+def test_aliases_are_walked_once() -> None:
+    """Nine levels of ten aliases stand for 10**9 values: lines are found from the ~100 nodes."""
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)
+    ]
+    text = "\n".join(levels) + "\nself: &s [*s]\nlast: 1\n"
+    lines = checked.key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+    assert lines[("a9",)] == 10
+    assert lines[("self",)] == 11
+    assert lines[("last",)] == 12
+    assert len(lines) < 150
+
+
+def test_deep_nesting_is_one_line() -> None:
+    _fails(
+        lambda: checked.parse_yaml("[" * 1500 + "]" * 1500, source="deep.yaml", error=MyError),
+        "deep.yaml: nested too deeply to be a document this program reads",
     )
