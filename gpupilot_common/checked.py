@@ -46,6 +46,21 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+MAX_PART = 400
+"""Longest field path or problem in a message: a value quoted in it can be anything a file holds
+(the longest real problem, a list of known GPU models, is about 200 characters)."""
+
+
+def _one_line(where: str, field: str, problem: str) -> str:
+    """``where: field: problem`` on one line: line breaks escaped, each part cut at MAX_PART."""
+
+    def part(text: str) -> str:
+        text = text.replace("\r", "\\r").replace("\n", "\\n")
+        return text if len(text) <= MAX_PART else text[: MAX_PART - 1] + "…"
+
+    return f"{where}: {part(field)}: {part(problem)}" if field else f"{where}: {part(problem)}"
+
+
 class Document:
     """Parsed data plus the line of every mapping key (1-based), by field path."""
 
@@ -82,10 +97,7 @@ class Document:
     def fail(self, path: FieldPath, problem: str, *, field: str | None = None) -> Exception:
         """The one-line error for ``path``; ``field``: the name to show when it is not ``path``
         written as :func:`dotted` (a reader that names fields its own way)."""
-        field = dotted(path) if field is None else field
-        return self.error(
-            f"{self.where(path)}: {field}: {problem}" if field else f"{self.where(path)}: {problem}"
-        )
+        return self.error(_one_line(self.where(path), dotted(path) if field is None else field, problem))
 
     def fail_dotted(self, field: str, problem: str) -> Exception:
         """The one-line error for a field named in :func:`dotted` form (``nodes[2].gpus[0].mig``),
@@ -97,7 +109,7 @@ class Document:
             probe = probe[: max(probe.rfind("."), probe.rfind("["), 0)]
         line = self._by_text.get(probe)
         where = f"{self.source}:{line}" if line is not None else self.source
-        return self.error(f"{where}: {field}: {problem}" if field else f"{where}: {problem}")
+        return self.error(_one_line(where, field, problem))
 
     def root(self, what: str = "the file") -> Section:
         if not isinstance(self.data, dict):

@@ -157,3 +157,13 @@ def test_deep_nesting_is_one_line() -> None:
         lambda: checked.parse_yaml("[" * 1500 + "]" * 1500, source="deep.yaml", error=MyError),
         "deep.yaml: nested too deeply to be a document this program reads",
     )
+
+
+def test_messages_stay_one_short_line() -> None:
+    """A key or value holding line breaks, or a huge one, cannot split or flood the message."""
+    doc = checked.Document({"a\nb": 1}, source="x.yaml", error=MyError)
+    _fails(lambda: doc.root().keys(()), "x.yaml: a\\nb: unknown field (known: )")
+    with pytest.raises(MyError) as err:
+        raise doc.fail_dotted("items[0]", "got " + "y" * 10_000)
+    assert str(err.value).startswith("x.yaml: items[0]: got yyy")
+    assert len(str(err.value)) < 2 * checked.MAX_PART
