@@ -1,5 +1,5 @@
-"""One way to read checked input: a YAML document read once, then typed getters on its sections that
-fail with ONE line, ``file:line: field.path: problem`` (``source: field.path: problem`` for data
+"""One way to read checked input: a YAML (or JSON) document read once, then typed getters on its
+sections that fail with ONE line, ``file:line: field.path: problem`` (``source: field.path: problem`` for data
 that came from no file, such as a test's dict).
 
 Each service keeps its own error tree: the reader is given the exception class to raise (a
@@ -11,7 +11,11 @@ Each service keeps its own error tree: the reader is given the exception class t
     every = top.section("plan").duration("every", default=6 * 3600, minimum=60)
 
 Lines come from the YAML composer's marks (the line of the key, or of the section when the key is
-missing), so a problem is found in the file where the reader would look for it.
+missing), so a problem is found in the file where the reader would look for it; for JSON
+(:func:`load_json`) they are found from the text when the first problem is reported. Field paths
+read ``metrics[0].name``; readers that build paths as text use :meth:`Document.fail_dotted`.
+Users: the adapter config, the simulator's scenarios, the exporter's web config, ``rightsizer
+serve``'s config and plan.json.
 """
 
 from __future__ import annotations
