@@ -151,15 +151,14 @@ def key_lines(node: yaml.Node | None, path: FieldPath = ()) -> dict[FieldPath, i
 def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
     """Parse ``text`` (one YAML document) keeping each key's line; a syntax error is one line."""
     try:
-        data = yamlsafe.safe_load(text)  # bounded: aliases, nesting, control characters, !!tags
-        lines = key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+        # one bounded parse (aliases, nesting, control characters, !!tags): the data and its lines
+        data, node = yamlsafe.load_with_node(text)
+        lines = key_lines(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(exc, "problem", None) or "not valid YAML"
         raise error(f"{where}: {problem} (YAML syntax)") from None
-    except RecursionError:
-        raise error(f"{source}: nested too deeply to be a document this program reads") from None
     return Document(data, source=source, error=error, lines=lines)
 
 
