@@ -181,13 +181,19 @@ def safe_load_all(text: str) -> list[Any]:
 
 def safe_load(text: str) -> Any:
     """The single document as plain Python data (``yaml.safe_load``, bounded)."""
+    return load_with_node(text)[0]
+
+
+def load_with_node(text: str) -> tuple[Any, yaml.Node | None]:
+    """The single document as plain Python data and its checked node graph (whose marks give the
+    line of every key), from one bounded parse."""
     loader = _open(text)
     try:
         node = loader.get_single_node()
         if node is None:
-            return None
+            return None, None
         check_node(node)
-        return _construct(loader, node)
+        return _construct(loader, node), node
     except yaml.reader.ReaderError as exc:
         raise _reader_error(exc, text) from None
     finally:

@@ -1,5 +1,5 @@
-"""One way to read checked input: a YAML document read once, then typed getters on its sections that
-fail with ONE line, ``file:line: field.path: problem`` (``source: field.path: problem`` for data
+"""One way to read checked input: a YAML (or JSON) document read once, then typed getters on its
+sections that fail with ONE line, ``file:line: field.path: problem`` (``source: field.path: problem`` for data
 that came from no file, such as a test's dict).
 
 Each service keeps its own error tree: the reader is given the exception class to raise (a
@@ -11,11 +11,17 @@ Each service keeps its own error tree: the reader is given the exception class t
     every = top.section("plan").duration("every", default=6 * 3600, minimum=60)
 
 Lines come from the YAML composer's marks (the line of the key, or of the section when the key is
-missing), so a problem is found in the file where the reader would look for it.
+missing), so a problem is found in the file where the reader would look for it; for JSON
+(:func:`load_json`) they are found from the text when the first problem is reported. Field paths
+read ``metrics[0].name``; readers that build paths as text use :meth:`Document.fail_dotted`.
+Users: the adapter config, the simulator's scenarios, the exporter's web config, ``rightsizer
+serve``'s config and plan.json.
 """
 
 from __future__ import annotations
 
+import bisect
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -27,7 +33,16 @@ from checked_input import yamlsafe
 from gpupilot_common.timefmt import parse_duration
 
 ErrorType = Callable[[str], Exception]
-FieldPath = tuple[str, ...]
+FieldPath = tuple[str | int, ...]
+"""Mapping keys by name, sequence items by index."""
+
+
+def dotted(path: FieldPath) -> str:
+    """``metrics[0].name``: keys joined by dots, sequence indices in brackets."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -35,16 +50,45 @@ def _short(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+MAX_PART = 400
+"""Longest field path or problem in a message: a value quoted in it can be anything a file holds
+(the longest real problem, a list of known GPU models, is about 200 characters)."""
+
+
+def _one_line(where: str, field: str, problem: str) -> str:
+    """``where: field: problem`` on one line: line breaks escaped, each part cut at MAX_PART."""
+
+    def part(text: str) -> str:
+        text = text.replace("\r", "\\r").replace("\n", "\\n")
+        return text if len(text) <= MAX_PART else text[: MAX_PART - 1] + "…"
+
+    return f"{where}: {part(field)}: {part(problem)}" if field else f"{where}: {part(problem)}"
+
+
 class Document:
     """Parsed data plus the line of every mapping key (1-based), by field path."""
 
     def __init__(
-        self, data: Any, *, source: str, error: ErrorType, lines: Mapping[FieldPath, int] | None = None
+        self,
+        data: Any,
+        *,
+        source: str,
+        error: ErrorType,
+        lines: Mapping[FieldPath, int] | Callable[[], Mapping[FieldPath, int]] | None = None,
     ) -> None:
+        """``lines``: the map, or a function that finds it when a problem is first reported (so
+        that a valid document costs no second pass)."""
         self.data = data
         self.source = source
         self.error = error
-        self.lines: Mapping[FieldPath, int] = lines or {}
+        self._lines = lines
+        self._by_text: dict[str, int] | None = None
+
+    @property
+    def lines(self) -> Mapping[FieldPath, int]:
+        if callable(self._lines):
+            self._lines = self._lines()
+        return self._lines or {}
 
     def where(self, path: FieldPath) -> str:
         """``file:line`` of the nearest known line on ``path`` (the key, else its section)."""
@@ -56,11 +100,20 @@ class Document:
 
     def fail(self, path: FieldPath, problem: str, *, field: str | None = None) -> Exception:
         """The one-line error for ``path``; ``field``: the name to show when it is not ``path``
-        joined by dots (a reader that names fields its own way)."""
-        field = ".".join(path) if field is None else field
-        return self.error(
-            f"{self.where(path)}: {field}: {problem}" if field else f"{self.where(path)}: {problem}"
-        )
+        written as :func:`dotted` (a reader that names fields its own way)."""
+        return self.error(_one_line(self.where(path), dotted(path) if field is None else field, problem))
+
+    def fail_dotted(self, field: str, problem: str) -> Exception:
+        """The one-line error for a field named in :func:`dotted` form (``nodes[2].gpus[0].mig``),
+        for readers that build their paths as text; the line is that of the nearest known field."""
+        if self._by_text is None:
+            self._by_text = {dotted(p): line for p, line in self.lines.items()}
+        probe = field
+        while probe and probe not in self._by_text:
+            probe = probe[: max(probe.rfind("."), probe.rfind("["), 0)]
+        line = self._by_text.get(probe)
+        where = f"{self.source}:{line}" if line is not None else self.source
+        return self.error(_one_line(where, field, problem))
 
     def root(self, what: str = "the file") -> Section:
         if not isinstance(self.data, dict):
@@ -71,27 +124,36 @@ class Document:
 
 
 def key_lines(node: yaml.Node | None, path: FieldPath = ()) -> dict[FieldPath, int]:
-    """The 1-based line of each mapping key under ``node`` (sequence items by index)."""
+    """The 1-based line of each mapping key under ``node`` (sequence items by their int index).
+
+    Each node is visited once: an alias (``*a``) shares its anchor's node, so a document of nested
+    aliases (a "billion laughs") costs its size, not its expansion, and a self-referring alias ends.
+    Fields reached only through an alias get the line of the nearest field above them."""
     out: dict[FieldPath, int] = {}
-    if node is None:
-        return out
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            sub = (*path, str(key.value))
-            out[sub] = key.start_mark.line + 1
-            out.update({k: v for k, v in key_lines(value, sub).items() if k != sub})
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            out.update(key_lines(item, (*path, str(i))))
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node | None, FieldPath]] = [(node, path)]
+    while stack:
+        item, at = stack.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        out.setdefault(at, item.start_mark.line + 1)
+        if isinstance(item, yaml.MappingNode):
+            for key, value in item.value:
+                sub = (*at, str(key.value))
+                out[sub] = key.start_mark.line + 1
+                stack.append((value, sub))
+        elif isinstance(item, yaml.SequenceNode):
+            stack.extend((child, (*at, i)) for i, child in enumerate(item.value))
     return out
 
 
 def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
     """Parse ``text`` (one YAML document) keeping each key's line; a syntax error is one line."""
     try:
-        data = yamlsafe.safe_load(text)  # bounded: aliases, nesting, control characters, !!tags
-        lines = key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+        # one bounded parse (aliases, nesting, control characters, !!tags): the data and its lines
+        data, node = yamlsafe.load_with_node(text)
+        lines = key_lines(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
@@ -100,13 +162,72 @@ def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
     return Document(data, source=source, error=error, lines=lines)
 
 
-def load_yaml(path: Path, *, error: ErrorType, what: str = "file") -> Document:
+def _read(path: Path, *, error: ErrorType, what: str) -> str:
     try:
-        text = yamlsafe.read_text(path)  # UTF-8 (the bad byte's line named), at most 16 MiB
+        return yamlsafe.read_text(path)  # UTF-8 (the bad byte's line named), at most 16 MiB
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise error(f"{path}: cannot read the {what} ({reason})") from None
-    return parse_yaml(text, source=str(path), error=error)
+
+
+def load_yaml(path: Path, *, error: ErrorType, what: str = "file") -> Document:
+    return parse_yaml(_read(path, error=error, what=what), source=str(path), error=error)
+
+
+def json_key_lines(text: str) -> dict[FieldPath, int]:
+    """The 1-based line of each object key (and array item) of a valid JSON ``text``.
+
+    Python's JSON decoder keeps no positions, so this walks the text once more with the decoder's
+    own string and scalar scanners; it is only called on text that ``json.loads`` accepted."""
+    starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+    out: dict[FieldPath, int] = {}
+    decoder = json.JSONDecoder()
+
+    def line(pos: int) -> int:
+        return bisect.bisect_right(starts, pos)
+
+    def skip(pos: int) -> int:
+        while pos < len(text) and text[pos] in " \t\r\n":
+            pos += 1
+        return pos
+
+    def value(pos: int, path: FieldPath) -> int:
+        pos = skip(pos)
+        out.setdefault(path, line(pos))
+        if text[pos] == "{":
+            pos = skip(pos + 1)
+            while text[pos] != "}":
+                key, end = decoder.raw_decode(text, pos)
+                out[(*path, key)] = line(pos)
+                pos = skip(value(skip(end) + 1, (*path, key)))
+                pos = skip(pos + 1) if text[pos] == "," else pos
+            return pos + 1
+        if text[pos] == "[":
+            pos, i = skip(pos + 1), 0
+            while text[pos] != "]":
+                pos = skip(value(pos, (*path, i)))
+                pos, i = (skip(pos + 1) if text[pos] == "," else pos), i + 1
+            return pos + 1
+        return decoder.raw_decode(text, pos)[1]
+
+    value(0, ())
+    return out
+
+
+def parse_json(text: str, *, source: str, error: ErrorType) -> Document:
+    """Parse a JSON ``text``; each key's line is found when a problem is reported (the decoder keeps
+    none). A syntax error is one line with the decoder's line and column."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{source}:{exc.lineno}: {exc.msg} at column {exc.colno} (JSON syntax)") from None
+    except RecursionError:
+        raise error(f"{source}: nested too deeply to be a document this program reads") from None
+    return Document(data, source=source, error=error, lines=lambda: json_key_lines(text))
+
+
+def load_json(path: Path, *, error: ErrorType, what: str = "file") -> Document:
+    return parse_json(_read(path, error=error, what=what), source=str(path), error=error)
 
 
 class Section:
@@ -192,6 +313,25 @@ class Section:
         if seconds < minimum:
             raise self.fail(key, f"must be at least {minimum:g}s, got {v}")
         return seconds
+
+    def sequence(self, key: str) -> list[Any]:
+        """The list under ``key`` (empty when absent or null)."""
+        v = self.data.get(key)
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            raise self.fail(key, f"must be a list, got {_short(v)}")
+        return v
+
+    def sections(self, key: str, *, what: str = "a mapping of fields") -> list[Section]:
+        """The list of mappings under ``key``, each a :class:`Section` at ``key[i]``."""
+        out: list[Section] = []
+        for i, item in enumerate(self.sequence(key)):
+            path = (*self.path, key, i)
+            if not isinstance(item, dict):
+                raise self.doc.fail(path, f"must be {what}, got {_short(item)}")
+            out.append(Section(self.doc, item, path))
+        return out
 
     def section(self, key: str) -> Section | None:
         """The mapping under ``key`` (None when absent or null)."""

@@ -1,7 +1,7 @@
 """A fleet scenario: YAML → validated, frozen dataclasses (see README.md, "The fleet simulator").
 
-Every error is one line naming the file, the path inside it and the problem, e.g.
-``fleet.yaml: nodes[2].gpus[0].mig: 3g.40gb×2 + 1g.10gb×1 has no valid placement on H100 80GB``.
+Every error is one line naming the file, the line, the path inside it and the problem, e.g.
+``fleet.yaml:4: nodes[2].gpus[0].mig: 3g.40gb×2 + 1g.10gb×1 has no valid placement on H100 80GB``.
 Unknown keys are rejected. Times of faults are offsets from the scenario's ``epoch``.
 """
 
@@ -12,9 +12,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
 
-import yaml
-
-from checked_input import yamlsafe
 from exporter.errors import ScenarioError
 from exporter.sim import identity, migconfigs
 from exporter.sim.model import (
@@ -37,29 +34,20 @@ from exporter.sim.scenario_parse import (
     parse_hpas,
     parse_pattern,
 )
+from gpupilot_common import checked
 from mig_geometry import catalogue, placement
 from mig_geometry.catalogue import GpuModel
 
 
 def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file; :class:`ScenarioError` (one line) on any problem."""
-    p = Path(path)
-    try:
-        text = yamlsafe.read_text(p)
-    except OSError as e:
-        raise ScenarioError(f"{p}: cannot read scenario: {e.strerror or e}") from None
-    return loads(text, name=str(p))
+    doc = checked.load_yaml(Path(path), error=ScenarioError, what="scenario")
+    return _build(Ctx(doc), doc.data)
 
 
 def loads(text: str, *, name: str = "<scenario>") -> Scenario:
-    try:
-        doc = yamlsafe.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{name}:{mark.line + 1}" if mark is not None else name
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ScenarioError(f"{where}: YAML syntax error: {problem}") from None
-    return _build(Ctx(name), doc)
+    doc = checked.parse_yaml(text, source=name, error=ScenarioError)
+    return _build(Ctx(doc), doc.data)
 
 
 _TOP = {"seed", "epoch", "nodes", "workloads", "hpas", "faults", "description"}

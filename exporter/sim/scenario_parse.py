@@ -1,6 +1,7 @@
 """Checked reading of scenario values: types, unknown keys, patterns, HPAs and faults.
 
-:class:`Ctx` raises :class:`ScenarioError` with ``<file>: <path>: <problem>`` on the first problem.
+:class:`Ctx` reads a :class:`gpupilot_common.checked.Document` and raises :class:`ScenarioError` on
+the first problem, in the project's one shape: ``<file>:<line>: <path>: <problem>``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from collections.abc import Collection, Mapping
 from typing import NoReturn, cast, get_args
 
 from exporter import fields
-from exporter.errors import ScenarioError
 from exporter.sim.model import Fault, FaultKind, Hpa, HpaMetric, Node
 from exporter.sim.patterns import IDLE, Pattern, PatternKind
+from gpupilot_common import checked
 from gpupilot_common import timefmt as timespec
 
 _MAX_PROBLEM = 200
@@ -23,14 +24,16 @@ MAX_REPLICAS = 10_000
 
 
 class Ctx:
-    def __init__(self, file: str) -> None:
-        self.file = file
+    """Typed getters over a scenario document; paths are written ``nodes[2].gpus[0].mig``."""
+
+    def __init__(self, doc: checked.Document) -> None:
+        self.doc = doc
+        self.file = doc.source
 
     def fail(self, path: str, problem: str) -> NoReturn:
-        where = f"{self.file}: {path}: " if path else f"{self.file}: "
         if len(problem) > _MAX_PROBLEM:  # a value quoted in it can be anything the file holds
             problem = problem[:_MAX_PROBLEM] + "…"
-        raise ScenarioError(where + problem)
+        raise self.doc.fail_dotted(path, problem)
 
     def mapping(self, raw: object, path: str, allowed: Collection[str] | None) -> dict[str, object]:
         if raw is None:

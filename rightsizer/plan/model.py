@@ -61,7 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checked_input import yamlsafe
+from gpupilot_common import checked
+from gpupilot_common.checked import FieldPath
 from rightsizer.errors import InputError
 
 SCHEMA = "gpupilot.plan/v1"
@@ -337,25 +338,23 @@ def dump_plan(plan: Plan, path: Path) -> None:
 
 
 class _Reader:
-    """Typed access to one JSON object, raising one-line errors that name the field's path."""
+    """Typed access to one JSON object of a :class:`checked.Document`, raising one-line errors in
+    the project's shape, ``file:line: field.path: problem``."""
 
-    def __init__(self, source: str, data: object, where: str) -> None:
+    def __init__(self, doc: checked.Document, data: object, path: FieldPath) -> None:
         if not isinstance(data, dict):
-            raise PlanError(f"{source}: {where or 'top level'} must be an object, got {type(data).__name__}")
-        self.source, self.data, self.where = source, data, where
-
-    def _path(self, key: str) -> str:
-        return f"{self.where}.{key}" if self.where else key
+            raise doc.fail(path, f"must be an object, got {type(data).__name__}")
+        self.doc, self.data, self.path = doc, data, path
 
     def _get(self, key: str, kinds: type | tuple[type, ...], kind_name: str, default: object = ...) -> Any:
         if key not in self.data:
             if default is not ...:
                 return default
-            raise PlanError(f"{self.source}: missing field {self._path(key)}")
+            raise self.doc.fail((*self.path, key), f"required, {kind_name}")
         value = self.data[key]
         ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in _as_tuple(kinds))
         if not ok:
-            raise PlanError(f"{self.source}: field {self._path(key)} must be {kind_name}, got {value!r:.40}")
+            raise self.doc.fail((*self.path, key), f"must be {kind_name}, got {value!r:.40}")
         return value
 
     def r_str(self, key: str, default: object = ...) -> str:
@@ -377,7 +376,7 @@ class _Reader:
         return bool(self._get(key, bool, "true or false", default))
 
     def r_obj(self, key: str, default: object = ...) -> _Reader:
-        return _Reader(self.source, self._get(key, dict, "an object", default), self._path(key))
+        return _Reader(self.doc, self._get(key, dict, "an object", default), (*self.path, key))
 
     def r_raw_obj(self, key: str, default: object = ...) -> JsonDict:
         value: JsonDict = self._get(key, dict, "an object", default)
@@ -389,8 +388,7 @@ class _Reader:
 
     def r_objs(self, key: str, default: object = ...) -> list[_Reader]:
         return [
-            _Reader(self.source, item, f"{self._path(key)}[{i}]")
-            for i, item in enumerate(self.r_list(key, default))
+            _Reader(self.doc, item, (*self.path, key, i)) for i, item in enumerate(self.r_list(key, default))
         ]
 
 
@@ -402,7 +400,7 @@ def _layout(r: _Reader) -> GpuLayout:
     devices = r.r_raw_obj("mig_devices", {})
     for name, count in devices.items():
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise PlanError(f"{r.source}: field {r.where}.mig_devices.{name} must be a count >= 0")
+            raise r.doc.fail((*r.path, "mig_devices", name), f"must be a count >= 0, got {count!r:.40}")
     return GpuLayout(r.r_int("index"), r.r_bool("mig_enabled"), dict(devices))
 
 
@@ -465,10 +463,15 @@ def _node(r: _Reader) -> NodePlan:
 
 
 def plan_from_dict(data: object, *, source: str = "plan") -> Plan:
-    r = _Reader(source, data, "")
+    """A plan from already-decoded data (no lines known): errors read ``source: field.path: problem``."""
+    return _plan(checked.Document(data, source=source, error=PlanError))
+
+
+def _plan(doc: checked.Document) -> Plan:
+    r = _Reader(doc, doc.data, ())
     schema = r.r_str("schema")
     if schema != SCHEMA:
-        raise PlanError(f"{source}: schema is {schema!r}; this gpupilot reads {SCHEMA!r} (re-run 'plan')")
+        raise doc.fail(("schema",), f"is {schema!r}; this gpupilot reads {SCHEMA!r} (re-run 'plan')")
     w = r.r_obj("window")
     s = r.r_obj("solver")
     t = r.r_obj("totals")
@@ -512,18 +515,9 @@ def plan_from_dict(data: object, *, source: str = "plan") -> Plan:
 
 
 def load_plan(path: Path) -> Plan:
-    """Read a plan file; every problem is a :class:`PlanError` with one line naming file and field."""
-    try:
-        text = yamlsafe.read_text(path)
-    except OSError as exc:
-        raise PlanError(f"{path}: cannot read plan: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PlanError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
-    except RecursionError:
-        raise PlanError(f"{path}: nested too deeply to be a plan; use a plan written by 'plan'") from None
-    return plan_from_dict(data, source=str(path))
+    """Read a plan file; every problem is one :class:`PlanError` line, ``file:line: field.path:
+    problem`` (the line of the field, found from the JSON text when a problem is reported)."""
+    return _plan(checked.load_json(path, error=PlanError, what="plan"))
 
 
 def plan_id_for(*, nodes: Sequence[NodePlan], window: Window) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from adapter import resources
 from adapter.cli import main
-from adapter.config import load_config
+from adapter.config import load_config, parse_config
 from adapter.errors import ConfigError
 
 
@@ -58,57 +58,77 @@ def test_rename_and_defaults(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "where", "what"),
+    ("text", "line", "where", "what"),
     [
         (
             "metrics:\n  - name: x\n    resources: {pdos: pod, namespaces: namespace}\n",
+            3,
             "metrics[0].resources.pdos",
             "unknown resource",
         ),
         (
             "metrics:\n  - name: x\n    query: 'sum(<<serie>>)'\n",
+            3,
             "metrics[0].query",
             "unknown placeholder <<serie>>",
         ),
-        ("metrics:\n  - name: x\n  - name: x\n", "metrics[1].name", "defined twice"),
-        ("metrics:\n  - series: y\n", "metrics[0].name", "is required"),
-        ("metrics:\n  - name: x\n    window: soon\n", "metrics[0].window", "not a duration"),
-        ("metrics:\n  - name: x\n    colour: red\n", "metrics[0].colour", "unknown field"),
+        ("metrics:\n  - name: x\n  - name: x\n", 3, "metrics[1].name", "defined twice"),
+        ("metrics:\n  - series: y\n", 2, "metrics[0].name", "is required"),
+        ("metrics:\n  - name: x\n    window: soon\n", 3, "metrics[0].window", "not a duration"),
+        ("metrics:\n  - name: x\n    colour: red\n", 3, "metrics[0].colour", "unknown field"),
         (
             "metrics:\n  - name: x\n    resources: {pods: pod}\n",
+            3,
             "metrics[0].resources",
             "need a 'namespaces' label",
         ),
-        ("metrics:\n  - name: x\n    query: 'sum(x{<<matchers>>}'\n", "metrics[0].query", "unbalanced"),
-        ("metrics: {name: x}\n", "metrics", "must be a list"),
+        ("metrics:\n  - name: x\n    query: 'sum(x{<<matchers>>}'\n", 3, "metrics[0].query", "unbalanced"),
+        ("metrics: {name: x}\n", 1, "metrics", "must be a list"),
         (
             "external:\n  - name: e\n    namespaceLabel: 'bad label'\n",
+            3,
             "external[0].namespaceLabel",
             "not a Prometheus label",
         ),
-        ("metrics: []\n", "metrics", "no metrics defined"),
+        ("metrics: []\n", 1, "metrics", "no metrics defined"),
         (
             "metrics:\n  - name: x\n    query: 'sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'\n",
+            3,
             "metrics[0].query",
             "<<.Series>> is a prometheus-adapter template placeholder; this format writes <<series>> instead",
         ),
         (
             "external:\n  - name: e\n    query: 'sum(x{<< .LabelMatchers >>})'\n",
+            3,
             "external[0].query",
             "writes <<matchers>> instead",
         ),
-        ("metrics:\n  - name: x\n   bad: indent\n", "line 3", "invalid YAML"),
     ],
 )
-def test_errors_name_file_and_field(tmp_path: Path, text: str, where: str, what: str) -> None:
+def test_errors_name_file_line_and_field(tmp_path: Path, text: str, line: int, where: str, what: str) -> None:
     f = tmp_path / "adapter.yaml"
     f.write_text(text)
     with pytest.raises(ConfigError) as err:
         load_config(f)
     message = str(err.value)
-    assert message.startswith(f"adapter config {f}: {where}: ")
+    assert message.startswith(f"{f}:{line}: {where}: ")
     assert what in message
     assert "\n" not in message
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
+    f = tmp_path / "adapter.yaml"
+    f.write_text("metrics:\n  - name: x\n   bad: indent\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(f)
+    assert str(err.value).startswith(f"{f}:3: ")
+    assert str(err.value).endswith("(YAML syntax)")
+
+
+def test_loaded_data_without_a_file_names_the_source_and_field() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"metrics": [{"name": "x"}, "y"]}, source="ConfigMap c")
+    assert str(err.value) == "ConfigMap c: metrics[1]: must be a mapping with at least 'name', got 'y'"
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -139,7 +159,7 @@ def test_cli_reports_a_bad_config_in_one_line_and_exits_2(
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.count("\n") == 0
-    assert f"adapter config {f}: metrics[0].resources.pdos: unknown resource" in err
+    assert f"{f}:3: metrics[0].resources.pdos: unknown resource" in err
     assert "Traceback" not in err
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from checked_input import yamlsafe
 from gpupilot_common import checked
 
 
@@ -91,3 +93,78 @@ def test_syntax_errors_and_wrong_documents_are_one_line(tmp_path: Path) -> None:
 def test_data_without_a_file_has_no_line() -> None:
     doc = checked.Document({"n": "x"}, source="test", error=MyError)
     _fails(lambda: doc.root().integer("n", None), "test: n: must be a whole number >= 0, got 'x'")
+
+
+def test_lists_of_sections_name_items_by_index() -> None:
+    text = "rules:\n  - name: a\n  - name: 3\n  - oops\n"
+    good = text.replace("  - oops\n", "")
+    items = checked.parse_yaml(good, source="r.yaml", error=MyError).root().sections("rules")
+    assert items[0].text("name") == "a"
+    _fails(lambda: items[1].text("name"), "r.yaml:3: rules[1].name: must be a string, got 3")
+    _fails(
+        lambda: (
+            checked.parse_yaml(text, source="r.yaml", error=MyError).root().sections("rules", what="a rule")
+        ),
+        "r.yaml:4: rules[2]: must be a rule, got 'oops'",
+    )
+    _fails(
+        lambda: _root().sequence("plan"),
+        "cfg.yaml:2: plan: must be a list, got {'every': '6h', 'max_nodes': 3}",
+    )
+    assert checked.dotted(("a", 0, "b", 12)) == "a[0].b[12]"
+
+
+def test_json_errors_name_the_line_of_the_key() -> None:
+    text = '{\n  "a": [1, {"b": "x\\\\n}"},\n    3],\n  "c" : {}, "d": "no"\n}'
+    doc = checked.parse_json(text, source="p.json", error=MyError)
+    assert doc.data["a"][1] == {"b": "x\\n}"}
+    assert checked.json_key_lines(text) == {
+        (): 1,
+        ("a",): 2,
+        ("a", 0): 2,
+        ("a", 1): 2,
+        ("a", 1, "b"): 2,
+        ("a", 2): 3,
+        ("c",): 4,
+        ("d",): 4,
+    }
+    _fails(lambda: doc.root().boolean("d", False), "p.json:4: d: must be true or false, got 'no'")
+    _fails(lambda: doc.root().section("c").text("e"), "p.json:4: c.e: required, a non-empty string")  # type: ignore[union-attr]
+    _fails(
+        lambda: checked.parse_json('{\n"a": 1,\n}', source="p.json", error=MyError),
+        "p.json:3: Expecting property name enclosed in double quotes at column 1 (JSON syntax)",
+    )
+    _fails(
+        lambda: checked.parse_json("[" * 100_000, source="p.json", error=MyError),
+        "p.json: nested too deeply to be a document this program reads",
+    )
+
+
+def test_aliases_are_walked_once() -> None:
+    """Nine levels of ten aliases stand for 10**9 values: lines are found from the ~100 nodes."""
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)
+    ]
+    text = "\n".join(levels) + "\nself: &s [*s]\nlast: 1\n"
+    lines = checked.key_lines(yaml.compose(text, Loader=yaml.SafeLoader))
+    assert lines[("a9",)] == 10
+    assert lines[("self",)] == 11
+    assert lines[("last",)] == 12
+    assert len(lines) < 150
+
+
+def test_deep_nesting_is_one_line() -> None:
+    _fails(
+        lambda: checked.parse_yaml("[" * 1500 + "]" * 1500, source="deep.yaml", error=MyError),
+        f"deep.yaml:1: nested more than {yamlsafe.MAX_DEPTH} levels deep (YAML syntax)",
+    )
+
+
+def test_messages_stay_one_short_line() -> None:
+    """A key or value holding line breaks, or a huge one, cannot split or flood the message."""
+    doc = checked.Document({"a\nb": 1}, source="x.yaml", error=MyError)
+    _fails(lambda: doc.root().keys(()), "x.yaml: a\\nb: unknown field (known: )")
+    with pytest.raises(MyError) as err:
+        raise doc.fail_dotted("items[0]", "got " + "y" * 10_000)
+    assert str(err.value).startswith("x.yaml: items[0]: got yyy")
+    assert len(str(err.value)) < 2 * checked.MAX_PART

@@ -142,8 +142,8 @@ def test_failed_node_makes_the_exit_code_non_zero(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("extra", "content", "message"),
     [
-        ([], "{not json", "not valid JSON"),
-        ([], '{"schema": "gpupilot.plan/v1"}', "missing field window"),
+        ([], "{not json", "(JSON syntax)"),
+        ([], '{"schema": "gpupilot.plan/v1"}', ":1: window: required, an object"),
         (["--kubeconfig", "/nonexistent/kc"], None, "/nonexistent/kc: kubeconfig file not found"),
     ],
 )

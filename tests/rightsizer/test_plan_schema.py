@@ -82,11 +82,14 @@ def test_config_name_depends_only_on_content() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d.pop("plan_id"), "missing field plan_id"),
-        (lambda d: d.update(schema="gpupilot.plan/v0"), "schema is 'gpupilot.plan/v0'"),
-        (lambda d: d["nodes"][0].update(gpus_freed="1"), "nodes[0].gpus_freed must be an integer"),
-        (lambda d: d["nodes"][0]["current"][0].update(mig_enabled=1), "nodes[0].current[0].mig_enabled"),
-        (lambda d: d["totals"].pop("gpus"), "missing field totals.gpus"),
+        (lambda d: d.pop("plan_id"), "plan_id: required, a string"),
+        (lambda d: d.update(schema="gpupilot.plan/v0"), "schema: is 'gpupilot.plan/v0'"),
+        (lambda d: d["nodes"][0].update(gpus_freed="1"), "nodes[0].gpus_freed: must be an integer"),
+        (
+            lambda d: d["nodes"][0]["current"][0].update(mig_enabled=1),
+            "nodes[0].current[0].mig_enabled: must be true or false",
+        ),
+        (lambda d: d["totals"].pop("gpus"), "totals.gpus: required, an integer"),
     ],
 )
 def test_bad_fields_are_one_line_errors(tmp_path: Path, mutate, message: str) -> None:
@@ -104,10 +107,35 @@ def test_bad_fields_are_one_line_errors(tmp_path: Path, mutate, message: str) ->
 def test_invalid_json_names_line(tmp_path: Path) -> None:
     path = tmp_path / "plan.json"
     path.write_text('{\n "schema": "gpupilot.plan/v1",\n oops\n}')
-    with pytest.raises(PlanError, match=r"plan.json:3: not valid JSON"):
+    with pytest.raises(PlanError, match=r"plan.json:3: Expecting property name .* \(JSON syntax\)$"):
         planmod.load_plan(path)
 
 
+@pytest.mark.parametrize(
+    ("mutate", "needle", "field"),
+    [
+        (lambda d: d["nodes"][0].update(gpus_freed="1"), '"gpus_freed": "1"', "nodes[0].gpus_freed"),
+        (
+            lambda d: d["nodes"][0]["proposed"][0]["mig_devices"].update({"1g.10gb": -1}),
+            '"1g.10gb": -1',
+            "nodes[0].proposed[0].mig_devices.1g.10gb",
+        ),
+        (lambda d: d["totals"].pop("gpus"), '"totals": {', "totals.gpus"),
+    ],
+)
+def test_errors_name_the_line_of_the_field(tmp_path: Path, mutate, needle: str, field: str) -> None:
+    """A pretty-printed plan.json: the error names the line where the field (or its object) is."""
+    data = planmod.plan_to_dict(sample_plan())
+    mutate(data)
+    text = json.dumps(data, indent=2)
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if needle in t)
+    path = tmp_path / "plan.json"
+    path.write_text(text)
+    with pytest.raises(PlanError) as err:
+        planmod.load_plan(path)
+    assert str(err.value).startswith(f"{path}:{line}: {field}: ")
+
+
 def test_missing_file_is_plan_error(tmp_path: Path) -> None:
-    with pytest.raises(PlanError, match="cannot read plan"):
+    with pytest.raises(PlanError, match="cannot read the plan"):
         planmod.load_plan(tmp_path / "nope.json")

@@ -176,7 +176,7 @@ def test_bad_scenario_is_refused_in_one_line(tmp_path: Path, capsys: pytest.Capt
     bad.write_text("nodes: [{name: a, gpus: [{model: H100 80GB, mig: {'4g.40gb': 2}}]}]\n")
     assert backfill_main(["--scenario", str(bad), "--days", "1", "--out", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{bad}: nodes[0].gpus[0].mig:" in err
+    assert err.count("\n") == 1 and f"{bad}:1: nodes[0].gpus[0].mig:" in err
 
 
 class _DoneProcess:

@@ -104,13 +104,41 @@ def test_errors_are_one_line_with_path(tmp_path: Path, text: str, expected: str)
     assert expected in _error(tmp_path, text)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "nodes:\n - name: a\n - name: b\n - name: c\n   gpus: [{model: H100 80GB, mig: {'3g.40gb': 2, '1g.10gb': 1}}]\n",
+            ":2: nodes[0].gpus: required, give a list",
+        ),
+        (
+            "seed: 1\nnodes:\n  - name: a\n    gpus:\n      - model: H100 80GB\n        mig: {'2g.20gb': 4}\n",
+            ":6: nodes[0].gpus[0].mig: ",
+        ),
+        (
+            "nodes:\n  - name: a\n    labels:\n      nvidia.com/mig.strategy: single\n"
+            "    gpus: [{model: H100 80GB, mig: all-balanced}]\n",
+            ":4: nodes[0].labels.nvidia.com/mig.strategy: ",
+        ),
+        (
+            GOOD_NODE + "faults:\n  - kind: hung\n    node: n1\n    gpu: 0\n    at: soon\n",
+            ":6: faults[0].at: ",
+        ),
+        ("seed: 1\nsurprise: true\n" + GOOD_NODE, ":2: surprise: unknown key"),
+    ],
+)
+def test_errors_name_the_line_of_the_field(tmp_path: Path, text: str, expected: str) -> None:
+    assert expected in _error(tmp_path, text)
+
+
 def test_yaml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
     message = _error(tmp_path, "nodes:\n  - name: a\n    gpus: [{model: H100\n")
-    assert message.startswith(f"{tmp_path / 'fleet.yaml'}:4: YAML syntax error")
+    assert message.startswith(f"{tmp_path / 'fleet.yaml'}:4: ")
+    assert message.endswith("(YAML syntax)")
 
 
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(ScenarioError, match="cannot read scenario"):
+    with pytest.raises(ScenarioError, match="cannot read the scenario"):
         scenario.load(tmp_path / "absent.yaml")
 
 
