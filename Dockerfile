@@ -15,7 +15,6 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY mig_geometry/ mig_geometry/
 COPY gpupilot_common/ gpupilot_common/
-COPY checked_input/ checked_input/
 COPY exporter/ exporter/
 COPY adapter/ adapter/
 COPY rightsizer/ rightsizer/

@@ -23,10 +23,9 @@ from adapter.prometheus import PrometheusClient
 from adapter.quantity import parse_quantity
 from adapter.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
 from adapter.values import MetricValues
-from checked_input import numbers
-from checked_input.cli import OneLineParser, existing_file
-from checked_input.urls import base_url
-from gpupilot_common import timefmt
+from gpupilot_common import numbers, timefmt
+from gpupilot_common.cli import OneLineParser, existing_file
+from gpupilot_common.urls import base_url
 
 log = logging.getLogger("adapter")
 

@@ -16,7 +16,7 @@ AdapterError                      one line a user can act on
 
 from __future__ import annotations
 
-from checked_input.text import OneLineMessage
+from gpupilot_common.text import OneLineMessage
 
 
 class AdapterError(OneLineMessage):

@@ -20,7 +20,7 @@ from adapter.errors import ConfigError
 from adapter.quantity import parse_quantity
 from adapter.resources import Resource
 from adapter.selectors import Selector, from_label_selector
-from checked_input import yamlsafe
+from gpupilot_common import yamlsafe
 
 _TARGET_FIELD = {"AverageValue": "averageValue", "Value": "value", "Utilization": "averageUtilization"}
 _SOURCE_FIELD = {

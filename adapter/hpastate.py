@@ -42,8 +42,7 @@ from adapter.errors import ConfigError
 from adapter.hpa_calc import PodState
 from adapter.hpaspec import HpaSpec
 from adapter.quantity import parse_quantity, to_milli
-from checked_input import yamlsafe
-from gpupilot_common import timefmt
+from gpupilot_common import timefmt, yamlsafe
 
 _TOP = {"now", "currentReplicas", "statusReplicas", "pods", "metrics", "history"}
 _POD = {"name", "phase", "ready", "startTime", "readySince", "deleting", "requests"}

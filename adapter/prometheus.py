@@ -36,8 +36,8 @@ import orjson
 from prometheus_client import Counter, Histogram
 
 from adapter.errors import PrometheusUnavailable
-from checked_input.urls import split_userinfo
 from gpupilot_common import timefmt
+from gpupilot_common.urls import split_userinfo
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from adapter.config import AdapterConfig, load_config
 from adapter.errors import ConfigError
-from checked_input.text import one_line
+from gpupilot_common.text import one_line
 
 log = logging.getLogger(__name__)
 

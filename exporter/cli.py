@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from checked_input import numbers
 from exporter import counters, webconfig, windows
 from exporter.backend import Backend
 from exporter.collector import AllocationsSource, Collector
@@ -33,6 +32,7 @@ from exporter.settings import (
     ListenAddress,
     Settings,
 )
+from gpupilot_common import numbers
 
 PROG = "gpupilot-exporter"
 MIN_INTERVAL_S = 0.1

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from checked_input.text import OneLineMessage
+from gpupilot_common.text import OneLineMessage
 
 
 class ExporterError(OneLineMessage):

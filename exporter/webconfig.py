@@ -33,9 +33,8 @@ from typing import Any
 
 import bcrypt
 
-from checked_input import yamlsafe
 from exporter.errors import ConfigError
-from gpupilot_common import checked
+from gpupilot_common import checked, yamlsafe
 
 _TOP = {"tls_server_config", "http_server_config", "basic_auth_users"}
 _TLS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from checked_input import yamlsafe
+from gpupilot_common import yamlsafe
 from gpupilot_common.timefmt import parse_duration
 
 ErrorType = Callable[[str], Exception]

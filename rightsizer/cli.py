@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from checked_input.cli import OneLineParser
+from gpupilot_common.cli import OneLineParser
 from rightsizer.errors import RightsizerError
 
 COMMANDS: dict[str, str] = {

@@ -22,7 +22,7 @@ Each class lives beside the code that raises it; this module holds the roots onl
 
 from __future__ import annotations
 
-from checked_input.text import OneLineMessage
+from gpupilot_common.text import OneLineMessage
 
 
 class RightsizerError(OneLineMessage):

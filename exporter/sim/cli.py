@@ -12,14 +12,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from checked_input import numbers
-from checked_input.cli import OneLineParser
 from exporter import counters
 from exporter.errors import ConfigError
 from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
 from exporter.sim import backfill, cluster_server
 from exporter.sim import scenario as scenario_mod
+from gpupilot_common import numbers
 from gpupilot_common import timefmt as timespec
+from gpupilot_common.cli import OneLineParser
 
 MAX_DAYS = 90.0
 """Longer ranges need ``--force``: 90 days of a large fleet is hours of promtool and gigabytes of disk."""

@@ -20,7 +20,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from checked_input.urls import split_userinfo
+from gpupilot_common.urls import split_userinfo
 from rightsizer.errors import RightsizerError
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from checked_input import numbers
+from gpupilot_common import numbers
 from gpupilot_common.timefmt import parse_duration
 from rightsizer.apply import dryrun
 from rightsizer.apply.applier import Applier, ApplyError, ApplyReport, ApplySettings

@@ -7,9 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from checked_input import numbers
-from checked_input.urls import base_url
-from gpupilot_common import timefmt
+from gpupilot_common import numbers, timefmt
+from gpupilot_common.urls import base_url
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.migparted import manifest
 from rightsizer.migparted.config import MigPartedConfig, MigPartedError

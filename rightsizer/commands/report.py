@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from checked_input import numbers
-from checked_input.urls import base_url
+from gpupilot_common import numbers
 from gpupilot_common.timefmt import parse_duration
+from gpupilot_common.urls import base_url
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.commands import plan as plan_cmd
 from rightsizer.plan.model import PlanError, load_plan

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from checked_input import yamlsafe
+from gpupilot_common import yamlsafe
 from rightsizer.migparted.config import Issue, MigPartedConfig, MigPartedError, parse_document
 from rightsizer.migparted.timeslicing import SharingConfig
 

@@ -6,8 +6,8 @@ import base64
 from html import escape
 from typing import TYPE_CHECKING
 
-from checked_input.urls import redact
 from gpupilot_common.timefmt import format_time as iso
+from gpupilot_common.urls import redact
 
 if TYPE_CHECKING:  # report.py imports this module to write files
     from rightsizer.report.build import Report

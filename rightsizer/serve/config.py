@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from checked_input.urls import redact
 from gpupilot_common import checked
 from gpupilot_common.checked import Section
+from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan.pipeline import PlanSettings

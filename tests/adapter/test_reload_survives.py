@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapter.reload import ConfigHolder
-from tests.checked_input.test_yamlsafe import alias_bomb
+from tests.common.test_yamlsafe import alias_bomb
 
 VALID = "metrics:\n  - name: gpu_busy\n    series: DCGM_FI_DEV_GPU_UTIL\n"
 VALID_2 = VALID + "  - name: gpu_hot\n    series: DCGM_FI_DEV_GPU_TEMP\n"

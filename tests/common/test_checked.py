@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from checked_input import yamlsafe
-from gpupilot_common import checked
+from gpupilot_common import checked, yamlsafe
 
 
 class MyError(ValueError):

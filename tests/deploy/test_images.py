@@ -13,7 +13,7 @@ import pytest
 from devkit import image_contents
 
 ROOT = Path(__file__).resolve().parents[2]
-OWN = {"exporter", "adapter", "rightsizer", "mig_geometry", "gpupilot_common", "checked_input", "devkit"}
+OWN = {"exporter", "adapter", "rightsizer", "mig_geometry", "gpupilot_common", "devkit"}
 
 
 def third_party_imports(package: Path) -> set[str]:

@@ -17,7 +17,7 @@ import pytest
 from adapter import cli as adapter_cli
 from adapter.errors import PrometheusUnavailable
 from adapter.prometheus import PrometheusClient as AdapterPrometheus
-from checked_input.urls import redact, split_userinfo
+from gpupilot_common.urls import redact, split_userinfo
 from rightsizer import cli as rightsizer_cli
 from rightsizer.clients.prometheus import PrometheusClient as RightsizerPrometheus
 

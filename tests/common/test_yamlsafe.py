@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from checked_input import yamlsafe
+from gpupilot_common import yamlsafe
 
 
 def alias_bomb(levels: int = 9, width: int = 9) -> str:

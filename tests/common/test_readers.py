@@ -26,7 +26,7 @@ from rightsizer.errors import RightsizerError
 from rightsizer.migparted import manifest
 from rightsizer.plan.model import load_plan
 from rightsizer.serve import config as serve_config
-from tests.checked_input.test_yamlsafe import alias_bomb
+from tests.common.test_yamlsafe import alias_bomb
 
 Reader = Callable[[Path], object]
 READERS: dict[str, tuple[Reader, type[Exception]]] = {

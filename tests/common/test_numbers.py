@@ -9,9 +9,9 @@ from collections.abc import Callable
 import pytest
 
 from adapter import cli as adapter_cli
-from checked_input import numbers
-from checked_input.cli import OneLineParser
 from exporter import cli as exporter_cli
+from gpupilot_common import numbers
+from gpupilot_common.cli import OneLineParser
 from rightsizer import cli as rightsizer_cli
 
 
