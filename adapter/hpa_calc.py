@@ -137,21 +137,19 @@ def _cpu_unready(
     return (not pod.ready) and pod.start_time + readiness_delay > transition
 
 
-def plain_metric_replicas(
-    *,
-    current: int,
-    target: int,
-    metrics: Mapping[str, int],
+def _counted_values(
     pods: Sequence[PodState],
-    tolerances: Tolerances,
-    resource: str = "",
-    now: float = 0.0,
-    metric_time: float | None = None,
-    metric_window: float = 60.0,
-    cpu_initialization_period: float = CPU_INITIALIZATION_PERIOD,
-    initial_readiness_delay: float = INITIAL_READINESS_DELAY,
-) -> Proposal:
-    """Pods metric (AverageValue), or Resource with an AverageValue target (``resource`` set)."""
+    metrics: Mapping[str, int],
+    *,
+    resource: str,
+    now: float,
+    metric_time: float | None,
+    metric_window: float,
+    cpu_initialization_period: float,
+    initial_readiness_delay: float,
+) -> tuple[dict[str, int], int, set[str], set[str]]:
+    """(values of the pods that count, ready count, unready, missing), as both replica calculations
+    start: no pods or no value left after dropping ignored and unready pods is :class:`MetricUnavailable`."""
     if not pods:
         raise MetricUnavailable("no pods returned by selector while calculating replica count")
     values = dict(metrics)
@@ -169,6 +167,34 @@ def plain_metric_replicas(
         values.pop(name, None)
     if not values:
         raise MetricUnavailable("did not receive metrics for targeted pods (pods might be unready)")
+    return values, ready, unready, missing
+
+
+def plain_metric_replicas(
+    *,
+    current: int,
+    target: int,
+    metrics: Mapping[str, int],
+    pods: Sequence[PodState],
+    tolerances: Tolerances,
+    resource: str = "",
+    now: float = 0.0,
+    metric_time: float | None = None,
+    metric_window: float = 60.0,
+    cpu_initialization_period: float = CPU_INITIALIZATION_PERIOD,
+    initial_readiness_delay: float = INITIAL_READINESS_DELAY,
+) -> Proposal:
+    """Pods metric (AverageValue), or Resource with an AverageValue target (``resource`` set)."""
+    values, ready, unready, missing = _counted_values(
+        pods,
+        metrics,
+        resource=resource,
+        now=now,
+        metric_time=metric_time,
+        metric_window=metric_window,
+        cpu_initialization_period=cpu_initialization_period,
+        initial_readiness_delay=initial_readiness_delay,
+    )
     usage = sum(values.values()) // len(values)
     ratio = usage / target
     up_with_unready = bool(unready) and ratio > 1.0
@@ -220,12 +246,9 @@ def utilization_replicas(
     initial_readiness_delay: float = INITIAL_READINESS_DELAY,
 ) -> Proposal:
     """Resource (or ContainerResource, ``request_key`` = ``container/resource``) Utilization target."""
-    if not pods:
-        raise MetricUnavailable("no pods returned by selector while calculating replica count")
-    values = dict(metrics)
-    ready, unready, missing, ignored = group_pods(
+    values, ready, unready, missing = _counted_values(
         pods,
-        values,
+        metrics,
         resource=resource,
         now=now,
         metric_time=metric_time,
@@ -233,10 +256,6 @@ def utilization_replicas(
         cpu_initialization_period=cpu_initialization_period,
         initial_readiness_delay=initial_readiness_delay,
     )
-    for name in ignored | unready:
-        values.pop(name, None)
-    if not values:
-        raise MetricUnavailable("did not receive metrics for targeted pods (pods might be unready)")
     key = request_key or resource
     requests: dict[str, int] = {}
     for pod in pods:

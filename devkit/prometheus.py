@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -18,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+
+from devkit.process import LoopbackServer
 
 
 class PrometheusError(RuntimeError):
@@ -54,6 +55,27 @@ class ScrapeJob:
     backfilled series that carry neither)."""
 
 
+def scrape_configs(scrape_jobs: Sequence[ScrapeJob]) -> list[dict[str, object]]:
+    """Prometheus' ``scrape_configs`` entries for ``scrape_jobs`` (also VictoriaMetrics' ``-promscrape.config``)."""
+    jobs = []
+    for job in scrape_jobs:
+        static: dict[str, object] = {"targets": list(job.targets)}
+        if job.labels:
+            static["labels"] = dict(job.labels)
+        entry: dict[str, object] = {
+            "job_name": job.name,
+            "scrape_interval": job.interval,
+            "scheme": job.scheme,
+            "metrics_path": job.metrics_path,
+            "honor_labels": job.honor_labels,
+            "static_configs": [static],
+        }
+        if job.metric_relabel_configs:
+            entry["metric_relabel_configs"] = [dict(c) for c in job.metric_relabel_configs]
+        jobs.append(entry)
+    return jobs
+
+
 def backfill_openmetrics(source: Path, data_dir: Path, *, block_duration: str = "") -> None:
     """Turn an OpenMetrics file (ending in ``# EOF``) into TSDB blocks under ``data_dir``."""
     _, tool = require_binaries()
@@ -68,8 +90,10 @@ def backfill_openmetrics(source: Path, data_dir: Path, *, block_duration: str = 
         raise PrometheusError(f"promtool create-blocks-from openmetrics {source} failed: {tail[0]}")
 
 
-class PrometheusServer:
+class PrometheusServer(LoopbackServer):
     """A real Prometheus on 127.0.0.1:<free port>. Use as a context manager."""
+
+    error = PrometheusError
 
     def __init__(
         self,
@@ -93,34 +117,14 @@ class PrometheusServer:
         self.log_file = log_file or data_dir.parent / f"prometheus-{self.port}.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def config(self) -> dict[str, object]:
-        jobs = []
-        for job in self.scrape_jobs:
-            static: dict[str, object] = {"targets": list(job.targets)}
-            if job.labels:
-                static["labels"] = dict(job.labels)
-            entry: dict[str, object] = {
-                "job_name": job.name,
-                "scrape_interval": job.interval,
-                "scheme": job.scheme,
-                "metrics_path": job.metrics_path,
-                "honor_labels": job.honor_labels,
-                "static_configs": [static],
-            }
-            if job.metric_relabel_configs:
-                entry["metric_relabel_configs"] = [dict(c) for c in job.metric_relabel_configs]
-            jobs.append(entry)
         return {
             "global": {
                 "scrape_interval": self.scrape_interval,
                 "evaluation_interval": self.evaluation_interval,
             },
             "rule_files": [str(p) for p in self.rule_files],
-            "scrape_configs": jobs,
+            "scrape_configs": scrape_configs(self.scrape_jobs),
         }
 
     def start(self, *, timeout: float = 60.0) -> PrometheusServer:
@@ -138,35 +142,8 @@ class PrometheusServer:
             "--log.level=warn",
             *self.extra_args,
         ]
-        log = self.log_file.open("ab")
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        log.close()
-        self._wait_ready(timeout)
+        self._launch(cmd, name="prometheus", health_path="/-/ready", timeout=timeout)
         return self
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                raise PrometheusError(
-                    f"prometheus exited with {self._proc.returncode}; see {self.log_file}: {self._log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise PrometheusError(f"prometheus not ready after {timeout:.0f}s; see {self.log_file}")
-
-    def _log_tail(self) -> str:
-        try:
-            lines = self.log_file.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return lines[-1] if lines else ""
 
     def reload(self) -> None:
         """Re-read config and rule files (``/-/reload``)."""
@@ -175,22 +152,3 @@ class PrometheusServer:
         req = urllib.request.Request(f"{self.url}/-/reload", method="POST")
         with urllib.request.urlopen(req, timeout=10):
             pass
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-    def __enter__(self) -> PrometheusServer:
-        if self._proc is None:
-            self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -38,7 +38,8 @@ from typing import TextIO
 
 import yaml
 
-from devkit.prometheus import ScrapeJob, free_port
+from devkit.process import LoopbackServer
+from devkit.prometheus import ScrapeJob, free_port, scrape_configs
 from exporter.sim import backfill
 from exporter.sim.model import Scenario
 
@@ -59,63 +60,15 @@ def require_binary(name: str) -> str:
     return path
 
 
-def _log_tail(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1] if lines else ""
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes], *, name: str, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise VictoriaMetricsError(f"{name} exited with {proc.returncode}; see {log}: {_log_tail(log)}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    raise VictoriaMetricsError(f"{name} not ready after {timeout:.0f}s; see {log}")
-
-
-def _stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
-
-
 def scrape_config(scrape_jobs: Sequence[ScrapeJob]) -> dict[str, object]:
     """A ``-promscrape.config`` document (Prometheus' ``scrape_configs``) for ``scrape_jobs``."""
-    jobs = []
-    for job in scrape_jobs:
-        static: dict[str, object] = {"targets": list(job.targets)}
-        if job.labels:
-            static["labels"] = dict(job.labels)
-        entry: dict[str, object] = {
-            "job_name": job.name,
-            "scrape_interval": job.interval,
-            "scheme": job.scheme,
-            "metrics_path": job.metrics_path,
-            "honor_labels": job.honor_labels,
-            "static_configs": [static],
-        }
-        if job.metric_relabel_configs:
-            entry["metric_relabel_configs"] = [dict(c) for c in job.metric_relabel_configs]
-        jobs.append(entry)
-    return {"scrape_configs": jobs}
+    return {"scrape_configs": scrape_configs(scrape_jobs)}
 
 
-class VictoriaMetricsServer:
+class VictoriaMetricsServer(LoopbackServer):
     """A real single-node VictoriaMetrics on 127.0.0.1:<free port>. Use as a context manager."""
+
+    error = VictoriaMetricsError
 
     def __init__(
         self,
@@ -134,10 +87,6 @@ class VictoriaMetricsServer:
         self.extra_args = list(extra_args)
         self.log_file = log_file or data_dir.parent / f"victoria-metrics-{self.port}.log"
         self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def scrape_config(self) -> dict[str, object]:
         return scrape_config(self.scrape_jobs)
@@ -158,16 +107,7 @@ class VictoriaMetricsServer:
             cfg = self.data_dir.parent / f"victoria-metrics-{self.port}-scrape.yml"
             cfg.write_text(yaml.safe_dump(self.scrape_config(), sort_keys=False))
             cmd.append(f"-promscrape.config={cfg}")
-        log = self.log_file.open("ab")
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        log.close()
-        try:
-            _wait_http(
-                f"{self.url}/health", self._proc, name="victoria-metrics", log=self.log_file, timeout=timeout
-            )
-        except VictoriaMetricsError:
-            self.stop()
-            raise
+        self._launch(cmd, name="victoria-metrics", health_path="/health", timeout=timeout)
         return self
 
     def force_flush(self) -> None:
@@ -194,18 +134,6 @@ class VictoriaMetricsServer:
             raise VictoriaMetricsError(
                 f"victoria-metrics refused an import of {len(body):,} bytes: {reason}"
             ) from None
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        _stop(proc)
-
-    def __enter__(self) -> VictoriaMetricsServer:
-        if self._proc is None:
-            self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 @dataclass(frozen=True)
@@ -286,9 +214,11 @@ def vmctl_import(server: VictoriaMetricsServer, blocks_dir: Path) -> float:
     return time.monotonic() - started
 
 
-class VMAgent:
+class VMAgent(LoopbackServer):
     """``vmagent`` scraping ``scrape_jobs`` and remote-writing to a VictoriaMetrics (as a fleet runs
     it: vmagent per cluster, the store elsewhere)."""
+
+    error = VictoriaMetricsError
 
     def __init__(
         self, server: VictoriaMetricsServer, scrape_jobs: Sequence[ScrapeJob], *, log_file: Path | None = None
@@ -299,10 +229,6 @@ class VMAgent:
         self.work_dir = server.data_dir.parent / f"vmagent-{self.port}"
         self.log_file = log_file or server.data_dir.parent / f"vmagent-{self.port}.log"
         self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def start(self, *, timeout: float = 60.0) -> VMAgent:
         binary = require_binary("vmagent")
@@ -318,31 +244,14 @@ class VMAgent:
             f"-httpListenAddr=127.0.0.1:{self.port}",
             "-loggerLevel=WARN",
         ]
-        log = self.log_file.open("ab")
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        log.close()
-        try:
-            _wait_http(f"{self.url}/health", self._proc, name="vmagent", log=self.log_file, timeout=timeout)
-        except VictoriaMetricsError:
-            self.stop()
-            raise
+        self._launch(cmd, name="vmagent", health_path="/health", timeout=timeout)
         return self
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        _stop(proc)
 
-    def __enter__(self) -> VMAgent:
-        if self._proc is None:
-            self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class VMAlert:
+class VMAlert(LoopbackServer):
     """``vmalert`` evaluating ``rule_files`` against a VictoriaMetrics, writing recording rules back."""
+
+    error = VictoriaMetricsError
 
     def __init__(
         self,
@@ -358,10 +267,6 @@ class VMAlert:
         self.port = free_port()
         self.log_file = log_file or server.data_dir.parent / f"vmalert-{self.port}.log"
         self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def start(self, *, timeout: float = 60.0) -> VMAlert:
         binary = require_binary("vmalert")
@@ -379,14 +284,7 @@ class VMAlert:
             f"-httpListenAddr=127.0.0.1:{self.port}",
             "-loggerLevel=WARN",
         ]
-        log = self.log_file.open("ab")
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-        log.close()
-        try:
-            _wait_http(f"{self.url}/health", self._proc, name="vmalert", log=self.log_file, timeout=timeout)
-        except VictoriaMetricsError:
-            self.stop()
-            raise
+        self._launch(cmd, name="vmalert", health_path="/health", timeout=timeout)
         return self
 
     def rules(self) -> list[dict[str, object]]:
@@ -394,18 +292,6 @@ class VMAlert:
         with urllib.request.urlopen(f"{self.url}/api/v1/rules", timeout=30) as r:
             body = json.load(r)
         return [rule for g in body["data"]["groups"] for rule in g.get("rules", [])]
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        _stop(proc)
-
-    def __enter__(self) -> VMAlert:
-        if self._proc is None:
-            self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def compare_imports(scenario_path: Path, *, days: float, step: float, work: Path, out: TextIO) -> None:

@@ -193,23 +193,27 @@ def read_gpu_level(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float
         out["DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"] = float(corr)
         out["DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"] = float(unc)
         out["DCGM_FI_DEV_ROW_REMAP_FAILURE"] = 1.0 if failure else 0.0
+    _read_ecc_totals(calls, key, handle, out, volatile=True)
+    _read_field_values(calls, key, handle, out)
+    read_opt_in(calls, key, handle, out)
+
+
+def _read_ecc_totals(
+    calls: NvmlCalls, key: str, handle: Any, out: dict[str, float], *, volatile: bool
+) -> None:
+    """Corrected (SBE) and uncorrected (DBE) ECC error totals: since boot (``volatile``, the
+    ``*_VOL_TOTAL`` fields) or over the board's life (``*_AGG_TOTAL``)."""
+    lib = calls.lib
+    counter, kind = (lib.NVML_VOLATILE_ECC, "VOL") if volatile else (lib.NVML_AGGREGATE_ECC, "AGG")
     for name, err_type in (
-        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+        (f"DCGM_FI_DEV_ECC_SBE_{kind}_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+        (f"DCGM_FI_DEV_ECC_DBE_{kind}_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
     ):
-        v = c(
-            key,
-            f"ecc:{name}",
-            _kinds(name),
-            lib.nvmlDeviceGetTotalEccErrors,
-            handle,
-            err_type,
-            lib.NVML_VOLATILE_ECC,
+        v = calls.call(
+            key, f"ecc:{name}", _kinds(name), lib.nvmlDeviceGetTotalEccErrors, handle, err_type, counter
         )
         if v is not None:
             out[name] = float(v)
-    _read_field_values(calls, key, handle, out)
-    read_opt_in(calls, key, handle, out)
 
 
 def _read_field_values(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:
@@ -280,21 +284,7 @@ def read_opt_in(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) 
         v = c(key, f"violation:{name}", _kinds(name), lib.nvmlDeviceGetViolationStatus, handle, policy)
         if v is not None:
             out[name] = float(v.violationTime) / 1000.0
-    for name, err_type in (
-        ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-        ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", lib.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-    ):
-        v = c(
-            key,
-            f"ecc:{name}",
-            _kinds(name),
-            lib.nvmlDeviceGetTotalEccErrors,
-            handle,
-            err_type,
-            lib.NVML_AGGREGATE_ECC,
-        )
-        if v is not None:
-            out[name] = float(v)
+    _read_ecc_totals(calls, key, handle, out, volatile=False)
     for name, cause in (
         ("DCGM_FI_DEV_RETIRED_SBE", lib.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS),
         ("DCGM_FI_DEV_RETIRED_DBE", lib.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),

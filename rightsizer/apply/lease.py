@@ -24,25 +24,11 @@ from typing import Any
 
 from rightsizer.apply.settings import ApplyError
 from rightsizer.clients.kube import ConflictError, Kube, KubeError
+from rightsizer.clients.lease import lease_spec, micro, parse_micro, released_spec, write_lease
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "gpupilot-rightsizer-apply"
-
-
-def _micro(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: object) -> dt.datetime | None:
-    """A MicroTime as the API sends it (``…Z``) or as the client re-serialises it (``…+00:00``)."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def default_identity() -> str:
@@ -73,10 +59,10 @@ class ApplyLease:
         """Take the Lease or raise :class:`ApplyError` naming who holds it."""
         now = dt.datetime.now(dt.UTC)
         lease = self.kube.get_lease(self.namespace, self.name)
-        spec = dict((lease or {}).get("spec") or {})
+        spec = lease_spec(lease)
         holder = spec.get("holderIdentity") or ""
         if lease is not None and holder and holder != self.identity:
-            renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+            renewed = parse_micro(spec.get("renewTime")) or parse_micro(spec.get("acquireTime"))
             duration = int(spec.get("leaseDurationSeconds") or self.duration_s)
             if renewed is not None and (now - renewed).total_seconds() < duration:
                 ago = max(0.0, (now - renewed).total_seconds())
@@ -90,22 +76,15 @@ class ApplyLease:
         new_spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self.duration_s,
-            "acquireTime": _micro(now),
-            "renewTime": _micro(now),
+            "acquireTime": micro(now),
+            "renewTime": micro(now),
             "leaseTransitions": int(spec.get("leaseTransitions") or 0)
             + (1 if holder and holder != self.identity else 0),
         }
         try:
-            if lease is None:
-                body = {
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": new_spec,
-                }
-                self._current = self.kube.create_lease(self.namespace, body)
-            else:
-                self._current = self.kube.replace_lease({**lease, "spec": new_spec})
+            self._current = write_lease(
+                self.kube, lease, namespace=self.namespace, name=self.name, spec=new_spec
+            )
         except ConflictError as exc:
             raise ApplyError(
                 f"another apply took Lease {self.namespace}/{self.name} at the same moment; wait for it to finish"
@@ -124,14 +103,14 @@ class ApplyLease:
         current = self._current
         if current is None or self.lost.is_set():
             return
-        spec = {**(current.get("spec") or {}), "holderIdentity": None, "leaseDurationSeconds": 1}
+        spec = released_spec(lease_spec(current))
         try:
             self.kube.replace_lease({**current, "spec": spec})
         except ConflictError:  # written meanwhile (a renewal that raced): re-read once
             fresh = self.kube.get_lease(self.namespace, self.name)
-            if fresh is None or (fresh.get("spec") or {}).get("holderIdentity") != self.identity:
+            if fresh is None or lease_spec(fresh).get("holderIdentity") != self.identity:
                 return
-            self.kube.replace_lease({**fresh, "spec": {**(fresh.get("spec") or {}), **spec}})
+            self.kube.replace_lease({**fresh, "spec": {**lease_spec(fresh), **spec}})
         self._current = None
 
     # -- renewing --------------------------------------------------------------------------------
@@ -140,13 +119,13 @@ class ApplyLease:
         current = self._current
         if current is None:
             return False
-        spec = {**(current.get("spec") or {}), "renewTime": _micro(dt.datetime.now(dt.UTC))}
+        spec = {**lease_spec(current), "renewTime": micro(dt.datetime.now(dt.UTC))}
         try:
             self._current = self.kube.replace_lease({**current, "spec": spec})
             return True
         except ConflictError:
             fresh = self.kube.get_lease(self.namespace, self.name)
-            if fresh is not None and (fresh.get("spec") or {}).get("holderIdentity") == self.identity:
+            if fresh is not None and lease_spec(fresh).get("holderIdentity") == self.identity:
                 self._current = fresh
                 return self.renew()
             log.error("lost Lease %s/%s to another holder", self.namespace, self.name)

@@ -17,24 +17,11 @@ import time
 from typing import Any
 
 from rightsizer.clients.kube import ConflictError, Kube, KubeError
+from rightsizer.clients.lease import lease_spec, micro, parse_micro, released_spec, write_lease
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "gpupilot-rightsizer-leader"
-
-
-def _micro(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(text: object) -> dt.datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 class LeaderElector:
@@ -64,9 +51,8 @@ class LeaderElector:
         if release and self.is_leader():
             try:
                 lease = self.kube.get_lease(self.namespace, self.name)
-                if lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
-                    spec = {**(lease.get("spec") or {}), "holderIdentity": None, "leaseDurationSeconds": 1}
-                    self.kube.replace_lease({**lease, "spec": spec})
+                if lease is not None and lease_spec(lease).get("holderIdentity") == self.identity:
+                    self.kube.replace_lease({**lease, "spec": released_spec(lease_spec(lease))})
             except KubeError as exc:
                 log.warning("could not release the leader Lease (it expires by itself): %s", exc)
         self._renewed_at = 0.0
@@ -84,10 +70,10 @@ class LeaderElector:
         started = time.monotonic()  # leadership counts from before the write, never from after it
         now = dt.datetime.now(dt.UTC)
         lease = self.kube.get_lease(self.namespace, self.name)
-        spec: dict[str, Any] = dict((lease or {}).get("spec") or {})
+        spec: dict[str, Any] = lease_spec(lease)
         holder = spec.get("holderIdentity") or ""
         if lease is not None and holder and holder != self.identity:
-            renewed = _parse(spec.get("renewTime"))
+            renewed = parse_micro(spec.get("renewTime"))
             duration = float(spec.get("leaseDurationSeconds") or self.duration_s)
             if renewed is not None and (now - renewed).total_seconds() < duration:
                 self._renewed_at = 0.0
@@ -97,21 +83,12 @@ class LeaderElector:
             **spec,
             "holderIdentity": self.identity,
             "leaseDurationSeconds": int(self.duration_s),
-            "renewTime": _micro(now),
-            **({} if mine else {"acquireTime": _micro(now)}),
+            "renewTime": micro(now),
+            **({} if mine else {"acquireTime": micro(now)}),
             "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if mine or not holder else 1),
         }
         try:
-            if lease is None:
-                body = {
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": new_spec,
-                }
-                self.kube.create_lease(self.namespace, body)
-            else:
-                self.kube.replace_lease({**lease, "spec": new_spec})
+            write_lease(self.kube, lease, namespace=self.namespace, name=self.name, spec=new_spec)
         except ConflictError:
             return False  # someone else wrote first: try again next round
         if not mine:
