@@ -102,7 +102,7 @@ class NvmlBackend:
         self._reset_state()
 
     def _reset_state(self) -> None:
-        self._calls = NvmlCalls(self.lib)
+        self._calls = NvmlCalls(self.lib, clock=self._clock)
         self._gpm = GpmSampler(self._calls, min_interval_s=self._gpm_min_interval_s, clock=self._clock)
         self._xid = XidWatcher(self._calls, wall_clock=self._wall_clock)
         self._gpus: list[_Gpu] = []

@@ -17,6 +17,7 @@ fake NVML of the tests). :class:`NvmlCalls` is the one place that interprets NVM
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,8 +52,12 @@ def mismatch_error(lib: NvmlLib) -> type[BaseException] | tuple[()]:
 class NvmlCalls:
     """Calls NVML for one backend, classifying errors and caching "not supported" per device."""
 
-    def __init__(self, lib: NvmlLib) -> None:
+    def __init__(self, lib: NvmlLib, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.lib = lib
+        self.clock = clock
+        self.counters: dict[tuple[str, str], tuple[float, float]] = {}
+        """(device, field) → (cumulative value, clock) of the last read, for fields DCGM publishes
+        as a rate of an NVML counter (NVLink bandwidth)."""
         self.unsupported: set[tuple[str, str]] = set()
         self.errors: Counter[str] = Counter()
         self.mismatch = mismatch_error(lib)
@@ -254,10 +259,11 @@ def _read_field_values(calls: NvmlCalls, key: str, handle: Any, out: dict[str, f
     data = values[1 : 1 + 2 * links]
     nvlink = [x for x in (_field_value(lib, fv) for fv in data) if x is not None]
     if nvlink:
-        out["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] = float(sum(nvlink))
+        now = calls.clock()
+        _rate(calls, key, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", kib=float(sum(nvlink)), now=now, out=out)
         link0 = [x for x in (_field_value(lib, fv) for fv in data[:2]) if x is not None]
         if link0:
-            out["DCGM_FI_DEV_NVLINK_BANDWIDTH_L0"] = float(sum(link0))
+            _rate(calls, key, "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0", kib=float(sum(link0)), now=now, out=out)
     elif all(fv.nvmlReturn == lib.NVML_ERROR_NOT_SUPPORTED for fv in data):
         calls.unsupported.add((key, "nvlink"))  # no NVLink on this GPU: stop asking
         return
@@ -265,6 +271,18 @@ def _read_field_values(calls: NvmlCalls, key: str, handle: Any, out: dict[str, f
         v = _field_value(lib, fv)
         if v is not None:
             out[dcgm] = v
+
+
+def _rate(calls: NvmlCalls, key: str, name: str, *, kib: float, now: float, out: dict[str, float]) -> None:
+    """DCGM's NVLink bandwidth: not NVML's cumulative KiB counter but its rate between two reads,
+    in KiB/s ÷ 1000 (DCGM's ``ReadAndCacheNvLinkBandwidth``: "MiB/s, approximate"; dcgm-exporter
+    still types it ``counter``). The first read after start, a reset (the counter went down) or no
+    time elapsed publishes nothing and keeps the reading as the new base."""
+    last = calls.counters.get((key, name))
+    calls.counters[(key, name)] = (kib, now)
+    if last is None or kib < last[0] or now <= last[1]:
+        return
+    out[name] = round((kib - last[0]) / (now - last[1]) / 1000.0, 3)
 
 
 def read_opt_in(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float]) -> None:

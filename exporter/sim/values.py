@@ -164,7 +164,8 @@ class NodeModel:
         pcie = 2.0e8 * act + 1.0e6 * (1.5 + patterns.noise(seed, f"{ent}:pcie", ts))
         out[(idx, -1, "DCGM_FI_PROF_PCIE_TX_BYTES")] = rounded(pcie)
         out[(idx, -1, "DCGM_FI_PROF_PCIE_RX_BYTES")] = rounded(pcie * 1.7)
-        nvlink_total = rounded(1.0e8 * act_integral)
+        # DCGM publishes NVLink bandwidth as a rate (KiB/s ÷ 1000), not as NVML's cumulative KiB
+        nvlink_total = rounded(1.0e5 * act + 50.0 * (1.0 + patterns.noise(seed, f"{ent}:nvlink", ts)))
         out[(idx, -1, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL")] = nvlink_total
         out[(idx, -1, "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0")] = np.floor(
             nvlink_total / _NVLINK_LINKS.get(gpu.model.key, 18)

@@ -171,6 +171,8 @@ class FakeGpu:
     ecc: tuple[int, int] | None = (0, 0)
     remapped: tuple[int, int, int, int] | None = (0, 0, 0, 0)
     nvlink: list[int] | None = None
+    nvlink_kibps: int = 0
+    """KiB/s each NVLink counter grows by with the fake clock (NVML's counters are cumulative)."""
     pcie_kbps: tuple[int, int] = (1000, 2000)
     gpm_metrics: dict[int, float] = field(default_factory=dict)
     gpm_whole_in_mig: bool = True
@@ -229,6 +231,7 @@ def h100_mig(index: int = 0) -> FakeGpu:
         gpm=True,
         gpm_metrics=dict(GPM_BUSY),
         nvlink=[1000] * 18,
+        nvlink_kibps=500,
         profiles=dict(H100_PROFILES),
     )
     gpu.remapped = None  # NOT_SUPPORTED while MIG instances exist
@@ -603,7 +606,7 @@ class FakeNvml:
                 and scope < len(gpu.nvlink)
             ):
                 fv.nvmlReturn = NVML_SUCCESS
-                fv.value.ullVal = gpu.nvlink[scope]
+                fv.value.ullVal = gpu.nvlink[scope] + int(gpu.nvlink_kibps * self.now)
             elif fid in gpu.nvlink_errors and gpu.nvlink is not None:
                 fv.nvmlReturn = NVML_SUCCESS
                 fv.value.ullVal = gpu.nvlink_errors[fid]

@@ -69,7 +69,7 @@ def test_h100_identity_instances_and_gpm_on_first_read(h100):
     assert v["DCGM_FI_DEV_GPU_TEMP"] == 40 and v["DCGM_FI_DEV_MEMORY_TEMP"] == 45
     assert v["DCGM_FI_DEV_SM_CLOCK"] == 1980 and v["DCGM_FI_DEV_MEM_CLOCK"] == 2619
     assert v["DCGM_FI_PROF_PCIE_TX_BYTES"] == 100 * MIB and v["DCGM_FI_PROF_PCIE_RX_BYTES"] == 200 * MIB
-    assert v["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == 2 * 18 * 1000
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in v, "DCGM's NVLink bandwidth is a rate: two reads"
     assert v["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] == 0
     for absent in (
         "DCGM_FI_DEV_GPU_UTIL",
@@ -396,7 +396,7 @@ def test_opt_in_fields_from_nvml_in_dcgm_units():
     assert v["DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL"] == 4
     assert v["DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"] == 9
     assert "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL" not in v  # NVML answered NOT_SUPPORTED
-    assert v["DCGM_FI_DEV_NVLINK_BANDWIDTH_L0"] == 2 * 1000  # link 0, tx + rx
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0" not in v  # a rate: published from the second read on
     assert v["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"] == 0x24
     assert v["DCGM_FI_PROF_PIPE_FP64_ACTIVE"] == pytest.approx(0.02)
     assert v["DCGM_FI_PROF_PIPE_FP32_ACTIVE"] == pytest.approx(0.25)
@@ -429,3 +429,29 @@ def test_retired_pages_and_vgpu_licence_where_the_gpu_has_them():
     )
     assert v["DCGM_FI_DEV_VGPU_LICENSE_STATUS"] == 1 and later["DCGM_FI_DEV_VGPU_LICENSE_STATUS"] == 0
     assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0" not in v  # the L4 has no NVLink
+
+
+def test_nvlink_bandwidth_is_dcgms_rate_not_nvmls_cumulative_counter():
+    """DCGM turns NVML's cumulative NVLink KiB counters into (delta KiB / s) / 1000; so do we. Each
+    of the H100's 18 links grows by 500 KiB/s in both directions: 18 × 2 × 500 / 1000 = 18."""
+    backend, lib = backend_for(fk.h100_mig())
+    backend.open()
+    try:
+        first = backend.read().gpus[0].values
+        lib.advance(10)
+        second = backend.read().gpus[0].values
+        lib.advance(5)
+        third = backend.read().gpus[0].values
+        lib.gpus[0].nvlink, lib.gpus[0].nvlink_kibps = [0] * 18, 0  # counters reset (driver reload)
+        lib.advance(5)
+        reset = backend.read().gpus[0].values
+        lib.advance(5)
+        after = backend.read().gpus[0].values
+    finally:
+        backend.close()
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in first
+    assert second["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == pytest.approx(18.0)
+    assert second["DCGM_FI_DEV_NVLINK_BANDWIDTH_L0"] == pytest.approx(1.0)
+    assert third["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == pytest.approx(18.0), "independent of the gap"
+    assert "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL" not in reset, "no negative rate across a reset"
+    assert after["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"] == 0.0, "idle links after the reset"
