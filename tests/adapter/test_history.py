@@ -75,7 +75,8 @@ def test_seed_hpa_explained_on_the_fleet(metrics_history: Any, capsys: pytest.Ca
     code = main(["explain-hpa", "-f", str(SEED_HPA), "--prometheus-url", metrics_history.url])
     out = capsys.readouterr().out
     assert code == 0, out
-    rows = [line.split() for line in out.splitlines() if line.strip().startswith("pods/")]
+    # table rows are indented by two spaces; notes under the table (e.g. "missing: …") by four
+    rows = [line.split() for line in out.splitlines() if line.startswith("  pods/")]
     assert [r[0] for r in rows] == ["pods/DCGM_FI_DEV_GPU_UTIL", "pods/inference_queue_depth"]
     assert all(r[6].isdigit() for r in rows), out  # both metrics produced a proposal
     final = next(line for line in out.splitlines() if "FINAL:" in line)
