@@ -111,6 +111,10 @@ def render_openmetrics(families: Iterable[Family]) -> str:
     return "".join(_openmetrics_header(f) + _sample_block(f, cache) for f in families)
 
 
+_AGE_HEAD_TEXT = f"# HELP {AGE_NAME} {_escape_help_text(AGE_HELP)}\n# TYPE {AGE_NAME} gauge\n"
+_AGE_HEAD_OPENMETRICS = f"# HELP {AGE_NAME} {_escape_help_openmetrics(AGE_HELP)}\n# TYPE {AGE_NAME} gauge\n"
+
+
 class _GzipPrefix:
     """A gzip member compressed up to a byte-aligned sync point; :meth:`finish` closes it with a tail.
 
@@ -158,16 +162,12 @@ class Page:
 
     def tail(self, *, openmetrics: bool, now: float) -> bytes:
         """The per-scrape part: the age family (when a snapshot exists), plus ``# EOF`` for OpenMetrics."""
-        parts = []
-        if self.snapshot_at is not None:
-            age = max(0.0, now - self.snapshot_at)
-            help_text = _escape_help_openmetrics(AGE_HELP) if openmetrics else AGE_HELP
-            parts.append(
-                f"# HELP {AGE_NAME} {help_text}\n# TYPE {AGE_NAME} gauge\n{self.age_prefix}{age:.3f}\n"
-            )
-        if openmetrics:
-            parts.append("# EOF\n")
-        return "".join(parts).encode()
+        end = "# EOF\n" if openmetrics else ""
+        if self.snapshot_at is None:
+            return end.encode()
+        age = max(0.0, now - self.snapshot_at)
+        head = _AGE_HEAD_OPENMETRICS if openmetrics else _AGE_HEAD_TEXT
+        return f"{head}{self.age_prefix}{age:.3f}\n{end}".encode()
 
     def body(self, *, openmetrics: bool, gzip: bool, now: float) -> bytes:
         tail = self.tail(openmetrics=openmetrics, now=now)
