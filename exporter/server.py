@@ -293,8 +293,9 @@ class _Connection(asyncio.BufferedProtocol):
         self._drain()
 
     def eof_received(self) -> bool:
-        if self.transport is None or not (self.pending or self.waiting):
-            return False  # close our side too
+        transport = self.transport
+        if transport is None or not (self.pending or self.waiting) or not transport.can_write_eof():
+            return False  # close our side too (TLS cannot stay half-open)
         self.eof = True  # answer what was asked first
         self.stopped = True
         return True
