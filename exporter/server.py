@@ -188,29 +188,29 @@ class _App:
 
     def response(
         self, req: _Request, *, authorized: bool
-    ) -> tuple[int, str, bytes, tuple[tuple[str, str], ...]]:
-        """(status, content type, body, extra headers) for one request."""
+    ) -> tuple[int, str, tuple[bytes, ...], tuple[tuple[str, str], ...]]:
+        """(status, content type, body in pieces, extra headers) for one request."""
         if req.method not in ("GET", "HEAD"):
-            return 405, "text/plain; charset=utf-8", b"only GET and HEAD\n", (("Allow", "GET, HEAD"),)
+            return 405, "text/plain; charset=utf-8", (b"only GET and HEAD\n",), (("Allow", "GET, HEAD"),)
         if req.path == "/metrics":
             if not authorized:
                 challenge = (("WWW-Authenticate", 'Basic realm="gpupilot-exporter"'),)
-                return 401, "text/plain; charset=utf-8", b"unauthorized\n", challenge
+                return 401, "text/plain; charset=utf-8", (b"unauthorized\n",), challenge
             page = self.source.page
             om = page.negotiate(wants_openmetrics=wants_openmetrics(req.accept))
             gz = accepts_gzip(req.accept_encoding)
-            body = page.body(openmetrics=om, gzip=gz, now=self.clock())
+            body = page.parts(openmetrics=om, gzip=gz, now=self.clock())
             ctype = OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE
             enc = (("Content-Encoding", "gzip"),) if gz else ()
             return 200, ctype, body, (*enc, ("Vary", "Accept, Accept-Encoding"))
         if req.path == "/health":
-            return 200, "text/plain; charset=utf-8", b"ok\n", ()
+            return 200, "text/plain; charset=utf-8", (b"ok\n",), ()
         if req.path == "/ready":
             ok, why = self.source.readiness()
-            return (200 if ok else 503), "text/plain; charset=utf-8", why.encode() + b"\n", ()
+            return (200 if ok else 503), "text/plain; charset=utf-8", (why.encode() + b"\n",), ()
         if req.path == "/":
-            return 200, "text/html; charset=utf-8", _LANDING, ()
-        return 404, "text/plain; charset=utf-8", b"not found; try /metrics\n", ()
+            return 200, "text/html; charset=utf-8", (_LANDING,), ()
+        return 404, "text/plain; charset=utf-8", (b"not found; try /metrics\n",), ()
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -420,7 +420,7 @@ class _Connection(asyncio.BufferedProtocol):
             return
         if self.error is not None:
             status, self.error = self.error, None
-            body = f"{status} {_REASONS.get(status, 'Error')}\n".encode()
+            body = (f"{status} {_REASONS.get(status, 'Error')}\n".encode(),)
             self._write(status, "text/plain; charset=utf-8", body, (), close=True)
         elif self.eof:
             self._close()
@@ -453,14 +453,14 @@ class _Connection(asyncio.BufferedProtocol):
             status, ctype, body, headers = self.app.response(req, authorized=authorized)
         except Exception:  # never a traceback to the client; the server keeps running
             log.exception("error answering %s %s", req.method, req.path)
-            status, ctype, body, headers = 500, "text/plain; charset=utf-8", b"internal error\n", ()
+            status, ctype, body, headers = 500, "text/plain; charset=utf-8", (b"internal error\n",), ()
         self._write(status, ctype, body, headers, close=not req.keep_alive, head_only=req.method == "HEAD")
 
     def _write(
         self,
         status: int,
         ctype: str,
-        body: bytes,
+        body: tuple[bytes, ...],
         headers: tuple[tuple[str, str], ...],
         *,
         close: bool,
@@ -468,8 +468,9 @@ class _Connection(asyncio.BufferedProtocol):
     ) -> None:
         if self.transport is None:
             return
-        head = _response_head(status, ctype, len(body), headers + self.app.extra, close)
-        self.transport.write(head if head_only or not body else head + body)
+        length = sum(map(len, body))
+        head = _response_head(status, ctype, length, headers + self.app.extra, close)
+        self.transport.write(head if head_only else b"".join((head, *body)))  # one copy of the body
         if close:
             self._close(linger=True)
 
