@@ -19,6 +19,7 @@ from typing import Protocol
 
 from prometheus_client import Gauge
 
+from adapter import nowait
 from adapter.errors import UpstreamUnavailable
 from adapter.kube import KubeClient, PodRecord
 from adapter.prometheus import PrometheusClient
@@ -110,6 +111,7 @@ class KubernetesPodSource:
             hit = self._memo.get(namespace, selector, generation)
             if hit is not None:
                 return hit
+            nowait.check()  # matching a namespace's pods: milliseconds, once per pod change
             records = list(self._by_ns.get(namespace, {}).values())
         picked = [
             Pod(r.name, r.labels, r.ready and r.phase == "Running", r.phase)
@@ -200,6 +202,7 @@ class PrometheusPodSource:
             if start:
                 threading.Thread(target=self._refresh_quietly, args=(namespace,), daemon=True).start()
             return cached
+        nowait.check()  # the request would wait for the listing
         return self._refresh(namespace)
 
     def namespace_size(self, namespace: str) -> int:
@@ -211,6 +214,7 @@ class PrometheusPodSource:
             hit = self._memo.get(namespace, selector, entry.serial)
         if hit is not None:
             return hit
+        nowait.check()
         sanitised = sanitise(selector)
         picked = [
             p for p in entry.pods if p.phase not in ("Succeeded", "Failed") and sanitised.matches(p.labels)
