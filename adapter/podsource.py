@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -54,8 +54,16 @@ class PodSource(Protocol):
 
 
 class KubernetesPodSource:
-    def __init__(self, kube: KubeClient, *, age_gauge: Gauge | None = None) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        age_gauge: Gauge | None = None,
+        after_reset: Callable[[], None] | None = None,
+    ) -> None:
         self._kube = kube
+        self._after_reset = after_reset
+        """Called once a full list is in place (the app freezes the heap: see ``adapter.app``)."""
         self._lock = threading.Lock()
         self._by_ns: dict[str, dict[str, PodRecord]] = {}
         self._generation: dict[str, int] = {}
@@ -81,6 +89,8 @@ class KubernetesPodSource:
                 ns: self._generation.get(ns, 0) + 1 for ns in set(index) | set(self._generation)
             }
             self._last_event = time.monotonic()
+        if self._after_reset is not None:
+            self._after_reset()
         self._synced.set()
 
     def _event(self, kind: str, pod: PodRecord) -> None:
