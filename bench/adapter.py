@@ -277,6 +277,10 @@ class Result:
     prometheus_cpu_s: float = 0.0
     prometheus_queries: float = 0.0
     adapter_peak_rss_mib: float = 0.0
+    server_within_ms: dict[str, float] = field(default_factory=dict)
+    """Share of the adapter's metric requests it handled within each histogram bound (its own
+    ``gpupilot_adapter_request_duration_seconds``: request parsed → answer handed to the socket),
+    which leaves out the load generator and the kernel's scheduling of both."""
     """The adapter's VmHWM after the scenario (0 for baseline scenarios' own cost)."""
 
     def fail(self, why: str) -> None:
@@ -304,6 +308,7 @@ class Result:
             "prometheus_cpu_ms_per_request": round(self.prometheus_cpu_s * 1000 / max(total, 1), 2),
             "prometheus_queries_per_s": round(self.prometheus_queries / max(self.seconds, 1e-9), 2),
             "adapter_peak_rss_mib": round(self.adapter_peak_rss_mib, 1),
+            "adapter_handled_within_ms": self.server_within_ms,
         }
 
 
@@ -388,6 +393,30 @@ def prometheus_queries(url: str) -> float:
     text = requests.get(f"{url}/metrics", timeout=10).text
     pattern = r'^prometheus_http_requests_total\{[^}]*handler="/api/v1/query"[^}]*\} (\S+)$'
     return sum(float(v) for v in re.findall(pattern, text, re.MULTILINE))
+
+
+def histogram_buckets(text: str, name: str, selector: str) -> dict[str, float]:
+    """``le`` → cumulative count of one histogram child in a Prometheus exposition."""
+    pattern = rf"^{name}_bucket\{{([^}}]*)\}} (\S+)$"
+    out = {}
+    for labels, value in re.findall(pattern, text, re.MULTILINE):
+        if selector in labels:
+            le = re.search(r'le="([^"]+)"', labels)
+            if le:
+                out[le.group(1)] = float(value)
+    return out
+
+
+def within(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Share of the requests between two bucket readings handled within each bound, by bound in ms."""
+    total = after.get("+Inf", 0.0) - before.get("+Inf", 0.0)
+    if total <= 0:
+        return {}
+    shares = {}
+    for le in ("0.001", "0.0025", "0.005", "0.01"):
+        if le in after:
+            shares[f"{float(le) * 1000:g}"] = round((after[le] - before.get(le, 0.0)) / total, 4)
+    return shares
 
 
 def run(*, seconds: float = 20.0, pods: int = 50_000, workdir: Path | None = None) -> dict[str, object]:
@@ -491,6 +520,13 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
                 if (why := check(warm)()) is not None:
                     raise RuntimeError(f"warm-up request failed: {why}; see {log_path}")
             adapter_ps = psutil.Process(proc.pid)
+
+            def server_buckets() -> dict[str, float]:
+                text = requests.get(
+                    f"{base}/metrics", cert=str(client_pem), verify=str(ca), timeout=CLIENT_TIMEOUT
+                ).text
+                return histogram_buckets(text, "gpupilot_adapter_request_duration_seconds", 'kind="custom"')
+
             prom_ps = psutil.Process(prom._proc.pid) if prom._proc is not None else None
             scenarios: list[Callable[[], Result]] = [
                 lambda: serial("gpupilot hpa-500 serial", SERIAL_REQUESTS, hpa_500),
@@ -513,13 +549,20 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             ]
             results = []
             for scenario in scenarios:
-                before = (_cpu(adapter_ps), _cpu(prom_ps), prometheus_queries(prom.url), time.perf_counter())
+                before = (
+                    _cpu(adapter_ps),
+                    _cpu(prom_ps),
+                    prometheus_queries(prom.url),
+                    time.perf_counter(),
+                    server_buckets(),
+                )
                 result = scenario()
                 result.seconds = time.perf_counter() - before[3]
                 result.adapter_cpu_s = _cpu(adapter_ps) - before[0]
                 result.prometheus_cpu_s = _cpu(prom_ps) - before[1]
                 result.prometheus_queries = prometheus_queries(prom.url) - before[2]
                 result.adapter_peak_rss_mib = memory_mib(proc.pid)[1]
+                result.server_within_ms = within(before[4], server_buckets())
                 results.append(result)
             _, peak_before_slow = memory_mib(proc.pid)
 
@@ -642,6 +685,9 @@ def render(res: dict[str, object]) -> str:
         )
         if r["failures"]:
             lines.append(f"    failures: {r['failures']}")
+        if r["adapter_handled_within_ms"]:
+            shares = ", ".join(f"{v:.2%} ≤ {k} ms" for k, v in r["adapter_handled_within_ms"].items())
+            lines.append(f"    handled in the adapter: {shares}")
     lines.append(f"Prometheus queries/s: {res['prometheus_queries_per_s']}")
     lines.append(f"baseline GET URL bytes: {res['baseline_url_bytes']}")
     lines.append(
