@@ -211,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-requests-inflight",
         type=positive_int,
         default=8,
-        help="metric requests answered at once; others wait up to 10 s, then 429 (default 8)",
+        help="metric requests answered at once in worker threads (answers already in memory are "
+        "given on the event loop and not counted); others wait up to 10 s, then 429 (default 8)",
     )
     s.add_argument(
         "--max-connections",
