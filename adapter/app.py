@@ -35,10 +35,6 @@ def _read(path: Path, flag: str) -> bytes:
         raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from exc
 
 
-def _token(path: Path | None) -> str:
-    return _read(path, "--prometheus-bearer-token-file").decode().strip() if path else ""
-
-
 class Adapter:
     def __init__(self, settings: ServeSettings) -> None:
         self.settings = settings
@@ -53,8 +49,7 @@ class Adapter:
         self.prometheus = PrometheusClient(
             p.url,
             timeout=p.timeout,
-            bearer_token=_token(p.bearer_token_file),
-            ca_file=str(p.ca_file or ""),
+            auth=p.auth,
             registry_metrics=self.metrics.prometheus,
         )
         auth = settings.auth
