@@ -293,7 +293,7 @@ def _short(exc: BaseException, client: PrometheusClient) -> str:
     """The root cause in a few words: ``Connection refused``, not the whole exception chain."""
     if isinstance(exc, TimeoutError):
         return f"no complete answer within {client.timeout:g}s (--prometheus-timeout)"
-    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
+    if isinstance(exc, aiohttp.ClientSSLError) or promauth.is_tls_failure(exc):
         return promauth.tls_failure(exc)
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return promauth.disconnected(client.url)

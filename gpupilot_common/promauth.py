@@ -322,6 +322,11 @@ def tls_context(auth: PrometheusAuth, *, field: str = FLAGS) -> ssl.SSLContext |
 _SSL_REASON = re.compile(r"\[SSL: [A-Z0-9_]+\] ([A-Za-z0-9 ]+)")
 
 
+def is_tls_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (an HTTP library's wrapper) came from TLS: a handshake or a peer's alert."""
+    return isinstance(exc, ssl.SSLError) or "[SSL: " in str(exc)
+
+
 def tls_failure(exc: BaseException) -> str:
     """A failed TLS handshake in a few words, with the flags to check."""
     found = _SSL_REASON.search(str(exc))

@@ -195,9 +195,9 @@ class PrometheusClient:
             raise PrometheusUnavailable(
                 f"Prometheus at {self.url} did not answer within {self.timeout:.0f}s"
             ) from exc
-        except requests.exceptions.SSLError as exc:
-            raise PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.tls_failure(exc)}") from exc
         except requests.RequestException as exc:
+            if promauth.is_tls_failure(exc):  # SSLError, or a peer's alert inside a ConnectionError
+                raise PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.tls_failure(exc)}") from exc
             if "RemoteDisconnected" in repr(exc):  # closed before any answer (a refused client cert)
                 raise PrometheusUnavailable(
                     f"Prometheus at {self.url}: {promauth.disconnected(self.url)}"
