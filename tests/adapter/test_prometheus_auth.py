@@ -254,3 +254,35 @@ def test_bad_settings_and_files_are_one_line(
     _, err = capsys.readouterr()
     assert code == 2
     assert err.count("\n") == 1 and expected in err, err
+
+
+def test_replay_hpa_through_the_gateway_and_refused(
+    prom: PromEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = tmp_path / "token"
+    token.write_text(TOKENS[0])
+    with AuthProxy(prom.url, tokens=lambda: {TOKENS[0]}) as proxy:
+        argv = [
+            "replay-hpa",
+            "-f",
+            str(SEED_HPA),
+            "--prometheus-url",
+            proxy.url,
+            "--since",
+            "10m",
+            "--rows",
+            "3",
+        ]
+        argv += ["--prometheus-bearer-token-file", str(token)]
+        code = main([*argv, "--prometheus-tenant", "team-gpu"])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert "41 steps of 15s" in out
+        assert {s.tenant for s in proxy.seen} == {"team-gpu"}
+        seen = len(proxy.seen)
+        code = main([*argv, "--prometheus-tenant", "team-other"])
+        out2, err2 = capsys.readouterr()
+    assert code == 1 and out2 == ""
+    assert err2.count("\n") == 1 and "answered HTTP 403 to the query" in err2, err2
+    assert len(proxy.seen) == seen + 1
+    no_secret_in(out, err, out2, err2, secrets=TOKENS)
