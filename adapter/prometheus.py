@@ -35,7 +35,7 @@ import orjson
 from prometheus_client import Counter, Histogram
 
 from adapter.errors import ConfigError, PrometheusDenied, PrometheusUnavailable
-from gpupilot_common import promauth, timefmt
+from gpupilot_common import credentials, promauth, timefmt
 from gpupilot_common.urls import split_userinfo
 
 T = TypeVar("T")
@@ -85,7 +85,9 @@ class PrometheusClient:
         self.timeout = timeout
         try:
             # reads the token/password files and the TLS files now: a bad one stops the start
-            self._credentials = promauth.Credentials(auth or promauth.PrometheusAuth(), userinfo=basic_auth)
+            self._credentials = credentials.Credentials(
+                auth or promauth.PrometheusAuth(), userinfo=basic_auth
+            )
         except promauth.CredentialError as exc:
             raise ConfigError(str(exc)) from None
         self._ssl: ssl.SSLContext | bool = self._credentials.ssl_context or True

@@ -25,7 +25,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from gpupilot_common import promauth
+from gpupilot_common import credentials, promauth
 from gpupilot_common.urls import split_userinfo
 from rightsizer.errors import InputError, RightsizerError
 
@@ -54,11 +54,11 @@ class _Credentials(requests.auth.AuthBase):
     """Tenant and Authorization headers set on each request, so a rotated token file is sent from
     the next query on."""
 
-    def __init__(self, credentials: promauth.Credentials) -> None:
-        self.credentials = credentials
+    def __init__(self, creds: credentials.Credentials) -> None:
+        self.creds = creds
 
     def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
-        r.headers.update(self.credentials.headers())
+        r.headers.update(self.creds.headers())
         return r
 
 
@@ -114,11 +114,10 @@ class PrometheusClient:
         self.timeout = timeout
         settings = auth or promauth.PrometheusAuth()
         try:  # reads the secret and TLS files now: a bad one stops the command before any query
-            self._credentials = promauth.Credentials(settings, userinfo=basic_auth)
+            self._credentials = credentials.Credentials(settings, userinfo=basic_auth)
         except promauth.CredentialError as exc:
             raise PrometheusAuthError(str(exc)) from None
         self._session = session or requests.Session()
-        self._session.trust_env = False  # no ~/.netrc or proxy variables: the URL given is the server
         self._session.auth = _Credentials(self._credentials)
         if settings.ca_file is not None:
             self._session.verify = str(settings.ca_file)

@@ -19,7 +19,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpupilot_common import promauth
+from gpupilot_common import credentials, promauth
 from gpupilot_common.httpserve import HTTPServer, Limits, Reply
 from rightsizer.apply.applier import Applier, ApplyReport, ApplySettings
 from rightsizer.clients.kube import Kube, KubeSettings
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:  # read the secret and TLS files once now: a bad one stops the start, not the first job
-        promauth.Credentials(config.prometheus_auth, field="prometheus_")
+        credentials.Credentials(config.prometheus_auth, field="prometheus_")
     except promauth.CredentialError as exc:
         print(f"error: {args.config}: {exc}", file=sys.stderr)
         return 2

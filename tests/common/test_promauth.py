@@ -1,4 +1,4 @@
-"""gpupilot_common.promauth: the shared tenant/credential/TLS settings — secret files re-read when the
+"""gpupilot_common.promauth and .credentials: the shared tenant/credential/TLS settings — secret files re-read when the
 kubelet swaps them, one-line errors naming flag and file, headers sent, secrets scrubbed, and the
 same flags and help text in the adapter and the rightsizer."""
 
@@ -15,8 +15,8 @@ import pytest
 
 from adapter import cli as adapter_cli
 from devkit.pki import make_ca
-from gpupilot_common import promauth
-from gpupilot_common.promauth import CredentialError, Credentials, PrometheusAuth, SecretFile
+from gpupilot_common.credentials import MAX_SECRET_BYTES, Credentials, SecretFile
+from gpupilot_common.promauth import CredentialError, PrometheusAuth
 from gpupilot_common.urls import base_url
 from rightsizer import cli as rightsizer_cli
 
@@ -79,7 +79,7 @@ def test_a_token_that_disappears_keeps_the_previous_one_and_warns_once(
         (b"  \n", "the file is empty"),
         (b"line-one\nline-two\n", "holds more than one line"),
         (b"\xff\xfe\x00", "not UTF-8 text"),
-        (b"x" * (promauth.MAX_SECRET_BYTES + 1), "not a secret"),
+        (b"x" * (MAX_SECRET_BYTES + 1), "not a secret"),
     ],
 )
 def test_bad_secret_files_are_one_line(tmp_path: Path, content: bytes, problem: str) -> None:
