@@ -36,10 +36,6 @@ def _read(path: Path, flag: str) -> bytes:
         raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from exc
 
 
-def _token(path: Path | None) -> str:
-    return _read(path, "--prometheus-bearer-token-file").decode().strip() if path else ""
-
-
 def freeze_heap() -> None:
     """Move everything alive now — modules, the pod index just listed — out of the cyclic garbage
     collector's reach (``gc.freeze``). With 50,000 pods the heap holds ~120,000 tracked objects and a
@@ -66,8 +62,7 @@ class Adapter:
         self.prometheus = PrometheusClient(
             p.url,
             timeout=p.timeout,
-            bearer_token=_token(p.bearer_token_file),
-            ca_file=str(p.ca_file or ""),
+            auth=p.auth,
             registry_metrics=self.metrics.prometheus,
         )
         auth = settings.auth

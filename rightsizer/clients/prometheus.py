@@ -6,6 +6,11 @@ A small generic API returning plain Python data — :meth:`PrometheusClient.inst
     PrometheusError                 base class, one-line messages
     ├── PrometheusUnavailable       could not connect / timed out / 5xx (temporary: retry later)
     └── PrometheusQueryError        the server rejected the query (permanent: fix the query/URL)
+        └── PrometheusDenied        401/403: the tenant or credentials are wrong
+    PrometheusAuthError             (an InputError) a tenant, credential or TLS flag or file is wrong
+
+Tenant, basic auth, bearer token file (re-read when it changes), CA bundle and client certificate:
+:mod:`gpupilot_common.promauth`, the same settings as the adapter's.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from gpupilot_common import credentials, promauth
 from gpupilot_common.urls import split_userinfo
-from rightsizer.errors import RightsizerError
+from rightsizer.errors import InputError, RightsizerError
 
 
 class PrometheusError(RightsizerError, RuntimeError):
@@ -34,6 +40,26 @@ class PrometheusUnavailable(PrometheusError):
 
 class PrometheusQueryError(PrometheusError):
     """Prometheus rejected the query (bad PromQL, too many samples, wrong path); permanent."""
+
+
+class PrometheusDenied(PrometheusQueryError):
+    """HTTP 401 or 403: the tenant or the credentials are not accepted."""
+
+
+class PrometheusAuthError(InputError):
+    """A tenant, credential or TLS setting or file cannot be used (named in the message)."""
+
+
+class _Credentials(requests.auth.AuthBase):
+    """Tenant and Authorization headers set on each request, so a rotated token file is sent from
+    the next query on."""
+
+    def __init__(self, creds: credentials.Credentials) -> None:
+        self.creds = creds
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        r.headers.update(self.creds.headers())
+        return r
 
 
 @dataclass(frozen=True)
@@ -80,14 +106,24 @@ class PrometheusClient:
         timeout: float = 60.0,
         headers: dict[str, str] | None = None,
         session: requests.Session | None = None,
+        auth: promauth.PrometheusAuth | None = None,
     ) -> None:
         # user:password@ in the URL goes into the Authorization header; the URL shown in messages,
-        # plan.json and reports has none
+        # plan.json and reports has none. A path prefix (/prometheus) stays in it.
         self.url, basic_auth = split_userinfo(url.rstrip("/"))
         self.timeout = timeout
+        settings = auth or promauth.PrometheusAuth()
+        try:  # reads the secret and TLS files now: a bad one stops the command before any query
+            self._credentials = credentials.Credentials(settings, userinfo=basic_auth)
+        except promauth.CredentialError as exc:
+            raise PrometheusAuthError(str(exc)) from None
         self._session = session or requests.Session()
-        if basic_auth is not None:
-            self._session.auth = basic_auth
+        self._session.auth = _Credentials(self._credentials)
+        if settings.ca_file is not None:
+            self._session.verify = str(settings.ca_file)
+        if settings.cert_file is not None:
+            key = settings.key_file
+            self._session.cert = (str(settings.cert_file), str(key)) if key else str(settings.cert_file)
         if headers:
             self._session.headers.update(headers)
         # errors are ours before the library sees the response (it would raise one generic exception
@@ -119,6 +155,14 @@ class PrometheusClient:
         if resp.status_code == 200:
             return
         path = resp.request.path_url.split("?", 1)[0] if resp.request is not None else ""
+        hint = promauth.status_hint(resp.status_code)
+        if hint:
+            detail = " ".join(resp.text[:200].split()) or resp.reason
+            raise PrometheusDenied(
+                self._credentials.scrub(
+                    f"Prometheus at {self.url} answered HTTP {resp.status_code} for {path} ({detail}); {hint}"
+                )
+            )
         try:
             body = resp.json()
         except ValueError:
@@ -151,6 +195,12 @@ class PrometheusClient:
                 f"Prometheus at {self.url} did not answer within {self.timeout:.0f}s"
             ) from exc
         except requests.RequestException as exc:
+            if promauth.is_tls_failure(exc):  # SSLError, or a peer's alert inside a ConnectionError
+                raise PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.tls_failure(exc)}") from exc
+            if "RemoteDisconnected" in repr(exc):  # closed before any answer (a refused client cert)
+                raise PrometheusUnavailable(
+                    f"Prometheus at {self.url}: {promauth.disconnected(self.url)}"
+                ) from exc
             raise PrometheusUnavailable(
                 f"cannot reach Prometheus at {self.url} ({type(exc).__name__}); is it running? check --prometheus-url"
             ) from exc

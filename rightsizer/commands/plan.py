@@ -7,9 +7,9 @@ import sys
 import time
 from pathlib import Path
 
-from gpupilot_common import numbers, timefmt
+from gpupilot_common import numbers, promauth, timefmt
 from gpupilot_common.urls import base_url
-from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
+from rightsizer.clients.prometheus import PrometheusAuthError, PrometheusClient, PrometheusError
 from rightsizer.migparted import manifest
 from rightsizer.migparted.config import MigPartedConfig, MigPartedError
 from rightsizer.optimise.proposal import OptimiserSettings
@@ -66,6 +66,14 @@ def min_busy_arg(text: str) -> float:
     return value
 
 
+def prometheus_auth(args: argparse.Namespace) -> promauth.PrometheusAuth:
+    """The tenant, credential and TLS flags (shared with the adapter), checked."""
+    try:
+        return promauth.from_args(args)
+    except promauth.CredentialError as exc:
+        raise PrometheusAuthError(str(exc)) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Read GPU history from Prometheus, find idle and oversized MIG slices, and propose per-node "
@@ -77,8 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         type=base_url,
         metavar="URL",
-        help="Prometheus (or Thanos/Mimir) base URL",
+        help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL, with any path prefix "
+        "(http://mimir:8080/prometheus)",
     )
+    promauth.add_arguments(parser)
     parser.add_argument(
         "--window",
         type=parse_duration,
@@ -209,7 +219,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"… {msg}", file=sys.stderr, flush=True)
 
     try:
-        with PrometheusClient(args.prometheus_url, timeout=args.timeout) as client:
+        with PrometheusClient(
+            args.prometheus_url, timeout=args.timeout, auth=prometheus_auth(args)
+        ) as client:
             plan = make_plan(
                 client,
                 end=end,
