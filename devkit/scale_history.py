@@ -23,14 +23,14 @@ writing, not on arithmetic.
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import random
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from mig_geometry.catalogue import GpuModel, find_model
 from mig_geometry.placement import place
@@ -248,36 +248,41 @@ def import_fleet(
     ts = ",".join(str(round((first + i * step) * 1000)) for i in range(n))
     pat = _Patterns(n, step, first, seed)
     rng = random.Random(seed)
-    sent = series = 0
     per_metric: dict[str, int] = {}
-    target = urlsplit(url)
-    for lo in range(0, nodes, NODES_PER_REQUEST):
-        hi = min(nodes, lo + NODES_PER_REQUEST)
-        conn = http.client.HTTPConnection(target.hostname or "127.0.0.1", target.port, timeout=600)
-        conn.putrequest("POST", "/api/v1/import")
-        conn.putheader("Transfer-Encoding", "chunked")
-        conn.putheader("Content-Type", "application/json")
-        conn.endheaders()
+    counted = [0, 0]  # bytes, series
+
+    def body(lo: int, hi: int) -> Iterator[bytes]:
         for k in range(lo, hi):
             lines = list(node_lines(k, rng, pat, ts))
             for line in lines:
                 name = line[len(b'{"metric":{"__name__":"') :].split(b'"', 1)[0].decode()
                 per_metric[name] = per_metric.get(name, 0) + 1
             buf = b"".join(lines)
-            series += len(lines)
-            sent += len(buf)
-            conn.send(f"{len(buf):x}\r\n".encode() + buf + b"\r\n")
-        conn.send(b"0\r\n\r\n")
-        resp = conn.getresponse()
-        body = resp.read()
-        conn.close()
-        if resp.status // 100 != 2:
-            raise RuntimeError(f"victoria-metrics refused an import: HTTP {resp.status} {body[:200]!r}")
+            counted[0] += len(buf)
+            counted[1] += len(lines)
+            yield buf
+
+    for lo in range(0, nodes, NODES_PER_REQUEST):
+        hi = min(nodes, lo + NODES_PER_REQUEST)
+        # an iterable body without Content-Length: urllib sends it chunked, one node at a time
+        req = urllib.request.Request(
+            f"{url}/api/v1/import",
+            data=body(lo, hi),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                r.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace").strip().splitlines()[:1] or [str(exc.code)]
+            raise RuntimeError(f"victoria-metrics refused an import: {detail[0]}") from None
         if progress is not None:
             el = time.monotonic() - started
-            progress(f"import: {hi:,}/{nodes:,} nodes, {series:,} series, {sent / 2**30:.1f} GiB, {el:.0f} s")
-    flush = http.client.HTTPConnection(target.hostname or "127.0.0.1", target.port, timeout=600)
-    flush.request("GET", "/internal/force_flush")
-    flush.getresponse().read()
-    flush.close()
+            progress(
+                f"import: {hi:,}/{nodes:,} nodes, {counted[1]:,} series, {counted[0] / 2**30:.1f} GiB, {el:.0f} s"
+            )
+    with urllib.request.urlopen(f"{url}/internal/force_flush", timeout=600) as r:
+        r.read()
+    sent, series = counted
     return ImportResult(nodes, series, series * n, sent, time.monotonic() - started, per_metric)

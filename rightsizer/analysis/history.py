@@ -34,7 +34,9 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from gpupilot_common.timefmt import format_time
 from mig_geometry.catalogue import GpuModel, by_device_id
@@ -49,7 +51,7 @@ from rightsizer.analysis.types import (
     Workload,
 )
 from rightsizer.clients.chunks import QueryLimits, fleet_groups, scoped
-from rightsizer.clients.prometheus import PrometheusClient, Sample
+from rightsizer.clients.prometheus import PrometheusClient, Sample, Series
 
 IDENT = ("Hostname", "gpu", "UUID", "GPU_I_ID", "GPU_I_PROFILE")
 BY = "Hostname, gpu, UUID, GPU_I_PROFILE, GPU_I_ID"
@@ -226,33 +228,61 @@ def window_stats(
     started = shown = time.monotonic()
     total = len(pieces) * len(groups)
     for i, (lo, hi) in enumerate(pieces, 1):
-        seconds = max(2, round(hi - lo))
-        rng, sub = f"{seconds}s", f"{seconds - 1}s"
         progress(
             f"querying history chunk {i}/{len(pieces)} ({(hi - lo) / 3600:.0f} h ending {format_time(hi)})"
             + (f" in {len(groups)} node groups" if len(groups) > 1 else "")
         )
         all_rule = True
-        for g, nodes in enumerate(groups, 1):
-            rule = client.has_data(scoped(RULE, nodes), start=lo, end=min(hi, lo + 3600))
-            all_rule &= rule
-            rule_used |= rule
-            for column, query in _activity_queries(rule=rule, rng=rng, sub=sub).items():
-                _fold(stats, client.instant(scoped(query, nodes), hi), column)
-            first, last = hour_ends(lo, hi)
-            query = scoped(hourly_peak_query(rule=rule, busy_s=settings.min_busy_s), nodes)
-            for series in client.range(query, first, last, 3600):
-                _fold_peaks(peaks, _ident(series.labels), series.points, threshold=settings.idle_threshold)
-            now = time.monotonic()
-            if len(groups) > 1 and (now - shown >= PROGRESS_EVERY_S or (i, g) == (len(pieces), len(groups))):
-                shown = now
-                done = (i - 1) * len(groups) + g
-                progress(f"{done}/{total} node groups × chunks queried, {now - started:.0f} s")
+        ask = partial(_group_answers, client, lo=lo, hi=hi, settings=settings)
+        with ThreadPoolExecutor(max_workers=max(1, min(settings.limits.concurrency, len(groups)))) as pool:
+            # answers folded in group order (map keeps it), chunk after chunk: the same summaries
+            # whatever the concurrency
+            for g, (rule, instants, hourly) in enumerate(pool.map(ask, groups), 1):
+                all_rule &= rule
+                rule_used |= rule
+                for column, samples in instants:
+                    _fold(stats, samples, column)
+                for series in hourly:
+                    _fold_peaks(
+                        peaks, _ident(series.labels), series.points, threshold=settings.idle_threshold
+                    )
+                now = time.monotonic()
+                if len(groups) > 1 and (
+                    now - shown >= PROGRESS_EVERY_S or (i, g) == (len(pieces), len(groups))
+                ):
+                    shown = now
+                    done = (i - 1) * len(groups) + g
+                    left = (now - started) / done * (total - done)
+                    progress(
+                        f"{done}/{total} (chunk, node group) pairs queried, {now - started:.0f} s, about {left:.0f} s left"
+                    )
         rule_chunks += all_rule
     for ident, p in peaks.items():
         row = stats.setdefault(ident, {})
         row["peak"], row["peak_at"], row["idle_hours"] = p.value, p.at - 3600.0, p.idle
     return WindowStats(stats, rule_chunks, rule_used, len(groups))
+
+
+def _group_answers(
+    client: PrometheusClient,
+    nodes: tuple[str, ...] | None,
+    *,
+    lo: float,
+    hi: float,
+    settings: AnalysisSettings,
+) -> tuple[bool, list[tuple[str, list[Sample]]], list[Series]]:
+    """One node group's answers for the chunk ``(lo, hi]``: whether the recording rule served it, the
+    statistics' samples, and the hourly peaks."""
+    seconds = max(2, round(hi - lo))
+    rng, sub = f"{seconds}s", f"{seconds - 1}s"
+    rule = client.has_data(scoped(RULE, nodes), start=lo, end=min(hi, lo + 3600))
+    instants = [
+        (column, client.instant(scoped(query, nodes), hi))
+        for column, query in _activity_queries(rule=rule, rng=rng, sub=sub).items()
+    ]
+    first, last = hour_ends(lo, hi)
+    query = scoped(hourly_peak_query(rule=rule, busy_s=settings.min_busy_s), nodes)
+    return rule, instants, client.range(query, first, last, 3600)
 
 
 def _fold_peaks(
@@ -294,9 +324,9 @@ def inventory(
     )
     insts: list[Sample] = []
     pods: list[Sample] = []
-    for nodes in groups:
-        insts += client.instant(scoped(f"last_over_time(gpupilot_mig_instance_info[{lb}])", nodes), at)
-        pods += client.instant(scoped(f"last_over_time(gpupilot_device_pod_info[{lb}])", nodes), at)
+    for part in groups:
+        insts += client.instant(scoped(f"last_over_time(gpupilot_mig_instance_info[{lb}])", part), at)
+        pods += client.instant(scoped(f"last_over_time(gpupilot_device_pod_info[{lb}])", part), at)
     labels = client.instant(f"last_over_time(kube_node_labels[{lb}])", at)
 
     by_gpu: dict[tuple[str, str], list[InstanceInfo]] = {}

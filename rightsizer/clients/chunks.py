@@ -60,6 +60,9 @@ class QueryLimits:
     max_query_bytes: int = 12_000
     """Length of one query's expression (VictoriaMetrics ``-search.maxQueryLen``: 16 KiB). Long
     queries go in a POST body, so no URL limit applies."""
+    concurrency: int = 2
+    """Node groups asked at the same time (VictoriaMetrics runs ``-search.maxConcurrentRequests``
+    at once, by default twice its CPUs; Prometheus ``--query.max-concurrency``: 20)."""
 
 
 def _quote(node: str) -> str:

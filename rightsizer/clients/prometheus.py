@@ -11,6 +11,7 @@ A small generic API returning plain Python data — :meth:`PrometheusClient.inst
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -107,6 +108,7 @@ class PrometheusClient:
         )
         self.queries = 0
         """Queries sent so far (the analysis reports it; tests check it stays O(slices))."""
+        self._count = threading.Lock()  # node groups are queried from several threads
 
     def close(self) -> None:
         self._api.close()
@@ -141,7 +143,8 @@ class PrometheusClient:
 
     def _call(self, path: str, query: Callable[[], Any]) -> Any:
         """Run one library query; connection errors and a 200 that is not the API's JSON are ours."""
-        self.queries += 1
+        with self._count:
+            self.queries += 1
         try:
             return query()
         except PrometheusError:

@@ -189,20 +189,36 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"raw samples one query may read (default {defaults.max_samples:,}; Prometheus refuses "
         "more than 50,000,000 by default)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument(
+        "--query-concurrency",
+        type=numbers.whole(low=1, high=64),
+        default=defaults.concurrency,
+        metavar="N",
+        help=f"node groups queried at the same time (default {defaults.concurrency})",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress lines on stderr ('report' shows them on a terminal only)",
+    )
 
 
 def query_limits_from(args: argparse.Namespace) -> QueryLimits:
-    return QueryLimits(max_series=args.max_query_series, max_samples=args.max_query_samples)
+    return QueryLimits(
+        max_series=args.max_query_series,
+        max_samples=args.max_query_samples,
+        concurrency=args.query_concurrency,
+    )
 
 
-def progress_printer(args: argparse.Namespace) -> Callable[[str], None]:
-    """Progress lines (``… message (12 s)``, seconds since the command started) on stderr, none with
-    ``--quiet``."""
+def progress_printer(args: argparse.Namespace, *, tty_only: bool = False) -> Callable[[str], None]:
+    """Progress lines (``… message (12 s)``, seconds since the command started) on stderr; none with
+    ``--quiet``, nor with ``tty_only`` when stderr is not a terminal (``report``: one line on error)."""
     started = time.monotonic()
+    shown = not args.quiet and (not tty_only or sys.stderr.isatty())
 
     def progress(msg: str) -> None:
-        if not args.quiet:
+        if shown:
             print(f"… {msg} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
     return progress

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
                 settings=settings,
                 price=args.price_per_gpu_hour,
                 plan=plan,
-                progress=plan_cmd.progress_printer(args),
+                progress=plan_cmd.progress_printer(args, tty_only=True),
             )
     except (PlanError, PrometheusError, NoInventoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -90,7 +90,7 @@ def test_analysis_is_the_same_however_the_fleet_is_cut(small_history: tuple[str,
         cut = analysis.analyse(client, end=end, settings=tiny, progress=lines.append)
         assert client.queries > one_query  # one node per group: every statistic asked per node
     assert any("in 5 node groups" in line for line in lines)
-    assert any("15/15 node groups × chunks queried" in line for line in lines)
+    assert any("15/15 (chunk, node group) pairs queried" in line for line in lines)
     assert cut == whole
     assert any(d.peak is not None for d in cut.devices)  # not trivially equal: real statistics
 
