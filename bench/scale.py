@@ -15,6 +15,7 @@ Goals (per run): plan and report together ≤ 10 min and each ≤ 4 GiB RSS.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from devkit import scale_history
@@ -78,28 +79,39 @@ def _run(cmd: list[str], log: Path) -> Step:
     return Step(seconds, usage.ru_maxrss / 1024, note)
 
 
-def run_once(nodes: int, *, days: float, step: float, seed: int, work: Path) -> Run:
+def run_once(nodes: int, *, days: float, step: float, seed: int, work: Path, reuse: bool = False) -> Run:
+    """Import (or, with ``reuse``, keep what an earlier run with ``--keep`` imported), plan, report."""
     work.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    end = now - now % 3600 - 3600
+    saved = work / "import.json"
     with VictoriaMetricsServer(work / "vm-data", log_file=work / "victoria-metrics.log") as vm:
-        t0 = time.monotonic()
-        c0 = os.times()
-        imported = scale_history.import_fleet(
-            vm.url,
-            nodes=nodes,
-            end=end,
-            days=days,
-            step=step,
-            seed=seed,
-            progress=lambda m: print(f"\r… {m}", end="", file=sys.stderr, flush=True),
-        )
-        print(file=sys.stderr)
-        gen = Step(
-            time.monotonic() - t0,
-            _hwm_mib(os.getpid()),
-            f"generator CPU {os.times().user - c0.user:.0f} s",
-        )
+        if reuse and saved.exists():
+            kept = json.loads(saved.read_text())
+            end, imported, gen = (
+                kept["end"],
+                scale_history.ImportResult(**kept["imported"]),
+                Step(**kept["generate"]),
+            )
+        else:
+            now = time.time()
+            end = now - now % 3600 - 3600
+            t0 = time.monotonic()
+            c0 = os.times()
+            imported = scale_history.import_fleet(
+                vm.url,
+                nodes=nodes,
+                end=end,
+                days=days,
+                step=step,
+                seed=seed,
+                progress=lambda m: print(f"\r… {m}", end="", file=sys.stderr, flush=True),
+            )
+            print(file=sys.stderr)
+            gen = Step(
+                time.monotonic() - t0,
+                _hwm_mib(os.getpid()),
+                f"generator CPU {os.times().user - c0.user:.0f} s",
+            )
+            saved.write_text(json.dumps({"end": end, "imported": asdict(imported), "generate": asdict(gen)}))
         rs = [sys.executable, "-m", "rightsizer"]
         common = ["--prometheus-url", vm.url, "--window", f"{days:g}d", "--at", str(end)]
         print(f"… plan on {nodes:,} nodes", file=sys.stderr, flush=True)
@@ -162,7 +174,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--step", type=float, default=900.0, help="seconds between samples (default 900)")
     parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic fleet (default 7)")
     parser.add_argument("--keep", type=Path, default=None, help="keep data, plans, reports and logs here")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="with --keep: plan and report on what an earlier run there imported",
+    )
     args = parser.parse_args(argv)
+    if args.reuse and args.keep is None:
+        parser.error("--reuse needs --keep DIR (where an earlier run imported)")
     try:
         sizes = [int(x) for x in args.nodes.split(",") if x.strip()]
     except ValueError:
@@ -173,7 +192,10 @@ def main(argv: list[str]) -> int:
     runs = []
     try:
         for n in sizes:
-            runs.append(run_once(n, days=args.days, step=args.step, seed=args.seed, work=base / f"nodes-{n}"))
+            work = base / f"nodes-{n}"
+            runs.append(
+                run_once(n, days=args.days, step=args.step, seed=args.seed, work=work, reuse=args.reuse)
+            )
             print(_table(runs), flush=True)
     finally:
         if args.keep is None:
