@@ -17,6 +17,7 @@ from rightsizer.analysis import history as analysis
 from rightsizer.cli import main
 from rightsizer.clients.chunks import QueryLimits, matcher, node_groups, scoped
 from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.report import data as report_data
 from tests.rightsizer.small_history import DAYS, write_history
 
 # ---------------------------------------------------------------------------------------------- units
@@ -150,4 +151,23 @@ def test_victoriametrics_series_limit_refuses_whole_fleet_queries_not_cut_ones(
         assert main([*report, "--out", str(tmp_path / "refused-report")]) == 1
         assert "rejected a query" in capsys.readouterr().err
         assert main([*report, *cut, "--out", str(tmp_path / "report")]) == 0
+        # the heatmap of a large fleet keeps its least active nodes, read per node group
+        with PrometheusClient(vm.url) as client:
+            groups = [tuple(f"node-{i:05d}" for i in range(k, k + 3)) for k in range(0, 12, 3)]
+            args = {"start": end - 2 * 86400, "end": end}
+            whole = report_data.fetch_heatmap(client, **args, groups=[None], rows=100)
+            few = report_data.fetch_heatmap(client, **args, groups=list(groups), rows=5)
+    # (nodes of A100s only have no activity series: 9 of the 12 have a row)
+    assert len(whole.nodes) == whole.nodes_total == few.nodes_total > 5
+    assert len(few.nodes) == 5
+    rows = dict(zip(whole.nodes, whole.values, strict=True))
+    for n, row in zip(few.nodes, few.values, strict=True):  # the same means (to float rounding)
+        assert row == pytest.approx(rows[n], rel=1e-9)
+
+    def mean(row: tuple[float | None, ...]) -> float:
+        seen = [v for v in row if v is not None]
+        return sum(seen) / len(seen)
+
+    means = {n: mean(r) for n, r in zip(whole.nodes, whole.values, strict=True)}
+    assert set(few.nodes) == set(sorted(means, key=lambda n: (means[n], n))[:5])
     assert (tmp_path / "report" / "report.html").stat().st_size > 0
