@@ -191,9 +191,6 @@ class WindowStats:
     groups: int = 1
     """Node groups each chunk was cut into (1: whole-fleet queries)."""
 
-    def row(self, ident: Ident) -> dict[str, float] | None:
-        return self.stats.get(ident)
-
 
 def _fold(into: dict[Ident, dict[str, float]], samples: Iterable[Sample], column: str) -> None:
     summed = column not in MAXED

@@ -21,6 +21,8 @@ from rightsizer.plan.model import Plan
 
 Groups = list[tuple[str, ...] | None]
 ONE_GROUP: Groups = [None]
+MAX_POINTS = 10_000
+"""Points per series of one range query at most (Prometheus refuses more than 11,000)."""
 HEATMAP_ROWS = 60
 """A larger fleet's heatmap shows its least active nodes only (the rightsizing candidates)."""
 
@@ -263,5 +265,6 @@ def collect(
         client, start=start, end=end, step=3600.0 if window_s >= 86400 else 300.0, groups=groups
     )
     progress("alerts")
-    alerts = fetch_alerts(client, start=start, end=end)
+    # 5-minute resolution up to 34 days; longer windows stay under Prometheus' 11,000 points per series
+    alerts = fetch_alerts(client, start=start, end=end, step=max(300.0, grid_step(window_s / MAX_POINTS)))
     return ReportData(start, end, trend, heatmap, alerts, plan, price_per_gpu_hour, client.url)

@@ -171,3 +171,16 @@ def test_victoriametrics_series_limit_refuses_whole_fleet_queries_not_cut_ones(
     means = {n: mean(r) for n, r in zip(whole.nodes, whole.values, strict=True)}
     assert set(few.nodes) == set(sorted(means, key=lambda n: (means[n], n))[:5])
     assert (tmp_path / "report" / "report.html").stat().st_size > 0
+
+
+@pytest.mark.prometheus
+def test_long_report_window_stays_under_the_points_limit(
+    small_history: tuple[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """60 days at the alerts' 5-minute step would be 17,280 points a series: over Prometheus' 11,000."""
+    url, end = small_history
+    common = ["--prometheus-url", url, "--at", str(end), "--quiet"]
+    assert main(["plan", *common, "--window", f"{DAYS}d", "--out", str(tmp_path / "plan.json")]) == 0
+    report = ["report", *common, "--window", "60d", "--plan", str(tmp_path / "plan.json")]
+    assert main([*report, "--out", str(tmp_path / "report")]) == 0, capsys.readouterr().err
+    assert "Alerts seen" in (tmp_path / "report" / "report.md").read_text()
