@@ -28,6 +28,7 @@ from pathlib import Path
 
 from devkit import scale_history
 from devkit.victoriametrics import VictoriaMetricsServer
+from gpupilot_common import numbers
 
 GOAL_S = 600.0
 GOAL_RSS_MIB = 4096.0
@@ -170,8 +171,18 @@ def main(argv: list[str]) -> int:
         default=os.environ.get("GPUPILOT_BENCH_SCALE_NODES", "1000"),
         help="comma-separated fleet sizes in nodes of 8 GPUs (default 1000, or $GPUPILOT_BENCH_SCALE_NODES)",
     )
-    parser.add_argument("--days", type=float, default=14.0, help="days of history (default 14)")
-    parser.add_argument("--step", type=float, default=900.0, help="seconds between samples (default 900)")
+    parser.add_argument(
+        "--days",
+        type=numbers.real(low=0, low_open=True, high=366),
+        default=14.0,
+        help="days of history (default 14)",
+    )
+    parser.add_argument(
+        "--step",
+        type=numbers.real(low=1, high=86400, unit="seconds"),
+        default=900.0,
+        help="seconds between samples (default 900)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="seed of the synthetic fleet (default 7)")
     parser.add_argument("--keep", type=Path, default=None, help="keep data, plans, reports and logs here")
     parser.add_argument(
