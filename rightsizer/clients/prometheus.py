@@ -16,6 +16,7 @@ Tenant, basic auth, bearer token file (re-read when it changes), CA bundle and c
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -75,6 +76,10 @@ class Series:
     points: list[tuple[float, float]]
 
 
+LONG_QUERY = 2000
+"""Queries longer than this (bytes) are sent in a POST body (a proxy may allow 8 KiB of URL or less)."""
+
+
 def _as_time(at: float | datetime | None) -> float | None:
     if at is None:
         return None
@@ -94,10 +99,10 @@ class PrometheusClient:
     reused for every query; its answers turned into :class:`Sample` / :class:`Series` and its errors
     into this module's one-line ones.
 
-    Queries go as GET parameters (the library sends ``params`` in the URL even with ``method="POST"``).
-    Every rightsizer query is a fixed expression of a few hundred bytes, far below the 8 KiB a proxy
-    in front of Prometheus may allow for a URL; a caller building long selectors would need a POST
-    body, which the library cannot send."""
+    Queries go as GET parameters (the library sends ``params`` in the URL even with ``method="POST"``)
+    up to :data:`LONG_QUERY` bytes; longer ones (a fleet cut into node groups names hundreds of nodes,
+    :mod:`rightsizer.clients.chunks`) go as a POST form body on the same session, so no URL limit of
+    the server or a proxy in front of it applies."""
 
     def __init__(
         self,
@@ -139,6 +144,7 @@ class PrometheusClient:
         )
         self.queries = 0
         """Queries sent so far (the analysis reports it; tests check it stays O(slices))."""
+        self._count = threading.Lock()  # node groups are queried from several threads
 
     def close(self) -> None:
         self._api.close()
@@ -181,7 +187,8 @@ class PrometheusClient:
 
     def _call(self, path: str, query: Callable[[], Any]) -> Any:
         """Run one library query; connection errors and a 200 that is not the API's JSON are ours."""
-        self.queries += 1
+        with self._count:
+            self.queries += 1
         try:
             return query()
         except PrometheusError:
@@ -213,7 +220,12 @@ class PrometheusClient:
         """Evaluate ``query`` at ``at`` (Unix seconds or datetime; default now). Vectors and scalars."""
         t = _as_time(at)
         params = {"time": f"{t:.3f}"} if t is not None else {}
-        result = self._call("/api/v1/query", lambda: self._api.custom_query(query, params=params))
+        if len(query) > LONG_QUERY:
+            result = self._call(
+                "/api/v1/query", lambda: self._post("/api/v1/query", {"query": query, **params})
+            )
+        else:
+            result = self._call("/api/v1/query", lambda: self._api.custom_query(query, params=params))
         if _is_scalar(result):
             ts, val = result
             return [Sample({}, _value(val), float(ts))]
@@ -240,16 +252,20 @@ class PrometheusClient:
         # the library rounds start and end to whole seconds; its ``params`` are applied last, so
         # they carry the exact times (to the millisecond Prometheus works in; never ':g' rounding)
         exact = {"start": f"{lo:.3f}", "end": f"{hi:.3f}", "nocache": "1"}
-        result = self._call(
-            "/api/v1/query_range",
-            lambda: self._api.custom_query_range(
-                query,
-                start_time=datetime.fromtimestamp(lo, UTC),
-                end_time=datetime.fromtimestamp(hi, UTC),
-                step=f"{step:.3f}",
-                params=exact,
-            ),
-        )
+        if len(query) > LONG_QUERY:
+            form = {"query": query, "step": f"{step:.3f}", **exact}
+            result: Any = self._call("/api/v1/query_range", lambda: self._post("/api/v1/query_range", form))
+        else:
+            result = self._call(
+                "/api/v1/query_range",
+                lambda: self._api.custom_query_range(
+                    query,
+                    start_time=datetime.fromtimestamp(lo, UTC),
+                    end_time=datetime.fromtimestamp(hi, UTC),
+                    step=f"{step:.3f}",
+                    params=exact,
+                ),
+            )
         try:
             return [
                 Series(dict(r["metric"]), [(float(t), _value(v)) for t, v in r["values"]])
@@ -257,6 +273,12 @@ class PrometheusClient:
             ]
         except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
             raise self._malformed(exc) from None
+
+    def _post(self, path: str, form: dict[str, str]) -> Any:
+        """One query as a form body (``application/x-www-form-urlencoded``), as both Prometheus and
+        VictoriaMetrics accept on their query endpoints; the result as the library would return it."""
+        resp = self._session.post(f"{self.url}{path}", data=form, timeout=self.timeout)
+        return resp.json()["data"]["result"]
 
     def _malformed(self, exc: Exception) -> PrometheusQueryError:
         """An answer that is JSON but not the Prometheus API's shape (a sample value of "abc")."""

@@ -108,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="per-query HTTP timeout in seconds (default 60)",
     )
+    plan_cmd.add_query_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,9 +123,16 @@ def run(args: argparse.Namespace) -> int:
                 headroom=args.headroom,
                 idle_threshold=args.idle_threshold,
                 min_busy_s=args.min_busy,
+                query_limits=plan_cmd.query_limits_from(args),
             )
             written = report.generate(
-                client, out=args.out, end=end, settings=settings, price=args.price_per_gpu_hour, plan=plan
+                client,
+                out=args.out,
+                end=end,
+                settings=settings,
+                price=args.price_per_gpu_hour,
+                plan=plan,
+                progress=plan_cmd.progress_printer(args, tty_only=True),
             )
     except (PlanError, PrometheusError, NoInventoryError) as exc:
         print(f"error: {exc}", file=sys.stderr)

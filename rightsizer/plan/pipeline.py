@@ -9,6 +9,7 @@ from typing import Any
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.analysis import history as analysis
+from rightsizer.clients.chunks import QueryLimits
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.errors import RightsizerError
 from rightsizer.migparted.config import MigPartedConfig
@@ -39,6 +40,9 @@ class PlanSettings:
     min_busy_s: float = 900.0
     """Length of the rolling mean: a burst at least this long always sizes its slice (15 min)."""
     optimiser: optimiser.OptimiserSettings = field(default_factory=optimiser.OptimiserSettings)
+    query_limits: QueryLimits = field(default_factory=QueryLimits)
+    """What one query may cost (a large fleet's queries are cut into node groups); not recorded:
+    the plan is the same however the queries are cut."""
 
     @property
     def window_text(self) -> str:
@@ -50,6 +54,7 @@ class PlanSettings:
             idle_threshold=self.idle_threshold,
             headroom=self.headroom,
             min_busy_s=self.min_busy_s,
+            limits=self.query_limits,
         )
 
     def record(self) -> dict[str, Any]:

@@ -15,8 +15,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rightsizer.clients.chunks import QueryLimits, fleet_groups, scoped
 from rightsizer.clients.prometheus import PrometheusClient, Series
 from rightsizer.plan.model import Plan
+
+Groups = list[tuple[str, ...] | None]
+ONE_GROUP: Groups = [None]
+MAX_POINTS = 10_000
+"""Points per series of one range query at most (Prometheus refuses more than 11,000)."""
+HEATMAP_ROWS = 60
+"""A larger fleet's heatmap shows its least active nodes only (the rightsizing candidates)."""
 
 IDLE = "sum(gpupilot:node_slices:idle)"
 ALLOCATED = "sum(gpupilot:node_slices:allocated)"
@@ -49,6 +57,8 @@ class Heatmap:
     nodes: tuple[str, ...]
     values: tuple[tuple[float | None, ...], ...]
     """``values[node][hour]``: mean activity 0-1 of the node's slices in that hour; None = no data."""
+    nodes_total: int = 0
+    """Nodes with data; more than ``len(nodes)`` when only the least active are kept."""
 
 
 @dataclass(frozen=True)
@@ -88,14 +98,33 @@ def _aligned(series: list[Series], times: tuple[float, ...]) -> tuple[float | No
     return tuple(out)
 
 
-def _filled(
-    client: PrometheusClient, rule: str, raw: str, times: tuple[float, ...], step: float
+def _summed(
+    client: PrometheusClient, query: str, times: tuple[float, ...], step: float, groups: Groups
 ) -> tuple[float | None, ...]:
-    """The rule's values, with the raw expression's where the rule has none."""
+    """A fleet-wide count or sum, queried per node group and added up slot by slot (missing where
+    every group's answer is missing)."""
+    out: list[float | None] = [None] * len(times)
+    for nodes in groups:
+        got = _aligned(client.range(scoped(query, nodes), times[0], times[-1], step), times)
+        out = [a if b is None else b if a is None else a + b for a, b in zip(out, got, strict=True)]
+    return tuple(out)
+
+
+def _filled(
+    client: PrometheusClient,
+    rule: str,
+    raw: str,
+    times: tuple[float, ...],
+    step: float,
+    *,
+    groups: Groups = ONE_GROUP,
+) -> tuple[float | None, ...]:
+    """The rule's values (one series per node: whole-fleet queries), with the raw expression's
+    (over every device: per node group) where the rule has none."""
     got = _aligned(client.range(rule, times[0], times[-1], step), times)
     if all(v is not None for v in got):
         return got
-    fallback = _aligned(client.range(raw, times[0], times[-1], step), times)
+    fallback = _summed(client, raw, times, step, groups)
     return tuple(v if v is not None else f for v, f in zip(got, fallback, strict=True))
 
 
@@ -112,23 +141,54 @@ def steps(start: float, end: float, step: float) -> tuple[float, ...]:
     return tuple(first + i * step for i in range(max(0, n)))
 
 
-def fetch_trend(client: PrometheusClient, *, start: float, end: float, step: float) -> Trend:
+def fetch_trend(
+    client: PrometheusClient, *, start: float, end: float, step: float, groups: Groups = ONE_GROUP
+) -> Trend:
     step = grid_step(step)
     times = steps(start, end, step)
     if not times:
         return Trend((), (), (), ())
     return Trend(
         times,
-        _filled(client, IDLE, RAW_IDLE, times, step),
-        _filled(client, ALLOCATED, RAW_ALLOCATED, times, step),
-        _filled(client, TOTAL, RAW_TOTAL, times, step),
+        _filled(client, IDLE, RAW_IDLE, times, step, groups=groups),
+        _filled(client, ALLOCATED, RAW_ALLOCATED, times, step, groups=groups),
+        _filled(client, TOTAL, RAW_TOTAL, times, step, groups=groups),
     )
 
 
-def fetch_heatmap(client: PrometheusClient, *, start: float, end: float, step: float = 3600.0) -> Heatmap:
+def fetch_heatmap(
+    client: PrometheusClient,
+    *,
+    start: float,
+    end: float,
+    step: float = 3600.0,
+    groups: Groups = ONE_GROUP,
+    rows: int = HEATMAP_ROWS,
+) -> Heatmap:
+    """Per node and hour, the mean activity of its slices; past ``rows`` nodes, the least active
+    ``rows`` (mean over the hours with data) in name order."""
+    parts = [_heatmap(client, start=start, end=end, step=step, nodes=g) for g in groups]
+    hours = parts[0][0]
+    by_node = {n: row for _, part in parts for n, row in part.items()}
+    total = len(by_node)
+    if total > rows:
+
+        def mean(row: tuple[float | None, ...]) -> float:
+            seen = [v for v in row if v is not None]
+            return sum(seen) / len(seen) if seen else math.inf
+
+        keep = sorted(by_node, key=lambda n: (mean(by_node[n]), n))[:rows]
+        by_node = {n: by_node[n] for n in keep}
+    nodes = tuple(sorted(by_node))
+    return Heatmap(hours, nodes, tuple(by_node[n] for n in nodes), total)
+
+
+def _heatmap(
+    client: PrometheusClient, *, start: float, end: float, step: float, nodes: tuple[str, ...] | None
+) -> tuple[tuple[float, ...], dict[str, tuple[float | None, ...]]]:
     hours = steps(start, end, step)
     if not hours:
-        return Heatmap((), (), ())
+        return (), {}
     # Each cell: the mean over the hour ending at that step (a subquery-free avg_over_time).
     rng = f"[{int(step)}s]"
     rule = f"avg by (Hostname) (avg_over_time(gpupilot:slice_activity:avg5m{rng}))"
@@ -138,16 +198,15 @@ def fetch_heatmap(client: PrometheusClient, *, start: float, end: float, step: f
     )
     by_node: dict[str, tuple[float | None, ...]] = {
         s.labels.get("Hostname", "?"): _aligned([s], hours)
-        for s in client.range(rule, hours[0], hours[-1], step)
+        for s in client.range(scoped(rule, nodes), hours[0], hours[-1], step)
     }
     if not by_node or any(v is None for row in by_node.values() for v in row):
-        for s in client.range(raw, hours[0], hours[-1], step):
+        for s in client.range(scoped(raw, nodes), hours[0], hours[-1], step):
             node = s.labels.get("Hostname", "?")
             fallback = _aligned([s], hours)
             have = by_node.get(node, tuple(None for _ in hours))
             by_node[node] = tuple(v if v is not None else f for v, f in zip(have, fallback, strict=True))
-    nodes = tuple(sorted(by_node))
-    return Heatmap(hours, nodes, tuple(by_node[n] for n in nodes))
+    return hours, by_node
 
 
 def fetch_alerts(
@@ -185,13 +244,27 @@ def collect(
     plan: Plan,
     price_per_gpu_hour: float | None,
     progress: Callable[[str], None] = lambda _m: None,
+    limits: QueryLimits | None = None,
 ) -> ReportData:
+    """Everything the report shows. Queries over every device are cut into node groups under
+    ``limits`` (the plan's nodes and devices say how many series each node has)."""
     start = end - window_s
     trend_step = max(60.0, window_s / 336)  # 7 days → 30-minute points
-    progress("fleet slice trend")
-    trend = fetch_trend(client, start=start, end=end, step=trend_step)
-    progress("per-node activity")
-    heatmap = fetch_heatmap(client, start=start, end=end, step=3600.0 if window_s >= 86400 else 300.0)
+    devices = {
+        n.name: sum(sum(g.mig_devices.values()) if g.mig_enabled else 1 for g in n.current)
+        for n in plan.nodes
+    }
+    groups = fleet_groups(
+        client, devices, limits=limits or QueryLimits(), span_s=window_s, at=end, selectors=2
+    )
+    cut = f" in {len(groups)} node groups" if len(groups) > 1 else ""
+    progress(f"fleet slice trend{cut}")
+    trend = fetch_trend(client, start=start, end=end, step=trend_step, groups=groups)
+    progress(f"per-node activity{cut}")
+    heatmap = fetch_heatmap(
+        client, start=start, end=end, step=3600.0 if window_s >= 86400 else 300.0, groups=groups
+    )
     progress("alerts")
-    alerts = fetch_alerts(client, start=start, end=end)
+    # 5-minute resolution up to 34 days; longer windows stay under Prometheus' 11,000 points per series
+    alerts = fetch_alerts(client, start=start, end=end, step=max(300.0, grid_step(window_s / MAX_POINTS)))
     return ReportData(start, end, trend, heatmap, alerts, plan, price_per_gpu_hour, client.url)
