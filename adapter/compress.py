@@ -16,6 +16,8 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from gpupilot_common.qvalues import q_values
+
 GZIP_ABOVE = 8 * 1024
 """Bodies shorter than this are sent as they are (a header or two would eat the saving)."""
 
@@ -23,22 +25,8 @@ GZIP_ABOVE = 8 * 1024
 def accepts_gzip(values: Iterable[str]) -> bool:
     """Whether the ``Accept-Encoding`` header values allow gzip (``gzip``, ``x-gzip`` or ``*``, not
     with ``q=0``)."""
-    for value in values:
-        for item in value.split(","):
-            name, _, params = item.partition(";")
-            if name.strip().lower() not in ("gzip", "x-gzip", "*"):
-                continue
-            q = 1.0
-            for param in params.split(";"):
-                k, _, v = param.partition("=")
-                if k.strip().lower() == "q":
-                    try:
-                        q = float(v)
-                    except ValueError:
-                        q = 0.0
-            if q > 0:
-                return True
-    return False
+    q = q_values(",".join(values))
+    return max(q.get("gzip", 0.0), q.get("x-gzip", 0.0), q.get("*", 0.0)) > 0
 
 
 def gzip_bytes(body: bytes) -> bytes:

@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from devkit.scale_history import MIXED_LAYOUTS, MODELS, SINGLE_LAYOUTS
 from mig_geometry.catalogue import GpuModel, find_model
 from mig_geometry.placement import place
 from rightsizer.analysis.history import build_workloads
@@ -32,16 +33,6 @@ from rightsizer.optimise.fleet import OptimiserSettings, items_for_node, optimis
 
 WINDOW_H = 14 * 24.0
 GPUS_PER_NODE = 8
-MODELS = (("A100 40GB", 0.4), ("H100 80GB", 0.4), ("H200", 0.2))
-# Current layouts by compute shape (1 = the one-memory-slice 1g profile).
-MIXED_LAYOUTS = (
-    ((1, 1, 2, 3), 0.5),
-    ((1,) * 7, 0.2),
-    ((2, 2, 2), 0.1),
-    ((3, 3), 0.1),
-    ((3, 1, 1, 1, 1), 0.1),
-)
-SINGLE_LAYOUTS = (((1,) * 7, 0.6), ((2, 2, 2), 0.4))
 # nos's fixed list of known A100 geometries (compute shapes), applied to every 7-slice model.
 NOS_GEOMETRIES = (
     (7,),

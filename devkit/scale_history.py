@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from mig_geometry.catalogue import GpuModel, find_model
 from mig_geometry.placement import place
 
+# The fleet mix (models; current layouts by compute shape, 1 = the 1g profile), shared with
+# bench/rightsizer.py so both benchmarks plan the same kind of fleet.
 MODELS = (("A100 40GB", 0.4), ("H100 80GB", 0.4), ("H200", 0.2))
 MIXED_LAYOUTS = (
     ((1, 1, 2, 3), 0.5),

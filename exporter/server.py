@@ -30,6 +30,7 @@ import httptools
 from exporter.errors import ConfigError
 from exporter.render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Page
 from exporter.webconfig import BasicAuth, WebConfig
+from gpupilot_common.qvalues import q_values
 
 log = logging.getLogger(__name__)
 
@@ -83,30 +84,11 @@ class PageSource(Protocol):
     def readiness(self) -> tuple[bool, str]: ...
 
 
-def _q_values(header: str) -> dict[str, float]:
-    """``Accept``-style header → lower-cased token → highest q."""
-    out: dict[str, float] = {}
-    for part in header.split(","):
-        token, *params = (p.strip() for p in part.split(";"))
-        q = 1.0
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        token = token.lower()
-        if token:
-            out[token] = max(q, out.get(token, 0.0))
-    return out
-
-
 @functools.lru_cache(maxsize=64)
 def wants_openmetrics(accept: str) -> bool:
     if "openmetrics" not in accept:
         return False
-    q = _q_values(accept)
+    q = q_values(accept)
     om = q.get("application/openmetrics-text", 0.0)
     text = max(q.get("text/plain", 0.0), q.get("text/*", 0.0), q.get("*/*", 0.0))
     return om > 0 and om >= text
@@ -116,7 +98,7 @@ def wants_openmetrics(accept: str) -> bool:
 def accepts_gzip(accept_encoding: str) -> bool:
     if "gzip" not in accept_encoding:
         return False
-    return _q_values(accept_encoding).get("gzip", 0.0) > 0
+    return q_values(accept_encoding).get("gzip", 0.0) > 0
 
 
 class _Refused(Exception):
