@@ -24,13 +24,18 @@ instances and ``DCGM_FI_DEV_GPU_UTIL / 100`` for whole GPUs. Series are identifi
 Hostname + gpu + UUID + GPU_I_ID + GPU_I_PROFILE, so exporter restarts and gaps join up, and an
 instance id reused by another profile after a layout change stays apart. An hour without samples is
 *unknown*, never idle.
+
+Several clusters in one store (a Thanos or VictoriaMetrics global view, each cluster's series with an
+external ``cluster`` label): every grouping keeps the cluster label too (``settings.cluster_label``),
+so the same node name in two clusters never merges; series without it form one unnamed cluster ``""``,
+and the queries are then exactly the single-cluster ones (grouping by an absent label is a no-op).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -54,8 +59,18 @@ BY = "Hostname, gpu, UUID, GPU_I_PROFILE, GPU_I_ID"
 RULE = "gpupilot:slice_activity:avg5m"
 INST = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!=""}'
 WHOLE = "DCGM_FI_DEV_GPU_UTIL"
-BLIND = "(min by (Hostname) (min_over_time(gpupilot_exporter_process_visibility[1h])) == 0)"
-"""Nodes whose exporter could not see other containers' processes at some point of the hour."""
+CLUSTER = "cluster"
+"""The default cluster label, as Thanos' and VictoriaMetrics' multi-cluster setups name it."""
+KEY = ("_cluster", *IDENT)
+"""Frame columns identifying a device across clusters (``_cluster``: the cluster label's value)."""
+
+
+def _blind(cluster_label: str) -> str:
+    """Nodes whose exporter could not see other containers' processes at some point of the hour."""
+    return (
+        f"(min by ({cluster_label}, Hostname) (min_over_time(gpupilot_exporter_process_visibility[1h])) == 0)"
+    )
+
 
 Progress = Callable[[str], None]
 
@@ -74,69 +89,74 @@ class AnalysisSettings:
     """Length of the rolling mean that sizes a device (15 min): a burst this long is never missed."""
     inventory_lookback_s: float = 900.0
     """Info series older than this before the end of the window are ignored (15 min)."""
+    cluster_label: str = CLUSTER
+    """Label naming a series' cluster in a multi-cluster store; series without it: one unnamed cluster."""
 
 
-def _ident(labels: dict[str, str]) -> tuple[str, ...]:
-    return tuple(labels.get(k, "") for k in IDENT)
+def _ident(labels: dict[str, str], cluster_label: str) -> tuple[str, ...]:
+    return (labels.get(cluster_label, ""), *(labels.get(k, "") for k in IDENT))
 
 
-def _frame(samples: Iterable[Sample], column: str) -> pd.DataFrame:
-    rows = [(*_ident(s.labels), s.value) for s in samples]
-    return pd.DataFrame(rows, columns=[*IDENT, column])
+def _frame(samples: Iterable[Sample], column: str, cluster_label: str) -> pd.DataFrame:
+    rows = [(*_ident(s.labels, cluster_label), s.value) for s in samples]
+    return pd.DataFrame(rows, columns=[*KEY, column])
 
 
-def _rolling_mean(*, rule: bool, busy_s: float) -> str:
+def _rolling_mean(*, rule: bool, busy_s: float, cluster_label: str = CLUSTER) -> str:
     """The ``busy_s``-second rolling mean activity (0-1) of every device.
 
     From the 5-minute recording rule, the mean of its values over the last ``busy_s - 5 min`` spans
     ``busy_s`` of raw samples; from the raw series, the mean of their samples over ``busy_s``."""
+    by = f"{cluster_label}, {BY}"
     if rule:
-        return f"max by ({BY}) (avg_over_time({RULE}[{max(60, round(busy_s - 300))}s]))"
+        return f"max by ({by}) (avg_over_time({RULE}[{max(60, round(busy_s - 300))}s]))"
     rng = f"{max(60, round(busy_s))}s"
     return (
-        f"max by ({BY}) (avg_over_time({INST}[{rng}])) or max by ({BY}) (avg_over_time({WHOLE}[{rng}])) / 100"
+        f"max by ({by}) (avg_over_time({INST}[{rng}])) or max by ({by}) (avg_over_time({WHOLE}[{rng}])) / 100"
     )
 
 
-def hourly_peak_query(*, rule: bool, busy_s: float) -> str:
+def hourly_peak_query(*, rule: bool, busy_s: float, cluster_label: str = CLUSTER) -> str:
     """Per device, the highest ``busy_s`` rolling mean in the hour ending at the evaluation time."""
     step = max(1, min(60, round(busy_s / 3)))
-    return f"max by ({BY}) (max_over_time(({_rolling_mean(rule=rule, busy_s=busy_s)})[3600s:{step}s]))"
+    mean = _rolling_mean(rule=rule, busy_s=busy_s, cluster_label=cluster_label)
+    return f"max by ({cluster_label}, {BY}) (max_over_time(({mean})[3600s:{step}s]))"
 
 
-def _activity_queries(*, rule: bool, rng: str, sub: str) -> dict[str, str]:
+def _activity_queries(*, rule: bool, rng: str, sub: str, cluster_label: str = CLUSTER) -> dict[str, str]:
     """Instant queries per statistic for one chunk; ``sub`` is the chunk length less 1 s, so an hourly
     subquery yields exactly one point per hour of the chunk (its range is closed at both ends)."""
+    by, blind, on = f"{cluster_label}, {BY}", _blind(cluster_label), f"{cluster_label}, Hostname"
 
     def q(fn: str, arg: str = "") -> str:
         if rule:
-            return f"max by ({BY}) ({fn}({arg}{RULE}[{rng}]))"
-        return f"max by ({BY}) ({fn}({arg}{INST}[{rng}])) or max by ({BY}) ({fn}({arg}{WHOLE}[{rng}])) / 100"
+            return f"max by ({by}) ({fn}({arg}{RULE}[{rng}]))"
+        return f"max by ({by}) ({fn}({arg}{INST}[{rng}])) or max by ({by}) ({fn}({arg}{WHOLE}[{rng}])) / 100"
 
     def hourly(fn: str) -> str:
         if rule:
-            return f"max by ({BY}) ({fn}({RULE}[1h]))"
-        return f"(max by ({BY}) ({fn}({INST}[1h])) or max by ({BY}) ({fn}({WHOLE}[1h])))"
+            return f"max by ({by}) ({fn}({RULE}[1h]))"
+        return f"(max by ({by}) ({fn}({INST}[1h])) or max by ({by}) ({fn}({WHOLE}[1h])))"
 
     return {
         "p50": q("quantile_over_time", "0.5, "),
         "p95": q("quantile_over_time", "0.95, "),
         "max": q("max_over_time"),
         "coverage_hours": f"count_over_time({hourly('count_over_time')}[{sub}:1h])",
-        "fb_peak_mib": f"max by ({BY}) (max_over_time(DCGM_FI_DEV_FB_USED[{rng}]))",
+        "fb_peak_mib": f"max by ({by}) (max_over_time(DCGM_FI_DEV_FB_USED[{rng}]))",
         # Without profiling metrics (Ampere MIG instances have no GPM), an hour in which the device
         # ran no compute process is still an idle hour; activity stays unknown. Hours in which the node's
         # exporter could not see other containers' processes (visibility 0) are not counted at all.
         "proc_idle_hours": (
-            f"count_over_time(((max by ({BY}) (max_over_time(gpupilot_device_compute_processes[1h])) == 0)"
-            f" unless on (Hostname) {BLIND})[{sub}:1h])"
+            f"count_over_time(((max by ({by}) (max_over_time(gpupilot_device_compute_processes[1h])) == 0)"
+            f" unless on ({on}) {blind})[{sub}:1h])"
         ),
         "proc_coverage_hours": (
-            f"count_over_time((max by ({BY}) (count_over_time(gpupilot_device_compute_processes[1h]))"
-            f" unless on (Hostname) {BLIND})[{sub}:1h])"
+            f"count_over_time((max by ({by}) (count_over_time(gpupilot_device_compute_processes[1h]))"
+            f" unless on ({on}) {blind})[{sub}:1h])"
         ),
         "allocated_hours": (
-            f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_pod_info[1h])))[{sub}:1h])"
+            f"count_over_time((max by ({by}) (max_over_time(gpupilot_device_pod_info[1h])))[{sub}:1h])"
         ),
     }
 
@@ -165,48 +185,55 @@ def window_stats(
     end: float,
     settings: AnalysisSettings,
     progress: Progress = lambda _m: None,
+    named_clusters: bool = False,
 ) -> tuple[pd.DataFrame, int]:
-    """One row per device identity: p50/p95/max, peak rolling mean and its time, fb peak, hours."""
+    """One row per device identity: p50/p95/max, peak rolling mean and its time, fb peak, hours.
+
+    ``named_clusters``: the inventory's series carry the cluster label; the recording rule then serves
+    only where its own series carry it too (one rule evaluated over several clusters' series in one
+    store would have merged their devices), else the raw series are read."""
     parts = []
     hourly: list[tuple[tuple[str, ...], float, float]] = []
     pieces = chunks(start, end, settings.chunk_s)
+    label = settings.cluster_label
     rule_chunks = 0
     for i, (lo, hi) in enumerate(pieces, 1):
-        rule = client.has_data(RULE, start=lo, end=min(hi, lo + 3600))
+        probe = f'{RULE}{{{label}!=""}}' if named_clusters else RULE
+        rule = client.has_data(probe, start=lo, end=min(hi, lo + 3600))
         rule_chunks += rule
         seconds = max(2, round(hi - lo))
         rng, sub = f"{seconds}s", f"{seconds - 1}s"
         progress(
             f"querying history chunk {i}/{len(pieces)} ({(hi - lo) / 3600:.0f} h ending {format_time(hi)})"
         )
-        for column, query in _activity_queries(rule=rule, rng=rng, sub=sub).items():
-            frame = _frame(client.instant(query, hi), column)
+        for column, query in _activity_queries(rule=rule, rng=rng, sub=sub, cluster_label=label).items():
+            frame = _frame(client.instant(query, hi), column, label)
             if not frame.empty:
-                parts.append(frame.melt(id_vars=list(IDENT), var_name="stat", value_name="value"))
+                parts.append(frame.melt(id_vars=list(KEY), var_name="stat", value_name="value"))
         first, last = hour_ends(lo, hi)
         for series in client.range(
-            hourly_peak_query(rule=rule, busy_s=settings.min_busy_s), first, last, 3600
+            hourly_peak_query(rule=rule, busy_s=settings.min_busy_s, cluster_label=label), first, last, 3600
         ):
-            ident = _ident(series.labels)
+            ident = _ident(series.labels, label)
             hourly.extend((ident, t, v) for t, v in series.points if math.isfinite(v))
     if hourly:
         parts.append(_hourly_stats(hourly, threshold=settings.idle_threshold))
     if not parts:
-        return pd.DataFrame(columns=[*IDENT]), rule_chunks
+        return pd.DataFrame(columns=[*KEY]), rule_chunks
     long = pd.concat(parts, ignore_index=True)
     summed = ["idle_hours", "coverage_hours", "allocated_hours", "proc_idle_hours", "proc_coverage_hours"]
-    agg = long.groupby([*IDENT, "stat"], as_index=False)["value"].agg(["max", "sum"])
+    agg = long.groupby([*KEY, "stat"], as_index=False)["value"].agg(["max", "sum"])
     agg["value"] = agg["max"].where(~agg["stat"].isin(summed), agg["sum"])
-    wide = agg.pivot_table(index=list(IDENT), columns="stat", values="value", aggfunc="first")
+    wide = agg.pivot_table(index=list(KEY), columns="stat", values="value", aggfunc="first")
     return wide.reset_index(), rule_chunks
 
 
 def _hourly_stats(rows: list[tuple[tuple[str, ...], float, float]], *, threshold: float) -> pd.DataFrame:
     """Hourly peaks → per device: the window's peak, the start of its (first) hour, idle hours."""
-    frame = pd.DataFrame([(*ident, t, v) for ident, t, v in rows], columns=[*IDENT, "t", "v"])
+    frame = pd.DataFrame([(*ident, t, v) for ident, t, v in rows], columns=[*KEY, "t", "v"])
     frame = frame.sort_values("t", kind="stable")
-    grouped = frame.groupby(list(IDENT), sort=False)
-    best = frame.loc[grouped["v"].idxmax()].set_index(list(IDENT))
+    grouped = frame.groupby(list(KEY), sort=False)
+    best = frame.loc[grouped["v"].idxmax()].set_index(list(KEY))
     out = pd.DataFrame(
         {
             "peak": best["v"],
@@ -214,25 +241,29 @@ def _hourly_stats(rows: list[tuple[tuple[str, ...], float, float]], *, threshold
             "idle_hours": grouped["v"].apply(lambda v: float((v < threshold).sum())),
         }
     ).reset_index()
-    return out.melt(id_vars=list(IDENT), var_name="stat", value_name="value")
+    return out.melt(id_vars=list(KEY), var_name="stat", value_name="value")
 
 
 # ---------------------------------------------------------------------------------------------- inventory
 
 
 def inventory(
-    client: PrometheusClient, *, at: float, lookback_s: float
-) -> tuple[list[NodeInventory], dict[tuple[str, str, str], tuple[PodKey, ...]]]:
-    """Nodes and GPUs from the exporter's info series at ``at``; current device → pods."""
+    client: PrometheusClient, *, at: float, lookback_s: float, cluster_label: str = CLUSTER
+) -> tuple[list[NodeInventory], dict[tuple[str, str, str, str], tuple[PodKey, ...]]]:
+    """Nodes and GPUs from the exporter's info series at ``at`` (sorted by cluster, then name);
+    current (cluster, node, GPU UUID, GI id) → pods."""
     lb = f"{max(1, round(lookback_s))}s"
     gpus = client.instant(f"last_over_time(gpupilot_gpu_info[{lb}])", at)
     insts = client.instant(f"last_over_time(gpupilot_mig_instance_info[{lb}])", at)
     pods = client.instant(f"last_over_time(gpupilot_device_pod_info[{lb}])", at)
     labels = client.instant(f"last_over_time(kube_node_labels[{lb}])", at)
 
-    by_gpu: dict[tuple[str, str], list[InstanceInfo]] = {}
+    def where(s: Sample) -> tuple[str, str]:
+        return s.labels.get(cluster_label, ""), s.labels.get("Hostname", "")
+
+    by_gpu: dict[tuple[str, str, str], list[InstanceInfo]] = {}
     for s in insts:
-        key = (s.labels.get("Hostname", ""), s.labels.get("UUID", ""))
+        key = (*where(s), s.labels.get("UUID", ""))
         by_gpu.setdefault(key, []).append(
             InstanceInfo(
                 profile=s.labels.get("GPU_I_PROFILE", ""),
@@ -242,9 +273,9 @@ def inventory(
                 uuid=s.labels.get("mig_uuid", ""),
             )
         )
-    node_gpus: dict[str, dict[str, GpuInventory]] = {}
+    node_gpus: dict[tuple[str, str], dict[str, GpuInventory]] = {}
     for s in gpus:
-        host = s.labels.get("Hostname", "")
+        cluster, host = where(s)
         uuid = s.labels.get("UUID", "")
         try:
             device_id = int(s.labels.get("pci_device_id", "0"), 16)
@@ -253,11 +284,13 @@ def inventory(
         model = by_device_id(device_id)
         mig = s.labels.get("mig_mode") == "enabled"
         instances = tuple(
-            sorted(by_gpu.get((host, uuid), []), key=lambda i: (i.placement_start, i.gpu_instance_id))
+            sorted(
+                by_gpu.get((cluster, host, uuid), []), key=lambda i: (i.placement_start, i.gpu_instance_id)
+            )
         )
         if model is not None:
             instances = tuple(_canonical(model, i) for i in instances)
-        node_gpus.setdefault(host, {})[uuid] = GpuInventory(
+        node_gpus.setdefault((cluster, host), {})[uuid] = GpuInventory(
             node=host,
             index=int(s.labels.get("gpu", "0") or 0),
             uuid=uuid,
@@ -267,21 +300,22 @@ def inventory(
             memory_total_mib=int(float(s.labels.get("memory_total_mib", "0") or 0)),
             instances=instances if mig else (),
         )
-    node_labels = {s.labels.get("node", ""): s.labels for s in labels}
+    node_labels = {(s.labels.get(cluster_label, ""), s.labels.get("node", "")): s.labels for s in labels}
     nodes = []
-    for host in sorted(node_gpus):
-        lab = node_labels.get(host, {})
+    for cluster, host in sorted(node_gpus):
+        lab = node_labels.get((cluster, host), {})
         nodes.append(
             NodeInventory(
                 name=host,
-                gpus=tuple(sorted(node_gpus[host].values(), key=lambda g: g.index)),
+                gpus=tuple(sorted(node_gpus[cluster, host].values(), key=lambda g: g.index)),
                 mig_strategy=lab.get("label_nvidia_com_mig_strategy", "") or "mixed",
                 mig_config=lab.get("label_nvidia_com_mig_config", ""),
+                cluster=cluster,
             )
         )
-    holders: dict[tuple[str, str, str], set[PodKey]] = {}
+    holders: dict[tuple[str, str, str, str], set[PodKey]] = {}
     for s in pods:
-        hkey = (s.labels.get("Hostname", ""), s.labels.get("UUID", ""), s.labels.get("GPU_I_ID", ""))
+        hkey = (*where(s), s.labels.get("UUID", ""), s.labels.get("GPU_I_ID", ""))
         holders.setdefault(hkey, set()).add(PodKey(s.labels.get("namespace", ""), s.labels.get("pod", "")))
     return nodes, {k: tuple(sorted(v, key=str)) for k, v in holders.items()}
 
@@ -293,15 +327,18 @@ def _canonical(model: GpuModel, inst: InstanceInfo) -> InstanceInfo:
     return InstanceInfo(prof.name, inst.gpu_instance_id, inst.placement_start, inst.placement_size, inst.uuid)
 
 
-def owners(client: PrometheusClient, *, start: float, end: float) -> dict[PodKey, str]:
-    """Pod → workload key from ``kube_pod_owner`` (ReplicaSet → its Deployment) or ``kube_pod_labels``."""
+def owners(
+    client: PrometheusClient, *, start: float, end: float, cluster_label: str = CLUSTER
+) -> dict[tuple[str, PodKey], str]:
+    """(cluster, pod) → workload key from ``kube_pod_owner`` (ReplicaSet → its Deployment) or
+    ``kube_pod_labels``."""
     span = f"{max(1, round(end - start))}s"
-    out: dict[PodKey, str] = {}
+    out: dict[tuple[str, PodKey], str] = {}
     for s in client.instant(f"last_over_time(kube_pod_labels[{span}])", end):
         app = s.labels.get("label_app_kubernetes_io_name") or s.labels.get("label_app")
         if app:
             ns = s.labels.get("namespace", "")
-            out[PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/app/{app}"
+            out[s.labels.get(cluster_label, ""), PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/app/{app}"
     for s in client.instant(f"last_over_time(kube_pod_owner[{span}])", end):
         ns, kind, name = (
             s.labels.get("namespace", ""),
@@ -312,7 +349,7 @@ def owners(client: PrometheusClient, *, start: float, end: float) -> dict[PodKey
             continue
         if kind == "ReplicaSet":
             kind, name = "Deployment", re.sub(r"-[a-z0-9]+$", "", name)
-        out[PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/{kind}/{name}"
+        out[s.labels.get(cluster_label, ""), PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/{kind}/{name}"
     return out
 
 
@@ -337,14 +374,23 @@ def analyse(
     """Inventory at ``end``, device statistics over the window, and per-workload demand."""
     start = end - settings.window_s
     progress(f"reading inventory from {client.url} at {format_time(end)}")
-    nodes, holders = inventory(client, at=end, lookback_s=settings.inventory_lookback_s)
-    stats, rule_chunks = window_stats(client, start=start, end=end, settings=settings, progress=progress)
+    label = settings.cluster_label
+    nodes, holders = inventory(client, at=end, lookback_s=settings.inventory_lookback_s, cluster_label=label)
+    stats, rule_chunks = window_stats(
+        client,
+        start=start,
+        end=end,
+        settings=settings,
+        progress=progress,
+        named_clusters=any(n.cluster for n in nodes),
+    )
     rows: dict[tuple[str, ...], dict[str, object]] = {}
     for rec in stats.to_dict("records"):
-        rows[tuple(str(rec.get(k, "")) for k in IDENT)] = {str(k): v for k, v in rec.items()}
+        rows[tuple(str(rec.get(k, "")) for k in KEY)] = {str(k): v for k, v in rec.items()}
     window_h = settings.window_s / 3600.0
     devices: list[DeviceStats] = []
-    proc_only = 0
+    proc_only: list[str] = []
+    """The cluster of each device whose idle hours come from compute processes alone."""
     for node in nodes:
         for gpu in node.gpus:
             model = gpu.model
@@ -352,15 +398,15 @@ def analyse(
                 [(i.profile, i.gpu_instance_id) for i in gpu.instances] if gpu.mig_enabled else [("", "")]
             )
             for profile, gi in targets:
-                row = rows.get((node.name, str(gpu.index), gpu.uuid, gi, profile))
+                row = rows.get((node.cluster, node.name, str(gpu.index), gpu.uuid, gi, profile))
                 if row is None and model is not None and profile:
                     # The driver may spell the profile differently (3g.39gb) than the catalogue.
                     row = next(
                         (
                             r
                             for k, r in rows.items()
-                            if k[:4] == (node.name, str(gpu.index), gpu.uuid, gi)
-                            and (p := canonical_profile(model, k[4])) is not None
+                            if k[:5] == (node.cluster, node.name, str(gpu.index), gpu.uuid, gi)
+                            and (p := canonical_profile(model, k[5])) is not None
                             and p.name == profile
                         ),
                         None,
@@ -373,7 +419,8 @@ def analyse(
                     coverage_note = True
                 else:
                     coverage_note = False
-                proc_only += coverage_note
+                if coverage_note:
+                    proc_only.append(node.cluster)
                 covered = coverage if not coverage_note else _opt(r, "proc_coverage_hours") or 0.0
                 devices.append(
                     DeviceStats(
@@ -382,7 +429,7 @@ def analyse(
                         gpu_uuid=gpu.uuid,
                         profile=profile,
                         gpu_instance_id=gi,
-                        pods=holders.get((node.name, gpu.uuid, gi), ()),
+                        pods=holders.get((node.cluster, node.name, gpu.uuid, gi), ()),
                         allocated_hours=_opt(r, "allocated_hours") or 0.0,
                         p50=_opt(r, "p50") if coverage else None,
                         p95=_opt(r, "p95") if coverage else None,
@@ -394,13 +441,55 @@ def analyse(
                         peak=_opt(r, "peak") if coverage else None,
                         peak_at=_opt(r, "peak_at") if coverage else None,
                         busy_minutes=settings.min_busy_s / 60.0,
+                        cluster=node.cluster,
                     )
                 )
     progress(f"reading pod owners ({sum(1 for d in devices if d.pods)} allocated devices)")
-    owner_of = owners(client, start=start, end=end)
-    workloads = build_workloads(nodes, devices, owner_of, headroom=settings.headroom)
-    notes = []
+    owner_of = owners(client, start=start, end=end, cluster_label=label)
+    workloads = [
+        w
+        for cluster in sorted({n.cluster for n in nodes})
+        for w in build_workloads(
+            [n for n in nodes if n.cluster == cluster],
+            [d for d in devices if d.cluster == cluster],
+            {pod: key for (c, pod), key in owner_of.items() if c == cluster},
+            headroom=settings.headroom,
+            cluster=cluster,
+        )
+    ]
     n_chunks = len(chunks(start, end, settings.chunk_s))
+    notes = _notes(devices, len(proc_only), rule_chunks=rule_chunks, n_chunks=n_chunks)
+    clusters = sorted({n.cluster for n in nodes})
+    cluster_notes = (
+        {
+            c: _notes(
+                [d for d in devices if d.cluster == c],
+                proc_only.count(c),
+                rule_chunks=rule_chunks,
+                n_chunks=n_chunks,
+            )
+            for c in clusters
+        }
+        if len(clusters) > 1
+        else {}
+    )
+    return Analysis(
+        start=start,
+        end=end,
+        prometheus_url=client.url,
+        nodes=tuple(nodes),
+        devices=tuple(devices),
+        workloads=tuple(workloads),
+        used_recording_rule=rule_chunks > 0,
+        notes=notes,
+        cluster_notes=cluster_notes,
+    )
+
+
+def _notes(
+    devices: Sequence[DeviceStats], proc_only: int, *, rule_chunks: int, n_chunks: int
+) -> tuple[str, ...]:
+    notes = []
     if rule_chunks < n_chunks:
         notes.append(
             f"{RULE} covered {rule_chunks} of {n_chunks} day(s) of the window; raw DCGM series used for the rest"
@@ -412,16 +501,7 @@ def analyse(
     unknown = sum(1 for d in devices if d.unknown)
     if unknown:
         notes.append(f"{unknown} device(s) without activity data in the window are 'unknown', not idle")
-    return Analysis(
-        start=start,
-        end=end,
-        prometheus_url=client.url,
-        nodes=tuple(nodes),
-        devices=tuple(devices),
-        workloads=tuple(workloads),
-        used_recording_rule=rule_chunks > 0,
-        notes=tuple(notes),
-    )
+    return tuple(notes)
 
 
 def build_workloads(
@@ -430,9 +510,10 @@ def build_workloads(
     owner_of: dict[PodKey, str],
     *,
     headroom: float,
+    cluster: str = "",
 ) -> list[Workload]:
-    """Group allocated devices by their pods' owner; demand per replica from the worst replica:
-    its peak rolling-mean activity × its compute slices × (1 + headroom), and peak memory × the same."""
+    """Group allocated devices (of one cluster) by their pods' owner; demand per replica from the worst
+    replica: its peak rolling-mean activity × its compute slices × (1 + headroom), and peak memory × the same."""
     gpu_model = {(g.node, g.index): g.model for n in nodes for g in n.gpus}
     groups: dict[str, list[tuple[PodKey, DeviceStats]]] = {}
     for d in devices:
@@ -466,6 +547,7 @@ def build_workloads(
                 fb_peak_mib=max(fbs) if fbs else None,
                 demand_slices=slices_need,
                 demand_memory_mib=mem_need,
+                cluster=cluster,
             )
         )
     return out

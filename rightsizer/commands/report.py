@@ -13,7 +13,7 @@ from gpupilot_common.urls import base_url
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.commands import plan as plan_cmd
 from rightsizer.plan.model import PlanError, load_plan
-from rightsizer.plan.pipeline import NoInventoryError, PlanSettings
+from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, UnknownClusterError
 from rightsizer.report import build as report
 
 
@@ -106,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="per-query HTTP timeout in seconds (default 60)",
     )
+    plan_cmd.add_cluster_arguments(parser, what="report")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,11 +119,13 @@ def run(args: argparse.Namespace) -> int:
                 headroom=args.headroom,
                 idle_threshold=args.idle_threshold,
                 min_busy_s=args.min_busy,
+                cluster_label=args.cluster_label,
+                cluster=args.cluster,
             )
             written = report.generate(
                 client, out=args.out, end=end, settings=settings, price=args.price_per_gpu_hour, plan=plan
             )
-    except (PlanError, PrometheusError, NoInventoryError) as exc:
+    except (PlanError, PrometheusError, NoInventoryError, UnknownClusterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

@@ -18,20 +18,45 @@ from dataclasses import dataclass
 from rightsizer.clients.prometheus import PrometheusClient, Series
 from rightsizer.plan.model import Plan
 
-IDLE = "sum(gpupilot:node_slices:idle)"
-ALLOCATED = "sum(gpupilot:node_slices:allocated)"
-TOTAL = "sum(gpupilot:node_slices:total)"
 FIRING = 'ALERTS{alertstate="firing"}'
-RAW_TOTAL = 'count(gpupilot_mig_instance_info or gpupilot_gpu_info{mig_mode="disabled"})'
 ZERO_WHERE_SEEN = " or 0 * count(gpupilot_gpu_info)"
 """0 where the exporter reported GPUs, nothing (missing, not zero) before the history begins."""
-RAW_ALLOCATED = "count(count by (Hostname, UUID, GPU_I_ID) (gpupilot_device_pod_info))" + ZERO_WHERE_SEEN
-RAW_IDLE = (
-    "count(count by (Hostname, UUID, GPU_I_ID) ("
-    'max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!="", pod!=""}[5m])) < 0.05'
-    ' or max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=""}[5m])) < 5'
-    "))" + ZERO_WHERE_SEEN
-)
+
+
+@dataclass(frozen=True)
+class TrendQueries:
+    """Each trend line as its recording rule and the raw expression standing in where it has no point."""
+
+    idle: tuple[str, str]
+    allocated: tuple[str, str]
+    total: tuple[str, str]
+
+
+def trend_queries(cluster_label: str = "cluster", *, named: bool = False) -> TrendQueries:
+    """Devices are counted by cluster too, so the same node and GPU names in two clusters count
+    twice. ``named``: the plan's series carry ``cluster_label``; the rules are then read only where
+    their series carry it as well (one evaluator over several clusters' series would merge them)."""
+    sel = f'{{{cluster_label}!=""}}' if named else ""
+    by = f"{cluster_label}, Hostname, UUID, GPU_I_ID"
+    raw_idle = (
+        f"count(count by ({by}) ("
+        f'max by ({by}) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!="", pod!=""}}[5m])) < 0.05'
+        f' or max by ({by}) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{{pod!=""}}[5m])) < 5'
+        "))" + ZERO_WHERE_SEEN
+    )
+    return TrendQueries(
+        idle=(f"sum(gpupilot:node_slices:idle{sel})", raw_idle),
+        allocated=(
+            f"sum(gpupilot:node_slices:allocated{sel})",
+            f"count(count by ({by}) (gpupilot_device_pod_info))" + ZERO_WHERE_SEEN,
+        ),
+        total=(
+            f"sum(gpupilot:node_slices:total{sel})",
+            'count(gpupilot_mig_instance_info or gpupilot_gpu_info{mig_mode="disabled"})',
+        ),
+    )
+
+
 ALERT_KEYS = ("Hostname", "namespace", "pod", "horizontalpodautoscaler", "gpu", "GPU_I_PROFILE", "instance")
 
 
@@ -112,42 +137,68 @@ def steps(start: float, end: float, step: float) -> tuple[float, ...]:
     return tuple(first + i * step for i in range(max(0, n)))
 
 
-def fetch_trend(client: PrometheusClient, *, start: float, end: float, step: float) -> Trend:
+def fetch_trend(
+    client: PrometheusClient,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    queries: TrendQueries | None = None,
+) -> Trend:
     step = grid_step(step)
     times = steps(start, end, step)
     if not times:
         return Trend((), (), (), ())
+    q = queries or trend_queries()
     return Trend(
         times,
-        _filled(client, IDLE, RAW_IDLE, times, step),
-        _filled(client, ALLOCATED, RAW_ALLOCATED, times, step),
-        _filled(client, TOTAL, RAW_TOTAL, times, step),
+        _filled(client, *q.idle, times, step),
+        _filled(client, *q.allocated, times, step),
+        _filled(client, *q.total, times, step),
     )
 
 
-def fetch_heatmap(client: PrometheusClient, *, start: float, end: float, step: float = 3600.0) -> Heatmap:
+def fetch_heatmap(
+    client: PrometheusClient,
+    *,
+    start: float,
+    end: float,
+    step: float = 3600.0,
+    cluster_label: str = "cluster",
+    named: bool = False,
+) -> Heatmap:
+    """Mean slice activity per node and hour; rows ``cluster · node``, grouped by cluster, when the
+    series carry ``cluster_label`` (the same node name in two clusters stays two rows); ``named``: as
+    for :func:`trend_queries`."""
     hours = steps(start, end, step)
     if not hours:
         return Heatmap((), (), ())
     # Each cell: the mean over the hour ending at that step (a subquery-free avg_over_time).
     rng = f"[{int(step)}s]"
-    rule = f"avg by (Hostname) (avg_over_time(gpupilot:slice_activity:avg5m{rng}))"
+    by = f"{cluster_label}, Hostname"
+    sel = f'{{{cluster_label}!=""}}' if named else ""
+    rule = f"avg by ({by}) (avg_over_time(gpupilot:slice_activity:avg5m{sel}{rng}))"
     raw = (
-        f'avg by (Hostname) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!=""}}{rng})'
+        f'avg by ({by}) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!=""}}{rng})'
         f" or avg_over_time(DCGM_FI_DEV_GPU_UTIL{rng}) / 100)"
     )
-    by_node: dict[str, tuple[float | None, ...]] = {
-        s.labels.get("Hostname", "?"): _aligned([s], hours)
-        for s in client.range(rule, hours[0], hours[-1], step)
+
+    def row(s: Series) -> tuple[str, str]:
+        return s.labels.get(cluster_label, ""), s.labels.get("Hostname", "?")
+
+    by_node: dict[tuple[str, str], tuple[float | None, ...]] = {
+        row(s): _aligned([s], hours) for s in client.range(rule, hours[0], hours[-1], step)
     }
-    if not by_node or any(v is None for row in by_node.values() for v in row):
+    if not by_node or any(v is None for values in by_node.values() for v in values):
         for s in client.range(raw, hours[0], hours[-1], step):
-            node = s.labels.get("Hostname", "?")
+            node = row(s)
             fallback = _aligned([s], hours)
             have = by_node.get(node, tuple(None for _ in hours))
             by_node[node] = tuple(v if v is not None else f for v, f in zip(have, fallback, strict=True))
-    nodes = tuple(sorted(by_node))
-    return Heatmap(hours, nodes, tuple(by_node[n] for n in nodes))
+    keys = sorted(by_node)
+    named = any(c for c, _ in keys)
+    nodes = tuple(f"{c or '-'} · {n}" if named else n for c, n in keys)
+    return Heatmap(hours, nodes, tuple(by_node[k] for k in keys))
 
 
 def fetch_alerts(
@@ -185,13 +236,24 @@ def collect(
     plan: Plan,
     price_per_gpu_hour: float | None,
     progress: Callable[[str], None] = lambda _m: None,
+    cluster_label: str = "cluster",
 ) -> ReportData:
     start = end - window_s
     trend_step = max(60.0, window_s / 336)  # 7 days → 30-minute points
     progress("fleet slice trend")
-    trend = fetch_trend(client, start=start, end=end, step=trend_step)
+    named = any(n.cluster for n in plan.nodes)
+    trend = fetch_trend(
+        client, start=start, end=end, step=trend_step, queries=trend_queries(cluster_label, named=named)
+    )
     progress("per-node activity")
-    heatmap = fetch_heatmap(client, start=start, end=end, step=3600.0 if window_s >= 86400 else 300.0)
+    heatmap = fetch_heatmap(
+        client,
+        start=start,
+        end=end,
+        step=3600.0 if window_s >= 86400 else 300.0,
+        cluster_label=cluster_label,
+        named=named,
+    )
     progress("alerts")
     alerts = fetch_alerts(client, start=start, end=end)
     return ReportData(start, end, trend, heatmap, alerts, plan, price_per_gpu_hour, client.url)
