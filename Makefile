@@ -105,7 +105,8 @@ history: venv prometheus
 	$(BIN)/gpupilot-exporter backfill --scenario examples/fleet-demo.yaml --days $(HISTORY_DAYS) \
 		--step $(HISTORY_STEP) --out .demo/history-make/data
 
-bench: venv prometheus
+# bench/scale.py: 1,000 nodes on a real VictoriaMetrics; GPUPILOT_BENCH_SCALE_NODES=1000,10000 adds 80,000 GPUs
+bench: venv prometheus victoriametrics
 	$(BIN)/python -m bench
 
 protos: venv

@@ -16,7 +16,8 @@ from urllib.parse import unquote
 
 import orjson
 
-from adapter import resources
+from adapter import nowait, resources
+from adapter.answers import AnswerCache
 from adapter.discovery import Listing
 from adapter.errors import AdapterError, BadRequest, NotFound
 from adapter.quantity import format_quantity
@@ -67,7 +68,9 @@ def _segments(path: str) -> list[str]:
     return [unquote(p) for p in path.strip("/").split("/") if p]
 
 
+@functools.lru_cache(maxsize=1024)
 def request_info(path: str) -> RequestInfo:
+    """(memoised: the HPA asks the same few paths over and over; the value is immutable)"""
     parts = _segments(path)
     if len(parts) < 4 or parts[0] != "apis" or parts[1] not in (CUSTOM, EXTERNAL):
         return RequestInfo(path, False)
@@ -98,6 +101,10 @@ def status(code: int, reason: str, message: str, *, details: Json | None = None)
     if details:
         body["details"] = details
     return body
+
+
+_selector = functools.lru_cache(maxsize=1024)(parse_selector)
+"""Parsed selectors are immutable; a refused one raises and is not kept."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -179,8 +186,11 @@ class MetricsApi:
         listing: Callable[[], Listing],
         external_enabled: bool,
         ready: Callable[[], list[tuple[str, bool]]],
+        answers: AnswerCache | None = None,
     ) -> None:
         self._values = values
+        self.answers = AnswerCache() if answers is None else answers
+        """Encoded answers, valid while their evaluation and pod selection are current."""
         self._listing = listing
         self.external_enabled = external_enabled
         self._ready = ready
@@ -301,11 +311,11 @@ class MetricsApi:
 
     # -- values -----------------------------------------------------------------------------------
     def _metric(self, info: RequestInfo, query: Mapping[str, str]) -> Json | bytes:
-        selector = parse_selector(query.get("labelSelector"))
+        selector = _selector(query.get("labelSelector"))
         if info.group == EXTERNAL:
             ext = self._values.external(metric=info.resource, namespace=info.namespace, selector=selector)
             return self._external_list(info.resource, ext)
-        metric_selector = parse_selector(query.get("metricLabelSelector"))
+        metric_selector = _selector(query.get("metricLabelSelector"))
         if info.resource == "metrics":  # namespaces/{ns}/metrics/{metric}: the namespace object
             resource, namespace, name, metric = resources.NAMESPACES, "", info.namespace, info.name
         else:
@@ -327,7 +337,18 @@ class MetricsApi:
             selector=selector,
             metric_selector=metric_selector,
         )
-        return self._custom_list(info.version, metric, result.values, metric_selector, result.memo)
+        memo = result.memo
+        if memo is None:  # not served from memory (explain-hpa) or an empty selection
+            return self._custom_list(info.version, metric, result.values, metric_selector, None)
+        key = (info.version, metric, resource, namespace, name, selector, metric_selector)
+        cached = self.answers.get(key, generation=memo.generation, pods=result.pods)
+        if cached is not None:
+            return cached
+        nowait.check()  # encoding takes up to milliseconds: a worker thread's job
+        body = self._custom_list(info.version, metric, result.values, metric_selector, memo)
+        assert isinstance(body, bytes)
+        self.answers.put(key, body, generation=memo.generation, pods=result.pods)
+        return body
 
     @staticmethod
     def _described(v: ObjectValue) -> Json:
@@ -357,7 +378,9 @@ class MetricsApi:
         quantities: dict[float, bytes] = {}  # utilisations repeat (0-100): format each value once
         parts = []
         for v in values:
-            key = (version, v.name)
+            # one evaluation can serve several metric names and metricLabelSelectors that render
+            # the same query: each item's bytes name the metric and the selector
+            key = (version, metric, msel, v.name)
             part = memo.get(key)
             if part is None:
                 shape = (v.resource, v.namespace, v.timestamp, v.window_seconds)

@@ -29,6 +29,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import NameOID
 
+from adapter import nowait
 from adapter.api import RequestInfo
 from adapter.errors import ConfigError, Forbidden, Unauthorized
 from adapter.kube import KubeClient, ReviewedUser
@@ -163,6 +164,7 @@ class Authenticator:
             hit = self._tokens.get(token)
         if hit is not None and now - hit[0] < self._token_ttl:
             return hit[1]
+        nowait.check()  # a TokenReview call
         reviewed = self._kube.token_review(token)
         with self._lock:
             if len(self._tokens) > 10_000:
@@ -212,6 +214,7 @@ class Authorizer:
         if hit is not None and now - hit[0] < self._ttl:
             allowed, reason = hit[1], hit[2]
         else:
+            nowait.check()  # a SubjectAccessReview call
             allowed, reason = self._kube.subject_access_review(
                 user=user.name,
                 groups=user.groups,

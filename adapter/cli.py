@@ -16,15 +16,15 @@ from typing import cast
 from adapter import apiservice_check, convert, explain, hpa, hpaspec, hpastate, replay, timeline
 from adapter.app import Adapter
 from adapter.config import load_config
-from adapter.errors import AdapterError, ConfigError
+from adapter.errors import AdapterError, ConfigError, PrometheusDenied
 from adapter.kube import KubeClient
 from adapter.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
 from adapter.prometheus import PrometheusClient
 from adapter.quantity import parse_quantity
 from adapter.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
 from adapter.values import MetricValues
-from gpupilot_common import numbers, timefmt
-from gpupilot_common.cli import OneLineParser, existing_file
+from gpupilot_common import numbers, promauth, timefmt
+from gpupilot_common.cli import OneLineParser
 from gpupilot_common.urls import base_url
 
 log = logging.getLogger("adapter")
@@ -65,8 +65,9 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
         "--prometheus-url",
         required=required,
         type=base_url,
-        help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL"
-        + ("" if required else " (required unless --state is given)"),
+        metavar="URL",
+        help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL, with any path prefix "
+        "(http://mimir:8080/prometheus)" + ("" if required else "; required unless --state is given"),
     )
     p.add_argument(
         "--prometheus-timeout",
@@ -74,10 +75,7 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
         default=5.0,
         help="deadline in seconds for each Prometheus request, connect to last byte (default 5)",
     )
-    p.add_argument(
-        "--prometheus-bearer-token-file", type=existing_file, help="send this file's token to Prometheus"
-    )
-    p.add_argument("--prometheus-ca-file", type=existing_file, help="CA bundle for an https Prometheus URL")
+    promauth.add_arguments(p)
     p.add_argument(
         "--config", type=Path, help="metric mapping file (YAML); default: the packaged default-config.yaml"
     )
@@ -211,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-requests-inflight",
         type=positive_int,
         default=8,
-        help="metric requests answered at once; others wait up to 10 s, then 429 (default 8)",
+        help="metric requests answered at once in worker threads (answers already in memory are "
+        "given on the event loop and not counted); others wait up to 10 s, then 429 (default 8)",
     )
     s.add_argument(
         "--max-connections",
@@ -304,6 +303,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _prometheus_auth(args: argparse.Namespace) -> promauth.PrometheusAuth:
+    try:
+        return promauth.from_args(args)
+    except promauth.CredentialError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _open_prometheus(args: argparse.Namespace, *, timeout: float) -> PrometheusClient:
+    """The client for explain-hpa / replay-hpa, stopped at once (one line, exit 1) when the backend
+    refuses the tenant or credentials, rather than a table of per-metric 401s."""
+    prometheus = PrometheusClient(args.prometheus_url, timeout=timeout, auth=_prometheus_auth(args))
+    try:
+        prometheus.check_access()
+    except PrometheusDenied:
+        prometheus.close()
+        raise
+    return prometheus
+
+
 def serve_settings(args: argparse.Namespace) -> ServeSettings:
     if args.secure_port <= 0 or args.secure_port > 65535:
         raise ConfigError(f"--secure-port {args.secure_port}: must be 1-65535")
@@ -313,8 +331,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
         prometheus=PrometheusSettings(
             url=args.prometheus_url,
             timeout=args.prometheus_timeout,
-            bearer_token_file=args.prometheus_bearer_token_file,
-            ca_file=args.prometheus_ca_file,
+            auth=_prometheus_auth(args),
         ),
         tls=TlsSettings(args.tls_cert_file, args.tls_private_key_file, args.self_signed_cert_dir),
         auth=AuthSettings(
@@ -413,13 +430,7 @@ def _explain(args: argparse.Namespace) -> int:
     if not args.prometheus_url:
         raise ConfigError("explain-hpa needs --prometheus-url, or --state FILE to answer offline")
     config = load_config(args.config)
-    token = args.prometheus_bearer_token_file.read_text().strip() if args.prometheus_bearer_token_file else ""
-    prometheus = PrometheusClient(
-        args.prometheus_url,
-        timeout=args.prometheus_timeout,
-        bearer_token=token,
-        ca_file=str(args.prometheus_ca_file or ""),
-    )
+    prometheus = _open_prometheus(args, timeout=args.prometheus_timeout)
     pods_source: PodSource | None
     mode = args.pod_source or "prometheus"
     kube = KubeClient(kubeconfig=args.kubeconfig) if mode == "kubernetes" or args.kubeconfig else None
@@ -526,13 +537,7 @@ def _replay(args: argparse.Namespace) -> int:
         if not 0 < overrides[name] < 1e15:
             raise ConfigError(f"--set {item!r}: the target must be a positive number")
     config = load_config(args.config)
-    token = args.prometheus_bearer_token_file.read_text().strip() if args.prometheus_bearer_token_file else ""
-    prometheus = PrometheusClient(
-        args.prometheus_url,
-        timeout=max(args.prometheus_timeout, 30.0),
-        bearer_token=token,
-        ca_file=str(args.prometheus_ca_file or ""),
-    )
+    prometheus = _open_prometheus(args, timeout=max(args.prometheus_timeout, 30.0))
     try:
         values = MetricValues(
             config=lambda: config, prometheus=prometheus, pods=None, max_value_age=args.max_value_age

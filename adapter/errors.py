@@ -10,6 +10,7 @@ AdapterError                      one line a user can act on
 ├── TooManyRequests               429: over --max-requests-inflight for too long; retry
 └── UpstreamUnavailable           503: Prometheus or the Kubernetes API failed; temporary, retry
     ├── PrometheusUnavailable
+    │   └── PrometheusDenied      Prometheus answered 401/403: the tenant or credentials are wrong
     └── KubernetesUnavailable
 ```
 """
@@ -67,6 +68,11 @@ class UpstreamUnavailable(AdapterError):
 
 class PrometheusUnavailable(UpstreamUnavailable):
     pass
+
+
+class PrometheusDenied(PrometheusUnavailable):
+    """The backend answered 401 or 403; still 503 to the HPA (a rotated token may fix it), but the
+    command-line tools stop at once with it."""
 
 
 class KubernetesUnavailable(UpstreamUnavailable):

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from prometheus_client import Gauge
 
+from adapter import nowait
 from adapter.errors import UpstreamUnavailable
 from adapter.kube import KubeClient, PodRecord
 from adapter.prometheus import PrometheusClient
@@ -53,8 +54,16 @@ class PodSource(Protocol):
 
 
 class KubernetesPodSource:
-    def __init__(self, kube: KubeClient, *, age_gauge: Gauge | None = None) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        *,
+        age_gauge: Gauge | None = None,
+        after_reset: Callable[[], None] | None = None,
+    ) -> None:
         self._kube = kube
+        self._after_reset = after_reset
+        """Called once a full list is in place (the app freezes the heap: see ``adapter.app``)."""
         self._lock = threading.Lock()
         self._by_ns: dict[str, dict[str, PodRecord]] = {}
         self._generation: dict[str, int] = {}
@@ -80,6 +89,8 @@ class KubernetesPodSource:
                 ns: self._generation.get(ns, 0) + 1 for ns in set(index) | set(self._generation)
             }
             self._last_event = time.monotonic()
+        if self._after_reset is not None:
+            self._after_reset()
         self._synced.set()
 
     def _event(self, kind: str, pod: PodRecord) -> None:
@@ -110,6 +121,7 @@ class KubernetesPodSource:
             hit = self._memo.get(namespace, selector, generation)
             if hit is not None:
                 return hit
+            nowait.check()  # matching a namespace's pods: milliseconds, once per pod change
             records = list(self._by_ns.get(namespace, {}).values())
         picked = [
             Pod(r.name, r.labels, r.ready and r.phase == "Running", r.phase)
@@ -200,6 +212,7 @@ class PrometheusPodSource:
             if start:
                 threading.Thread(target=self._refresh_quietly, args=(namespace,), daemon=True).start()
             return cached
+        nowait.check()  # the request would wait for the listing
         return self._refresh(namespace)
 
     def namespace_size(self, namespace: str) -> int:
@@ -211,6 +224,7 @@ class PrometheusPodSource:
             hit = self._memo.get(namespace, selector, entry.serial)
         if hit is not None:
             return hit
+        nowait.check()
         sanitised = sanitise(selector)
         picked = [
             p for p in entry.pods if p.phase not in ("Succeeded", "Failed") and sanitised.matches(p.labels)

@@ -17,7 +17,6 @@ which the API answers as 503.
 from __future__ import annotations
 
 import asyncio
-import base64
 import concurrent.futures
 import contextlib
 import functools
@@ -35,8 +34,8 @@ import aiohttp
 import orjson
 from prometheus_client import Counter, Histogram
 
-from adapter.errors import PrometheusUnavailable
-from gpupilot_common import timefmt
+from adapter.errors import ConfigError, PrometheusDenied, PrometheusUnavailable
+from gpupilot_common import credentials, promauth, timefmt
 from gpupilot_common.urls import split_userinfo
 
 T = TypeVar("T")
@@ -74,22 +73,24 @@ class PrometheusClient:
         url: str,
         *,
         timeout: float = 5.0,
-        bearer_token: str = "",
-        ca_file: str = "",
+        auth: promauth.PrometheusAuth | None = None,
         registry_metrics: PrometheusMetrics | None = None,
         max_connections: int = 32,
     ) -> None:
         if not math.isfinite(timeout) or timeout <= 0:
             raise ValueError(f"Prometheus timeout {timeout!r}: must be a finite number of seconds > 0")
         # user:password@ in the URL becomes an Authorization header; the URL every message shows
-        # (503 bodies, logs, explain-hpa) has none
+        # (503 bodies, logs, explain-hpa) has none. A path prefix (/prometheus) stays in it.
         self.url, basic_auth = split_userinfo(url.rstrip("/"))
         self.timeout = timeout
-        self._headers = {"Authorization": f"Bearer {bearer_token}"} if bearer_token else {}
-        if basic_auth is not None and not bearer_token:
-            pair = f"{basic_auth[0]}:{basic_auth[1]}".encode()
-            self._headers = {"Authorization": f"Basic {base64.b64encode(pair).decode()}"}
-        self._ssl: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) if ca_file else True
+        try:
+            # reads the token/password files and the TLS files now: a bad one stops the start
+            self._credentials = credentials.Credentials(
+                auth or promauth.PrometheusAuth(), userinfo=basic_auth
+            )
+        except promauth.CredentialError as exc:
+            raise ConfigError(str(exc)) from None
+        self._ssl: ssl.SSLContext | bool = self._credentials.ssl_context or True
         self._metrics = registry_metrics
         self._max_connections = max_connections
         self._loop = asyncio.new_event_loop()
@@ -103,7 +104,6 @@ class PrometheusClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._max_connections, ssl=self._ssl),
-                headers=self._headers,
                 trust_env=False,  # no proxy-environment lookups: the URL given is the server
                 auto_decompress=True,
             )
@@ -111,7 +111,10 @@ class PrometheusClient:
 
     async def _fetch(self, method: str, path: str, *, data: str | None = None) -> _Answer:
         session = await self._client()
-        headers = {"Content-Type": "application/x-www-form-urlencoded"} if data is not None else None
+        # per request: a rotated token file is picked up at the next request
+        headers = self._credentials.headers()
+        if data is not None:
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
         async with asyncio.timeout(self.timeout):  # one deadline: connect + send + headers + body
             async with session.request(method, self.url + path, data=data, headers=headers) as resp:
                 return _Answer(resp.status, resp.reason or "", await resp.read())
@@ -134,7 +137,9 @@ class PrometheusClient:
             return self._run(self._fetch(method, path, data=data))
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
             self._count_error(purpose)
-            raise PrometheusUnavailable(f"Prometheus at {self.url} unreachable: {_short(exc, self)}") from exc
+            raise PrometheusUnavailable(
+                self._credentials.scrub(f"Prometheus at {self.url} unreachable: {_short(exc, self)}")
+            ) from exc
         finally:
             if self._metrics is not None:
                 self._metrics.query_seconds.labels(purpose).observe(time.perf_counter() - start)
@@ -149,10 +154,7 @@ class PrometheusClient:
         data = _json(answer.body)
         if answer.status != 200 or data.get("status") != "success":
             self._count_error(purpose)
-            detail = data.get("error") or answer.body[:200].decode(errors="replace").strip() or answer.reason
-            raise PrometheusUnavailable(
-                f"Prometheus at {self.url} answered HTTP {answer.status} to the query: {detail}"
-            )
+            raise self._refused(answer, data, "to the query")
         try:
             return _samples(data.get("data", {}))
         except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
@@ -178,12 +180,7 @@ class PrometheusClient:
             data = _json(answer.body)
             if answer.status != 200 or data.get("status") != "success":
                 self._count_error(purpose)
-                detail = (
-                    data.get("error") or answer.body[:200].decode(errors="replace").strip() or answer.reason
-                )
-                raise PrometheusUnavailable(
-                    f"Prometheus at {self.url} answered HTTP {answer.status} to a range query: {detail}"
-                )
+                raise self._refused(answer, data, "to a range query")
             for item in (data.get("data") or {}).get("result") or []:
                 labels = item.get("metric", {})
                 key = tuple(sorted(labels.items()))
@@ -202,10 +199,7 @@ class PrometheusClient:
         names = data.get("data")
         if answer.status != 200 or data.get("status") != "success" or not isinstance(names, list):
             self._count_error("discovery")
-            raise PrometheusUnavailable(
-                f"Prometheus at {self.url}: listing metric names failed: HTTP {answer.status} "
-                f"{data.get('error') or answer.reason}"
-            )
+            raise self._refused(answer, data, "listing metric names")
         return {str(n) for n in names}
 
     def scrape_interval(self) -> float | None:
@@ -221,6 +215,16 @@ class PrometheusClient:
             return None
         match = re.search(r"^global:\n(?:[ \t]+.*\n)*?[ \t]+scrape_interval:[ \t]*(\S+)", text, re.MULTILINE)
         return _duration_seconds(match.group(1)) if match else None
+
+    def check_access(self) -> None:
+        """One small query; raises :class:`PrometheusDenied` when the backend refuses the tenant or
+        credentials (other failures are left to the queries that follow, which report them)."""
+        try:
+            self.query("vector(1)", purpose="check")
+        except PrometheusDenied:
+            raise
+        except PrometheusUnavailable:
+            pass
 
     def ready(self) -> bool:
         try:
@@ -244,6 +248,16 @@ class PrometheusClient:
         self._thread.join(2.0)
         if not self._thread.is_alive():
             self._loop.close()
+
+    def _refused(self, answer: _Answer, data: Mapping[str, Any], what: str) -> PrometheusUnavailable:
+        """One line for a non-200 (or error-status) answer; 401/403 say which flags to check."""
+        detail = data.get("error") or answer.body[:200].decode(errors="replace").strip() or answer.reason
+        hint = promauth.status_hint(answer.status)
+        text = (
+            f"Prometheus at {self.url} answered HTTP {answer.status} {what}: {' '.join(str(detail).split())}"
+        )
+        kind = PrometheusDenied if hint else PrometheusUnavailable
+        return kind(self._credentials.scrub(text + (f"; {hint}" if hint else "")))
 
     def _count_error(self, purpose: str) -> None:
         if self._metrics is not None:
@@ -281,6 +295,10 @@ def _short(exc: BaseException, client: PrometheusClient) -> str:
     """The root cause in a few words: ``Connection refused``, not the whole exception chain."""
     if isinstance(exc, TimeoutError):
         return f"no complete answer within {client.timeout:g}s (--prometheus-timeout)"
+    if isinstance(exc, aiohttp.ClientSSLError) or promauth.is_tls_failure(exc):
+        return promauth.tls_failure(exc)
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return promauth.disconnected(client.url)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return exc.os_error.strerror or str(exc.os_error) or type(exc).__name__
     text = str(exc).strip()

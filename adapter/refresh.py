@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import Gauge
 
+from adapter import nowait
 from adapter.errors import UpstreamUnavailable
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,8 @@ class RefreshingCache(Generic[T]):
         now = self._clock()
         with self._lock:
             slot = self._slots.get(key)
+            if slot is None or slot.entry is None:
+                nowait.check()  # the first evaluation is a Prometheus query (or a wait for one)
             first = slot is None
             full = first and len(self._slots) >= self.max_keys
             if slot is None:

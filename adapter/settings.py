@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from gpupilot_common.promauth import PrometheusAuth
 
 
 @dataclass(frozen=True)
@@ -11,8 +13,8 @@ class PrometheusSettings:
     url: str
     timeout: float = 5.0
     """Seconds per Prometheus request; the aggregation layer gives discovery 5 s, the HPA more."""
-    bearer_token_file: Path | None = None
-    ca_file: Path | None = None
+    auth: PrometheusAuth = field(default_factory=PrometheusAuth)
+    """Tenant, basic auth or bearer token file, CA bundle and client certificate."""
 
 
 @dataclass(frozen=True)

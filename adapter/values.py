@@ -15,11 +15,12 @@ the query itself (``last_over_time(…[max_value_age])``).
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
-from adapter import resources
+from adapter import nowait, resources
 from adapter.config import AdapterConfig, ExternalRule, MetricRule
 from adapter.errors import BadRequest, NotFound
 from adapter.podsource import Pod, PodSource
@@ -48,16 +49,51 @@ class ExternalValue:
     window_seconds: int
 
 
-@dataclass(frozen=True)
-class PodValues:
-    """A ``pods/*`` answer plus what the HPA needs to reason about it (used by explain-hpa)."""
+class Memo(dict[Hashable, bytes]):
+    """Scratch space that lives as long as one evaluation of a query served from memory: the API
+    caches each item's JSON here, so a request joins bytes instead of encoding. ``generation`` is
+    unique to the evaluation (a refresh makes a new one), so it tells whether an answer encoded from
+    an earlier evaluation still holds."""
 
-    values: list[ObjectValue]
-    pods: list[Pod] | None
-    """The pods the selector picked (None when no selector was given)."""
-    memo: dict[Hashable, bytes] | None = None
-    """Scratch space that lives as long as the evaluation the values come from (served from
-    memory): the API caches each item's JSON here, so a request joins bytes instead of encoding."""
+    __slots__ = ("generation",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generation = next(_generations)
+
+
+_generations = itertools.count(1)
+
+
+class PodValues:
+    """A ``pods/*`` answer plus what the HPA needs to reason about it (used by explain-hpa).
+
+    Served from memory, ``values`` is picked from the index only when read: a request whose encoded
+    answer is cached never builds the list."""
+
+    __slots__ = ("_pick", "_values", "memo", "pods")
+
+    def __init__(
+        self,
+        values: list[ObjectValue] | None,
+        pods: list[Pod] | None,
+        memo: Memo | None = None,
+        *,
+        pick: Callable[[], list[ObjectValue]] | None = None,
+    ) -> None:
+        self._values = values
+        self._pick = pick
+        self.pods = pods
+        """The pods the selector picked (None when no selector was given); while the pod source is
+        unchanged, the same list object for the same selector."""
+        self.memo = memo
+
+    @property
+    def values(self) -> list[ObjectValue]:
+        if self._values is None:
+            assert self._pick is not None
+            self._values = self._pick()
+        return self._values
 
 
 _SELECTOR = re.compile(r"(?<![A-Za-z0-9_:])([A-Za-z_:][A-Za-z0-9_:]*)\{<<matchers>>\}(?!\s*\[)")
@@ -160,14 +196,20 @@ class MetricValues:
                 metric=metric, resource=resource, namespace=namespace, msel=metric_selector
             )
             if picked is not None:
-                hits = (index.get(n) for n in sorted(p.name for p in picked))
-                return PodValues([v for v in hits if v is not None], picked, memo)
+                chosen = picked
+
+                def pick() -> list[ObjectValue]:
+                    hits = (index.get(n) for n in sorted(p.name for p in chosen))
+                    return [v for v in hits if v is not None]
+
+                return PodValues(None, picked, memo, pick=pick)
             if name == "*":
-                return PodValues(list(index.values()), picked, memo)
+                return PodValues(None, picked, memo, pick=lambda: list(index.values()))
             hit = index.get(name)
             if hit is None:
                 raise self._not_found(metric, resource, namespace, name)
             return PodValues([hit], picked, memo)
+        nowait.check()  # a query per request: not on the event loop
         rule, label, query = self.object_query(
             metric=metric,
             resource=resource,
@@ -199,7 +241,7 @@ class MetricValues:
 
     def _index(
         self, *, metric: str, resource: Resource, namespace: str, msel: Selector
-    ) -> tuple[dict[str, ObjectValue], dict[Hashable, bytes]]:
+    ) -> tuple[dict[str, ObjectValue], Memo]:
         """Every object's value for (metric, resource, namespace, metricLabelSelector), by name, from
         the refreshing cache: one namespace-wide query, re-evaluated in the background."""
         assert self._cache is not None
@@ -209,12 +251,12 @@ class MetricValues:
         scope = namespace if resource.namespaced else ""
         window = rule.window_seconds
 
-        def load() -> tuple[dict[str, ObjectValue], dict[Hashable, bytes]]:
+        def load() -> tuple[dict[str, ObjectValue], Memo]:
             samples = self._prometheus.query(query)
             values = _object_values(
                 samples, resource=resource, namespace=scope, label=label, wanted=None, window=window
             )
-            return {v.name: v for v in values}, {}
+            return {v.name: v for v in values}, Memo()
 
         entry = self._cache.get(("custom", query, label, resource, scope, window), load, wait=self._wait)
         return entry.value  # type: ignore[return-value]
@@ -256,6 +298,7 @@ class MetricValues:
             ]
 
         if self._cache is None:
+            nowait.check()
             return load()
         entry = self._cache.get(("external", query, rule.window_seconds), load, wait=self._wait)
         return entry.value  # type: ignore[return-value]

@@ -19,7 +19,11 @@ on schedule, whatever the answers' latency):
   are timed; ``--max-connections`` is left at its default (512), so the rest wait in the backlog.
 
 Reported per scenario: p50/p99/max latency, failures, CPU per request of the adapter and of
-Prometheus, and Prometheus queries per second (Prometheus' own ``/api/v1/query`` counter). Goals
+Prometheus, and Prometheus queries per second (Prometheus' own ``/api/v1/query`` counter). Latency is
+from sending a request to holding its whole (decompressed) body; parsing and checking the JSON is the
+load generator's own work and runs after the clock stops, for both sides. Both are asked the way
+their real clients ask: with ``requests``' default ``Accept-Encoding: gzip, deflate``, which both
+Prometheus and the adapter honour for large answers; connections are kept alive (one per worker). Goals
 (issue 15): p99 ≤ 10 ms at 100/s, adapter CPU ≤ 1 ms per 500-pod answer, Prometheus queries flat
 from 10 to 100/s, RSS ≤ 150 MiB at 50,000 pods, 2,000 slow connections under the Deployment's
 192 MiB limit. Run: ``python -m bench.adapter [--seconds 20] [--pods 50000]`` (``make bench``).
@@ -242,6 +246,24 @@ class PodsApi:
 
 
 # -- load generation ------------------------------------------------------------------------------
+Check = Callable[[], "str | None"]
+"""Validates an answer received: None when right, else the failure (run after the clock stops)."""
+Call = Callable[[requests.Session], Check]
+"""Sends one request and reads its whole body (timed), returning the check of the answer."""
+
+
+def timed(call: Call, session: requests.Session) -> tuple[float, str | None]:
+    """(seconds from send to the last body byte, failure or None); parsing and checking the body is
+    the load generator's own work and runs after the clock stops, for both sides alike."""
+    t0 = time.perf_counter()
+    try:
+        check = call(session)
+    except requests.RequestException as exc:
+        return time.perf_counter() - t0, type(exc).__name__
+    elapsed = time.perf_counter() - t0
+    return elapsed, check()
+
+
 @dataclass
 class Result:
     name: str
@@ -255,6 +277,10 @@ class Result:
     prometheus_cpu_s: float = 0.0
     prometheus_queries: float = 0.0
     adapter_peak_rss_mib: float = 0.0
+    server_within_ms: dict[str, float] = field(default_factory=dict)
+    """Share of the adapter's metric requests it handled within each histogram bound (its own
+    ``gpupilot_adapter_request_duration_seconds``: request parsed → answer handed to the socket),
+    which leaves out the load generator and the kernel's scheduling of both."""
     """The adapter's VmHWM after the scenario (0 for baseline scenarios' own cost)."""
 
     def fail(self, why: str) -> None:
@@ -282,12 +308,11 @@ class Result:
             "prometheus_cpu_ms_per_request": round(self.prometheus_cpu_s * 1000 / max(total, 1), 2),
             "prometheus_queries_per_s": round(self.prometheus_queries / max(self.seconds, 1e-9), 2),
             "adapter_peak_rss_mib": round(self.adapter_peak_rss_mib, 1),
+            "adapter_handled_within_ms": self.server_within_ms,
         }
 
 
-def open_loop(
-    name: str, rate: float, seconds: float, call: Callable[[requests.Session], str | None], workers: int = 16
-) -> Result:
+def open_loop(name: str, rate: float, seconds: float, call: Call, workers: int = 16) -> Result:
     """Send ``rate × seconds`` requests on schedule; ``call`` returns None or a failure reason."""
     result = Result(name, rate)
     jobs: queue.Queue[float | None] = queue.Queue()
@@ -303,12 +328,7 @@ def open_loop(
             if wait > 0:
                 time.sleep(wait)
             lag = time.perf_counter() - due
-            t0 = time.perf_counter()
-            try:
-                why = call(session)
-            except requests.RequestException as exc:
-                why = type(exc).__name__
-            elapsed = time.perf_counter() - t0
+            elapsed, why = timed(call, session)
             with lock:
                 result.behind = max(result.behind, lag)
                 if why is None:
@@ -329,18 +349,14 @@ def open_loop(
     return result
 
 
-def serial(name: str, count: int, call: Callable[[requests.Session], str | None]) -> Result:
+def serial(name: str, count: int, call: Call) -> Result:
     """One request at a time: the service time of a path without queueing."""
     result = Result(name, 0.0)
     session = requests.Session()
     for _ in range(count):
-        t0 = time.perf_counter()
-        try:
-            why = call(session)
-        except requests.RequestException as exc:
-            why = type(exc).__name__
+        elapsed, why = timed(call, session)
         if why is None:
-            result.latencies.append(time.perf_counter() - t0)
+            result.latencies.append(elapsed)
         else:
             result.fail(why)
     return result
@@ -377,6 +393,30 @@ def prometheus_queries(url: str) -> float:
     text = requests.get(f"{url}/metrics", timeout=10).text
     pattern = r'^prometheus_http_requests_total\{[^}]*handler="/api/v1/query"[^}]*\} (\S+)$'
     return sum(float(v) for v in re.findall(pattern, text, re.MULTILINE))
+
+
+def histogram_buckets(text: str, name: str, selector: str) -> dict[str, float]:
+    """``le`` → cumulative count of one histogram child in a Prometheus exposition."""
+    pattern = rf"^{name}_bucket\{{([^}}]*)\}} (\S+)$"
+    out = {}
+    for labels, value in re.findall(pattern, text, re.MULTILINE):
+        if selector in labels:
+            le = re.search(r'le="([^"]+)"', labels)
+            if le:
+                out[le.group(1)] = float(value)
+    return out
+
+
+def within(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Share of the requests between two bucket readings handled within each bound, by bound in ms."""
+    total = after.get("+Inf", 0.0) - before.get("+Inf", 0.0)
+    if total <= 0:
+        return {}
+    shares = {}
+    for le in ("0.001", "0.0025", "0.005", "0.01"):
+        if le in after:
+            shares[f"{float(le) * 1000:g}"] = round((after[le] - before.get(le, 0.0)) / total, 4)
+    return shares
 
 
 def run(*, seconds: float = 20.0, pods: int = 50_000, workdir: Path | None = None) -> dict[str, object]:
@@ -431,8 +471,8 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             rss_synced, _ = memory_mib(proc.pid)
             path = f"{base}/apis/custom.metrics.k8s.io/v1beta2/namespaces/{NAMESPACE}/pods/*/DCGM_FI_DEV_GPU_UTIL"
 
-            def adapter_call(selector: str, expect: int) -> Callable[[requests.Session], str | None]:
-                def call(s: requests.Session) -> str | None:
+            def adapter_call(selector: str, expect: int) -> Call:
+                def call(s: requests.Session) -> Check:
                     r = s.get(
                         path,
                         params={"labelSelector": selector},
@@ -440,10 +480,14 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
                         verify=str(ca),
                         timeout=CLIENT_TIMEOUT,
                     )
-                    if r.status_code != 200:
-                        return f"HTTP {r.status_code}"
-                    got = len(r.json()["items"])
-                    return None if got == expect else f"{got} items, wanted {expect}"
+
+                    def check() -> str | None:
+                        if r.status_code != 200:
+                            return f"HTTP {r.status_code}"
+                        got = len(r.json()["items"])
+                        return None if got == expect else f"{got} items, wanted {expect}"
+
+                    return check
 
                 return call
 
@@ -453,13 +497,17 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
                 )
                 return f"{prom.url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
 
-            def baseline_call(url: str, expect: int) -> Callable[[requests.Session], str | None]:
-                def call(s: requests.Session) -> str | None:
+            def baseline_call(url: str, expect: int) -> Call:
+                def call(s: requests.Session) -> Check:
                     r = s.get(url, timeout=CLIENT_TIMEOUT)
-                    if r.status_code != 200:
-                        return f"HTTP {r.status_code}"
-                    got = len(r.json()["data"]["result"])
-                    return None if got == expect else f"{got} series, wanted {expect}"
+
+                    def check() -> str | None:
+                        if r.status_code != 200:
+                            return f"HTTP {r.status_code}"
+                        got = len(r.json()["data"]["result"])
+                        return None if got == expect else f"{got} series, wanted {expect}"
+
+                    return check
 
                 return call
 
@@ -469,9 +517,16 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             hpa_5000 = adapter_call("tier=gpu", prom_pods)
             warm = requests.Session()  # the first ask of each query is evaluated synchronously
             for check in (hpa_500, hpa_5000):
-                if (why := check(warm)) is not None:
+                if (why := check(warm)()) is not None:
                     raise RuntimeError(f"warm-up request failed: {why}; see {log_path}")
             adapter_ps = psutil.Process(proc.pid)
+
+            def server_buckets() -> dict[str, float]:
+                text = requests.get(
+                    f"{base}/metrics", cert=str(client_pem), verify=str(ca), timeout=CLIENT_TIMEOUT
+                ).text
+                return histogram_buckets(text, "gpupilot_adapter_request_duration_seconds", 'kind="custom"')
+
             prom_ps = psutil.Process(prom._proc.pid) if prom._proc is not None else None
             scenarios: list[Callable[[], Result]] = [
                 lambda: serial("gpupilot hpa-500 serial", SERIAL_REQUESTS, hpa_500),
@@ -494,16 +549,27 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             ]
             results = []
             for scenario in scenarios:
-                before = (_cpu(adapter_ps), _cpu(prom_ps), prometheus_queries(prom.url), time.perf_counter())
+                before = (
+                    _cpu(adapter_ps),
+                    _cpu(prom_ps),
+                    prometheus_queries(prom.url),
+                    time.perf_counter(),
+                    server_buckets(),
+                )
                 result = scenario()
                 result.seconds = time.perf_counter() - before[3]
                 result.adapter_cpu_s = _cpu(adapter_ps) - before[0]
                 result.prometheus_cpu_s = _cpu(prom_ps) - before[1]
                 result.prometheus_queries = prometheus_queries(prom.url) - before[2]
                 result.adapter_peak_rss_mib = memory_mib(proc.pid)[1]
+                result.server_within_ms = within(before[4], server_buckets())
                 results.append(result)
             _, peak_before_slow = memory_mib(proc.pid)
-            slow = slow_connections(port, SLOW_CONNECTIONS, lambda: hpa_500(requests.Session()), pid=proc.pid)
+
+            def real_request() -> str | None:
+                return hpa_500(requests.Session())()
+
+            slow = slow_connections(port, SLOW_CONNECTIONS, real_request, pid=proc.pid)
             rss_now, peak = memory_mib(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -619,6 +685,9 @@ def render(res: dict[str, object]) -> str:
         )
         if r["failures"]:
             lines.append(f"    failures: {r['failures']}")
+        if r["adapter_handled_within_ms"]:
+            shares = ", ".join(f"{v:.2%} ≤ {k} ms" for k, v in r["adapter_handled_within_ms"].items())
+            lines.append(f"    handled in the adapter: {shares}")
     lines.append(f"Prometheus queries/s: {res['prometheus_queries_per_s']}")
     lines.append(f"baseline GET URL bytes: {res['baseline_url_bytes']}")
     lines.append(

@@ -48,6 +48,13 @@ class LoopbackServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The running server's process id (benchmarks read its peak RSS)."""
+        if self._proc is None:
+            raise self.error("not running")
+        return self._proc.pid
+
     def start(self, *, timeout: float = 60.0) -> Self:
         raise NotImplementedError
 

@@ -111,6 +111,10 @@ def render_openmetrics(families: Iterable[Family]) -> str:
     return "".join(_openmetrics_header(f) + _sample_block(f, cache) for f in families)
 
 
+_AGE_HEAD_TEXT = f"# HELP {AGE_NAME} {_escape_help_text(AGE_HELP)}\n# TYPE {AGE_NAME} gauge\n"
+_AGE_HEAD_OPENMETRICS = f"# HELP {AGE_NAME} {_escape_help_openmetrics(AGE_HELP)}\n# TYPE {AGE_NAME} gauge\n"
+
+
 class _GzipPrefix:
     """A gzip member compressed up to a byte-aligned sync point; :meth:`finish` closes it with a tail.
 
@@ -128,12 +132,16 @@ class _GzipPrefix:
         self._length = len(body)
 
     def finish(self, tail: bytes) -> bytes:
+        return b"".join(self.finish_parts(tail))
+
+    def finish_parts(self, tail: bytes) -> tuple[bytes, bytes]:
+        """The member as (the compressed prefix, the stored block with ``tail`` and the trailer)."""
         n = len(tail)
         if n > 0xFFFF:  # one stored block holds at most 65535 bytes; tails are a few hundred
             raise ValueError("gzip tail too long")
         block = struct.pack("<BHH", 1, n, n ^ 0xFFFF)  # BFINAL=1, BTYPE=00 (stored), LEN, NLEN
         trailer = struct.pack("<II", zlib.crc32(tail, self._crc), (self._length + n) & 0xFFFFFFFF)
-        return b"".join((self.prefix, block, tail, trailer))
+        return self.prefix, block + tail + trailer
 
 
 @dataclass(frozen=True)
@@ -158,22 +166,23 @@ class Page:
 
     def tail(self, *, openmetrics: bool, now: float) -> bytes:
         """The per-scrape part: the age family (when a snapshot exists), plus ``# EOF`` for OpenMetrics."""
-        parts = []
-        if self.snapshot_at is not None:
-            age = max(0.0, now - self.snapshot_at)
-            help_text = _escape_help_openmetrics(AGE_HELP) if openmetrics else AGE_HELP
-            parts.append(
-                f"# HELP {AGE_NAME} {help_text}\n# TYPE {AGE_NAME} gauge\n{self.age_prefix}{age:.3f}\n"
-            )
-        if openmetrics:
-            parts.append("# EOF\n")
-        return "".join(parts).encode()
+        end = "# EOF\n" if openmetrics else ""
+        if self.snapshot_at is None:
+            return end.encode()
+        age = max(0.0, now - self.snapshot_at)
+        head = _AGE_HEAD_OPENMETRICS if openmetrics else _AGE_HEAD_TEXT
+        return f"{head}{self.age_prefix}{age:.3f}\n{end}".encode()
 
     def body(self, *, openmetrics: bool, gzip: bool, now: float) -> bytes:
+        return b"".join(self.parts(openmetrics=openmetrics, gzip=gzip, now=now))
+
+    def parts(self, *, openmetrics: bool, gzip: bool, now: float) -> tuple[bytes, bytes]:
+        """The body in two pieces, the pre-rendered one and the per-scrape one: a server joins them
+        behind its response head in one copy (the text body is about 250 KiB on an 8-GPU node)."""
         tail = self.tail(openmetrics=openmetrics, now=now)
         if gzip:
-            return (self.openmetrics_gzip if openmetrics else self.text_gzip).finish(tail)
-        return (self.openmetrics if openmetrics else self.text) + tail
+            return (self.openmetrics_gzip if openmetrics else self.text_gzip).finish_parts(tail)
+        return (self.openmetrics if openmetrics else self.text), tail
 
 
 def render_page(

@@ -1,7 +1,8 @@
 """The exporter's HTTP(S) endpoint: ``/metrics``, ``/health``, ``/ready``.
 
-HTTP/1.1 by h11 (the protocol: parsing, keep-alive, pipelining, framing) on one asyncio event loop
-in its own thread; this module routes and bounds memory (see :class:`_Connection`). Every response to
+HTTP/1.1 requests parsed by httptools (llhttp, Node.js's C parser, as uvicorn uses it) on one asyncio
+event loop in its own thread; this module routes, formats answers from cached heads and bounds
+memory and time per connection (see :class:`_Connection`). Every response to
 ``/metrics`` is a lookup in the collector's current :class:`~exporter.render.Page` (pre-rendered in
 both formats, plain and gzip) plus the snapshot-age line, so a scrape never touches the backend and
 costs tens of microseconds; one thread and no locks means 16 concurrent scrapers do not fight over
@@ -20,10 +21,11 @@ import math
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-import h11
+import httptools
 
 from exporter.errors import ConfigError
 from exporter.render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Page
@@ -34,9 +36,10 @@ log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 16 * 1024
 """A request line and headers larger than this get 431."""
 READ_CHUNK_BYTES = 4 * 1024
-"""What one read from a client's socket may bring in (the protocol's receive buffer). h11 answers
-431 when an incomplete head exceeds its limit, which it checks once per read; so that limit is
-``MAX_HEAD_BYTES - READ_CHUNK_BYTES`` and no head above ``MAX_HEAD_BYTES`` is ever accepted."""
+"""What one read from a client's socket may bring in (the protocol's receive buffer). The size of an
+incomplete head is checked after each read, counting the whole read in which it began, against
+``MAX_HEAD_BYTES - READ_CHUNK_BYTES``: so heads up to 8 KiB are always accepted and none above
+``MAX_HEAD_BYTES`` ever is (a Prometheus scrape request is about 300 bytes)."""
 WRITE_HIGH_WATER = 64 * 1024
 """Send-buffer size above which a connection stops reading requests until its client reads."""
 MAX_CONNECTIONS = 128
@@ -44,12 +47,21 @@ MAX_CONNECTIONS = 128
 caps what all clients together can make the exporter hold (a few MiB plus answers in flight;
 Prometheus needs one connection per scraping server, kubelet probes one each)."""
 IDLE_TIMEOUT_S = 120.0
+"""A connection on which nothing arrives for this long is closed."""
+HEAD_TIMEOUT_S = 30.0
+"""A request head not complete this long after its first byte gets 408 and the connection closes
+(a client trickling bytes would otherwise hold a connection as long as it likes)."""
+LINGER_S = 2.0
+"""After a last answer, how long what the client still sends is read and dropped before closing."""
+CLOSE_TIMEOUT_S = 30.0
+"""A closing connection whose client does not read the rest of its answer is aborted after this."""
 _REASONS = {
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
@@ -107,47 +119,45 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return _q_values(accept_encoding).get("gzip", 0.0) > 0
 
 
-class _Request:
-    """The parts of an ``h11.Request`` the routes read (header names lower-cased by h11)."""
+class _Refused(Exception):
+    """Raised from a parser callback: answer ``status`` and close the connection."""
 
-    __slots__ = ("accept", "accept_encoding", "authorization", "method", "path")
-
-    def __init__(self, event: h11.Request) -> None:
-        self.method = event.method.decode("ascii", "replace")
-        self.path = event.target.decode("ascii", "replace").split("?", 1)[0]
-        self.accept = self.accept_encoding = ""
-        self.authorization: str | None = None
-        for name, value in event.headers:
-            if name == b"accept":
-                self.accept = value.decode("latin-1")
-            elif name == b"accept-encoding":
-                self.accept_encoding = value.decode("latin-1")
-            elif name == b"authorization":
-                self.authorization = value.decode("latin-1")
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
 
 
-_END = h11.EndOfMessage()
+class _Request(NamedTuple):
+    """What the routes read from one request (collected by the parser callbacks)."""
+
+    method: str
+    path: str
+    accept: str
+    accept_encoding: str
+    authorization: str | None
+    keep_alive: bool
 
 
 @functools.lru_cache(maxsize=256)
 def _response_head(
-    status: int, ctype: str, length: int, headers: tuple[tuple[str, str], ...]
-) -> h11.Response:
-    """The response event, cached: h11 validates every header when an event is built, and a
-    scraper gets the same few heads over and over (the page length changes once per collection)."""
-    return h11.Response(
-        status_code=status,
-        headers=[("Content-Type", ctype), ("Content-Length", str(length)), *headers],
-        reason=_REASONS.get(status, "Error"),
-    )
-
-
-def _has_body(event: h11.Request) -> bool:
-    """Only GET and HEAD are served: a request body is refused rather than read and buffered."""
-    for name, value in event.headers:
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
+    status: int,
+    ctype: str,
+    length: int,
+    headers: tuple[tuple[str, str], ...],
+    close: bool,  # positional: an lru_cache key is cheaper without keywords
+) -> bytes:
+    """Status line and headers, cached: a scraper gets the same few heads over and over (the page
+    length changes once per collection). Formatting only; every value here is ours or web-config's
+    (checked at load: header names are tokens, values one-line ASCII)."""
+    lines = [
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+        f"Content-Type: {ctype}",
+        f"Content-Length: {length}",
+        *(f"{name}: {value}" for name, value in headers),
+    ]
+    if close:
+        lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 class _App:
@@ -178,50 +188,68 @@ class _App:
 
     def response(
         self, req: _Request, *, authorized: bool
-    ) -> tuple[int, str, bytes, tuple[tuple[str, str], ...]]:
-        """(status, content type, body, extra headers) for one request."""
+    ) -> tuple[int, str, tuple[bytes, ...], tuple[tuple[str, str], ...]]:
+        """(status, content type, body in pieces, extra headers) for one request."""
         if req.method not in ("GET", "HEAD"):
-            return 405, "text/plain; charset=utf-8", b"only GET and HEAD\n", (("Allow", "GET, HEAD"),)
+            return 405, "text/plain; charset=utf-8", (b"only GET and HEAD\n",), (("Allow", "GET, HEAD"),)
         if req.path == "/metrics":
             if not authorized:
                 challenge = (("WWW-Authenticate", 'Basic realm="gpupilot-exporter"'),)
-                return 401, "text/plain; charset=utf-8", b"unauthorized\n", challenge
+                return 401, "text/plain; charset=utf-8", (b"unauthorized\n",), challenge
             page = self.source.page
             om = page.negotiate(wants_openmetrics=wants_openmetrics(req.accept))
             gz = accepts_gzip(req.accept_encoding)
-            body = page.body(openmetrics=om, gzip=gz, now=self.clock())
+            body = page.parts(openmetrics=om, gzip=gz, now=self.clock())
             ctype = OPENMETRICS_CONTENT_TYPE if om else TEXT_CONTENT_TYPE
             enc = (("Content-Encoding", "gzip"),) if gz else ()
             return 200, ctype, body, (*enc, ("Vary", "Accept, Accept-Encoding"))
         if req.path == "/health":
-            return 200, "text/plain; charset=utf-8", b"ok\n", ()
+            return 200, "text/plain; charset=utf-8", (b"ok\n",), ()
         if req.path == "/ready":
             ok, why = self.source.readiness()
-            return (200 if ok else 503), "text/plain; charset=utf-8", why.encode() + b"\n", ()
+            return (200 if ok else 503), "text/plain; charset=utf-8", (why.encode() + b"\n",), ()
         if req.path == "/":
-            return 200, "text/html; charset=utf-8", _LANDING, ()
-        return 404, "text/plain; charset=utf-8", b"not found; try /metrics\n", ()
+            return 200, "text/html; charset=utf-8", (_LANDING,), ()
+        return 404, "text/plain; charset=utf-8", (b"not found; try /metrics\n",), ()
 
 
 class _Connection(asyncio.BufferedProtocol):
-    """One client connection: h11 parses, this class routes and bounds what is held in memory.
+    """One client connection: httptools parses, this class routes and bounds what is held in memory.
 
-    Reading stops whenever the connection cannot make progress — a bcrypt check is running, or
-    the transport's send buffer is above its high-water mark because the client does not read
-    its answers — and resumes when it can. So a connection holds at most one receive chunk, one
-    incomplete request head (``MAX_HEAD_BYTES``; more is a 431) and one send buffer
-    (``WRITE_HIGH_WATER`` plus the answer being written)."""
+    httptools parses whatever it is fed in one call, pipelined requests included, calling back for
+    each part of each request. A request whose answer cannot be written now — a bcrypt check for an
+    earlier one is running, or the transport's send buffer is above its high-water mark because the
+    client does not read — waits in ``pending`` and reading stops until it is answered. So a
+    connection holds at most one receive chunk, the requests parsed from it, one incomplete request
+    head (under ``MAX_HEAD_BYTES``; more is a 431) and one send buffer (``WRITE_HIGH_WATER`` plus
+    the answer being written)."""
 
     def __init__(self, app: _App) -> None:
         self.app = app
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES - READ_CHUNK_BYTES)
+        self.parser = httptools.HttpRequestParser(self)
         self.recv = bytearray(READ_CHUNK_BYTES)
+        self.view = memoryview(self.recv)
         self.transport: asyncio.Transport | None = None
-        self.request: _Request | None = None
-        self.waiting = False  # a bcrypt check holds back the next request
+        self.pending: deque[_Request] = deque()
+        self.waiting = False  # a bcrypt check holds back the next answer
         self.write_paused = False
         self.reading = True
+        self.eof = False  # the client has half-closed; close once everything it sent is answered
+        self.stopped = False  # nothing more is parsed: an error answer or a close is due
+        self.error: int | None = None  # the error answer due after the pending ones
         self.last_active = time.monotonic()
+        self.lost = False  # the transport has reported the connection closed
+        # the request being parsed
+        self.chunk = 0
+        self.in_head = False
+        self.head_bytes = 0
+        self.head_started = 0.0
+        self.url = b""
+        self.accept = self.accept_encoding = ""
+        self.authorization: str | None = None
+        self.has_body = self.has_host = False
+        self.keep_alive = True
+        self.method = ""
 
     # -- transport callbacks ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -233,45 +261,136 @@ class _Connection(asyncio.BufferedProtocol):
         self.transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self.app.connections.add(self)
-        asyncio.get_running_loop().call_later(IDLE_TIMEOUT_S, self._idle_check)
+        asyncio.get_running_loop().call_later(min(IDLE_TIMEOUT_S, HEAD_TIMEOUT_S), self._timeout_check)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.lost = True
+        self.pending.clear()
         self.app.connections.discard(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return memoryview(self.recv)
+        return self.view
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self.transport is None:
+        if self.transport is None or self.stopped:
             return  # closing: whatever else arrives is dropped
         self.last_active = time.monotonic()
-        self.h11.receive_data(bytes(self.recv[:nbytes]))
-        self._process()
+        self.chunk = nbytes
+        if self.in_head:
+            self.head_bytes += nbytes
+        try:
+            self.parser.feed_data(self.view[:nbytes])
+        except httptools.HttpParserUpgrade:
+            self.stopped = True  # the upgrade request is answered as plain HTTP, then we close
+        except httptools.HttpParserError as exc:
+            self._refuse(self._error_status(exc))
+        else:
+            # An over-estimate by less than one chunk (the part of the chunk before the head
+            # began), checked after each chunk: no head above MAX_HEAD_BYTES is ever accepted.
+            if self.in_head and self.head_bytes > MAX_HEAD_BYTES - READ_CHUNK_BYTES:
+                self._refuse(431)
+        self._drain()
 
     def eof_received(self) -> bool:
-        if self.transport is not None:
-            self.h11.receive_data(b"")
-            self._process()
-        return False  # close our side too
+        transport = self.transport
+        if transport is None or not (self.pending or self.waiting) or not transport.can_write_eof():
+            return False  # close our side too (TLS cannot stay half-open)
+        self.eof = True  # answer what was asked first
+        self.stopped = True
+        return True
 
     def pause_writing(self) -> None:
         self.write_paused = True
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        self._process()
+        self._drain()
 
-    def _idle_check(self) -> None:
+    def _timeout_check(self) -> None:
+        """Close a connection idle for ``IDLE_TIMEOUT_S``; answer 408 to a request head that has
+        not arrived ``HEAD_TIMEOUT_S`` after its first byte (a client trickling bytes)."""
         if self.transport is None:
             return
-        idle = time.monotonic() - self.last_active
+        now = time.monotonic()
+        if self.in_head and now - self.head_started >= HEAD_TIMEOUT_S:
+            self._refuse(408)
+            self._drain()
+            return
+        idle = now - self.last_active
         if idle >= IDLE_TIMEOUT_S:
-            self.transport.close()
-        else:
-            asyncio.get_running_loop().call_later(IDLE_TIMEOUT_S - idle, self._idle_check)
+            self._close()
+            return
+        due = IDLE_TIMEOUT_S - idle
+        if self.in_head:
+            due = min(due, HEAD_TIMEOUT_S - (now - self.head_started))
+        asyncio.get_running_loop().call_later(due, self._timeout_check)
 
-    # -- request loop -----------------------------------------------------------------------
+    # -- parser callbacks (httptools) -------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self.in_head = True
+        self.head_bytes = self.chunk  # this whole chunk: where in it the head began is not known
+        self.head_started = self.last_active
+        self.url = b""
+        self.accept = self.accept_encoding = ""
+        self.authorization = None
+        self.has_body = self.has_host = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url  # in pieces when the request line spans reads; bounded by the head limit
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        if name == b"accept":
+            self.accept = value.decode("latin-1")
+        elif name == b"accept-encoding":
+            self.accept_encoding = value.decode("latin-1")
+        elif name == b"authorization":
+            self.authorization = value.decode("latin-1")
+        elif name == b"host":
+            self.has_host = True
+        elif name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            self.has_body = True
+
+    def on_headers_complete(self) -> None:
+        self.in_head = False
+        parser = self.parser
+        version = parser.get_http_version()
+        if version not in ("1.1", "1.0"):
+            raise _Refused(505)
+        if self.has_body:
+            raise _Refused(400)  # only GET and HEAD are served: a body is refused, not read
+        if version == "1.1" and not self.has_host:
+            raise _Refused(400)  # RFC 9112 section 3.2: a server MUST answer 400
+        # HTTP/1.0 clients get one answer per connection; an upgrade is answered as plain HTTP
+        self.keep_alive = version == "1.1" and parser.should_keep_alive() and not parser.should_upgrade()
+        self.method = parser.get_method().decode("ascii", "replace")
+
+    def on_message_complete(self) -> None:
+        if self.stopped:
+            return  # pipelined after a request that closes the connection: not answered
+        req = _Request(
+            self.method,
+            self.url.partition(b"?")[0].decode("ascii", "replace"),
+            self.accept,
+            self.accept_encoding,
+            self.authorization,
+            self.keep_alive,
+        )
+        if not self.keep_alive:
+            self.stopped = True  # this is the last request read from this connection
+        if self.pending or self.waiting or self.write_paused:
+            self.pending.append(req)  # bounded by what one chunk holds: reading stops below
+        else:
+            self._handle(req)
+
+    def _error_status(self, exc: httptools.HttpParserError) -> int:
+        if isinstance(exc.__context__, _Refused):
+            return exc.__context__.status
+        # llhttp refuses versions other than 0.9, 1.x, 2.0 and 3.0 (and HTTP/2's preface) itself
+        return 400 if self.parser.get_http_version() in ("0.0", "1.0", "1.1") else 505
+
+    # -- answers ----------------------------------------------------------------------------
     def _set_reading(self, on: bool) -> None:
         if self.transport is not None and on != self.reading:
             self.reading = on
@@ -280,30 +399,33 @@ class _Connection(asyncio.BufferedProtocol):
             else:
                 self.transport.pause_reading()
 
-    def _process(self) -> None:
+    def _refuse(self, status: int) -> None:
+        """Answer ``status`` after the requests already parsed, then close: the stream cannot be
+        trusted past a malformed or refused request."""
+        self.stopped = True
+        self.in_head = False
+        self.error = status
+
+    def _drain(self) -> None:
+        """Answer pending requests while answers can be written; then the due error, or the close
+        the client asked for; else read on."""
         while self.transport is not None:
             if self.waiting or self.write_paused:
                 self._set_reading(False)  # the client's further requests wait in its own buffers
                 return
-            try:
-                event = self.h11.next_event()
-            except h11.RemoteProtocolError as exc:
-                self._send_error(exc.error_status_hint)
-                return
-            if event is h11.NEED_DATA:
-                self._set_reading(True)
-                return
-            if isinstance(event, h11.Request):
-                if _has_body(event):
-                    self._send_error(400)
-                    return
-                self.request = _Request(event)
-            elif isinstance(event, h11.EndOfMessage) and self.request is not None:
-                req, self.request = self.request, None
-                self._handle(req)
-            elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-                self._close()
-                return
+            if not self.pending:
+                break
+            self._handle(self.pending.popleft())
+        if self.transport is None:
+            return
+        if self.error is not None:
+            status, self.error = self.error, None
+            body = (f"{status} {_REASONS.get(status, 'Error')}\n".encode(),)
+            self._write(status, "text/plain; charset=utf-8", body, (), close=True)
+        elif self.eof:
+            self._close()
+        else:
+            self._set_reading(not self.stopped)
 
     def _handle(self, req: _Request) -> None:
         auth = self.app.auth
@@ -324,57 +446,66 @@ class _Connection(asyncio.BufferedProtocol):
         ok = not future.cancelled() and future.exception() is None and future.result()
         if self.transport is not None:
             self._respond(req, authorized=ok)
-            self._process()
+            self._drain()
 
     def _respond(self, req: _Request, *, authorized: bool) -> None:
         try:
             status, ctype, body, headers = self.app.response(req, authorized=authorized)
         except Exception:  # never a traceback to the client; the server keeps running
             log.exception("error answering %s %s", req.method, req.path)
-            status, ctype, body, headers = 500, "text/plain; charset=utf-8", b"internal error\n", ()
-        self._write(status, ctype, body, headers, head_only=req.method == "HEAD")
-
-    def _send_error(self, status: int) -> None:
-        """Answer a request h11 or we refused, then close: the stream cannot be trusted past it."""
-        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-            self._close()
-            return
-        body = f"{status} {_REASONS.get(status, 'Error')}\n".encode()
-        self._write(status, "text/plain; charset=utf-8", body, (("Connection", "close"),))
-        self._close()
+            status, ctype, body, headers = 500, "text/plain; charset=utf-8", (b"internal error\n",), ()
+        self._write(status, ctype, body, headers, close=not req.keep_alive, head_only=req.method == "HEAD")
 
     def _write(
         self,
         status: int,
         ctype: str,
-        body: bytes,
+        body: tuple[bytes, ...],
         headers: tuple[tuple[str, str], ...],
         *,
+        close: bool,
         head_only: bool = False,
     ) -> None:
         if self.transport is None:
             return
-        try:
-            response = _response_head(status, ctype, len(body), (*headers, *self.app.extra))
-            pieces = [self.h11.send(response)]
-            if body and not head_only:  # passthrough: the page is written as is, not copied by h11
-                pieces += self.h11.send_with_data_passthrough(h11.Data(data=body)) or ()
-            pieces.append(self.h11.send(_END))
-        except h11.LocalProtocolError:  # e.g. an error answer to a request h11 could not parse
-            log.debug("cannot answer on this connection; closing it", exc_info=True)
-            self._close()
-            return
-        self.transport.writelines([p for p in pieces if p])
-        if self.h11.our_state is h11.MUST_CLOSE:
-            self._close()
-        elif self.h11.their_state is h11.DONE:
-            self.h11.start_next_cycle()
+        length = sum(map(len, body))
+        head = _response_head(status, ctype, length, headers + self.app.extra, close)
+        self.transport.write(head if head_only else b"".join((head, *body)))  # one copy of the body
+        if close:
+            self._close(linger=True)
 
-    def _close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()  # flushes what is buffered, then closes
-            self.transport = None
-            self.app.connections.discard(self)
+    def _close(self, *, linger: bool = False) -> None:
+        """Write nothing more and close once what is buffered is sent. ``linger``, after a last
+        answer the client may still be sending behind (pipelined requests, the rest of a refused
+        head): half-close and read and drop what arrives for ``LINGER_S``, so that unread input does
+        not make the kernel reset the connection and destroy the answer in flight (RFC 9112
+        section 9.6). The connection counts against ``max_connections`` until it is gone."""
+        transport = self.transport
+        if transport is None:
+            return
+        self.transport = None
+        self.stopped = True
+        self.pending.clear()
+        if linger and transport.can_write_eof():  # not TLS: a TLS close_notify is a close
+            transport.write_eof()  # FIN after the buffered answer
+            transport.resume_reading()
+        else:
+            transport.close()
+        loop = asyncio.get_running_loop()
+        loop.call_later(LINGER_S, self._reap, transport, loop.time() + CLOSE_TIMEOUT_S)
+
+    def _reap(self, transport: asyncio.Transport, give_up_at: float) -> None:
+        """Close a lingering connection whose answers are sent; abort one whose client has not
+        read them by ``give_up_at`` (its buffered answer would be held for as long as it likes)."""
+        if self.lost:
+            return
+        loop = asyncio.get_running_loop()
+        if transport.get_write_buffer_size() == 0:
+            transport.close()
+        elif loop.time() >= give_up_at:
+            transport.abort()
+        else:
+            loop.call_later(LINGER_S, self._reap, transport, give_up_at)
 
 
 class MetricsServer:

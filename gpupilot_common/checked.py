@@ -162,9 +162,9 @@ def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
     return Document(data, source=source, error=error, lines=lines)
 
 
-def _read(path: Path, *, error: ErrorType, what: str) -> str:
+def _read(path: Path, *, error: ErrorType, what: str, max_bytes: int = yamlsafe.MAX_BYTES) -> str:
     try:
-        return yamlsafe.read_text(path)  # UTF-8 (the bad byte's line named), at most 16 MiB
+        return yamlsafe.read_text(path, max_bytes=max_bytes)  # UTF-8 (the bad byte's line named)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise error(f"{path}: cannot read the {what} ({reason})") from None
@@ -226,8 +226,10 @@ def parse_json(text: str, *, source: str, error: ErrorType) -> Document:
     return Document(data, source=source, error=error, lines=lambda: json_key_lines(text))
 
 
-def load_json(path: Path, *, error: ErrorType, what: str = "file") -> Document:
-    return parse_json(_read(path, error=error, what=what), source=str(path), error=error)
+def load_json(
+    path: Path, *, error: ErrorType, what: str = "file", max_bytes: int = yamlsafe.MAX_BYTES
+) -> Document:
+    return parse_json(_read(path, error=error, what=what, max_bytes=max_bytes), source=str(path), error=error)
 
 
 class Section:

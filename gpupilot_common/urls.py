@@ -54,5 +54,10 @@ def base_url(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{redact(text)!r}: expected http(s)://HOST[:PORT][/PATH], e.g. http://prometheus:9090"
         )
+    if parts.query or parts.fragment:
+        raise argparse.ArgumentTypeError(
+            f"{redact(text)!r}: no ?query or #fragment; a path prefix goes in the path "
+            "(http://mimir:8080/prometheus)"
+        )
     del port
     return text.strip()

@@ -1,9 +1,11 @@
-"""Prometheus history → per-device and per-workload usage: the only rightsizer module using pandas.
+"""Prometheus history → per-device and per-workload usage.
 
 Every number is aggregated on the server (``quantile_over_time``, ``max_over_time``,
 ``count_over_time`` and hourly subqueries), one query per statistic per chunk, so what is pulled
 grows with the number of devices, never with the number of samples. Windows are cut into chunks
-(default one day) and combined here:
+(default one day), each chunk's queries cut into node groups when the fleet is too large for one
+query (:mod:`rightsizer.clients.chunks`), and every answer folded at once into one summary per device
+(memory grows with the devices, not with the chunks, groups or samples):
 
 * max and peak framebuffer: max of the chunks' maxima (exact);
 * idle hours, hours with data, allocated hours: sums (exact, hours are aligned to the hour);
@@ -35,10 +37,11 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-
-import pandas as pd
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
 
 from gpupilot_common.timefmt import format_time
 from mig_geometry.catalogue import GpuModel, by_device_id
@@ -52,7 +55,8 @@ from rightsizer.analysis.types import (
     PodKey,
     Workload,
 )
-from rightsizer.clients.prometheus import PrometheusClient, Sample
+from rightsizer.clients.chunks import QueryLimits, fleet_groups, scoped
+from rightsizer.clients.prometheus import PrometheusClient, Sample, Series
 
 IDENT = ("Hostname", "gpu", "UUID", "GPU_I_ID", "GPU_I_PROFILE")
 BY = "Hostname, gpu, UUID, GPU_I_PROFILE, GPU_I_ID"
@@ -61,8 +65,6 @@ INST = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!=""}'
 WHOLE = "DCGM_FI_DEV_GPU_UTIL"
 CLUSTER = "cluster"
 """The default cluster label, as Thanos' and VictoriaMetrics' multi-cluster setups name it."""
-KEY = ("_cluster", *IDENT)
-"""Frame columns identifying a device across clusters (``_cluster``: the cluster label's value)."""
 
 
 def _blind(cluster_label: str) -> str:
@@ -73,6 +75,10 @@ def _blind(cluster_label: str) -> str:
 
 
 Progress = Callable[[str], None]
+MAX_INSTANCES = 7
+"""MIG instances a GPU holds at most (seven 1g slices): the series per GPU before they are counted."""
+PROGRESS_EVERY_S = 5.0
+"""At most one progress line per this many seconds while node groups are queried."""
 
 
 @dataclass(frozen=True)
@@ -89,17 +95,14 @@ class AnalysisSettings:
     """Length of the rolling mean that sizes a device (15 min): a burst this long is never missed."""
     inventory_lookback_s: float = 900.0
     """Info series older than this before the end of the window are ignored (15 min)."""
+    limits: QueryLimits = field(default_factory=QueryLimits)
+    """What one query may cost: a large fleet's queries are cut into node groups under it."""
     cluster_label: str = CLUSTER
     """Label naming a series' cluster in a multi-cluster store; series without it: one unnamed cluster."""
 
 
 def _ident(labels: dict[str, str], cluster_label: str) -> tuple[str, ...]:
     return (labels.get(cluster_label, ""), *(labels.get(k, "") for k in IDENT))
-
-
-def _frame(samples: Iterable[Sample], column: str, cluster_label: str) -> pd.DataFrame:
-    rows = [(*_ident(s.labels, cluster_label), s.value) for s in samples]
-    return pd.DataFrame(rows, columns=[*KEY, column])
 
 
 def _rolling_mean(*, rule: bool, busy_s: float, cluster_label: str = CLUSTER) -> str:
@@ -178,6 +181,51 @@ def chunks(start: float, end: float, size: float) -> list[tuple[float, float]]:
     return out[::-1]
 
 
+MAXED = ("p50", "p95", "max", "fb_peak_mib")
+"""Per-chunk statistics combined by their maximum; every other one (hours) is summed."""
+
+Ident = tuple[str, ...]
+"""A device's identity: the cluster label's value, then :data:`IDENT`'s labels."""
+
+
+@dataclass
+class _Peak:
+    """A device's running hourly-peak summary: the highest value, the (first) hour it was seen, and
+    the hours under the idle threshold."""
+
+    value: float
+    at: float
+    idle: float
+
+
+@dataclass
+class WindowStats:
+    """Per device identity, the window's statistics folded chunk by chunk (bounded by the number of
+    devices, never by the number of chunks or samples)."""
+
+    stats: dict[Ident, dict[str, float]]
+    rule_chunks: int
+    """Chunks in which every node group was answered from the recording rule."""
+    rule_used: bool
+    groups: int = 1
+    """Node groups each chunk was cut into (1: whole-fleet queries)."""
+
+
+def _fold(
+    into: dict[Ident, dict[str, float]], samples: Iterable[Sample], column: str, cluster_label: str
+) -> None:
+    summed = column not in MAXED
+    for s in samples:
+        row = into.setdefault(_ident(s.labels, cluster_label), {})
+        old = row.get(column)
+        if old is None:
+            row[column] = s.value
+        elif summed:
+            row[column] = old + s.value
+        elif s.value > old:
+            row[column] = s.value
+
+
 def window_stats(
     client: PrometheusClient,
     *,
@@ -185,77 +233,136 @@ def window_stats(
     end: float,
     settings: AnalysisSettings,
     progress: Progress = lambda _m: None,
+    groups: Sequence[tuple[str, ...] | None] = (None,),
     named_clusters: bool = False,
-) -> tuple[pd.DataFrame, int]:
-    """One row per device identity: p50/p95/max, peak rolling mean and its time, fb peak, hours.
+) -> WindowStats:
+    """Per device identity (cluster first): p50/p95/max, peak rolling mean and its time, fb peak, hours.
+    Each chunk's queries run once per node group (:func:`rightsizer.clients.chunks.node_groups`) and
+    their answers are folded into one summary per device as they arrive. A node group names nodes by
+    ``Hostname`` only, so in a multi-cluster store it selects that name in every cluster; the answers
+    stay apart because every query groups by the cluster label too and the summaries are keyed by it.
 
     ``named_clusters``: the inventory's series carry the cluster label; the recording rule then serves
     only where its own series carry it too (one rule evaluated over several clusters' series in one
     store would have merged their devices), else the raw series are read."""
-    parts = []
-    hourly: list[tuple[tuple[str, ...], float, float]] = []
-    pieces = chunks(start, end, settings.chunk_s)
     label = settings.cluster_label
+    stats: dict[Ident, dict[str, float]] = {}
+    peaks: dict[Ident, _Peak] = {}
+    pieces = chunks(start, end, settings.chunk_s)
     rule_chunks = 0
+    rule_used = False
+    started = shown = time.monotonic()
+    total = len(pieces) * len(groups)
     for i, (lo, hi) in enumerate(pieces, 1):
-        probe = f'{RULE}{{{label}!=""}}' if named_clusters else RULE
-        rule = client.has_data(probe, start=lo, end=min(hi, lo + 3600))
-        rule_chunks += rule
-        seconds = max(2, round(hi - lo))
-        rng, sub = f"{seconds}s", f"{seconds - 1}s"
         progress(
             f"querying history chunk {i}/{len(pieces)} ({(hi - lo) / 3600:.0f} h ending {format_time(hi)})"
+            + (f" in {len(groups)} node groups" if len(groups) > 1 else "")
         )
-        for column, query in _activity_queries(rule=rule, rng=rng, sub=sub, cluster_label=label).items():
-            frame = _frame(client.instant(query, hi), column, label)
-            if not frame.empty:
-                parts.append(frame.melt(id_vars=list(KEY), var_name="stat", value_name="value"))
-        first, last = hour_ends(lo, hi)
-        for series in client.range(
-            hourly_peak_query(rule=rule, busy_s=settings.min_busy_s, cluster_label=label), first, last, 3600
-        ):
-            ident = _ident(series.labels, label)
-            hourly.extend((ident, t, v) for t, v in series.points if math.isfinite(v))
-    if hourly:
-        parts.append(_hourly_stats(hourly, threshold=settings.idle_threshold))
-    if not parts:
-        return pd.DataFrame(columns=[*KEY]), rule_chunks
-    long = pd.concat(parts, ignore_index=True)
-    summed = ["idle_hours", "coverage_hours", "allocated_hours", "proc_idle_hours", "proc_coverage_hours"]
-    agg = long.groupby([*KEY, "stat"], as_index=False)["value"].agg(["max", "sum"])
-    agg["value"] = agg["max"].where(~agg["stat"].isin(summed), agg["sum"])
-    wide = agg.pivot_table(index=list(KEY), columns="stat", values="value", aggfunc="first")
-    return wide.reset_index(), rule_chunks
+        all_rule = True
+        ask = partial(_group_answers, client, lo=lo, hi=hi, settings=settings, named_clusters=named_clusters)
+        with ThreadPoolExecutor(max_workers=max(1, min(settings.limits.concurrency, len(groups)))) as pool:
+            # answers folded in group order (map keeps it), chunk after chunk: the same summaries
+            # whatever the concurrency
+            for g, (rule, instants, hourly) in enumerate(pool.map(ask, groups), 1):
+                all_rule &= rule
+                rule_used |= rule
+                for column, samples in instants:
+                    _fold(stats, samples, column, label)
+                for series in hourly:
+                    _fold_peaks(
+                        peaks, _ident(series.labels, label), series.points, threshold=settings.idle_threshold
+                    )
+                now = time.monotonic()
+                if len(groups) > 1 and (
+                    now - shown >= PROGRESS_EVERY_S or (i, g) == (len(pieces), len(groups))
+                ):
+                    shown = now
+                    done = (i - 1) * len(groups) + g
+                    left = (now - started) / done * (total - done)
+                    progress(
+                        f"{done}/{total} (chunk, node group) pairs queried, {now - started:.0f} s, about {left:.0f} s left"
+                    )
+        rule_chunks += all_rule
+    for ident, p in peaks.items():
+        row = stats.setdefault(ident, {})
+        row["peak"], row["peak_at"], row["idle_hours"] = p.value, p.at - 3600.0, p.idle
+    return WindowStats(stats, rule_chunks, rule_used, len(groups))
 
 
-def _hourly_stats(rows: list[tuple[tuple[str, ...], float, float]], *, threshold: float) -> pd.DataFrame:
-    """Hourly peaks → per device: the window's peak, the start of its (first) hour, idle hours."""
-    frame = pd.DataFrame([(*ident, t, v) for ident, t, v in rows], columns=[*KEY, "t", "v"])
-    frame = frame.sort_values("t", kind="stable")
-    grouped = frame.groupby(list(KEY), sort=False)
-    best = frame.loc[grouped["v"].idxmax()].set_index(list(KEY))
-    out = pd.DataFrame(
-        {
-            "peak": best["v"],
-            "peak_at": best["t"] - 3600.0,
-            "idle_hours": grouped["v"].apply(lambda v: float((v < threshold).sum())),
-        }
-    ).reset_index()
-    return out.melt(id_vars=list(KEY), var_name="stat", value_name="value")
+def _group_answers(
+    client: PrometheusClient,
+    nodes: tuple[str, ...] | None,
+    *,
+    lo: float,
+    hi: float,
+    settings: AnalysisSettings,
+    named_clusters: bool = False,
+) -> tuple[bool, list[tuple[str, list[Sample]]], list[Series]]:
+    """One node group's answers for the chunk ``(lo, hi]``: whether the recording rule served it, the
+    statistics' samples, and the hourly peaks."""
+    seconds = max(2, round(hi - lo))
+    rng, sub = f"{seconds}s", f"{seconds - 1}s"
+    label = settings.cluster_label
+    probe = f'{RULE}{{{label}!=""}}' if named_clusters else RULE
+    rule = client.has_data(scoped(probe, nodes), start=lo, end=min(hi, lo + 3600))
+    instants = [
+        (column, client.instant(scoped(query, nodes), hi))
+        for column, query in _activity_queries(rule=rule, rng=rng, sub=sub, cluster_label=label).items()
+    ]
+    first, last = hour_ends(lo, hi)
+    query = scoped(hourly_peak_query(rule=rule, busy_s=settings.min_busy_s, cluster_label=label), nodes)
+    return rule, instants, client.range(query, first, last, 3600)
+
+
+def _fold_peaks(
+    peaks: dict[Ident, _Peak], ident: Ident, points: Iterable[tuple[float, float]], *, threshold: float
+) -> None:
+    """Hourly peaks of one device (chunks in time order) → its running peak, the end of its first
+    hour, and its idle hours."""
+    p = peaks.get(ident)
+    for t, v in points:
+        if not math.isfinite(v):
+            continue
+        if p is None:
+            p = peaks[ident] = _Peak(v, t, 0.0)
+        elif v > p.value or (v == p.value and t < p.at):
+            p.value, p.at = v, t
+        if v < threshold:
+            p.idle += 1.0
 
 
 # ---------------------------------------------------------------------------------------------- inventory
 
 
 def inventory(
-    client: PrometheusClient, *, at: float, lookback_s: float, cluster_label: str = CLUSTER
+    client: PrometheusClient,
+    *,
+    at: float,
+    lookback_s: float,
+    limits: QueryLimits | None = None,
+    cluster_label: str = CLUSTER,
 ) -> tuple[list[NodeInventory], dict[tuple[str, str, str, str], tuple[PodKey, ...]]]:
     """Nodes and GPUs from the exporter's info series at ``at`` (sorted by cluster, then name);
-    current (cluster, node, GPU UUID, GI id) → pods."""
+    current (cluster, node, GPU UUID, GI id) → pods.
+
+    ``gpupilot_gpu_info`` (one series per GPU) is asked for the whole fleet; the per-instance and
+    per-pod series are asked per node group when the fleet, at up to 7 MIG instances per GPU, would
+    exceed ``limits``. A node name's cost counts its GPUs in every cluster (its ``Hostname`` matcher
+    selects them all); the answers are keyed by cluster and name."""
     lb = f"{max(1, round(lookback_s))}s"
     gpus = client.instant(f"last_over_time(gpupilot_gpu_info[{lb}])", at)
-    insts = client.instant(f"last_over_time(gpupilot_mig_instance_info[{lb}])", at)
-    pods = client.instant(f"last_over_time(gpupilot_device_pod_info[{lb}])", at)
+    per_node: dict[str, int] = {}
+    for s in gpus:
+        host = s.labels.get("Hostname", "")
+        per_node[host] = per_node.get(host, 0) + MAX_INSTANCES
+    groups = fleet_groups(
+        client, per_node, limits=limits or QueryLimits(), span_s=lookback_s, at=at, selectors=1
+    )
+    insts: list[Sample] = []
+    pods: list[Sample] = []
+    for part in groups:
+        insts += client.instant(scoped(f"last_over_time(gpupilot_mig_instance_info[{lb}])", part), at)
+        pods += client.instant(scoped(f"last_over_time(gpupilot_device_pod_info[{lb}])", part), at)
     labels = client.instant(f"last_over_time(kube_node_labels[{lb}])", at)
 
     def where(s: Sample) -> tuple[str, str]:
@@ -356,11 +463,11 @@ def owners(
 # ---------------------------------------------------------------------------------------------- top level
 
 
-def _opt(row: dict[str, object], key: str) -> float | None:
+def _opt(row: dict[str, float], key: str) -> float | None:
     value = row.get(key)
     if value is None:
         return None
-    f = float(value)  # type: ignore[arg-type]
+    f = float(value)
     return None if math.isnan(f) else f
 
 
@@ -375,18 +482,34 @@ def analyse(
     start = end - settings.window_s
     progress(f"reading inventory from {client.url} at {format_time(end)}")
     label = settings.cluster_label
-    nodes, holders = inventory(client, at=end, lookback_s=settings.inventory_lookback_s, cluster_label=label)
-    stats, rule_chunks = window_stats(
+    nodes, holders = inventory(
+        client, at=end, lookback_s=settings.inventory_lookback_s, limits=settings.limits, cluster_label=label
+    )
+    # node groups by name: a name's cost counts its devices in every cluster (its Hostname matcher
+    # selects them all); answers stay apart by the cluster label every query groups by
+    per_name: dict[str, int] = {}
+    for n in nodes:
+        per_name[n.name] = per_name.get(n.name, 0) + sum(
+            len(g.instances) if g.mig_enabled else 1 for g in n.gpus
+        )
+    groups = fleet_groups(client, per_name, limits=settings.limits, span_s=settings.chunk_s, at=end)
+    summary = window_stats(
         client,
         start=start,
         end=end,
         settings=settings,
         progress=progress,
+        groups=groups,
         named_clusters=any(n.cluster for n in nodes),
     )
-    rows: dict[tuple[str, ...], dict[str, object]] = {}
-    for rec in stats.to_dict("records"):
-        rows[tuple(str(rec.get(k, "")) for k in KEY)] = {str(k): v for k, v in rec.items()}
+    rule_chunks = summary.rule_chunks
+    rows: dict[tuple[str, ...], dict[str, float]] = summary.stats
+    by_device: dict[tuple[str, ...], list[tuple[str, dict[str, float]]]] = {}
+    for (
+        k,
+        r,
+    ) in rows.items():  # rows under cluster + their first four labels, for profiles spelled differently
+        by_device.setdefault(k[:5], []).append((k[5], r))
     window_h = settings.window_s / 3600.0
     devices: list[DeviceStats] = []
     proc_only: list[str] = []
@@ -404,10 +527,10 @@ def analyse(
                     row = next(
                         (
                             r
-                            for k, r in rows.items()
-                            if k[:5] == (node.cluster, node.name, str(gpu.index), gpu.uuid, gi)
-                            and (p := canonical_profile(model, k[5])) is not None
-                            and p.name == profile
+                            for spelled, r in by_device.get(
+                                (node.cluster, node.name, str(gpu.index), gpu.uuid, gi), ()
+                            )
+                            if (p := canonical_profile(model, spelled)) is not None and p.name == profile
                         ),
                         None,
                     )
@@ -480,7 +603,7 @@ def analyse(
         nodes=tuple(nodes),
         devices=tuple(devices),
         workloads=tuple(workloads),
-        used_recording_rule=rule_chunks > 0,
+        used_recording_rule=summary.rule_used,
         notes=notes,
         cluster_notes=cluster_notes,
     )

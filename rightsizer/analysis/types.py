@@ -1,7 +1,7 @@
-"""Plain data the analysis hands to the optimiser and the report: no pandas here, on purpose.
+"""Plain data the analysis hands to the optimiser and the report.
 
-:mod:`rightsizer.analysis.history` (the only module that imports pandas) turns Prometheus answers into
-these frozen dataclasses; everything downstream works on them.
+:mod:`rightsizer.analysis.history` turns Prometheus answers into these frozen dataclasses; everything
+downstream works on them.
 """
 
 from __future__ import annotations

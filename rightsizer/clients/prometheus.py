@@ -6,11 +6,17 @@ A small generic API returning plain Python data — :meth:`PrometheusClient.inst
     PrometheusError                 base class, one-line messages
     ├── PrometheusUnavailable       could not connect / timed out / 5xx (temporary: retry later)
     └── PrometheusQueryError        the server rejected the query (permanent: fix the query/URL)
+        └── PrometheusDenied        401/403: the tenant or credentials are wrong
+    PrometheusAuthError             (an InputError) a tenant, credential or TLS flag or file is wrong
+
+Tenant, basic auth, bearer token file (re-read when it changes), CA bundle and client certificate:
+:mod:`gpupilot_common.promauth`, the same settings as the adapter's.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,8 +26,9 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from gpupilot_common import credentials, promauth
 from gpupilot_common.urls import split_userinfo
-from rightsizer.errors import RightsizerError
+from rightsizer.errors import InputError, RightsizerError
 
 
 class PrometheusError(RightsizerError, RuntimeError):
@@ -36,6 +43,26 @@ class PrometheusQueryError(PrometheusError):
     """Prometheus rejected the query (bad PromQL, too many samples, wrong path); permanent."""
 
 
+class PrometheusDenied(PrometheusQueryError):
+    """HTTP 401 or 403: the tenant or the credentials are not accepted."""
+
+
+class PrometheusAuthError(InputError):
+    """A tenant, credential or TLS setting or file cannot be used (named in the message)."""
+
+
+class _Credentials(requests.auth.AuthBase):
+    """Tenant and Authorization headers set on each request, so a rotated token file is sent from
+    the next query on."""
+
+    def __init__(self, creds: credentials.Credentials) -> None:
+        self.creds = creds
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        r.headers.update(self.creds.headers())
+        return r
+
+
 @dataclass(frozen=True)
 class Sample:
     labels: dict[str, str]
@@ -47,6 +74,10 @@ class Sample:
 class Series:
     labels: dict[str, str]
     points: list[tuple[float, float]]
+
+
+LONG_QUERY = 2000
+"""Queries longer than this (bytes) are sent in a POST body (a proxy may allow 8 KiB of URL or less)."""
 
 
 def _as_time(at: float | datetime | None) -> float | None:
@@ -68,10 +99,10 @@ class PrometheusClient:
     reused for every query; its answers turned into :class:`Sample` / :class:`Series` and its errors
     into this module's one-line ones.
 
-    Queries go as GET parameters (the library sends ``params`` in the URL even with ``method="POST"``).
-    Every rightsizer query is a fixed expression of a few hundred bytes, far below the 8 KiB a proxy
-    in front of Prometheus may allow for a URL; a caller building long selectors would need a POST
-    body, which the library cannot send."""
+    Queries go as GET parameters (the library sends ``params`` in the URL even with ``method="POST"``)
+    up to :data:`LONG_QUERY` bytes; longer ones (a fleet cut into node groups names hundreds of nodes,
+    :mod:`rightsizer.clients.chunks`) go as a POST form body on the same session, so no URL limit of
+    the server or a proxy in front of it applies."""
 
     def __init__(
         self,
@@ -80,14 +111,24 @@ class PrometheusClient:
         timeout: float = 60.0,
         headers: dict[str, str] | None = None,
         session: requests.Session | None = None,
+        auth: promauth.PrometheusAuth | None = None,
     ) -> None:
         # user:password@ in the URL goes into the Authorization header; the URL shown in messages,
-        # plan.json and reports has none
+        # plan.json and reports has none. A path prefix (/prometheus) stays in it.
         self.url, basic_auth = split_userinfo(url.rstrip("/"))
         self.timeout = timeout
+        settings = auth or promauth.PrometheusAuth()
+        try:  # reads the secret and TLS files now: a bad one stops the command before any query
+            self._credentials = credentials.Credentials(settings, userinfo=basic_auth)
+        except promauth.CredentialError as exc:
+            raise PrometheusAuthError(str(exc)) from None
         self._session = session or requests.Session()
-        if basic_auth is not None:
-            self._session.auth = basic_auth
+        self._session.auth = _Credentials(self._credentials)
+        if settings.ca_file is not None:
+            self._session.verify = str(settings.ca_file)
+        if settings.cert_file is not None:
+            key = settings.key_file
+            self._session.cert = (str(settings.cert_file), str(key)) if key else str(settings.cert_file)
         if headers:
             self._session.headers.update(headers)
         # errors are ours before the library sees the response (it would raise one generic exception
@@ -103,6 +144,7 @@ class PrometheusClient:
         )
         self.queries = 0
         """Queries sent so far (the analysis reports it; tests check it stays O(slices))."""
+        self._count = threading.Lock()  # node groups are queried from several threads
 
     def close(self) -> None:
         self._api.close()
@@ -119,6 +161,14 @@ class PrometheusClient:
         if resp.status_code == 200:
             return
         path = resp.request.path_url.split("?", 1)[0] if resp.request is not None else ""
+        hint = promauth.status_hint(resp.status_code)
+        if hint:
+            detail = " ".join(resp.text[:200].split()) or resp.reason
+            raise PrometheusDenied(
+                self._credentials.scrub(
+                    f"Prometheus at {self.url} answered HTTP {resp.status_code} for {path} ({detail}); {hint}"
+                )
+            )
         try:
             body = resp.json()
         except ValueError:
@@ -137,7 +187,8 @@ class PrometheusClient:
 
     def _call(self, path: str, query: Callable[[], Any]) -> Any:
         """Run one library query; connection errors and a 200 that is not the API's JSON are ours."""
-        self.queries += 1
+        with self._count:
+            self.queries += 1
         try:
             return query()
         except PrometheusError:
@@ -151,6 +202,12 @@ class PrometheusClient:
                 f"Prometheus at {self.url} did not answer within {self.timeout:.0f}s"
             ) from exc
         except requests.RequestException as exc:
+            if promauth.is_tls_failure(exc):  # SSLError, or a peer's alert inside a ConnectionError
+                raise PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.tls_failure(exc)}") from exc
+            if "RemoteDisconnected" in repr(exc):  # closed before any answer (a refused client cert)
+                raise PrometheusUnavailable(
+                    f"Prometheus at {self.url}: {promauth.disconnected(self.url)}"
+                ) from exc
             raise PrometheusUnavailable(
                 f"cannot reach Prometheus at {self.url} ({type(exc).__name__}); is it running? check --prometheus-url"
             ) from exc
@@ -163,7 +220,12 @@ class PrometheusClient:
         """Evaluate ``query`` at ``at`` (Unix seconds or datetime; default now). Vectors and scalars."""
         t = _as_time(at)
         params = {"time": f"{t:.3f}"} if t is not None else {}
-        result = self._call("/api/v1/query", lambda: self._api.custom_query(query, params=params))
+        if len(query) > LONG_QUERY:
+            result = self._call(
+                "/api/v1/query", lambda: self._post("/api/v1/query", {"query": query, **params})
+            )
+        else:
+            result = self._call("/api/v1/query", lambda: self._api.custom_query(query, params=params))
         if _is_scalar(result):
             ts, val = result
             return [Sample({}, _value(val), float(ts))]
@@ -190,16 +252,20 @@ class PrometheusClient:
         # the library rounds start and end to whole seconds; its ``params`` are applied last, so
         # they carry the exact times (to the millisecond Prometheus works in; never ':g' rounding)
         exact = {"start": f"{lo:.3f}", "end": f"{hi:.3f}", "nocache": "1"}
-        result = self._call(
-            "/api/v1/query_range",
-            lambda: self._api.custom_query_range(
-                query,
-                start_time=datetime.fromtimestamp(lo, UTC),
-                end_time=datetime.fromtimestamp(hi, UTC),
-                step=f"{step:.3f}",
-                params=exact,
-            ),
-        )
+        if len(query) > LONG_QUERY:
+            form = {"query": query, "step": f"{step:.3f}", **exact}
+            result: Any = self._call("/api/v1/query_range", lambda: self._post("/api/v1/query_range", form))
+        else:
+            result = self._call(
+                "/api/v1/query_range",
+                lambda: self._api.custom_query_range(
+                    query,
+                    start_time=datetime.fromtimestamp(lo, UTC),
+                    end_time=datetime.fromtimestamp(hi, UTC),
+                    step=f"{step:.3f}",
+                    params=exact,
+                ),
+            )
         try:
             return [
                 Series(dict(r["metric"]), [(float(t), _value(v)) for t, v in r["values"]])
@@ -207,6 +273,12 @@ class PrometheusClient:
             ]
         except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
             raise self._malformed(exc) from None
+
+    def _post(self, path: str, form: dict[str, str]) -> Any:
+        """One query as a form body (``application/x-www-form-urlencoded``), as both Prometheus and
+        VictoriaMetrics accept on their query endpoints; the result as the library would return it."""
+        resp = self._session.post(f"{self.url}{path}", data=form, timeout=self.timeout)
+        return resp.json()["data"]["result"]
 
     def _malformed(self, exc: Exception) -> PrometheusQueryError:
         """An answer that is JSON but not the Prometheus API's shape (a sample value of "abc")."""

@@ -6,12 +6,14 @@ import argparse
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from gpupilot_common import numbers, timefmt
+from gpupilot_common import numbers, promauth, timefmt
 from gpupilot_common.urls import base_url
 from rightsizer.analysis.history import CLUSTER
-from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
+from rightsizer.clients.chunks import QueryLimits
+from rightsizer.clients.prometheus import PrometheusAuthError, PrometheusClient, PrometheusError
 from rightsizer.migparted import manifest
 from rightsizer.migparted.config import MigPartedConfig, MigPartedError
 from rightsizer.optimise.proposal import OptimiserSettings
@@ -108,6 +110,14 @@ def add_cluster_arguments(parser: argparse.ArgumentParser, *, what: str) -> None
     )
 
 
+def prometheus_auth(args: argparse.Namespace) -> promauth.PrometheusAuth:
+    """The tenant, credential and TLS flags (shared with the adapter), checked."""
+    try:
+        return promauth.from_args(args)
+    except promauth.CredentialError as exc:
+        raise PrometheusAuthError(str(exc)) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Read GPU history from Prometheus, find idle and oversized MIG slices, and propose per-node "
@@ -119,8 +129,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         type=base_url,
         metavar="URL",
-        help="Prometheus (or Thanos/Mimir) base URL",
+        help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL, with any path prefix "
+        "(http://mimir:8080/prometheus)",
     )
+    promauth.add_arguments(parser)
     parser.add_argument(
         "--window",
         type=parse_duration,
@@ -209,6 +221,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="per-query HTTP timeout in seconds (default 60)",
     )
+    add_query_arguments(parser)
+
+
+def add_query_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by ``plan`` and ``report``: what one query may cost, and progress."""
+    defaults = QueryLimits()
+    parser.add_argument(
+        "--max-query-series",
+        type=numbers.whole(low=1, high=100_000_000),
+        default=defaults.max_series,
+        metavar="N",
+        help="series one query may select; a larger fleet's queries are cut into node groups "
+        f"(default {defaults.max_series:,}; VictoriaMetrics refuses more than 300,000 by default)",
+    )
+    parser.add_argument(
+        "--max-query-samples",
+        type=numbers.whole(low=1, high=10**12),
+        default=defaults.max_samples,
+        metavar="N",
+        help=f"raw samples one query may read (default {defaults.max_samples:,}; Prometheus refuses "
+        "more than 50,000,000 by default)",
+    )
+    parser.add_argument(
+        "--query-concurrency",
+        type=numbers.whole(low=1, high=64),
+        default=defaults.concurrency,
+        metavar="N",
+        help=f"node groups queried at the same time (default {defaults.concurrency})",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress lines on stderr ('report' shows them on a terminal only)",
+    )
+
+
+def query_limits_from(args: argparse.Namespace) -> QueryLimits:
+    return QueryLimits(
+        max_series=args.max_query_series,
+        max_samples=args.max_query_samples,
+        concurrency=args.query_concurrency,
+    )
+
+
+def progress_printer(args: argparse.Namespace, *, tty_only: bool = False) -> Callable[[str], None]:
+    """Progress lines (``… message (12 s)``, seconds since the command started) on stderr; none with
+    ``--quiet``, nor with ``tty_only`` when stderr is not a terminal (``report``: one line on error)."""
+    started = time.monotonic()
+    shown = not args.quiet and (not tty_only or sys.stderr.isatty())
+
+    def progress(msg: str) -> None:
+        if shown:
+            print(f"… {msg} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    return progress
 
 
 def settings_from(args: argparse.Namespace) -> PlanSettings:
@@ -225,6 +292,7 @@ def settings_from(args: argparse.Namespace) -> PlanSettings:
         ),
         cluster_label=args.cluster_label,
         cluster=args.cluster,
+        query_limits=query_limits_from(args),
     )
 
 
@@ -251,11 +319,11 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
 
-    def progress(msg: str) -> None:
-        print(f"… {msg}", file=sys.stderr, flush=True)
-
+    progress = progress_printer(args)
     try:
-        with PrometheusClient(args.prometheus_url, timeout=args.timeout) as client:
+        with PrometheusClient(
+            args.prometheus_url, timeout=args.timeout, auth=prometheus_auth(args)
+        ) as client:
             plan = make_plan(
                 client,
                 end=end,

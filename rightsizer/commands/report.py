@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpupilot_common import numbers
+from gpupilot_common import numbers, promauth
 from gpupilot_common.timefmt import parse_duration
 from gpupilot_common.urls import base_url
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
@@ -49,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         type=base_url,
         metavar="URL",
-        help="Prometheus (or Thanos/Mimir) base URL",
+        help="Prometheus (or Thanos/Mimir/VictoriaMetrics) base URL, with any path prefix "
+        "(http://mimir:8080/prometheus)",
     )
+    promauth.add_arguments(parser)
     parser.add_argument(
         "--out", type=Path, required=True, metavar="DIR", help="directory to write into (created if missing)"
     )
@@ -107,13 +109,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="per-query HTTP timeout in seconds (default 60)",
     )
     plan_cmd.add_cluster_arguments(parser, what="report")
+    plan_cmd.add_query_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     end = args.at if args.at is not None else time.time()
     try:
         plan = load_plan(args.plan) if args.plan is not None else None
-        with PrometheusClient(args.prometheus_url, timeout=args.timeout) as client:
+        with PrometheusClient(
+            args.prometheus_url, timeout=args.timeout, auth=plan_cmd.prometheus_auth(args)
+        ) as client:
             settings = PlanSettings(
                 window_s=args.window,
                 headroom=args.headroom,
@@ -121,9 +126,16 @@ def run(args: argparse.Namespace) -> int:
                 min_busy_s=args.min_busy,
                 cluster_label=args.cluster_label,
                 cluster=args.cluster,
+                query_limits=plan_cmd.query_limits_from(args),
             )
             written = report.generate(
-                client, out=args.out, end=end, settings=settings, price=args.price_per_gpu_hour, plan=plan
+                client,
+                out=args.out,
+                end=end,
+                settings=settings,
+                price=args.price_per_gpu_hour,
+                plan=plan,
+                progress=plan_cmd.progress_printer(args, tty_only=True),
             )
     except (PlanError, PrometheusError, NoInventoryError, UnknownClusterError) as exc:
         print(f"error: {exc}", file=sys.stderr)

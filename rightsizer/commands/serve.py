@@ -19,6 +19,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpupilot_common import credentials, promauth
 from gpupilot_common.httpserve import HTTPServer, Limits, Reply
 from rightsizer.apply.applier import Applier, ApplyReport, ApplySettings
 from rightsizer.clients.kube import Kube, KubeSettings
@@ -42,7 +43,7 @@ class LiveJobs:
         self.config = config
 
     def make_plan(self, *, end: float, job: PlanJob) -> Plan:
-        with PrometheusClient(self.config.prometheus_url) as client:
+        with PrometheusClient(self.config.prometheus_url, auth=self.config.prometheus_auth) as client:
             plan = make_plan(client, end=end, settings=job.plan_settings())
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         dump_plan(plan, self.config.state_dir / "plan.json")
@@ -51,7 +52,7 @@ class LiveJobs:
     def write_report(self, *, end: float, job: ReportJob, plan: Plan | None, out_dir: Path) -> Path:
         # Without a plan the report plans with the plan job's settings (the same pipeline as 'plan').
         settings = (self.config.plan or PlanJob()).plan_settings(window_s=job.window_s)
-        with PrometheusClient(self.config.prometheus_url) as client:
+        with PrometheusClient(self.config.prometheus_url, auth=self.config.prometheus_auth) as client:
             written = report.generate(
                 client, out=out_dir, end=end, settings=settings, price=job.price_per_gpu_hour, plan=plan
             )
@@ -153,6 +154,11 @@ def run(args: argparse.Namespace) -> int:
         config = serve_config.load(args.config)
     except serve_config.ServeConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:  # read the secret and TLS files once now: a bad one stops the start, not the first job
+        credentials.Credentials(config.prometheus_auth, field="prometheus_")
+    except promauth.CredentialError as exc:
+        print(f"error: {args.config}: {exc}", file=sys.stderr)
         return 2
     if args.check:
         logging.getLogger("apscheduler").setLevel(logging.WARNING)

@@ -566,10 +566,15 @@ def _totals(t: _Reader) -> Totals:
     )
 
 
+MAX_PLAN_BYTES = 1024 * 2**20
+"""Largest plan file read (1 GiB): a plan grows by about 30 KB per node (28 MB for 1,000 nodes of
+8 GPUs), so 10,000 nodes write about 300 MB."""
+
+
 def load_plan(path: Path) -> Plan:
     """Read a plan file; every problem is one :class:`PlanError` line, ``file:line: field.path:
     problem`` (the line of the field, found from the JSON text when a problem is reported)."""
-    return _plan(checked.load_json(path, error=PlanError, what="plan"))
+    return _plan(checked.load_json(path, error=PlanError, what="plan", max_bytes=MAX_PLAN_BYTES))
 
 
 def plan_id_for(*, nodes: Sequence[NodePlan], window: Window) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.analysis import history as analysis
+from rightsizer.clients.chunks import QueryLimits
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.errors import RightsizerError
 from rightsizer.migparted.config import MigPartedConfig
@@ -47,6 +48,9 @@ class PlanSettings:
     """Label naming each series' cluster in a multi-cluster store (Thanos, VictoriaMetrics global view)."""
     cluster: str | None = None
     """Plan this cluster only (``None``: every cluster, each optimised on its own)."""
+    query_limits: QueryLimits = field(default_factory=QueryLimits)
+    """What one query may cost (a large fleet's queries are cut into node groups); not recorded:
+    the plan is the same however the queries are cut."""
 
     @property
     def window_text(self) -> str:
@@ -59,6 +63,7 @@ class PlanSettings:
             headroom=self.headroom,
             min_busy_s=self.min_busy_s,
             cluster_label=self.cluster_label,
+            limits=self.query_limits,
         )
 
     def record(self) -> dict[str, Any]:

@@ -4,7 +4,7 @@ Markdown file and the PNGs themselves."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,8 @@ from rightsizer.report.data import ReportData
 
 HOURS_PER_WEEK = 168.0
 TOP_IDLE = 15
+TOP_SAVINGS = 40
+"""The savings chart shows the nodes that free the most GPU-hours; the table lists every change."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,11 @@ def build_report(data: ReportData) -> Report:
             limit=max(s.idle_hours for s in idle) * 1.15,
         )
     if changes:
+        top = (
+            changes
+            if len(changes) <= TOP_SAVINGS
+            else sorted(changes, key=lambda c: (-c.gpu_hours_per_week, c.cluster, c.node))[:TOP_SAVINGS]
+        )
         images["savings.png"] = charts.barh_chart(
             [
                 charts.Bar(
@@ -212,7 +219,7 @@ def build_report(data: ReportData) -> Report:
                     c.gpu_hours_per_week,
                     f"{c.gpus_freed} GPU(s)",
                 )
-                for c in changes
+                for c in top
             ],
             xlabel="GPU-hours freed per week",
             color=charts.FREED,
@@ -251,11 +258,12 @@ def generate(
     settings: PlanSettings,
     price: float | None,
     plan: Plan | None,
+    progress: Callable[[str], None] = lambda _m: None,
 ) -> Written:
     """Collect, build and write one report (``report`` runs it once, ``serve`` every week); without
     ``plan`` it plans through the same pipeline and ``settings`` as ``plan``."""
     if plan is None:
-        plan = make_plan(client, end=end, settings=settings)
+        plan = make_plan(client, end=end, settings=settings, progress=progress)
     elif settings.cluster is not None:
         plan = clusters.for_apply(plan, settings.cluster)
     data = report_data.collect(
@@ -265,5 +273,8 @@ def generate(
         plan=plan,
         price_per_gpu_hour=price,
         cluster_label=settings.cluster_label,
+        progress=progress,
+        limits=settings.query_limits,
     )
+    progress("drawing the charts and writing the report")
     return write_report(build_report(data), out)

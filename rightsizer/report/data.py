@@ -6,7 +6,7 @@ slices (``gpupilot:node_slices:*``), mean slice activity per node and hour
 
 Recording rules only have results from the moment they were loaded (unless their history was
 backfilled), so where a rule has no point the same quantity is computed from the raw series the rule
-is built from (``RAW_*`` below, the rules' expressions inlined); the charts then cover the whole window.
+is built from (:func:`trend_queries`: the rules' expressions inlined); the charts then cover the whole window.
 """
 
 from __future__ import annotations
@@ -15,8 +15,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rightsizer.clients.chunks import QueryLimits, fleet_groups, scoped
 from rightsizer.clients.prometheus import PrometheusClient, Series
 from rightsizer.plan.model import Plan
+
+Groups = list[tuple[str, ...] | None]
+ONE_GROUP: Groups = [None]
+MAX_POINTS = 10_000
+"""Points per series of one range query at most (Prometheus refuses more than 11,000)."""
+HEATMAP_ROWS = 60
+"""A larger fleet's heatmap shows its least active nodes only (the rightsizing candidates)."""
 
 FIRING = 'ALERTS{alertstate="firing"}'
 ZERO_WHERE_SEEN = " or 0 * count(gpupilot_gpu_info)"
@@ -74,6 +82,8 @@ class Heatmap:
     nodes: tuple[str, ...]
     values: tuple[tuple[float | None, ...], ...]
     """``values[node][hour]``: mean activity 0-1 of the node's slices in that hour; None = no data."""
+    nodes_total: int = 0
+    """Nodes with data; more than ``len(nodes)`` when only the least active are kept."""
 
 
 @dataclass(frozen=True)
@@ -113,14 +123,33 @@ def _aligned(series: list[Series], times: tuple[float, ...]) -> tuple[float | No
     return tuple(out)
 
 
-def _filled(
-    client: PrometheusClient, rule: str, raw: str, times: tuple[float, ...], step: float
+def _summed(
+    client: PrometheusClient, query: str, times: tuple[float, ...], step: float, groups: Groups
 ) -> tuple[float | None, ...]:
-    """The rule's values, with the raw expression's where the rule has none."""
+    """A fleet-wide count or sum, queried per node group and added up slot by slot (missing where
+    every group's answer is missing)."""
+    out: list[float | None] = [None] * len(times)
+    for nodes in groups:
+        got = _aligned(client.range(scoped(query, nodes), times[0], times[-1], step), times)
+        out = [a if b is None else b if a is None else a + b for a, b in zip(out, got, strict=True)]
+    return tuple(out)
+
+
+def _filled(
+    client: PrometheusClient,
+    rule: str,
+    raw: str,
+    times: tuple[float, ...],
+    step: float,
+    *,
+    groups: Groups = ONE_GROUP,
+) -> tuple[float | None, ...]:
+    """The rule's values (one series per node: whole-fleet queries), with the raw expression's
+    (over every device: per node group) where the rule has none."""
     got = _aligned(client.range(rule, times[0], times[-1], step), times)
     if all(v is not None for v in got):
         return got
-    fallback = _aligned(client.range(raw, times[0], times[-1], step), times)
+    fallback = _summed(client, raw, times, step, groups)
     return tuple(v if v is not None else f for v, f in zip(got, fallback, strict=True))
 
 
@@ -144,6 +173,7 @@ def fetch_trend(
     end: float,
     step: float,
     queries: TrendQueries | None = None,
+    groups: Groups = ONE_GROUP,
 ) -> Trend:
     step = grid_step(step)
     times = steps(start, end, step)
@@ -152,9 +182,9 @@ def fetch_trend(
     q = queries or trend_queries()
     return Trend(
         times,
-        _filled(client, *q.idle, times, step),
-        _filled(client, *q.allocated, times, step),
-        _filled(client, *q.total, times, step),
+        _filled(client, *q.idle, times, step, groups=groups),
+        _filled(client, *q.allocated, times, step, groups=groups),
+        _filled(client, *q.total, times, step, groups=groups),
     )
 
 
@@ -166,13 +196,48 @@ def fetch_heatmap(
     step: float = 3600.0,
     cluster_label: str = "cluster",
     named: bool = False,
+    groups: Groups = ONE_GROUP,
+    rows: int = HEATMAP_ROWS,
 ) -> Heatmap:
-    """Mean slice activity per node and hour; rows ``cluster · node``, grouped by cluster, when the
-    series carry ``cluster_label`` (the same node name in two clusters stays two rows); ``named``: as
-    for :func:`trend_queries`."""
+    """Per node and hour, the mean activity of its slices; past ``rows`` nodes, the least active
+    ``rows`` (mean over the hours with data). Rows ``cluster · node``, grouped by cluster, when the
+    series carry ``cluster_label`` (the same node name in two clusters stays two rows, also when one
+    node group's ``Hostname`` matcher selects both); ``named``: as for :func:`trend_queries`."""
+    parts = [
+        _heatmap(client, start=start, end=end, step=step, nodes=g, cluster_label=cluster_label, named=named)
+        for g in groups
+    ]
+    hours = parts[0][0]
+    by_node = {k: row for _, part in parts for k, row in part.items()}
+    total = len(by_node)
+    if total > rows:
+
+        def mean(row: tuple[float | None, ...]) -> float:
+            seen = [v for v in row if v is not None]
+            return sum(seen) / len(seen) if seen else math.inf
+
+        keep = sorted(by_node, key=lambda k: (mean(by_node[k]), k))[:rows]
+        by_node = {k: by_node[k] for k in keep}
+    keys = sorted(by_node)
+    labelled = any(c for c, _ in keys)
+    nodes = tuple(f"{c or '-'} · {n}" if labelled else n for c, n in keys)
+    return Heatmap(hours, nodes, tuple(by_node[k] for k in keys), total)
+
+
+def _heatmap(
+    client: PrometheusClient,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    nodes: tuple[str, ...] | None,
+    cluster_label: str,
+    named: bool,
+) -> tuple[tuple[float, ...], dict[tuple[str, str], tuple[float | None, ...]]]:
+    """One node group's rows, keyed by (cluster, node)."""
     hours = steps(start, end, step)
     if not hours:
-        return Heatmap((), (), ())
+        return (), {}
     # Each cell: the mean over the hour ending at that step (a subquery-free avg_over_time).
     rng = f"[{int(step)}s]"
     by = f"{cluster_label}, Hostname"
@@ -187,18 +252,15 @@ def fetch_heatmap(
         return s.labels.get(cluster_label, ""), s.labels.get("Hostname", "?")
 
     by_node: dict[tuple[str, str], tuple[float | None, ...]] = {
-        row(s): _aligned([s], hours) for s in client.range(rule, hours[0], hours[-1], step)
+        row(s): _aligned([s], hours) for s in client.range(scoped(rule, nodes), hours[0], hours[-1], step)
     }
     if not by_node or any(v is None for values in by_node.values() for v in values):
-        for s in client.range(raw, hours[0], hours[-1], step):
+        for s in client.range(scoped(raw, nodes), hours[0], hours[-1], step):
             node = row(s)
             fallback = _aligned([s], hours)
             have = by_node.get(node, tuple(None for _ in hours))
             by_node[node] = tuple(v if v is not None else f for v, f in zip(have, fallback, strict=True))
-    keys = sorted(by_node)
-    named = any(c for c, _ in keys)
-    nodes = tuple(f"{c or '-'} · {n}" if named else n for c, n in keys)
-    return Heatmap(hours, nodes, tuple(by_node[k] for k in keys))
+    return hours, by_node
 
 
 def fetch_alerts(
@@ -237,15 +299,34 @@ def collect(
     price_per_gpu_hour: float | None,
     progress: Callable[[str], None] = lambda _m: None,
     cluster_label: str = "cluster",
+    limits: QueryLimits | None = None,
 ) -> ReportData:
+    """Everything the report shows. Queries over every device are cut into node groups under
+    ``limits`` (the plan's nodes and devices say how many series each node has)."""
     start = end - window_s
     trend_step = max(60.0, window_s / 336)  # 7 days → 30-minute points
-    progress("fleet slice trend")
     named = any(n.cluster for n in plan.nodes)
-    trend = fetch_trend(
-        client, start=start, end=end, step=trend_step, queries=trend_queries(cluster_label, named=named)
+    # node groups by name: a name's cost counts its devices in every cluster (its Hostname matcher
+    # selects them all); the queries group by the cluster label, so clusters stay apart
+    devices: dict[str, int] = {}
+    for n in plan.nodes:
+        devices[n.name] = devices.get(n.name, 0) + sum(
+            sum(g.mig_devices.values()) if g.mig_enabled else 1 for g in n.current
+        )
+    groups = fleet_groups(
+        client, devices, limits=limits or QueryLimits(), span_s=window_s, at=end, selectors=2
     )
-    progress("per-node activity")
+    cut = f" in {len(groups)} node groups" if len(groups) > 1 else ""
+    progress(f"fleet slice trend{cut}")
+    trend = fetch_trend(
+        client,
+        start=start,
+        end=end,
+        step=trend_step,
+        queries=trend_queries(cluster_label, named=named),
+        groups=groups,
+    )
+    progress(f"per-node activity{cut}")
     heatmap = fetch_heatmap(
         client,
         start=start,
@@ -253,7 +334,9 @@ def collect(
         step=3600.0 if window_s >= 86400 else 300.0,
         cluster_label=cluster_label,
         named=named,
+        groups=groups,
     )
     progress("alerts")
-    alerts = fetch_alerts(client, start=start, end=end)
+    # 5-minute resolution up to 34 days; longer windows stay under Prometheus' 11,000 points per series
+    alerts = fetch_alerts(client, start=start, end=end, step=max(300.0, grid_step(window_s / MAX_POINTS)))
     return ReportData(start, end, trend, heatmap, alerts, plan, price_per_gpu_hour, client.url)

@@ -11,6 +11,7 @@ from gpupilot_common.urls import redact
 
 if TYPE_CHECKING:  # report.py imports this module to write files
     from rightsizer.report.build import Report
+    from rightsizer.report.data import Heatmap
 
 
 def data_uri(png: bytes) -> str:
@@ -185,7 +186,7 @@ def html(r: Report) -> str:
         out.append("<p class='lead'>No device was idle for a whole hour in the window.</p>")
     out += [
         "</section><section><h2>Slice activity per node</h2>",
-        "<p class='lead'>Mean activity of each node's slices, hour by hour (blank: no data).</p>",
+        f"<p class='lead'>{escape(_heatmap_lead(d.heatmap))}</p>",
         img["heatmap.png"],
         "</section><section><h2>Alerts seen</h2>",
     ]
@@ -238,6 +239,15 @@ def _html_clusters(r: Report) -> list[str]:
         out.append(f"<tr>{cells}</tr>")
     out.append("</table></section>")
     return out
+
+
+def _heatmap_lead(h: Heatmap) -> str:
+    if h.nodes_total > len(h.nodes):
+        return (
+            f"The {len(h.nodes)} least active of {h.nodes_total:,} nodes: mean activity of each node's "
+            "slices, hour by hour (blank: no data)."
+        )
+    return "Mean activity of each node's slices, hour by hour (blank: no data)."
 
 
 def _md_table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
@@ -355,6 +365,7 @@ def markdown(r: Report) -> str:
         "",
         "## Slice activity per node",
         "",
+        *([_heatmap_lead(d.heatmap), ""] if d.heatmap.nodes_total > len(d.heatmap.nodes) else []),
         "![slice activity per node](heatmap.png)",
         "",
         "## Alerts seen",

@@ -3,6 +3,9 @@
 Example (``examples/rightsizer-serve.yaml``)::
 
     prometheus_url: http://prometheus.monitoring:9090
+    # optional, as the plan/report flags of the same names: prometheus_tenant, prometheus_tenant_header,
+    # prometheus_username + prometheus_password_file, prometheus_bearer_token_file, prometheus_ca_file,
+    # prometheus_cert_file, prometheus_key_file
     timezone: Europe/Berlin          # required: every time below is in this zone
     listen: 0.0.0.0:9500             # /health and /metrics
     state_dir: /var/lib/gpupilot     # plans, reports, the auto-apply ledger
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from gpupilot_common import checked
+from gpupilot_common import checked, promauth
 from gpupilot_common.checked import Section
 from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
@@ -125,8 +128,20 @@ class ServeConfig:
     report: ReportJob | None
     plan: PlanJob | None
     auto_apply: AutoApply = field(default_factory=AutoApply)
+    prometheus_auth: promauth.PrometheusAuth = field(default_factory=promauth.PrometheusAuth)
+    """Tenant, credentials and TLS for ``prometheus_url``, as ``plan``'s flags."""
 
 
+_AUTH_FIELDS = (
+    "prometheus_tenant",
+    "prometheus_tenant_header",
+    "prometheus_username",
+    "prometheus_password_file",
+    "prometheus_bearer_token_file",
+    "prometheus_ca_file",
+    "prometheus_cert_file",
+    "prometheus_key_file",
+)
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _AUTO_APPLY_FIELDS = (
     "enabled",
@@ -271,7 +286,9 @@ def parse(data: Any, *, source: str) -> ServeConfig:
 
 def parse_document(doc: checked.Document) -> ServeConfig:
     r = doc.root()
-    r.keys(("prometheus_url", "timezone", "listen", "state_dir", "report", "plan", "auto_apply"))
+    r.keys(
+        ("prometheus_url", *_AUTH_FIELDS, "timezone", "listen", "state_dir", "report", "plan", "auto_apply")
+    )
     url = r.text("prometheus_url")
     if not re.match(r"^https?://", url):
         raise r.fail("prometheus_url", f"{redact(url)!r} must start with http:// or https://")
@@ -284,7 +301,39 @@ def parse_document(doc: checked.Document) -> ServeConfig:
     if report is None and plan is None:
         raise r.fail("report", "configure at least one job: 'report' and/or 'plan'")
     state = Path(r.text("state_dir", "/var/lib/gpupilot"))
-    return ServeConfig(doc.source, url, tz, host, port, state, report, plan, auto)
+    auth = _prometheus_auth(r)
+    return ServeConfig(doc.source, url, tz, host, port, state, report, plan, auto, auth)
+
+
+def _prometheus_auth(r: Section) -> promauth.PrometheusAuth:
+    """The ``prometheus_*`` credential fields; files must exist now, and are read at start."""
+
+    def file(key: str) -> Path | None:
+        text = r.optional_text(key)
+        if text is None:
+            return None
+        if not Path(text).is_file():
+            raise r.fail(key, f"{text!r}: no such file")
+        return Path(text)
+
+    auth = promauth.PrometheusAuth(
+        tenant=r.optional_text("prometheus_tenant") or "",
+        tenant_header=r.optional_text("prometheus_tenant_header") or promauth.DEFAULT_TENANT_HEADER,
+        username=r.optional_text("prometheus_username") or "",
+        password_file=file("prometheus_password_file"),
+        bearer_token_file=file("prometheus_bearer_token_file"),
+        ca_file=file("prometheus_ca_file"),
+        cert_file=file("prometheus_cert_file"),
+        key_file=file("prometheus_key_file"),
+    )
+    try:
+        auth.check(field="prometheus_")
+    except promauth.CredentialError as exc:
+        key = str(exc).split(" ", 1)[0].rstrip(":")
+        raise r.fail(
+            key if key in _AUTH_FIELDS else "prometheus_url", str(exc).removeprefix(key).lstrip(": ")
+        ) from None
+    return auth
 
 
 def load(path: Path) -> ServeConfig:

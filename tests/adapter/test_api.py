@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from adapter import resources
+from adapter import nowait, resources
 from adapter.api import MetricsApi
 from adapter.app import Adapter
 from adapter.selectors import parse_selector
@@ -308,6 +308,7 @@ def test_too_many_requests_in_flight_is_429(
     real = adapter.app.api.answer
 
     def slow(path: str, query: Mapping[str, str]) -> Any:
+        nowait.check()  # an answer that needs a worker thread (a first evaluation, say)
         gate.wait(10)
         return real(path, query)
 

@@ -4,6 +4,7 @@ that leaves before its answer (one debug line, no traceback), and TLS 1.2 as the
 
 from __future__ import annotations
 
+import gzip
 import logging
 import socket
 import ssl
@@ -15,9 +16,11 @@ from typing import Any
 
 import orjson
 import pytest
+import requests
 
-from adapter import server
+from adapter import nowait, server
 from adapter.app import Adapter
+from adapter.compress import GzipCache, accepts_gzip, gzip_bytes
 from adapter.settings import ServerLimits, ServeSettings
 from tests.adapter.conftest import Client, PromEnv, base_settings
 from tests.adapter.pki import Pki
@@ -140,6 +143,7 @@ def test_a_client_leaving_before_its_answer_is_one_debug_line(
     real = limited.app.api.answer
 
     def slow(path: str, query: Mapping[str, str]) -> Any:
+        nowait.check()  # a slow answer is a worker thread's (the loop answers only from memory)
         time.sleep(0.5)
         try:
             return real(path, query)
@@ -239,3 +243,47 @@ def test_large_answers_are_streamed_whole(
         "llm-inference-7d9f-b",
         "llm-inference-7d9f-c",
     ]
+
+
+def test_large_answers_are_gzipped_for_clients_that_accept_it(
+    limited: Adapter, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "GZIP_ABOVE", 100)  # the test data's answers are small
+    url = f"https://127.0.0.1:{limited.port}{PODS}"
+
+    def raw(encoding: str | None) -> requests.Response:
+        session = requests.Session()
+        session.headers.pop("Accept-Encoding")  # requests asks for gzip by default
+        headers = {"X-Remote-User": "hpa"} | ({"Accept-Encoding": encoding} if encoding is not None else {})
+        cert = (str(pki.front_proxy.cert), str(pki.front_proxy.key))
+        verify = str(pki.serving_ca.path)
+        return session.get(url, headers=headers, cert=cert, verify=verify, stream=True, timeout=10)
+
+    plain = raw(None)
+    assert "Content-Encoding" not in plain.headers and plain.headers["Vary"] == "Accept-Encoding"
+    body = plain.raw.read()
+    for encoding in ("gzip", "br, gzip;q=0.5", "*"):
+        r = raw(encoding)
+        assert r.headers["Content-Encoding"] == "gzip", encoding
+        packed = r.raw.read(decode_content=False)
+        assert int(r.headers["Content-Length"]) == len(packed) < len(body)
+        assert gzip.decompress(packed) == body  # byte for byte the identity answer
+    for refused in ("gzip;q=0", "identity", "br"):
+        r = raw(refused)
+        assert "Content-Encoding" not in r.headers and r.raw.read() == body, refused
+    assert limited.server._gzip.get(body) is None  # kept by the answer object, not by equal bytes
+    assert len(limited.server._gzip) == 1  # the answer from memory was compressed once
+
+
+def test_accept_encoding_parsing_and_the_gzip_store_bound() -> None:
+    assert accepts_gzip(["gzip, deflate"]) and accepts_gzip(["deflate", "x-gzip;q=0.1"])
+    assert not accepts_gzip(["gzip;q=0"]) and not accepts_gzip(["gzip;q=zero"]) and not accepts_gzip([])
+    assert not accepts_gzip(["gzipped"])
+    store = GzipCache(max_entries=2, max_bytes=10_000)
+    bodies = [bytes([i]) * 1000 for i in range(3)]
+    for b in bodies:
+        store.put(b, gzip_bytes(b))
+    assert len(store) == 2 and store.get(bodies[0]) is None
+    assert gzip.decompress(store.get(bodies[2]) or b"") == bodies[2]
+    store.put(b"x" * 9000, b"y" * 1001)  # over the byte budget on its own: not kept
+    assert store.get(b"x" * 9000) is None and store.bytes <= 10_000

@@ -149,6 +149,48 @@ def test_values_reach_the_objects() -> None:
     assert config["prometheus_url"].endswith("/select/0/prometheus")
 
 
+AUTH_DIR = "/etc/gpupilot-prometheus-auth"
+
+
+def _auth_secret(folder: Path) -> Path:
+    """ci/mimir.yaml's Secret keys as files: a password and a CA bundle."""
+    from devkit.pki import make_ca  # noqa: PLC0415
+
+    make_ca(folder, "ca")
+    (folder / "password").write_text("not-the-real-one")
+    return folder
+
+
+def test_prometheus_auth_reaches_both_services() -> None:
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in template("mimir")}
+    flags = {
+        "--prometheus-url=https://mimir-gateway.mimir.svc/prometheus",
+        "--prometheus-tenant=gpu-fleet",
+        "--prometheus-username=gpupilot",
+        f"--prometheus-password-file={AUTH_DIR}/password",
+        f"--prometheus-ca-file={AUTH_DIR}/ca.crt",
+    }
+    for name in ("gpupilot-adapter", "gpupilot-rightsizer"):
+        spec = pod_spec(objs[("Deployment", name)])
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        assert mounts["prometheus-auth"] == {
+            "name": "prometheus-auth",
+            "mountPath": AUTH_DIR,
+            "readOnly": True,
+        }
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["prometheus-auth"]["secret"] == {"secretName": "gpupilot-mimir"}
+    adapter = pod_spec(objs[("Deployment", "gpupilot-adapter")])["containers"][0]
+    assert flags <= set(adapter["args"])
+    config = yaml.safe_load(objs[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
+    settings = {f"--{k.replace('_', '-')}={v}" for k, v in config.items() if k.startswith("prometheus_")}
+    assert settings == flags  # the same settings, as config fields
+    defaults = {(o["kind"], o["metadata"]["name"]): o for o in template("defaults")}
+    adapter = pod_spec(defaults[("Deployment", "gpupilot-adapter")])
+    assert "prometheus-auth" not in {v["name"] for v in adapter["volumes"]}
+    assert not [a for a in adapter["containers"][0]["args"] if a.startswith("--prometheus-tenant")]
+
+
 @pytest.mark.slow  # a rightsizer process per variant
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
@@ -161,7 +203,10 @@ def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
         assert load_config(path).metrics
     if ("ConfigMap", "gpupilot-rightsizer") in objs:
         path = tmp_path / "rightsizer.yaml"
-        path.write_text(objs[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
+        text = objs[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"]
+        if AUTH_DIR in text:  # the Secret's files, as the kubelet would mount them
+            text = text.replace(AUTH_DIR, str(_auth_secret(tmp_path / "auth")))
+        path.write_text(text)
         res = subprocess.run(
             [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check"],
             capture_output=True,
@@ -186,6 +231,8 @@ def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
         ("rightsizer.migConfigMap=MIG_config", "/rightsizer/migConfigMap"),
         ("rightsizer.prometheusUrl=vm:8428", "/rightsizer/prometheusUrl"),
         ("adapter.minAvailable=-1", "/adapter/minAvailable"),
+        ("prometheusAuth.tenant=a b", "/prometheusAuth/tenant"),
+        ("prometheusAuth.password=x", "password"),
     ],
 )
 def test_schema_refuses_bad_values(setting: str, message: str) -> None:

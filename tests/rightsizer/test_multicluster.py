@@ -26,9 +26,11 @@ import pytest
 
 from devkit.prometheus import PrometheusServer, backfill_openmetrics
 from devkit.victoriametrics import VictoriaMetricsServer
+from rightsizer.analysis import history as analysis
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.plancheck import check_plan
 from rightsizer.cli import main
+from rightsizer.clients.chunks import QueryLimits
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan import clusters
@@ -197,6 +199,40 @@ def test_each_cluster_is_planned_as_if_alone(
     again = plan_from_dict(json.loads(json.dumps(written)))
     assert plan_to_dict(again) == written and again.clusters == fleet.clusters
     check_plan(again)
+
+
+def test_node_groups_match_a_name_in_both_clusters_and_keep_them_apart(stores: Stores) -> None:
+    """Cut into one node name per group, each group's ``Hostname`` matcher selects node-a (node-b) of
+    both clusters at once; the analysis, plan and heatmap are still those of the whole-fleet queries."""
+    url = stores.both["prometheus"]
+    cut = dataclasses.replace(SETTINGS, query_limits=QueryLimits(max_series=1))
+    with PrometheusClient(url) as client:
+        whole = analysis.analyse(client, end=stores.end, settings=SETTINGS.analysis_settings())
+        one_query = client.queries
+    lines: list[str] = []
+    with PrometheusClient(url) as client:
+        parts = analysis.analyse(
+            client, end=stores.end, settings=cut.analysis_settings(), progress=lines.append
+        )
+        assert client.queries > one_query
+    names = sorted({n.name for n in whole.nodes})
+    assert len(names) < len(whole.nodes)  # node-a and node-b are in both clusters
+    assert any(f"in {len(names)} node groups" in line for line in lines)
+    assert parts == whole
+    assert {(d.cluster, d.node) for d in parts.devices if d.peak is not None} >= {
+        ("east", "node-a"),
+        ("west", "node-a"),
+    }
+    assert comparable(plan_of(url, stores.end, cut)) == comparable(plan_of(url, stores.end))
+    with PrometheusClient(url) as client:
+        span = {"start": stores.end - WINDOW_S, "end": stores.end, "named": True}
+        heat_whole = report_data.fetch_heatmap(client, **span)
+        heat_cut = report_data.fetch_heatmap(client, **span, groups=[(n,) for n in names])
+    assert "east · node-a" in heat_cut.nodes and "west · node-a" in heat_cut.nodes
+    assert heat_cut.nodes == heat_whole.nodes and heat_cut.hours == heat_whole.hours
+    for row_cut, row_whole in zip(heat_cut.values, heat_whole.values, strict=True):
+        assert [v is None for v in row_cut] == [v is None for v in row_whole]
+        assert [v or 0.0 for v in row_cut] == pytest.approx([v or 0.0 for v in row_whole], rel=1e-9)
 
 
 def test_plan_cli_groups_tables_per_cluster_and_restricts(
