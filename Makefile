@@ -90,7 +90,10 @@ test: venv prometheus victoriametrics helm kubectl lint rules-test docs unit
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-demo: venv prometheus
+# DEMO_BACKEND=victoriametrics: the same demo on VictoriaMetrics (vmagent scrapes, vmalert runs rules/).
+DEMO_STORE := $(if $(filter victoriametrics,$(DEMO_BACKEND)),victoriametrics,prometheus)
+
+demo: venv $(DEMO_STORE)
 	$(BIN)/python -m devkit.demo
 
 # Simulated history on its own: 14 days of the demo fleet as TSDB blocks (start Prometheus on

@@ -9,12 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from devkit import prometheus
-from devkit.demo import fleet, history, sections, services
+from devkit.demo import fleet, history, sections, services, vmstore
 from devkit.demo.console import Console, StepFailed
 from devkit.demo.procs import Interrupted, Supervisor, raise_on_signals
 from devkit.demo.settings import DemoSettings, SettingsError, from_env
 from devkit.demo.tls import ensure_tls, write_kubeconfig
+from devkit.process import LoopbackServer
+from devkit.victoriametrics import VictoriaMetricsServer
 
 SETUP_STEPS = 7
 SECTION_STEPS = 6
@@ -23,7 +24,11 @@ MARKER = "GPUPILOT_DEMO_DIR"
 
 def preflight_error(settings: DemoSettings) -> str | None:
     """What makes the demo impossible, as one line saying what to do; None when it can run."""
-    if not shutil.which("prometheus") or not shutil.which("promtool"):
+    if settings.backend == "victoriametrics":
+        problem = vmstore.preflight_error()
+        if problem:
+            return problem
+    elif not shutil.which("prometheus") or not shutil.which("promtool"):
         return "prometheus/promtool not found: run 'make demo' (installs Debian's prometheus as root)"
     if not settings.scenario.is_file():
         return f"{settings.scenario} not found: set DEMO_SCENARIO to a fleet scenario file"
@@ -36,29 +41,40 @@ def check_prerequisites(con: Console, settings: DemoSettings) -> None:
     shown = settings.scenario
     if shown.is_relative_to(settings.root):
         shown = shown.relative_to(settings.root)
-    con.note(f"prometheus {shutil.which('prometheus')}, scenario {shown}")
+    store = "victoria-metrics" if settings.backend == "victoriametrics" else "prometheus"
+    con.note(f"{store} {shutil.which(store)}, scenario {shown}")
 
 
 def run(settings: DemoSettings, con: Console) -> int:
     sup = Supervisor(settings.logs)
-    server: prometheus.PrometheusServer | None = None
+    servers: list[LoopbackServer] = []
+    """Stores and agents started here, stopped last-started first."""
     ends = services.Endpoints()
+    vm = settings.backend == "victoriametrics"
     kubeconfig = settings.work / "kubeconfig"
     try:
-        with con.step("Checking prometheus, promtool, kubectl and the scenario"):
+        tools = "victoria-metrics, vmagent, vmalert" if vm else "prometheus, promtool"
+        with con.step(f"Checking {tools}, kubectl and the scenario"):
             check_prerequisites(con, settings)
         data = settings.work / "live"
-        with con.step(f"History: {settings.days:g} days of {settings.scenario.name} (step {settings.step})"):
-            data, how = history.ensure_history(settings, log=settings.logs / "backfill.log")
+        where = " into VictoriaMetrics" if vm else ""
+        with con.step(
+            f"History: {settings.days:g} days of {settings.scenario.name} (step {settings.step}){where}"
+        ):
+            data, how = _history(settings, ends, servers)
             con.note(how)
         with con.step("Starting one simulated exporter per node"):
             cmd = services.start_exporters(sup, settings, ends)
             con.note(f"{len(ends.exporters)} exporters, e.g. {cmd[0]}")
         with con.step("Starting the cluster series (kube-state-metrics names, application series)"):
             con.note(services.start_cluster_series(sup, settings, ends))
-        with con.step("Starting Prometheus over the history, scraping them, with rules/ loaded"):
-            server = services.start_prometheus(settings, data, ends)
-            con.note(f"{ends.prometheus}  (data {data})")
+        what = (
+            "vmagent scraping them into VictoriaMetrics, vmalert with rules/ loaded"
+            if vm
+            else "Prometheus over the history, scraping them, with rules/ loaded"
+        )
+        with con.step(f"Starting {what}"):
+            con.note(_scrape_and_rules(settings, ends, servers, data))
             con.note(
                 services.wait_for_live_data(ends.prometheus, targets=len(ends.exporters) + bool(ends.cluster))
             )
@@ -89,18 +105,46 @@ def run(settings: DemoSettings, con: Console) -> int:
         con.line(f"\n{stop} received: stopping.")
         return 0 if stop.signum == 2 else 128 + stop.signum
     finally:
-        count = len(sup.pids()) + (1 if server is not None else 0)
+        count = len(sup.pids()) + len(servers)
         sup.stop_all()
-        if server is not None:
+        for server in reversed(servers):
             server.stop()
         con.line(f"Stopped {count} processes started by the demo.")
 
 
+def _history(
+    settings: DemoSettings, ends: services.Endpoints, servers: list[LoopbackServer]
+) -> tuple[Path, str]:
+    """Prometheus: the TSDB directory (built or reused); VictoriaMetrics: the store, started with the
+    history imported (its data directory is returned for the note)."""
+    if settings.backend != "victoriametrics":
+        return history.ensure_history(settings, log=settings.logs / "backfill.log")
+    store, how = vmstore.start_with_history(settings, ends)
+    servers.append(store)
+    return store.data_dir, how
+
+
+def _scrape_and_rules(
+    settings: DemoSettings, ends: services.Endpoints, servers: list[LoopbackServer], data: Path
+) -> str:
+    if settings.backend != "victoriametrics":
+        servers.append(services.start_prometheus(settings, data, ends))
+        ends.rules = ends.prometheus
+        return f"{ends.prometheus}  (data {data})"
+    store = next((s for s in servers if isinstance(s, VictoriaMetricsServer)), None)
+    if store is None:
+        raise StepFailed("VictoriaMetrics is not running")
+    agent, alert = vmstore.start_agents(settings, store, ends)
+    servers += [agent, alert]
+    ends.rules = alert.url
+    return f"vmagent {agent.url} → {store.url}, vmalert {alert.url}"
+
+
 def show_sections(con: Console, settings: DemoSettings, ends: services.Endpoints, kubeconfig: Path) -> None:
-    con.section("1. The fleet (from Prometheus: exporters' series + recording rules)")
+    con.section(f"1. The fleet (from {settings.store_name}: exporters' series + recording rules)")
     with con.step("Fleet"):
         if not ends.prometheus:
-            raise StepFailed("Prometheus is not running")
+            raise StepFailed(f"{settings.store_name} is not running")
         for line in fleet.render(ends.prometheus):
             con.line(f"  {line}")
     con.section("2. Autoscaling: the seed's ai-serving/llm-inference HPA")
@@ -134,13 +178,14 @@ HELP_EPILOG = """environment:
   DEMO_SCENARIO=FILE     fleet scenario (default examples/fleet-demo.yaml)
   DEMO_SKIP_SECTIONS=1   start everything and print the URLs only
   DEMO_DIR=DIR           working files (default .demo/ in the checkout)
+  DEMO_BACKEND=NAME      prometheus (default) or victoriametrics (vmagent scrapes, vmalert runs rules/)
 """
 
 
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(
         prog="python -m devkit.demo",
-        description="Simulated GPU fleet + real Prometheus + adapter + rightsizer on one machine "
+        description="Simulated GPU fleet + real Prometheus or VictoriaMetrics + adapter + rightsizer on one machine "
         "(what `make demo` runs). Settings come from the environment.",
         epilog=HELP_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

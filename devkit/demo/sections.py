@@ -146,7 +146,11 @@ def report(con: Console, settings: DemoSettings, ends: Endpoints) -> Path:
 def urls(
     con: Console, settings: DemoSettings, ends: Endpoints, kubeconfig: Path, *, exit_when_done: bool
 ) -> None:
-    if ends.prometheus:
+    if ends.prometheus and settings.backend == "victoriametrics":
+        con.line(f"  VictoriaMetrics UI    {ends.prometheus}/vmui  (try gpupilot:slice_activity:avg5m)")
+        if ends.rules:
+            con.line(f"  vmalert alerts        {ends.rules}/api/v1/alerts")
+    elif ends.prometheus:
         con.line(f"  Prometheus UI         {ends.prometheus}/graph  (try gpupilot:slice_activity:avg5m)")
         con.line(f"  Prometheus alerts     {ends.prometheus}/alerts")
     for node, url in ends.exporters.items():

@@ -26,6 +26,9 @@ class Endpoints:
     """node → http://127.0.0.1:PORT of its simulated exporter."""
     cluster: str = ""
     prometheus: str = ""
+    """The Prometheus API every command queries: Prometheus, or VictoriaMetrics (DEMO_BACKEND)."""
+    rules: str = ""
+    """Where rules are evaluated: Prometheus itself, or vmalert."""
     adapter: str = ""
 
 

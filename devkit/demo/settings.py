@@ -7,6 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+BACKENDS = ("prometheus", "victoriametrics")
+"""What DEMO_BACKEND may name: the store the demo backfills, scrapes into and queries."""
+
 
 class SettingsError(ValueError):
     """An environment variable the demo reads has a value it cannot use."""
@@ -29,11 +32,22 @@ class DemoSettings:
     """DEMO_SKIP_SECTIONS=1: start everything and print the URLs, without sections 1–3."""
     work: Path
     """Working files: history, logs, TLS pair, kubeconfig, plan and report (.demo/, gitignored)."""
+    backend: str = "prometheus"
+    """DEMO_BACKEND: ``prometheus`` (Prometheus scrapes and evaluates rules/) or ``victoriametrics``
+    (single-node VictoriaMetrics; vmagent scrapes, vmalert evaluates rules/ and writes results back)."""
     rule_step_seconds: float = 300.0
     """Recording rules are backfilled every 5 minutes: the rightsizer's quantiles need no more, and
     it keeps the rules' share of the set-up under a minute."""
     max_history_age_hours: float = 6.0
     """Backfilled history older than this is rebuilt, so the last week is always covered."""
+
+    @property
+    def step_seconds(self) -> float:
+        return float(self.step[:-1]) * (60.0 if self.step.endswith("m") else 1.0)
+
+    @property
+    def store_name(self) -> str:
+        return "VictoriaMetrics" if self.backend == "victoriametrics" else "Prometheus"
 
     @property
     def history_dir(self) -> Path:
@@ -80,6 +94,9 @@ def from_env(env: Mapping[str, str] | None = None, *, root: Path | None = None) 
     if not step[:-1].isdigit() or step[-1] not in "sm":
         raise SettingsError(f"DEMO_STEP={step!r}: expected seconds or minutes, e.g. 60s or 5m")
     work = Path(env.get("DEMO_DIR", str(base / ".demo")))
+    backend = env.get("DEMO_BACKEND", "") or "prometheus"
+    if backend not in BACKENDS:
+        raise SettingsError(f"DEMO_BACKEND={backend[:40]!r}: expected one of {', '.join(BACKENDS)}")
     return DemoSettings(
         root=base,
         scenario=scenario,
@@ -88,4 +105,5 @@ def from_env(env: Mapping[str, str] | None = None, *, root: Path | None = None) 
         exit_when_done=_flag(env, "DEMO_EXIT"),
         services_only=_flag(env, "DEMO_SKIP_SECTIONS"),
         work=work,
+        backend=backend,
     )

@@ -26,6 +26,11 @@ instances and ``DCGM_FI_DEV_GPU_UTIL / 100`` for whole GPUs. Series are identifi
 Hostname + gpu + UUID + GPU_I_ID + GPU_I_PROFILE, so exporter restarts and gaps join up, and an
 instance id reused by another profile after a layout change stays apart. An hour without samples is
 *unknown*, never idle.
+
+Several clusters in one store (a Thanos or VictoriaMetrics global view, each cluster's series with an
+external ``cluster`` label): every grouping keeps the cluster label too (``settings.cluster_label``),
+so the same node name in two clusters never merges; series without it form one unnamed cluster ``""``,
+and the queries are then exactly the single-cluster ones (grouping by an absent label is a no-op).
 """
 
 from __future__ import annotations
@@ -58,8 +63,16 @@ BY = "Hostname, gpu, UUID, GPU_I_PROFILE, GPU_I_ID"
 RULE = "gpupilot:slice_activity:avg5m"
 INST = 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!=""}'
 WHOLE = "DCGM_FI_DEV_GPU_UTIL"
-BLIND = "(min by (Hostname) (min_over_time(gpupilot_exporter_process_visibility[1h])) == 0)"
-"""Nodes whose exporter could not see other containers' processes at some point of the hour."""
+CLUSTER = "cluster"
+"""The default cluster label, as Thanos' and VictoriaMetrics' multi-cluster setups name it."""
+
+
+def _blind(cluster_label: str) -> str:
+    """Nodes whose exporter could not see other containers' processes at some point of the hour."""
+    return (
+        f"(min by ({cluster_label}, Hostname) (min_over_time(gpupilot_exporter_process_visibility[1h])) == 0)"
+    )
+
 
 Progress = Callable[[str], None]
 MAX_INSTANCES = 7
@@ -84,64 +97,69 @@ class AnalysisSettings:
     """Info series older than this before the end of the window are ignored (15 min)."""
     limits: QueryLimits = field(default_factory=QueryLimits)
     """What one query may cost: a large fleet's queries are cut into node groups under it."""
+    cluster_label: str = CLUSTER
+    """Label naming a series' cluster in a multi-cluster store; series without it: one unnamed cluster."""
 
 
-def _ident(labels: dict[str, str]) -> tuple[str, ...]:
-    return tuple(labels.get(k, "") for k in IDENT)
+def _ident(labels: dict[str, str], cluster_label: str) -> tuple[str, ...]:
+    return (labels.get(cluster_label, ""), *(labels.get(k, "") for k in IDENT))
 
 
-def _rolling_mean(*, rule: bool, busy_s: float) -> str:
+def _rolling_mean(*, rule: bool, busy_s: float, cluster_label: str = CLUSTER) -> str:
     """The ``busy_s``-second rolling mean activity (0-1) of every device.
 
     From the 5-minute recording rule, the mean of its values over the last ``busy_s - 5 min`` spans
     ``busy_s`` of raw samples; from the raw series, the mean of their samples over ``busy_s``."""
+    by = f"{cluster_label}, {BY}"
     if rule:
-        return f"max by ({BY}) (avg_over_time({RULE}[{max(60, round(busy_s - 300))}s]))"
+        return f"max by ({by}) (avg_over_time({RULE}[{max(60, round(busy_s - 300))}s]))"
     rng = f"{max(60, round(busy_s))}s"
     return (
-        f"max by ({BY}) (avg_over_time({INST}[{rng}])) or max by ({BY}) (avg_over_time({WHOLE}[{rng}])) / 100"
+        f"max by ({by}) (avg_over_time({INST}[{rng}])) or max by ({by}) (avg_over_time({WHOLE}[{rng}])) / 100"
     )
 
 
-def hourly_peak_query(*, rule: bool, busy_s: float) -> str:
+def hourly_peak_query(*, rule: bool, busy_s: float, cluster_label: str = CLUSTER) -> str:
     """Per device, the highest ``busy_s`` rolling mean in the hour ending at the evaluation time."""
     step = max(1, min(60, round(busy_s / 3)))
-    return f"max by ({BY}) (max_over_time(({_rolling_mean(rule=rule, busy_s=busy_s)})[3600s:{step}s]))"
+    mean = _rolling_mean(rule=rule, busy_s=busy_s, cluster_label=cluster_label)
+    return f"max by ({cluster_label}, {BY}) (max_over_time(({mean})[3600s:{step}s]))"
 
 
-def _activity_queries(*, rule: bool, rng: str, sub: str) -> dict[str, str]:
+def _activity_queries(*, rule: bool, rng: str, sub: str, cluster_label: str = CLUSTER) -> dict[str, str]:
     """Instant queries per statistic for one chunk; ``sub`` is the chunk length less 1 s, so an hourly
     subquery yields exactly one point per hour of the chunk (its range is closed at both ends)."""
+    by, blind, on = f"{cluster_label}, {BY}", _blind(cluster_label), f"{cluster_label}, Hostname"
 
     def q(fn: str, arg: str = "") -> str:
         if rule:
-            return f"max by ({BY}) ({fn}({arg}{RULE}[{rng}]))"
-        return f"max by ({BY}) ({fn}({arg}{INST}[{rng}])) or max by ({BY}) ({fn}({arg}{WHOLE}[{rng}])) / 100"
+            return f"max by ({by}) ({fn}({arg}{RULE}[{rng}]))"
+        return f"max by ({by}) ({fn}({arg}{INST}[{rng}])) or max by ({by}) ({fn}({arg}{WHOLE}[{rng}])) / 100"
 
     def hourly(fn: str) -> str:
         if rule:
-            return f"max by ({BY}) ({fn}({RULE}[1h]))"
-        return f"(max by ({BY}) ({fn}({INST}[1h])) or max by ({BY}) ({fn}({WHOLE}[1h])))"
+            return f"max by ({by}) ({fn}({RULE}[1h]))"
+        return f"(max by ({by}) ({fn}({INST}[1h])) or max by ({by}) ({fn}({WHOLE}[1h])))"
 
     return {
         "p50": q("quantile_over_time", "0.5, "),
         "p95": q("quantile_over_time", "0.95, "),
         "max": q("max_over_time"),
         "coverage_hours": f"count_over_time({hourly('count_over_time')}[{sub}:1h])",
-        "fb_peak_mib": f"max by ({BY}) (max_over_time(DCGM_FI_DEV_FB_USED[{rng}]))",
+        "fb_peak_mib": f"max by ({by}) (max_over_time(DCGM_FI_DEV_FB_USED[{rng}]))",
         # Without profiling metrics (Ampere MIG instances have no GPM), an hour in which the device
         # ran no compute process is still an idle hour; activity stays unknown. Hours in which the node's
         # exporter could not see other containers' processes (visibility 0) are not counted at all.
         "proc_idle_hours": (
-            f"count_over_time(((max by ({BY}) (max_over_time(gpupilot_device_compute_processes[1h])) == 0)"
-            f" unless on (Hostname) {BLIND})[{sub}:1h])"
+            f"count_over_time(((max by ({by}) (max_over_time(gpupilot_device_compute_processes[1h])) == 0)"
+            f" unless on ({on}) {blind})[{sub}:1h])"
         ),
         "proc_coverage_hours": (
-            f"count_over_time((max by ({BY}) (count_over_time(gpupilot_device_compute_processes[1h]))"
-            f" unless on (Hostname) {BLIND})[{sub}:1h])"
+            f"count_over_time((max by ({by}) (count_over_time(gpupilot_device_compute_processes[1h]))"
+            f" unless on ({on}) {blind})[{sub}:1h])"
         ),
         "allocated_hours": (
-            f"count_over_time((max by ({BY}) (max_over_time(gpupilot_device_pod_info[1h])))[{sub}:1h])"
+            f"count_over_time((max by ({by}) (max_over_time(gpupilot_device_pod_info[1h])))[{sub}:1h])"
         ),
     }
 
@@ -167,6 +185,7 @@ MAXED = ("p50", "p95", "max", "fb_peak_mib")
 """Per-chunk statistics combined by their maximum; every other one (hours) is summed."""
 
 Ident = tuple[str, ...]
+"""A device's identity: the cluster label's value, then :data:`IDENT`'s labels."""
 
 
 @dataclass
@@ -192,10 +211,12 @@ class WindowStats:
     """Node groups each chunk was cut into (1: whole-fleet queries)."""
 
 
-def _fold(into: dict[Ident, dict[str, float]], samples: Iterable[Sample], column: str) -> None:
+def _fold(
+    into: dict[Ident, dict[str, float]], samples: Iterable[Sample], column: str, cluster_label: str
+) -> None:
     summed = column not in MAXED
     for s in samples:
-        row = into.setdefault(_ident(s.labels), {})
+        row = into.setdefault(_ident(s.labels, cluster_label), {})
         old = row.get(column)
         if old is None:
             row[column] = s.value
@@ -213,10 +234,18 @@ def window_stats(
     settings: AnalysisSettings,
     progress: Progress = lambda _m: None,
     groups: Sequence[tuple[str, ...] | None] = (None,),
+    named_clusters: bool = False,
 ) -> WindowStats:
-    """Per device identity: p50/p95/max, peak rolling mean and its time, fb peak, hours. Each chunk's
-    queries run once per node group (:func:`rightsizer.clients.chunks.node_groups`) and their answers
-    are folded into one summary per device as they arrive."""
+    """Per device identity (cluster first): p50/p95/max, peak rolling mean and its time, fb peak, hours.
+    Each chunk's queries run once per node group (:func:`rightsizer.clients.chunks.node_groups`) and
+    their answers are folded into one summary per device as they arrive. A node group names nodes by
+    ``Hostname`` only, so in a multi-cluster store it selects that name in every cluster; the answers
+    stay apart because every query groups by the cluster label too and the summaries are keyed by it.
+
+    ``named_clusters``: the inventory's series carry the cluster label; the recording rule then serves
+    only where its own series carry it too (one rule evaluated over several clusters' series in one
+    store would have merged their devices), else the raw series are read."""
+    label = settings.cluster_label
     stats: dict[Ident, dict[str, float]] = {}
     peaks: dict[Ident, _Peak] = {}
     pieces = chunks(start, end, settings.chunk_s)
@@ -230,7 +259,7 @@ def window_stats(
             + (f" in {len(groups)} node groups" if len(groups) > 1 else "")
         )
         all_rule = True
-        ask = partial(_group_answers, client, lo=lo, hi=hi, settings=settings)
+        ask = partial(_group_answers, client, lo=lo, hi=hi, settings=settings, named_clusters=named_clusters)
         with ThreadPoolExecutor(max_workers=max(1, min(settings.limits.concurrency, len(groups)))) as pool:
             # answers folded in group order (map keeps it), chunk after chunk: the same summaries
             # whatever the concurrency
@@ -238,10 +267,10 @@ def window_stats(
                 all_rule &= rule
                 rule_used |= rule
                 for column, samples in instants:
-                    _fold(stats, samples, column)
+                    _fold(stats, samples, column, label)
                 for series in hourly:
                     _fold_peaks(
-                        peaks, _ident(series.labels), series.points, threshold=settings.idle_threshold
+                        peaks, _ident(series.labels, label), series.points, threshold=settings.idle_threshold
                     )
                 now = time.monotonic()
                 if len(groups) > 1 and (
@@ -267,18 +296,21 @@ def _group_answers(
     lo: float,
     hi: float,
     settings: AnalysisSettings,
+    named_clusters: bool = False,
 ) -> tuple[bool, list[tuple[str, list[Sample]]], list[Series]]:
     """One node group's answers for the chunk ``(lo, hi]``: whether the recording rule served it, the
     statistics' samples, and the hourly peaks."""
     seconds = max(2, round(hi - lo))
     rng, sub = f"{seconds}s", f"{seconds - 1}s"
-    rule = client.has_data(scoped(RULE, nodes), start=lo, end=min(hi, lo + 3600))
+    label = settings.cluster_label
+    probe = f'{RULE}{{{label}!=""}}' if named_clusters else RULE
+    rule = client.has_data(scoped(probe, nodes), start=lo, end=min(hi, lo + 3600))
     instants = [
         (column, client.instant(scoped(query, nodes), hi))
-        for column, query in _activity_queries(rule=rule, rng=rng, sub=sub).items()
+        for column, query in _activity_queries(rule=rule, rng=rng, sub=sub, cluster_label=label).items()
     ]
     first, last = hour_ends(lo, hi)
-    query = scoped(hourly_peak_query(rule=rule, busy_s=settings.min_busy_s), nodes)
+    query = scoped(hourly_peak_query(rule=rule, busy_s=settings.min_busy_s, cluster_label=label), nodes)
     return rule, instants, client.range(query, first, last, 3600)
 
 
@@ -303,13 +335,20 @@ def _fold_peaks(
 
 
 def inventory(
-    client: PrometheusClient, *, at: float, lookback_s: float, limits: QueryLimits | None = None
-) -> tuple[list[NodeInventory], dict[tuple[str, str, str], tuple[PodKey, ...]]]:
-    """Nodes and GPUs from the exporter's info series at ``at``; current device → pods.
+    client: PrometheusClient,
+    *,
+    at: float,
+    lookback_s: float,
+    limits: QueryLimits | None = None,
+    cluster_label: str = CLUSTER,
+) -> tuple[list[NodeInventory], dict[tuple[str, str, str, str], tuple[PodKey, ...]]]:
+    """Nodes and GPUs from the exporter's info series at ``at`` (sorted by cluster, then name);
+    current (cluster, node, GPU UUID, GI id) → pods.
 
     ``gpupilot_gpu_info`` (one series per GPU) is asked for the whole fleet; the per-instance and
     per-pod series are asked per node group when the fleet, at up to 7 MIG instances per GPU, would
-    exceed ``limits``."""
+    exceed ``limits``. A node name's cost counts its GPUs in every cluster (its ``Hostname`` matcher
+    selects them all); the answers are keyed by cluster and name."""
     lb = f"{max(1, round(lookback_s))}s"
     gpus = client.instant(f"last_over_time(gpupilot_gpu_info[{lb}])", at)
     per_node: dict[str, int] = {}
@@ -326,9 +365,12 @@ def inventory(
         pods += client.instant(scoped(f"last_over_time(gpupilot_device_pod_info[{lb}])", part), at)
     labels = client.instant(f"last_over_time(kube_node_labels[{lb}])", at)
 
-    by_gpu: dict[tuple[str, str], list[InstanceInfo]] = {}
+    def where(s: Sample) -> tuple[str, str]:
+        return s.labels.get(cluster_label, ""), s.labels.get("Hostname", "")
+
+    by_gpu: dict[tuple[str, str, str], list[InstanceInfo]] = {}
     for s in insts:
-        key = (s.labels.get("Hostname", ""), s.labels.get("UUID", ""))
+        key = (*where(s), s.labels.get("UUID", ""))
         by_gpu.setdefault(key, []).append(
             InstanceInfo(
                 profile=s.labels.get("GPU_I_PROFILE", ""),
@@ -338,9 +380,9 @@ def inventory(
                 uuid=s.labels.get("mig_uuid", ""),
             )
         )
-    node_gpus: dict[str, dict[str, GpuInventory]] = {}
+    node_gpus: dict[tuple[str, str], dict[str, GpuInventory]] = {}
     for s in gpus:
-        host = s.labels.get("Hostname", "")
+        cluster, host = where(s)
         uuid = s.labels.get("UUID", "")
         try:
             device_id = int(s.labels.get("pci_device_id", "0"), 16)
@@ -349,11 +391,13 @@ def inventory(
         model = by_device_id(device_id)
         mig = s.labels.get("mig_mode") == "enabled"
         instances = tuple(
-            sorted(by_gpu.get((host, uuid), []), key=lambda i: (i.placement_start, i.gpu_instance_id))
+            sorted(
+                by_gpu.get((cluster, host, uuid), []), key=lambda i: (i.placement_start, i.gpu_instance_id)
+            )
         )
         if model is not None:
             instances = tuple(_canonical(model, i) for i in instances)
-        node_gpus.setdefault(host, {})[uuid] = GpuInventory(
+        node_gpus.setdefault((cluster, host), {})[uuid] = GpuInventory(
             node=host,
             index=int(s.labels.get("gpu", "0") or 0),
             uuid=uuid,
@@ -363,21 +407,22 @@ def inventory(
             memory_total_mib=int(float(s.labels.get("memory_total_mib", "0") or 0)),
             instances=instances if mig else (),
         )
-    node_labels = {s.labels.get("node", ""): s.labels for s in labels}
+    node_labels = {(s.labels.get(cluster_label, ""), s.labels.get("node", "")): s.labels for s in labels}
     nodes = []
-    for host in sorted(node_gpus):
-        lab = node_labels.get(host, {})
+    for cluster, host in sorted(node_gpus):
+        lab = node_labels.get((cluster, host), {})
         nodes.append(
             NodeInventory(
                 name=host,
-                gpus=tuple(sorted(node_gpus[host].values(), key=lambda g: g.index)),
+                gpus=tuple(sorted(node_gpus[cluster, host].values(), key=lambda g: g.index)),
                 mig_strategy=lab.get("label_nvidia_com_mig_strategy", "") or "mixed",
                 mig_config=lab.get("label_nvidia_com_mig_config", ""),
+                cluster=cluster,
             )
         )
-    holders: dict[tuple[str, str, str], set[PodKey]] = {}
+    holders: dict[tuple[str, str, str, str], set[PodKey]] = {}
     for s in pods:
-        hkey = (s.labels.get("Hostname", ""), s.labels.get("UUID", ""), s.labels.get("GPU_I_ID", ""))
+        hkey = (*where(s), s.labels.get("UUID", ""), s.labels.get("GPU_I_ID", ""))
         holders.setdefault(hkey, set()).add(PodKey(s.labels.get("namespace", ""), s.labels.get("pod", "")))
     return nodes, {k: tuple(sorted(v, key=str)) for k, v in holders.items()}
 
@@ -389,15 +434,18 @@ def _canonical(model: GpuModel, inst: InstanceInfo) -> InstanceInfo:
     return InstanceInfo(prof.name, inst.gpu_instance_id, inst.placement_start, inst.placement_size, inst.uuid)
 
 
-def owners(client: PrometheusClient, *, start: float, end: float) -> dict[PodKey, str]:
-    """Pod → workload key from ``kube_pod_owner`` (ReplicaSet → its Deployment) or ``kube_pod_labels``."""
+def owners(
+    client: PrometheusClient, *, start: float, end: float, cluster_label: str = CLUSTER
+) -> dict[tuple[str, PodKey], str]:
+    """(cluster, pod) → workload key from ``kube_pod_owner`` (ReplicaSet → its Deployment) or
+    ``kube_pod_labels``."""
     span = f"{max(1, round(end - start))}s"
-    out: dict[PodKey, str] = {}
+    out: dict[tuple[str, PodKey], str] = {}
     for s in client.instant(f"last_over_time(kube_pod_labels[{span}])", end):
         app = s.labels.get("label_app_kubernetes_io_name") or s.labels.get("label_app")
         if app:
             ns = s.labels.get("namespace", "")
-            out[PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/app/{app}"
+            out[s.labels.get(cluster_label, ""), PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/app/{app}"
     for s in client.instant(f"last_over_time(kube_pod_owner[{span}])", end):
         ns, kind, name = (
             s.labels.get("namespace", ""),
@@ -408,7 +456,7 @@ def owners(client: PrometheusClient, *, start: float, end: float) -> dict[PodKey
             continue
         if kind == "ReplicaSet":
             kind, name = "Deployment", re.sub(r"-[a-z0-9]+$", "", name)
-        out[PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/{kind}/{name}"
+        out[s.labels.get(cluster_label, ""), PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/{kind}/{name}"
     return out
 
 
@@ -433,25 +481,39 @@ def analyse(
     """Inventory at ``end``, device statistics over the window, and per-workload demand."""
     start = end - settings.window_s
     progress(f"reading inventory from {client.url} at {format_time(end)}")
+    label = settings.cluster_label
     nodes, holders = inventory(
-        client, at=end, lookback_s=settings.inventory_lookback_s, limits=settings.limits
+        client, at=end, lookback_s=settings.inventory_lookback_s, limits=settings.limits, cluster_label=label
     )
-    groups = fleet_groups(
+    # node groups by name: a name's cost counts its devices in every cluster (its Hostname matcher
+    # selects them all); answers stay apart by the cluster label every query groups by
+    per_name: dict[str, int] = {}
+    for n in nodes:
+        per_name[n.name] = per_name.get(n.name, 0) + sum(
+            len(g.instances) if g.mig_enabled else 1 for g in n.gpus
+        )
+    groups = fleet_groups(client, per_name, limits=settings.limits, span_s=settings.chunk_s, at=end)
+    summary = window_stats(
         client,
-        {n.name: sum(len(g.instances) if g.mig_enabled else 1 for g in n.gpus) for n in nodes},
-        limits=settings.limits,
-        span_s=settings.chunk_s,
-        at=end,
+        start=start,
+        end=end,
+        settings=settings,
+        progress=progress,
+        groups=groups,
+        named_clusters=any(n.cluster for n in nodes),
     )
-    summary = window_stats(client, start=start, end=end, settings=settings, progress=progress, groups=groups)
     rule_chunks = summary.rule_chunks
     rows: dict[tuple[str, ...], dict[str, float]] = summary.stats
     by_device: dict[tuple[str, ...], list[tuple[str, dict[str, float]]]] = {}
-    for k, r in rows.items():  # rows under their first four labels, for profiles spelled differently
-        by_device.setdefault(k[:4], []).append((k[4], r))
+    for (
+        k,
+        r,
+    ) in rows.items():  # rows under cluster + their first four labels, for profiles spelled differently
+        by_device.setdefault(k[:5], []).append((k[5], r))
     window_h = settings.window_s / 3600.0
     devices: list[DeviceStats] = []
-    proc_only = 0
+    proc_only: list[str] = []
+    """The cluster of each device whose idle hours come from compute processes alone."""
     for node in nodes:
         for gpu in node.gpus:
             model = gpu.model
@@ -459,13 +521,15 @@ def analyse(
                 [(i.profile, i.gpu_instance_id) for i in gpu.instances] if gpu.mig_enabled else [("", "")]
             )
             for profile, gi in targets:
-                row = rows.get((node.name, str(gpu.index), gpu.uuid, gi, profile))
+                row = rows.get((node.cluster, node.name, str(gpu.index), gpu.uuid, gi, profile))
                 if row is None and model is not None and profile:
                     # The driver may spell the profile differently (3g.39gb) than the catalogue.
                     row = next(
                         (
                             r
-                            for spelled, r in by_device.get((node.name, str(gpu.index), gpu.uuid, gi), ())
+                            for spelled, r in by_device.get(
+                                (node.cluster, node.name, str(gpu.index), gpu.uuid, gi), ()
+                            )
                             if (p := canonical_profile(model, spelled)) is not None and p.name == profile
                         ),
                         None,
@@ -478,7 +542,8 @@ def analyse(
                     coverage_note = True
                 else:
                     coverage_note = False
-                proc_only += coverage_note
+                if coverage_note:
+                    proc_only.append(node.cluster)
                 covered = coverage if not coverage_note else _opt(r, "proc_coverage_hours") or 0.0
                 devices.append(
                     DeviceStats(
@@ -487,7 +552,7 @@ def analyse(
                         gpu_uuid=gpu.uuid,
                         profile=profile,
                         gpu_instance_id=gi,
-                        pods=holders.get((node.name, gpu.uuid, gi), ()),
+                        pods=holders.get((node.cluster, node.name, gpu.uuid, gi), ()),
                         allocated_hours=_opt(r, "allocated_hours") or 0.0,
                         p50=_opt(r, "p50") if coverage else None,
                         p95=_opt(r, "p95") if coverage else None,
@@ -499,13 +564,55 @@ def analyse(
                         peak=_opt(r, "peak") if coverage else None,
                         peak_at=_opt(r, "peak_at") if coverage else None,
                         busy_minutes=settings.min_busy_s / 60.0,
+                        cluster=node.cluster,
                     )
                 )
     progress(f"reading pod owners ({sum(1 for d in devices if d.pods)} allocated devices)")
-    owner_of = owners(client, start=start, end=end)
-    workloads = build_workloads(nodes, devices, owner_of, headroom=settings.headroom)
-    notes = []
+    owner_of = owners(client, start=start, end=end, cluster_label=label)
+    workloads = [
+        w
+        for cluster in sorted({n.cluster for n in nodes})
+        for w in build_workloads(
+            [n for n in nodes if n.cluster == cluster],
+            [d for d in devices if d.cluster == cluster],
+            {pod: key for (c, pod), key in owner_of.items() if c == cluster},
+            headroom=settings.headroom,
+            cluster=cluster,
+        )
+    ]
     n_chunks = len(chunks(start, end, settings.chunk_s))
+    notes = _notes(devices, len(proc_only), rule_chunks=rule_chunks, n_chunks=n_chunks)
+    clusters = sorted({n.cluster for n in nodes})
+    cluster_notes = (
+        {
+            c: _notes(
+                [d for d in devices if d.cluster == c],
+                proc_only.count(c),
+                rule_chunks=rule_chunks,
+                n_chunks=n_chunks,
+            )
+            for c in clusters
+        }
+        if len(clusters) > 1
+        else {}
+    )
+    return Analysis(
+        start=start,
+        end=end,
+        prometheus_url=client.url,
+        nodes=tuple(nodes),
+        devices=tuple(devices),
+        workloads=tuple(workloads),
+        used_recording_rule=summary.rule_used,
+        notes=notes,
+        cluster_notes=cluster_notes,
+    )
+
+
+def _notes(
+    devices: Sequence[DeviceStats], proc_only: int, *, rule_chunks: int, n_chunks: int
+) -> tuple[str, ...]:
+    notes = []
     if rule_chunks < n_chunks:
         notes.append(
             f"{RULE} covered {rule_chunks} of {n_chunks} day(s) of the window; raw DCGM series used for the rest"
@@ -517,16 +624,7 @@ def analyse(
     unknown = sum(1 for d in devices if d.unknown)
     if unknown:
         notes.append(f"{unknown} device(s) without activity data in the window are 'unknown', not idle")
-    return Analysis(
-        start=start,
-        end=end,
-        prometheus_url=client.url,
-        nodes=tuple(nodes),
-        devices=tuple(devices),
-        workloads=tuple(workloads),
-        used_recording_rule=summary.rule_used,
-        notes=tuple(notes),
-    )
+    return tuple(notes)
 
 
 def build_workloads(
@@ -535,9 +633,10 @@ def build_workloads(
     owner_of: dict[PodKey, str],
     *,
     headroom: float,
+    cluster: str = "",
 ) -> list[Workload]:
-    """Group allocated devices by their pods' owner; demand per replica from the worst replica:
-    its peak rolling-mean activity × its compute slices × (1 + headroom), and peak memory × the same."""
+    """Group allocated devices (of one cluster) by their pods' owner; demand per replica from the worst
+    replica: its peak rolling-mean activity × its compute slices × (1 + headroom), and peak memory × the same."""
     gpu_model = {(g.node, g.index): g.model for n in nodes for g in n.gpus}
     groups: dict[str, list[tuple[PodKey, DeviceStats]]] = {}
     for d in devices:
@@ -571,6 +670,7 @@ def build_workloads(
                 fb_peak_mib=max(fbs) if fbs else None,
                 demand_slices=slices_need,
                 demand_memory_mib=mem_need,
+                cluster=cluster,
             )
         )
     return out

@@ -6,7 +6,8 @@ downstream works on them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from mig_geometry.catalogue import GpuModel, find_model
@@ -57,6 +58,8 @@ class NodeInventory:
     """From ``kube_node_labels{label_nvidia_com_mig_strategy}``; ``mixed`` when the label is absent."""
     mig_config: str = ""
     """The node's ``nvidia.com/mig.config`` label value, ``""`` when unknown."""
+    cluster: str = ""
+    """The series' cluster label (``--cluster-label``); ``""``: one unnamed cluster."""
 
     @property
     def model_key(self) -> str:
@@ -95,6 +98,8 @@ class DeviceStats:
     """Start (Unix seconds) of the hour holding ``peak``."""
     busy_minutes: float = 15.0
     """Length of the rolling mean behind ``peak``."""
+    cluster: str = ""
+    """The node's cluster (see :attr:`NodeInventory.cluster`)."""
 
     @property
     def allocated(self) -> bool:
@@ -128,6 +133,8 @@ class Workload:
     """Compute slices per replica its peak activity needs, headroom included (fractional)."""
     demand_memory_mib: float
     """Framebuffer per replica at the peak, headroom included."""
+    cluster: str = ""
+    """The cluster its pods run in: owners are grouped within one cluster, never across."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,8 @@ class Analysis:
     workloads: tuple[Workload, ...] = ()
     used_recording_rule: bool = False
     notes: tuple[str, ...] = field(default=())
+    cluster_notes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Each cluster's own notes (device counts of that cluster), when there are several."""
 
     @property
     def window_hours(self) -> float:
@@ -152,5 +161,24 @@ class Analysis:
         return {(d.node, d.gpu, d.gpu_instance_id): d for d in self.devices}
 
     def device(self, node: str, gpu: int, gpu_instance_id: str) -> DeviceStats | None:
-        """The device on ``node``'s GPU ``gpu`` (``gpu_instance_id == ""`` for the whole GPU)."""
+        """The device on ``node``'s GPU ``gpu`` (``gpu_instance_id == ""`` for the whole GPU); node
+        names are unique within one cluster only, so ask this of :meth:`for_cluster`'s analyses."""
         return self._device_index.get((node, gpu, gpu_instance_id))
+
+    @property
+    def clusters(self) -> tuple[str, ...]:
+        """The clusters of the inventory, sorted (``("",)`` when the series carry no cluster label)."""
+        return tuple(sorted({n.cluster for n in self.nodes})) or ("",)
+
+    def for_cluster(self, cluster: str) -> Analysis:
+        """The part of this analysis in ``cluster``: what the same history of that cluster alone gives."""
+        if self.clusters == (cluster,):
+            return self
+        return replace(
+            self,
+            nodes=tuple(n for n in self.nodes if n.cluster == cluster),
+            devices=tuple(d for d in self.devices if d.cluster == cluster),
+            workloads=tuple(w for w in self.workloads if w.cluster == cluster),
+            notes=self.cluster_notes.get(cluster, self.notes),
+            cluster_notes={},
+        )

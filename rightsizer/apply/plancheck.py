@@ -28,12 +28,13 @@ CONFIG_PREFIX = "gpupilot-"
 
 def check_plan(plan: Plan, *, source: str = "plan") -> None:
     """Raise :class:`PlanError` when ``plan`` must not be applied (see the module docstring)."""
-    counts = Counter(n.name for n in plan.nodes)
-    twice = sorted(name for name, c in counts.items() if c > 1)
+    counts = Counter((n.cluster, n.name) for n in plan.nodes)
+    twice = sorted(key for key, c in counts.items() if c > 1)
     if twice:
+        where = f" of cluster {twice[0][0]}" if twice[0][0] else ""
         raise PlanError(
-            f"{source}: node {twice[0]} is listed {counts[twice[0]]} times; a plan lists each node once "
-            "(re-run 'plan')"
+            f"{source}: node {twice[0][1]}{where} is listed {counts[twice[0]]} times; a plan lists each "
+            "node once (re-run 'plan')"
         )
     configs = plan_configs(plan)
     for name, entries in configs.items():

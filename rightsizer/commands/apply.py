@@ -13,6 +13,7 @@ from rightsizer.apply import dryrun
 from rightsizer.apply.applier import Applier, ApplyError, ApplyReport, ApplySettings
 from rightsizer.apply.plancheck import check_plan
 from rightsizer.clients.kube import Kube, KubeError, KubeSettings
+from rightsizer.plan import clusters
 from rightsizer.plan.model import Plan, PlanError, load_plan
 
 
@@ -117,6 +118,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="GPU Operator namespace (default gpu-operator)",
     )
     parser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="NAME",
+        help="apply only this cluster's changes of a plan over several clusters (the cluster the kubeconfig "
+        "points at: the plan's cluster label value); required for such a plan",
+    )
+    parser.add_argument(
         "--cluster-policy", default=None, metavar="NAME", help="ClusterPolicy name (default: the only one)"
     )
     parser.add_argument(
@@ -180,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         plan = load_plan(args.plan)
         check_plan(plan, source=str(args.plan))
+        plan = clusters.for_apply(plan, args.cluster, source=str(args.plan))
     except PlanError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from gpupilot_common import numbers, promauth, timefmt
 from gpupilot_common.urls import base_url
+from rightsizer.analysis.history import CLUSTER
 from rightsizer.clients.chunks import QueryLimits
 from rightsizer.clients.prometheus import PrometheusAuthError, PrometheusClient, PrometheusError
 from rightsizer.migparted import manifest
@@ -17,7 +19,7 @@ from rightsizer.migparted.config import MigPartedConfig, MigPartedError
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan import table
 from rightsizer.plan.model import dump_plan
-from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, make_plan
+from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, UnknownClusterError, make_plan
 
 # Prometheus keeps 15 days by default and long-term stores keep years; past a year a window is a typo.
 MAX_WINDOW = 366 * 86400.0
@@ -66,6 +68,46 @@ def min_busy_arg(text: str) -> float:
     if not 300 <= value <= 6 * 3600:
         raise argparse.ArgumentTypeError(f"{text!r}: must be between 5m and 6h")
     return value
+
+
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def label_name_arg(text: str) -> str:
+    """``--cluster-label``: a Prometheus label name."""
+    if not LABEL_NAME.fullmatch(text) or text.startswith("__"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Prometheus label name (letters, digits, '_'; not starting with a digit or '__')"
+        )
+    return text
+
+
+def cluster_name_arg(text: str) -> str:
+    if not text or len(text) > 253 or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a cluster name (1-253 printable characters)")
+    return text
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser, *, what: str) -> None:
+    """``--cluster-label`` and ``--cluster``, shared by ``plan`` and ``report``."""
+    parser.add_argument(
+        "--cluster-label",
+        type=label_name_arg,
+        default=CLUSTER,
+        metavar="LABEL",
+        help=(
+            "label naming each series' cluster in a multi-cluster store (Thanos, Mimir or VictoriaMetrics "
+            f"global view); each cluster is planned on its own and {what} groups by it; series without it "
+            f"are one unnamed cluster (default {CLUSTER})"
+        ),
+    )
+    parser.add_argument(
+        "--cluster",
+        type=cluster_name_arg,
+        default=None,
+        metavar="NAME",
+        help=f"{what} only the cluster whose --cluster-label value is NAME (default: every cluster)",
+    )
 
 
 def prometheus_auth(args: argparse.Namespace) -> promauth.PrometheusAuth:
@@ -129,7 +171,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=numbers.real(low=0, low_open=True, high=86400, unit="seconds"),
         default=30.0,
         metavar="S",
-        help="seconds for the exact MILP solver in total; past it the greedy packing is used (default 30)",
+        help="seconds for the exact MILP solver in total (per cluster); past it the greedy packing is used "
+        "(default 30)",
     )
     parser.add_argument(
         "--keep-profiles",
@@ -170,6 +213,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument("--all-nodes", action="store_true", help="list unchanged nodes in the table too")
+    add_cluster_arguments(parser, what="plan")
     parser.add_argument(
         "--timeout",
         type=numbers.real(low=0, low_open=True, high=3600, unit="seconds"),
@@ -246,6 +290,8 @@ def settings_from(args: argparse.Namespace) -> PlanSettings:
             time_limit_s=args.time_limit,
             keep_profiles=args.keep_profiles,
         ),
+        cluster_label=args.cluster_label,
+        cluster=args.cluster,
         query_limits=query_limits_from(args),
     )
 
@@ -286,7 +332,7 @@ def run(args: argparse.Namespace) -> int:
                 cluster_configs=tuple(cluster_configs),
             )
             progress(f"{client.queries} queries answered")
-    except (PrometheusError, NoInventoryError) as exc:
+    except (PrometheusError, NoInventoryError, UnknownClusterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:

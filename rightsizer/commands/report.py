@@ -13,7 +13,7 @@ from gpupilot_common.urls import base_url
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.commands import plan as plan_cmd
 from rightsizer.plan.model import PlanError, load_plan
-from rightsizer.plan.pipeline import NoInventoryError, PlanSettings
+from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, UnknownClusterError
 from rightsizer.report import build as report
 
 
@@ -108,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="per-query HTTP timeout in seconds (default 60)",
     )
+    plan_cmd.add_cluster_arguments(parser, what="report")
     plan_cmd.add_query_arguments(parser)
 
 
@@ -123,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
                 headroom=args.headroom,
                 idle_threshold=args.idle_threshold,
                 min_busy_s=args.min_busy,
+                cluster_label=args.cluster_label,
+                cluster=args.cluster,
                 query_limits=plan_cmd.query_limits_from(args),
             )
             written = report.generate(
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
                 plan=plan,
                 progress=plan_cmd.progress_printer(args, tty_only=True),
             )
-    except (PlanError, PrometheusError, NoInventoryError) as exc:
+    except (PlanError, PrometheusError, NoInventoryError, UnknownClusterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

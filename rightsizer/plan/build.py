@@ -39,6 +39,8 @@ class PlanContext:
     created_at: datetime | None = None
     cluster_configs: Sequence[migparted.MigPartedConfig] = ()
     """The cluster's mig-parted configs: a proposed layout equal to one of them is named by it."""
+    cluster_label: str = ""
+    """The label naming the clusters (recorded in the plan when the nodes carry one)."""
 
 
 def _layouts(gpus: Sequence[GpuPlan]) -> tuple[GpuLayout, ...]:
@@ -215,6 +217,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
                 pods_disrupted=pods[p.node.name].disrupted,
                 pods_kept=pods[p.node.name].kept,
                 evidence=_evidence(analysis, p.node),
+                cluster=p.node.cluster,
             )
         )
     window = Window(format_time(analysis.start), format_time(analysis.end), context.window)
@@ -233,6 +236,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         slices_freed=sum(n.slices_freed for n in nodes),
         pods_disrupted=sum(len(n.pods_disrupted) for n in nodes),
     )
+    cluster_of = {n.name: n.cluster for n in analysis.nodes}
     ts = tuple(
         TimeSlicingRecommendation(
             node=t.node,
@@ -241,6 +245,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
             replicas=t.replicas,
             reason=t.reason,
             config_document=timeslicing.sharing_document(replicas=t.replicas),
+            cluster=cluster_of.get(t.node, ""),
         )
         for t in fleet.time_slicing
     )
@@ -265,4 +270,5 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         nodes=tuple(nodes),
         time_slicing=ts,
         notes=tuple(notes),
+        cluster_label=context.cluster_label if any(n.cluster for n in nodes) else "",
     )

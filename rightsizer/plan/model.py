@@ -19,10 +19,13 @@ required keys are one-line :class:`PlanError`\\ s)::
       "mig_parted_config": {"version": "v1", "mig-configs": {...}},   # every proposed config
       "nodes": [NodePlan, ...],
       "time_slicing": [TimeSlicingRecommendation, ...],
-      "notes": ["..."]
+      "notes": ["..."],
+      "cluster_label": "cluster",                   # only when the series carry a cluster label
+      "clusters": [{"name": "east", "totals": {...}}, ...]   # several clusters: each one's totals
     }
 
     NodePlan = {
+      "cluster": "east",                           # only when the series carry a cluster label
       "name": "gpu-node-1", "model": "H100 80GB", "pci_device_id": "0x2330",
       "mig_strategy": "mixed" | "single" | "none", "changed": true,
       "current_config_name": "all-balanced",       # node label nvidia.com/mig.config ("" if unknown)
@@ -46,6 +49,11 @@ required keys are one-line :class:`PlanError`\\ s)::
                 "busy_minutes": 15.0}                                       # length of that mean
     TimeSlicingRecommendation = {"node": "l4-node-1", "model": "L4", "gpus": [0, 1], "replicas": 4,
                 "reason": "...", "config_document": {"version": "v1", "flags": {...}, "sharing": {...}}}
+
+Several clusters (``plan --cluster-label``, a Thanos/VictoriaMetrics global view): every node and
+time-slicing recommendation carries its ``cluster``; ``totals`` are the fleet's, ``clusters`` holds each
+cluster's, and a node is named by cluster and name together (the same name may be in two clusters).
+A plan without ``cluster`` keys (any plan written before them) is one unnamed cluster ``""``.
 
 ``mig_devices`` is exactly mig-parted's map (profile name → count); ``mig_enabled: false`` carries
 an empty map. ``config_document`` is a complete mig-parted file, ready to go under
@@ -154,6 +162,8 @@ class NodePlan:
     evidence: tuple[Evidence, ...] = ()
     pods_kept: tuple[DisruptedPod, ...] = ()
     """GPU pods the plan saw on the node that keep their device (their GPU keeps its layout)."""
+    cluster: str = ""
+    """The node's cluster (``""``: the series carry no cluster label, one unnamed cluster)."""
 
 
 @dataclass(frozen=True)
@@ -164,6 +174,7 @@ class TimeSlicingRecommendation:
     replicas: int
     reason: str
     config_document: Mapping[str, Any]
+    cluster: str = ""
 
 
 @dataclass(frozen=True)
@@ -193,6 +204,12 @@ class Window:
 
 
 @dataclass(frozen=True)
+class ClusterTotals:
+    name: str
+    totals: Totals
+
+
+@dataclass(frozen=True)
 class Plan:
     plan_id: str
     created_at: str
@@ -206,9 +223,25 @@ class Plan:
     time_slicing: tuple[TimeSlicingRecommendation, ...] = ()
     notes: tuple[str, ...] = ()
     schema: str = SCHEMA
+    cluster_label: str = ""
+    """The label that named the clusters; ``""`` in a plan of one cluster."""
+    clusters: tuple[ClusterTotals, ...] = ()
+    """Per-cluster totals of a plan over several clusters (``totals`` is then the fleet's)."""
 
-    def node(self, name: str) -> NodePlan | None:
-        return next((n for n in self.nodes if n.name == name), None)
+    def node(self, name: str, cluster: str | None = None) -> NodePlan | None:
+        """The node ``name`` (of ``cluster``, when given: names are unique within one cluster only)."""
+        return next(
+            (n for n in self.nodes if n.name == name and (cluster is None or n.cluster == cluster)), None
+        )
+
+    @property
+    def cluster_names(self) -> tuple[str, ...]:
+        """The clusters of the plan's nodes, sorted; ``("",)`` for a single-cluster plan."""
+        return tuple(sorted({n.cluster for n in self.nodes})) or ("",)
+
+    @property
+    def multi_cluster(self) -> bool:
+        return len(self.cluster_names) > 1
 
     @property
     def changed_nodes(self) -> tuple[NodePlan, ...]:
@@ -271,6 +304,7 @@ def plan_to_dict(plan: Plan) -> JsonDict:
 
     def node(n: NodePlan) -> JsonDict:
         return {
+            **({"cluster": n.cluster} if n.cluster else {}),
             "name": n.name,
             "model": n.model,
             "pci_device_id": n.pci_device_id,
@@ -290,6 +324,20 @@ def plan_to_dict(plan: Plan) -> JsonDict:
             "evidence": [evidence(e) for e in n.evidence],
         }
 
+    def totals(t: Totals) -> JsonDict:
+        return {
+            "nodes": t.nodes,
+            "nodes_changed": t.nodes_changed,
+            "gpus": t.gpus,
+            "gpus_needed": t.gpus_needed,
+            "gpus_freed": t.gpus_freed,
+            "slices_freed": t.slices_freed,
+            "pods_disrupted": t.pods_disrupted,
+        }
+
+    clusters: JsonDict = {"cluster_label": plan.cluster_label} if plan.cluster_label else {}
+    if plan.clusters:
+        clusters["clusters"] = [{"name": c.name, "totals": totals(c.totals)} for c in plan.clusters]
     return {
         "schema": plan.schema,
         "plan_id": plan.plan_id,
@@ -303,19 +351,12 @@ def plan_to_dict(plan: Plan) -> JsonDict:
             "lower_bound_gpus": plan.solver.lower_bound_gpus,
             "seconds": round(plan.solver.seconds, 3),
         },
-        "totals": {
-            "nodes": plan.totals.nodes,
-            "nodes_changed": plan.totals.nodes_changed,
-            "gpus": plan.totals.gpus,
-            "gpus_needed": plan.totals.gpus_needed,
-            "gpus_freed": plan.totals.gpus_freed,
-            "slices_freed": plan.totals.slices_freed,
-            "pods_disrupted": plan.totals.pods_disrupted,
-        },
+        "totals": totals(plan.totals),
         "mig_parted_config": plan.mig_parted_config,
         "nodes": [node(n) for n in plan.nodes],
         "time_slicing": [
             {
+                **({"cluster": t.cluster} if t.cluster else {}),
                 "node": t.node,
                 "model": t.model,
                 "gpus": list(t.gpus),
@@ -326,6 +367,7 @@ def plan_to_dict(plan: Plan) -> JsonDict:
             for t in plan.time_slicing
         ],
         "notes": list(plan.notes),
+        **clusters,
     }
 
 
@@ -442,6 +484,7 @@ def _node(r: _Reader) -> NodePlan:
         current_utilisation=r.r_float("current_utilisation", 0.0),
         pods_disrupted=tuple(_pod(p) for p in r.r_objs("pods_disrupted", [])),
         pods_kept=tuple(_pod(p) for p in r.r_objs("pods_kept", [])),
+        cluster=r.r_str("cluster", ""),
         evidence=tuple(
             Evidence(
                 gpu=e.r_int("gpu"),
@@ -474,7 +517,6 @@ def _plan(doc: checked.Document) -> Plan:
         raise doc.fail(("schema",), f"is {schema!r}; this gpupilot reads {SCHEMA!r} (re-run 'plan')")
     w = r.r_obj("window")
     s = r.r_obj("solver")
-    t = r.r_obj("totals")
     return Plan(
         schema=schema,
         plan_id=r.r_str("plan_id"),
@@ -488,15 +530,7 @@ def _plan(doc: checked.Document) -> Plan:
             lower_bound_gpus=s.r_int("lower_bound_gpus"),
             seconds=s.r_float("seconds"),
         ),
-        totals=Totals(
-            nodes=t.r_int("nodes"),
-            nodes_changed=t.r_int("nodes_changed"),
-            gpus=t.r_int("gpus"),
-            gpus_needed=t.r_int("gpus_needed"),
-            gpus_freed=t.r_int("gpus_freed"),
-            slices_freed=t.r_int("slices_freed"),
-            pods_disrupted=t.r_int("pods_disrupted"),
-        ),
+        totals=_totals(r.r_obj("totals")),
         mig_parted_config=r.r_raw_obj("mig_parted_config"),
         nodes=tuple(_node(n) for n in r.r_objs("nodes")),
         time_slicing=tuple(
@@ -507,10 +541,28 @@ def _plan(doc: checked.Document) -> Plan:
                 replicas=x.r_int("replicas"),
                 reason=x.r_str("reason", ""),
                 config_document=x.r_raw_obj("config_document"),
+                cluster=x.r_str("cluster", ""),
             )
             for x in r.r_objs("time_slicing", [])
         ),
         notes=tuple(str(n) for n in r.r_list("notes", [])),
+        cluster_label=r.r_str("cluster_label", ""),
+        clusters=tuple(
+            ClusterTotals(name=c.r_str("name"), totals=_totals(c.r_obj("totals")))
+            for c in r.r_objs("clusters", [])
+        ),
+    )
+
+
+def _totals(t: _Reader) -> Totals:
+    return Totals(
+        nodes=t.r_int("nodes"),
+        nodes_changed=t.r_int("nodes_changed"),
+        gpus=t.r_int("gpus"),
+        gpus_needed=t.r_int("gpus_needed"),
+        gpus_freed=t.r_int("gpus_freed"),
+        slices_freed=t.r_int("slices_freed"),
+        pods_disrupted=t.r_int("pods_disrupted"),
     )
 
 
@@ -530,7 +582,15 @@ def plan_id_for(*, nodes: Sequence[NodePlan], window: Window) -> str:
     return content_hash(
         {
             "window": [window.start, window.end],
-            "nodes": [[n.name, n.config_name, [dict(g.mig_devices) for g in n.proposed]] for n in nodes],
+            "nodes": [
+                [
+                    *([n.cluster] if n.cluster else []),
+                    n.name,
+                    n.config_name,
+                    [dict(g.mig_devices) for g in n.proposed],
+                ]
+                for n in nodes
+            ],
         },
         length=16,
     )

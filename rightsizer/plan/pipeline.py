@@ -15,12 +15,16 @@ from rightsizer.errors import RightsizerError
 from rightsizer.migparted.config import MigPartedConfig
 from rightsizer.optimise import fleet as optimiser
 from rightsizer.plan import build as planning
-from rightsizer.plan import disruption
+from rightsizer.plan import clusters, disruption
 from rightsizer.plan.model import Plan
 
 
 class NoInventoryError(RightsizerError, RuntimeError):
     """Prometheus has no ``gpupilot_gpu_info`` at the end of the window: nothing to plan."""
+
+
+class UnknownClusterError(RightsizerError, LookupError):
+    """``--cluster NAME`` names no cluster of the inventory."""
 
 
 class InconsistentPlanError(RightsizerError, AssertionError):
@@ -40,6 +44,10 @@ class PlanSettings:
     min_busy_s: float = 900.0
     """Length of the rolling mean: a burst at least this long always sizes its slice (15 min)."""
     optimiser: optimiser.OptimiserSettings = field(default_factory=optimiser.OptimiserSettings)
+    cluster_label: str = analysis.CLUSTER
+    """Label naming each series' cluster in a multi-cluster store (Thanos, VictoriaMetrics global view)."""
+    cluster: str | None = None
+    """Plan this cluster only (``None``: every cluster, each optimised on its own)."""
     query_limits: QueryLimits = field(default_factory=QueryLimits)
     """What one query may cost (a large fleet's queries are cut into node groups); not recorded:
     the plan is the same however the queries are cut."""
@@ -54,6 +62,7 @@ class PlanSettings:
             idle_threshold=self.idle_threshold,
             headroom=self.headroom,
             min_busy_s=self.min_busy_s,
+            cluster_label=self.cluster_label,
             limits=self.query_limits,
         )
 
@@ -67,6 +76,7 @@ class PlanSettings:
             "headroom": self.headroom,
             "idle_threshold": self.idle_threshold,
             "min_busy_s": self.min_busy_s,
+            **({"cluster": self.cluster} if self.cluster is not None else {}),
         }
 
 
@@ -80,25 +90,48 @@ def make_plan(
 ) -> Plan:
     """Analyse the window ending at ``end``, optimise, build the plan; :class:`NoInventoryError` when
     the exporter's inventory is missing at ``end``. ``cluster_configs``: the cluster's mig-parted
-    configs, whose names a proposed layout equal to one of them reuses (``plan --mig-config``)."""
+    configs, whose names a proposed layout equal to one of them reuses (``plan --mig-config``).
+
+    Several clusters (series labelled ``settings.cluster_label``): each is optimised and planned on its
+    own, exactly as if its history were alone, and the plans merged (:mod:`rightsizer.plan.clusters`);
+    ``settings.cluster`` keeps one (:class:`UnknownClusterError` when the inventory has no such cluster)."""
     result = analysis.analyse(client, end=end, settings=settings.analysis_settings(), progress=progress)
     if not result.nodes:
         raise NoInventoryError(
             f"no gpupilot_gpu_info series at {format_time(end)} in {client.url}; is the exporter scraped? "
             "(use --at for history that ended earlier)"
         )
-    progress(f"optimising {len(result.nodes)} node(s), {len(result.devices)} device(s)")
-    fleet = optimiser.optimise(result, settings=settings.optimiser)
-    try:
-        return planning.build_plan(
-            result,
-            fleet,
-            context=planning.PlanContext(
-                window=settings.window_text, settings=settings.record(), cluster_configs=cluster_configs
-            ),
-        )
-    except disruption.LayoutMismatchError as exc:
-        raise InconsistentPlanError(f"no plan written: {exc} (please report this)") from exc
+    names = result.clusters
+    if settings.cluster is not None:
+        if settings.cluster not in names:
+            known = ", ".join(clusters.shown(c) for c in names)
+            raise UnknownClusterError(
+                f"--cluster {settings.cluster!r}: no such {settings.cluster_label} label value in the "
+                f"inventory at {format_time(end)} (clusters: {known})"
+            )
+        names = (settings.cluster,)
+    parts = []
+    for name in names:
+        part = result.for_cluster(name)
+        where = f" in cluster {clusters.shown(name)}" if name else ""
+        progress(f"optimising {len(part.nodes)} node(s), {len(part.devices)} device(s){where}")
+        fleet = optimiser.optimise(part, settings=settings.optimiser)
+        try:
+            parts.append(
+                planning.build_plan(
+                    part,
+                    fleet,
+                    context=planning.PlanContext(
+                        window=settings.window_text,
+                        settings=settings.record(),
+                        cluster_configs=cluster_configs,
+                        cluster_label=settings.cluster_label,
+                    ),
+                )
+            )
+        except disruption.LayoutMismatchError as exc:
+            raise InconsistentPlanError(f"no plan written: {exc} (please report this)") from exc
+    return clusters.merge(parts)
 
 
 def window_text(seconds: float) -> str:

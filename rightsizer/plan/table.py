@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rightsizer.plan import clusters
 from rightsizer.plan.idle import activity_known
-from rightsizer.plan.model import Evidence, GpuLayout, NodePlan, Plan
+from rightsizer.plan.model import Evidence, GpuLayout, NodePlan, Plan, Totals
+
+HEADERS = ("node", "model", "current", "proposed", "freed", "util", "disrupted", "evidence")
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -62,10 +65,9 @@ def _evidence(node: NodePlan) -> str:
     return "\n".join(lines) or "-"
 
 
-def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
-    headers = ["node", "model", "current", "proposed", "freed", "util", "disrupted", "evidence"]
+def _rows(nodes: Sequence[NodePlan], *, all_nodes: bool) -> list[list[str]]:
     rows = []
-    for n in plan.nodes:
+    for n in nodes:
         if not n.changed and not all_nodes:
             continue
         rows.append(
@@ -85,19 +87,48 @@ def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
                 _evidence(n),
             ]
         )
+    return rows
+
+
+def totals_text(t: Totals) -> str:
+    return (
+        f"{t.nodes_changed}/{t.nodes} node(s) change; GPUs in use {t.gpus_needed + t.gpus_freed} → {t.gpus_needed} "
+        f"of {t.gpus}"
+    )
+
+
+def _freed_text(t: Totals) -> str:
+    return f"{t.gpus_freed} GPU(s) and {t.slices_freed} allocated slice(s) freed; {t.pods_disrupted} pod(s) disrupted"
+
+
+def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
+    """The plan as text: a head line with the totals, the changed nodes (all with ``all_nodes``), then
+    time-slicing advice and notes. A plan over several clusters has one table per cluster, each under
+    a line with that cluster's totals, after the fleet's."""
     t = plan.totals
     head = (
         f"plan {plan.plan_id}  window {plan.window.start} → {plan.window.end} ({plan.window.duration})\n"
-        f"{t.nodes_changed}/{t.nodes} node(s) change; GPUs in use {t.gpus_needed + t.gpus_freed} → {t.gpus_needed} "
-        f"of {t.gpus} (lower bound {plan.solver.lower_bound_gpus}); {t.gpus_freed} GPU(s) and {t.slices_freed} "
-        f"allocated slice(s) freed; {t.pods_disrupted} pod(s) disrupted; solver {plan.solver.method} "
-        f"({plan.solver.status}, {plan.solver.seconds:.2f} s)"
+        + ("fleet: " if plan.clusters else "")
+        + f"{totals_text(t)} (lower bound {plan.solver.lower_bound_gpus}); {_freed_text(t)}; "
+        f"solver {plan.solver.method} ({plan.solver.status}, {plan.solver.seconds:.2f} s)"
     )
-    body = render(headers, rows) if rows else "No node needs a change."
+    if not plan.clusters:
+        rows = _rows(plan.nodes, all_nodes=all_nodes)
+        blocks = [render(HEADERS, rows) if rows else "No node needs a change."]
+    else:
+        blocks = []
+        for c in plan.clusters:
+            rows = _rows([n for n in plan.nodes if n.cluster == c.name], all_nodes=all_nodes)
+            blocks.append(
+                f"cluster {clusters.shown(c.name)}: {totals_text(c.totals)}; {_freed_text(c.totals)}\n"
+                + (render(HEADERS, rows) if rows else "No node needs a change.")
+            )
     extra = []
     for ts in plan.time_slicing:
+        where = f"{clusters.shown(ts.cluster)}/" if plan.clusters else ""
         extra.append(
-            f"time-slicing: {ts.node} ({ts.model}) GPU(s) {', '.join(map(str, ts.gpus))}: {ts.replicas} replicas — {ts.reason}"
+            f"time-slicing: {where}{ts.node} ({ts.model}) GPU(s) {', '.join(map(str, ts.gpus))}: "
+            f"{ts.replicas} replicas — {ts.reason}"
         )
     extra += [f"note: {n}" for n in plan.notes]
-    return "\n\n".join([head, body, *(["\n".join(extra)] if extra else [])])
+    return "\n\n".join([head, *blocks, *(["\n".join(extra)] if extra else [])])

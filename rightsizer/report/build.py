@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mig_geometry.placement import describe
 from rightsizer.clients.prometheus import PrometheusClient
-from rightsizer.plan import idle
+from rightsizer.plan import clusters, idle
 from rightsizer.plan.model import GpuLayout, NodePlan, Plan
 from rightsizer.plan.pipeline import PlanSettings, make_plan
 from rightsizer.report import charts
@@ -36,6 +36,7 @@ class Change:
     cost_per_week: float | None
     pods_disrupted: int
     utilisation: str
+    cluster: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,21 @@ class IdleSlice:
     idle_share: float
     peak_activity: float | None
     """Busiest rolling mean in the window (below the idle threshold, or the device would not be idle)."""
+    cluster: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """One cluster's line of a report over several clusters (the last line, ``fleet``, sums them)."""
+
+    name: str
+    nodes: int
+    nodes_changed: int
+    gpus: int
+    gpus_freed: int
+    gpu_hours_per_week: float
+    cost_per_week: float | None
+    pods_disrupted: int
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,8 @@ class Summary:
     cost_per_year: float | None
     nodes_changed: int
     alerts: int
+    clusters: tuple[ClusterSummary, ...] = ()
+    """Per cluster, then the fleet, when the plan covers several clusters; empty otherwise."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,7 @@ def _change(n: NodePlan, price: float | None) -> Change:
         gpu_hours_per_week=hours,
         cost_per_week=hours * price if price is not None else None,
         pods_disrupted=len(n.pods_disrupted),
+        cluster=n.cluster,
         utilisation=f"{n.current_utilisation:.0%} → {n.expected_utilisation:.0%}"
         if idle.activity_known(n)
         else "unknown",
@@ -114,22 +133,46 @@ def _change(n: NodePlan, price: float | None) -> Change:
 def _idle_slices(data: ReportData) -> tuple[IdleSlice, ...]:
     """The devices idle by the plan's burst-aware rule (:mod:`rightsizer.plan.idle`), most idle hours first."""
     out = []
+    many = data.plan.multi_cluster
     for n, e in idle.idle_devices(data.plan):
         device = f"GPU {e.gpu} " + (f"{e.profile} (GI {e.gpu_instance_id})" if e.profile else "whole GPU")
         pod = e.pod or ("unallocated" if not e.allocated else "")
         out.append(
             IdleSlice(
-                label=f"{n.name} · {device}" + (f" · {pod}" if pod else ""),
+                label=(f"{clusters.shown(n.cluster)} · " if many else "")
+                + f"{n.name} · {device}"
+                + (f" · {pod}" if pod else ""),
                 node=n.name,
                 device=device,
                 pod=pod,
                 idle_hours=e.idle_hours,
                 idle_share=e.idle_hours / e.window_hours if e.window_hours else 0.0,
                 peak_activity=e.peak_activity,
+                cluster=n.cluster,
             )
         )
     out.sort(key=lambda s: (-s.idle_hours, s.label))
     return tuple(out[:TOP_IDLE])
+
+
+def _cluster_lines(plan: Plan, price: float | None) -> tuple[ClusterSummary, ...]:
+    """Each cluster's totals, then the fleet's (``fleet``), for a plan over several clusters."""
+    if not plan.multi_cluster:
+        return ()
+    named = [*((clusters.shown(c.name), c.totals) for c in plan.clusters), ("fleet", plan.totals)]
+    return tuple(
+        ClusterSummary(
+            name=name,
+            nodes=t.nodes,
+            nodes_changed=t.nodes_changed,
+            gpus=t.gpus,
+            gpus_freed=t.gpus_freed,
+            gpu_hours_per_week=t.gpus_freed * HOURS_PER_WEEK,
+            cost_per_week=t.gpus_freed * HOURS_PER_WEEK * price if price is not None else None,
+            pods_disrupted=t.pods_disrupted,
+        )
+        for name, t in named
+    )
 
 
 def build_report(data: ReportData) -> Report:
@@ -150,6 +193,7 @@ def build_report(data: ReportData) -> Report:
         cost_per_year=hours * price * 52 if price is not None else None,
         nodes_changed=len(changes),
         alerts=len(data.alerts),
+        clusters=_cluster_lines(data.plan, price),
     )
     images: dict[str, bytes] = {
         "trend.png": charts.trend_chart(data.trend),
@@ -166,10 +210,17 @@ def build_report(data: ReportData) -> Report:
         top = (
             changes
             if len(changes) <= TOP_SAVINGS
-            else sorted(changes, key=lambda c: (-c.gpu_hours_per_week, c.node))[:TOP_SAVINGS]
+            else sorted(changes, key=lambda c: (-c.gpu_hours_per_week, c.cluster, c.node))[:TOP_SAVINGS]
         )
         images["savings.png"] = charts.barh_chart(
-            [charts.Bar(c.node, c.gpu_hours_per_week, f"{c.gpus_freed} GPU(s)") for c in top],
+            [
+                charts.Bar(
+                    f"{clusters.shown(c.cluster)} · {c.node}" if summary.clusters else c.node,
+                    c.gpu_hours_per_week,
+                    f"{c.gpus_freed} GPU(s)",
+                )
+                for c in top
+            ],
             xlabel="GPU-hours freed per week",
             color=charts.FREED,
         )
@@ -213,12 +264,15 @@ def generate(
     ``plan`` it plans through the same pipeline and ``settings`` as ``plan``."""
     if plan is None:
         plan = make_plan(client, end=end, settings=settings, progress=progress)
+    elif settings.cluster is not None:
+        plan = clusters.for_apply(plan, settings.cluster)
     data = report_data.collect(
         client,
         end=end,
         window_s=settings.window_s,
         plan=plan,
         price_per_gpu_hour=price,
+        cluster_label=settings.cluster_label,
         progress=progress,
         limits=settings.query_limits,
     )

@@ -6,7 +6,7 @@ slices (``gpupilot:node_slices:*``), mean slice activity per node and hour
 
 Recording rules only have results from the moment they were loaded (unless their history was
 backfilled), so where a rule has no point the same quantity is computed from the raw series the rule
-is built from (``RAW_*`` below, the rules' expressions inlined); the charts then cover the whole window.
+is built from (:func:`trend_queries`: the rules' expressions inlined); the charts then cover the whole window.
 """
 
 from __future__ import annotations
@@ -26,20 +26,45 @@ MAX_POINTS = 10_000
 HEATMAP_ROWS = 60
 """A larger fleet's heatmap shows its least active nodes only (the rightsizing candidates)."""
 
-IDLE = "sum(gpupilot:node_slices:idle)"
-ALLOCATED = "sum(gpupilot:node_slices:allocated)"
-TOTAL = "sum(gpupilot:node_slices:total)"
 FIRING = 'ALERTS{alertstate="firing"}'
-RAW_TOTAL = 'count(gpupilot_mig_instance_info or gpupilot_gpu_info{mig_mode="disabled"})'
 ZERO_WHERE_SEEN = " or 0 * count(gpupilot_gpu_info)"
 """0 where the exporter reported GPUs, nothing (missing, not zero) before the history begins."""
-RAW_ALLOCATED = "count(count by (Hostname, UUID, GPU_I_ID) (gpupilot_device_pod_info))" + ZERO_WHERE_SEEN
-RAW_IDLE = (
-    "count(count by (Hostname, UUID, GPU_I_ID) ("
-    'max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!="", pod!=""}[5m])) < 0.05'
-    ' or max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{pod!=""}[5m])) < 5'
-    "))" + ZERO_WHERE_SEEN
-)
+
+
+@dataclass(frozen=True)
+class TrendQueries:
+    """Each trend line as its recording rule and the raw expression standing in where it has no point."""
+
+    idle: tuple[str, str]
+    allocated: tuple[str, str]
+    total: tuple[str, str]
+
+
+def trend_queries(cluster_label: str = "cluster", *, named: bool = False) -> TrendQueries:
+    """Devices are counted by cluster too, so the same node and GPU names in two clusters count
+    twice. ``named``: the plan's series carry ``cluster_label``; the rules are then read only where
+    their series carry it as well (one evaluator over several clusters' series would merge them)."""
+    sel = f'{{{cluster_label}!=""}}' if named else ""
+    by = f"{cluster_label}, Hostname, UUID, GPU_I_ID"
+    raw_idle = (
+        f"count(count by ({by}) ("
+        f'max by ({by}) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!="", pod!=""}}[5m])) < 0.05'
+        f' or max by ({by}) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{{pod!=""}}[5m])) < 5'
+        "))" + ZERO_WHERE_SEEN
+    )
+    return TrendQueries(
+        idle=(f"sum(gpupilot:node_slices:idle{sel})", raw_idle),
+        allocated=(
+            f"sum(gpupilot:node_slices:allocated{sel})",
+            f"count(count by ({by}) (gpupilot_device_pod_info))" + ZERO_WHERE_SEEN,
+        ),
+        total=(
+            f"sum(gpupilot:node_slices:total{sel})",
+            'count(gpupilot_mig_instance_info or gpupilot_gpu_info{mig_mode="disabled"})',
+        ),
+    )
+
+
 ALERT_KEYS = ("Hostname", "namespace", "pod", "horizontalpodautoscaler", "gpu", "GPU_I_PROFILE", "instance")
 
 
@@ -142,17 +167,24 @@ def steps(start: float, end: float, step: float) -> tuple[float, ...]:
 
 
 def fetch_trend(
-    client: PrometheusClient, *, start: float, end: float, step: float, groups: Groups = ONE_GROUP
+    client: PrometheusClient,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    queries: TrendQueries | None = None,
+    groups: Groups = ONE_GROUP,
 ) -> Trend:
     step = grid_step(step)
     times = steps(start, end, step)
     if not times:
         return Trend((), (), (), ())
+    q = queries or trend_queries()
     return Trend(
         times,
-        _filled(client, IDLE, RAW_IDLE, times, step, groups=groups),
-        _filled(client, ALLOCATED, RAW_ALLOCATED, times, step, groups=groups),
-        _filled(client, TOTAL, RAW_TOTAL, times, step, groups=groups),
+        _filled(client, *q.idle, times, step, groups=groups),
+        _filled(client, *q.allocated, times, step, groups=groups),
+        _filled(client, *q.total, times, step, groups=groups),
     )
 
 
@@ -162,14 +194,21 @@ def fetch_heatmap(
     start: float,
     end: float,
     step: float = 3600.0,
+    cluster_label: str = "cluster",
+    named: bool = False,
     groups: Groups = ONE_GROUP,
     rows: int = HEATMAP_ROWS,
 ) -> Heatmap:
     """Per node and hour, the mean activity of its slices; past ``rows`` nodes, the least active
-    ``rows`` (mean over the hours with data) in name order."""
-    parts = [_heatmap(client, start=start, end=end, step=step, nodes=g) for g in groups]
+    ``rows`` (mean over the hours with data). Rows ``cluster · node``, grouped by cluster, when the
+    series carry ``cluster_label`` (the same node name in two clusters stays two rows, also when one
+    node group's ``Hostname`` matcher selects both); ``named``: as for :func:`trend_queries`."""
+    parts = [
+        _heatmap(client, start=start, end=end, step=step, nodes=g, cluster_label=cluster_label, named=named)
+        for g in groups
+    ]
     hours = parts[0][0]
-    by_node = {n: row for _, part in parts for n, row in part.items()}
+    by_node = {k: row for _, part in parts for k, row in part.items()}
     total = len(by_node)
     if total > rows:
 
@@ -177,32 +216,47 @@ def fetch_heatmap(
             seen = [v for v in row if v is not None]
             return sum(seen) / len(seen) if seen else math.inf
 
-        keep = sorted(by_node, key=lambda n: (mean(by_node[n]), n))[:rows]
-        by_node = {n: by_node[n] for n in keep}
-    nodes = tuple(sorted(by_node))
-    return Heatmap(hours, nodes, tuple(by_node[n] for n in nodes), total)
+        keep = sorted(by_node, key=lambda k: (mean(by_node[k]), k))[:rows]
+        by_node = {k: by_node[k] for k in keep}
+    keys = sorted(by_node)
+    labelled = any(c for c, _ in keys)
+    nodes = tuple(f"{c or '-'} · {n}" if labelled else n for c, n in keys)
+    return Heatmap(hours, nodes, tuple(by_node[k] for k in keys), total)
 
 
 def _heatmap(
-    client: PrometheusClient, *, start: float, end: float, step: float, nodes: tuple[str, ...] | None
-) -> tuple[tuple[float, ...], dict[str, tuple[float | None, ...]]]:
+    client: PrometheusClient,
+    *,
+    start: float,
+    end: float,
+    step: float,
+    nodes: tuple[str, ...] | None,
+    cluster_label: str,
+    named: bool,
+) -> tuple[tuple[float, ...], dict[tuple[str, str], tuple[float | None, ...]]]:
+    """One node group's rows, keyed by (cluster, node)."""
     hours = steps(start, end, step)
     if not hours:
         return (), {}
     # Each cell: the mean over the hour ending at that step (a subquery-free avg_over_time).
     rng = f"[{int(step)}s]"
-    rule = f"avg by (Hostname) (avg_over_time(gpupilot:slice_activity:avg5m{rng}))"
+    by = f"{cluster_label}, Hostname"
+    sel = f'{{{cluster_label}!=""}}' if named else ""
+    rule = f"avg by ({by}) (avg_over_time(gpupilot:slice_activity:avg5m{sel}{rng}))"
     raw = (
-        f'avg by (Hostname) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!=""}}{rng})'
+        f'avg by ({by}) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!=""}}{rng})'
         f" or avg_over_time(DCGM_FI_DEV_GPU_UTIL{rng}) / 100)"
     )
-    by_node: dict[str, tuple[float | None, ...]] = {
-        s.labels.get("Hostname", "?"): _aligned([s], hours)
-        for s in client.range(scoped(rule, nodes), hours[0], hours[-1], step)
+
+    def row(s: Series) -> tuple[str, str]:
+        return s.labels.get(cluster_label, ""), s.labels.get("Hostname", "?")
+
+    by_node: dict[tuple[str, str], tuple[float | None, ...]] = {
+        row(s): _aligned([s], hours) for s in client.range(scoped(rule, nodes), hours[0], hours[-1], step)
     }
-    if not by_node or any(v is None for row in by_node.values() for v in row):
+    if not by_node or any(v is None for values in by_node.values() for v in values):
         for s in client.range(scoped(raw, nodes), hours[0], hours[-1], step):
-            node = s.labels.get("Hostname", "?")
+            node = row(s)
             fallback = _aligned([s], hours)
             have = by_node.get(node, tuple(None for _ in hours))
             by_node[node] = tuple(v if v is not None else f for v, f in zip(have, fallback, strict=True))
@@ -244,25 +298,43 @@ def collect(
     plan: Plan,
     price_per_gpu_hour: float | None,
     progress: Callable[[str], None] = lambda _m: None,
+    cluster_label: str = "cluster",
     limits: QueryLimits | None = None,
 ) -> ReportData:
     """Everything the report shows. Queries over every device are cut into node groups under
     ``limits`` (the plan's nodes and devices say how many series each node has)."""
     start = end - window_s
     trend_step = max(60.0, window_s / 336)  # 7 days → 30-minute points
-    devices = {
-        n.name: sum(sum(g.mig_devices.values()) if g.mig_enabled else 1 for g in n.current)
-        for n in plan.nodes
-    }
+    named = any(n.cluster for n in plan.nodes)
+    # node groups by name: a name's cost counts its devices in every cluster (its Hostname matcher
+    # selects them all); the queries group by the cluster label, so clusters stay apart
+    devices: dict[str, int] = {}
+    for n in plan.nodes:
+        devices[n.name] = devices.get(n.name, 0) + sum(
+            sum(g.mig_devices.values()) if g.mig_enabled else 1 for g in n.current
+        )
     groups = fleet_groups(
         client, devices, limits=limits or QueryLimits(), span_s=window_s, at=end, selectors=2
     )
     cut = f" in {len(groups)} node groups" if len(groups) > 1 else ""
     progress(f"fleet slice trend{cut}")
-    trend = fetch_trend(client, start=start, end=end, step=trend_step, groups=groups)
+    trend = fetch_trend(
+        client,
+        start=start,
+        end=end,
+        step=trend_step,
+        queries=trend_queries(cluster_label, named=named),
+        groups=groups,
+    )
     progress(f"per-node activity{cut}")
     heatmap = fetch_heatmap(
-        client, start=start, end=end, step=3600.0 if window_s >= 86400 else 300.0, groups=groups
+        client,
+        start=start,
+        end=end,
+        step=3600.0 if window_s >= 86400 else 300.0,
+        cluster_label=cluster_label,
+        named=named,
+        groups=groups,
     )
     progress("alerts")
     # 5-minute resolution up to 34 days; longer windows stay under Prometheus' 11,000 points per series

@@ -83,6 +83,28 @@ def _cards(r: Report) -> list[tuple[str, str, str]]:
     return cards
 
 
+def _cluster_rows(r: Report) -> tuple[list[str], list[list[str]]]:
+    """The per-cluster table (a plan over several clusters): each cluster's totals, then the fleet's."""
+    price = r.summary.cost_per_week is not None
+    headers = ["cluster", "nodes", "nodes changed", "GPUs", "GPUs freed", "GPU-h / week"]
+    headers += ["cost / week"] if price else []
+    headers.append("pods moved")
+    rows = [
+        [
+            c.name,
+            str(c.nodes),
+            str(c.nodes_changed),
+            str(c.gpus),
+            str(c.gpus_freed),
+            f"{c.gpu_hours_per_week:,.0f}",
+            *([_money(c.cost_per_week)] if price else []),
+            str(c.pods_disrupted),
+        ]
+        for c in r.summary.clusters
+    ]
+    return headers, rows
+
+
 def html(r: Report) -> str:
     d, s, plan = r.data, r.summary, r.data.plan
     img = {name: f'<img alt="{escape(name)}" src="{data_uri(png)}">' for name, png in r.charts.items()}
@@ -100,6 +122,7 @@ def html(r: Report) -> str:
             for cls, v, k in _cards(r)
         ),
         "</div>",
+        *_html_clusters(r),
         "<section><h2>Fleet: allocated but idle slices</h2>",
         "<p class='lead'>MIG slices and whole GPUs handed to pods whose activity stayed under the idle threshold, "
         f"next to everything allocated and the fleet total. Now: {_num(s.idle_now)} idle of {_num(s.slices_total)}; "
@@ -122,14 +145,19 @@ def html(r: Report) -> str:
         )
         out.append(img["savings.png"])
         cost_head = "<th class='n'>cost / week</th>" if s.cost_per_week is not None else ""
+        many = bool(s.clusters)
         out.append(
-            "<table><tr><th>node</th><th>model</th><th>current</th><th>proposed</th><th class='n'>GPUs freed</th>"
+            "<table><tr>"
+            + ("<th>cluster</th>" if many else "")
+            + "<th>node</th><th>model</th><th>current</th><th>proposed</th><th class='n'>GPUs freed</th>"
             f"<th class='n'>GPU-h / week</th>{cost_head}<th class='n'>utilisation</th><th class='n'>pods moved</th></tr>"
         )
         for c in r.changes:
             cost = f"<td class='n'>{_money(c.cost_per_week)}</td>" if s.cost_per_week is not None else ""
             out.append(
-                f"<tr><td class='k'>{escape(c.node)}</td><td class='k'>{escape(c.model)}</td><td>{escape(c.current)}</td>"
+                "<tr>"
+                + (f"<td class='k'>{escape(c.cluster or '-')}</td>" if many else "")
+                + f"<td class='k'>{escape(c.node)}</td><td class='k'>{escape(c.model)}</td><td>{escape(c.current)}</td>"
                 f"<td>{escape(c.proposed)}</td><td class='n'>{c.gpus_freed}</td><td class='n'>{c.gpu_hours_per_week:,.0f}</td>"
                 f"{cost}<td class='n'>{escape(c.utilisation)}</td><td class='n'>{c.pods_disrupted}</td></tr>"
             )
@@ -195,6 +223,24 @@ def html(r: Report) -> str:
     return "\n".join(out) + "\n"
 
 
+def _html_clusters(r: Report) -> list[str]:
+    if not r.summary.clusters:
+        return []
+    headers, rows = _cluster_rows(r)
+    out = [
+        "<section><h2>Per cluster</h2>",
+        "<p class='lead'>Each cluster is planned on its own (nodes never move between clusters); the last "
+        "line is the fleet.</p><table><tr>",
+        *(f"<th class='{'k' if i == 0 else 'n'}'>{escape(h)}</th>" for i, h in enumerate(headers)),
+        "</tr>",
+    ]
+    for row in rows:
+        cells = "".join(f"<td class='{'k' if i == 0 else 'n'}'>{escape(v)}</td>" for i, v in enumerate(row))
+        out.append(f"<tr>{cells}</tr>")
+    out.append("</table></section>")
+    return out
+
+
 def _heatmap_lead(h: Heatmap) -> str:
     if h.nodes_total > len(h.nodes):
         return (
@@ -216,6 +262,20 @@ def _md_table(headers: list[str], rows: list[list[str]], right: set[int]) -> lis
     return lines
 
 
+def _md_clusters(r: Report) -> list[str]:
+    if not r.summary.clusters:
+        return []
+    headers, rows = _cluster_rows(r)
+    return [
+        "## Per cluster",
+        "",
+        "Each cluster is planned on its own (nodes never move between clusters); the last line is the fleet.",
+        "",
+        *_md_table(headers, rows, right=set(range(1, len(headers)))),
+        "",
+    ]
+
+
 def markdown(r: Report) -> str:
     d, s, plan = r.data, r.summary, r.data.plan
     out = [
@@ -225,6 +285,7 @@ def markdown(r: Report) -> str:
         "",
         *(f"- **{v}** {k}" for _, v, k in _cards(r)),
         "",
+        *_md_clusters(r),
         "## Fleet: allocated but idle slices",
         "",
         f"Now {_num(s.idle_now)} idle of {_num(s.slices_total)}; mean over the window {_num(s.idle_mean, '{:.1f}')}.",
@@ -247,7 +308,9 @@ def markdown(r: Report) -> str:
             + ". Preview with `gpupilot-rightsizer apply --plan plan.json --dry-run`."
         )
         out += ["", "![GPU-hours freed per node](savings.png)", ""]
+        many = bool(s.clusters)
         headers = [
+            *(["cluster"] if many else []),
             "node",
             "model",
             "current",
@@ -260,6 +323,7 @@ def markdown(r: Report) -> str:
         ]
         rows = [
             [
+                *([c.cluster or "-"] if many else []),
                 c.node,
                 c.model,
                 c.current,
@@ -272,7 +336,9 @@ def markdown(r: Report) -> str:
             ]
             for c in r.changes
         ]
-        out += _md_table(headers, rows, right={4, 5, 6, 7, 8} if price else {4, 5, 6, 7})
+        shift = int(many)
+        right = {4, 5, 6, 7, 8} if price else {4, 5, 6, 7}
+        out += _md_table(headers, rows, right={i + shift for i in right})
     else:
         out.append("No node needs a change: every layout already fits its demand.")
     out += ["", "## Top idle slices", ""]

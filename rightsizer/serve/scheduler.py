@@ -223,6 +223,8 @@ class Service(Collector):
             return "no plan yet"
         if now.timestamp() - made > guard.max_plan_age_s:
             return f"plan {plan.plan_id} is older than {guard.max_plan_age_s / 3600:g}h"
+        if plan.multi_cluster:
+            return f"plan {plan.plan_id} covers {len(plan.cluster_names)} clusters; auto-apply acts on one cluster"
         if plan.totals.gpus_freed < guard.min_gpus_freed:
             return f"plan frees {plan.totals.gpus_freed} GPU(s), below min_gpus_freed={guard.min_gpus_freed}"
         return None

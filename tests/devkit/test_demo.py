@@ -276,3 +276,53 @@ def test_sigterm_during_the_backfill_leaves_nothing_behind(tmp_path: Path) -> No
     assert proc.returncode == 128 + signal.SIGTERM
     time.sleep(0.5)
     assert leftovers(tmp_path) == []
+
+
+def test_unknown_backend_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(
+        SettingsError, match=r"^DEMO_BACKEND='thanos': expected one of prometheus, victoriametrics$"
+    ):
+        from_env({"DEMO_BACKEND": "thanos"}, root=tmp_path)
+    assert from_env({}, root=tmp_path).backend == "prometheus"
+    proc = subprocess.run(
+        [sys.executable, "-m", "devkit.demo"],
+        cwd=ROOT,
+        env=demo_env(tmp_path, DEMO_BACKEND="mimir"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: DEMO_BACKEND='mimir': expected one of prometheus, victoriametrics"
+
+
+def test_one_shot_run_on_victoriametrics(tmp_path: Path) -> None:
+    """DEMO_BACKEND=victoriametrics: the same 13 steps, the history imported into VictoriaMetrics,
+    vmagent scraping and vmalert evaluating rules/; every command reads VictoriaMetrics' API."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "devkit.demo"],
+        cwd=ROOT,
+        env=demo_env(tmp_path, DEMO_EXIT="1", DEMO_BACKEND="victoriametrics"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "✗" not in out, out[-3000:]
+    steps = re.findall(r"^==> \[(\d+)/13\]", out, flags=re.MULTILINE)
+    assert steps == [str(i) for i in range(1, 14)], out[-3000:]
+    assert out.count("ok (") == 13
+    assert re.search(r"imported [\d,]+ samples \(1 days at a 120s step\) into http://127\.0\.0\.1:(\d+)", out)
+    url = re.search(r"VictoriaMetrics UI\s+(http://127\.0\.0\.1:\d+)/vmui", out)
+    assert url, out[-3000:]
+    assert "1. The fleet (from VictoriaMetrics" in out
+    assert f"gpupilot-rightsizer plan --prometheus-url {url.group(1)}" in out
+    assert f"replay-hpa -f examples/hpa-llm-inference.yaml --prometheus-url {url.group(1)}" in out
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert plan["prometheus_url"] == url.group(1) and plan["nodes"]
+    assert (tmp_path / "report" / "report.html").stat().st_size > 1000
+    assert not (tmp_path / "history").exists(), "no Prometheus TSDB is built for VictoriaMetrics"
+    assert leftovers(tmp_path) == []
