@@ -226,6 +226,10 @@ class _Server(web.Server):
         self._on_closed()
 
 
+TLS_SHUTDOWN_TIMEOUT = 2.0
+"""Seconds a closed connection waits for the client's TLS close_notify before the socket is dropped
+(the loop's default, 30 s, would let a client that was cut off for being slow hold its socket on)."""
+
 TLS_READ_BUFFER = 16 * 1024 + 256
 """Bytes of plaintext per TLS read. asyncio allocates (and zero-fills) ``SSLProtocol.max_size``
 for every connection from its first byte — 256 KiB by default, so 2,000 silent clients held
@@ -398,6 +402,7 @@ class AdapterHTTPServer:
                 conn,
                 ssl=self._ssl(),
                 ssl_handshake_timeout=max(0.1, deadline - self._loop.time()),
+                ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
             )
         except (Exception, asyncio.CancelledError) as exc:  # too slow, shed, refused or reset
             log.debug("TLS handshake with %s failed: %s", peer, exc or type(exc).__name__)

@@ -287,3 +287,17 @@ def test_accept_encoding_parsing_and_the_gzip_store_bound() -> None:
     assert gzip.decompress(store.get(bodies[2]) or b"") == bodies[2]
     store.put(b"x" * 9000, b"y" * 1001)  # over the byte budget on its own: not kept
     assert store.get(b"x" * 9000) is None and store.bytes <= 10_000
+
+
+def test_idle_tls_client_that_ignores_close_notify_is_dropped(limited: Adapter, pki: Pki) -> None:
+    """An idle connection is cut at ``idle_timeout`` with a TLS close_notify; a client that never
+    answers it (nor closes) loses its socket after ``TLS_SHUTDOWN_TIMEOUT``, not the loop's 30 s."""
+    with (
+        socket.create_connection(("127.0.0.1", limited.port), timeout=10) as raw,
+        tls_context(pki).wrap_socket(raw, server_hostname="127.0.0.1"),
+    ):
+        assert wait_for(lambda: limited.server.open_connections == 1)
+        started = time.monotonic()
+        assert wait_for(lambda: limited.server.open_connections == 0, timeout=15)
+        # idle_timeout 1 s + TLS_SHUTDOWN_TIMEOUT 2 s, with room for a slow machine
+        assert time.monotonic() - started < 8
