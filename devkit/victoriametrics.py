@@ -294,6 +294,47 @@ class VMAlert(LoopbackServer):
         return [rule for g in body["data"]["groups"] for rule in g.get("rules", [])]
 
 
+def replay_rules(
+    server: VictoriaMetricsServer,
+    rule_file: Path,
+    *,
+    start: float,
+    end: float,
+    eval_interval: float,
+    log_file: Path,
+    timeout: float = 900.0,
+) -> None:
+    """Evaluate ``rule_file``'s recording rules over ``[start, end]`` every ``eval_interval`` seconds
+    and write the results into ``server``: ``vmalert``'s replay mode (``-replay.timeFrom``/``timeTo``;
+    VictoriaMetrics' counterpart of ``promtool tsdb create-blocks-from rules``), which asks range
+    queries and remote-writes what they return, then exits. A rule reading another rule's results
+    needs the first one's file replayed (and flushed) before it; samples are searchable on return."""
+    iso = "%Y-%m-%dT%H:%M:%SZ"
+    cmd = [
+        require_binary("vmalert"),
+        f"-rule={Path(rule_file).resolve()}",
+        f"-datasource.url={server.url}",
+        f"-remoteWrite.url={server.url}",
+        f"-replay.timeFrom={time.strftime(iso, time.gmtime(start))}",
+        f"-replay.timeTo={time.strftime(iso, time.gmtime(end))}",
+        f"-evaluationInterval={max(1, round(eval_interval))}s",
+        "-replay.disableProgressBar",
+        f"-httpListenAddr=127.0.0.1:{free_port()}",
+        "-loggerLevel=WARN",
+    ]
+    with log_file.open("ab") as out:
+        try:
+            res = subprocess.run(cmd, stdout=out, stderr=out, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise VictoriaMetricsError(
+                f"vmalert replay of {rule_file.name} took over {timeout:.0f}s"
+            ) from None
+    if res.returncode != 0:
+        tail = log_file.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise VictoriaMetricsError(f"vmalert replay of {rule_file.name} failed: {tail[0]}; see {log_file}")
+    server.force_flush()
+
+
 def compare_imports(scenario_path: Path, *, days: float, step: float, work: Path, out: TextIO) -> None:
     """Import the same history both ways into fresh servers and print the time of each."""
     from devkit.history import build_history  # noqa: PLC0415

@@ -3,8 +3,9 @@ the history imported through its import API, vmagent scraping the simulated expo
 series into it, and vmalert evaluating rules/ against it and writing the results back.
 
 The history is imported afresh each run (the import API is the faster of the two ways measured for
-the tests, see docs/victoriametrics.md); recording rules are evaluated live only, so ``plan`` and
-``report`` read the raw DCGM series for the history (their notes say so).
+the tests, see docs/victoriametrics.md); the recording rules ``plan`` and ``report`` read are then
+replayed over the rightsizer's default window by ``vmalert -replay.timeFrom/-replay.timeTo`` (as the
+Prometheus demo backfills them with promtool), so both read the rules' history there too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 from devkit import victoriametrics as vm
-from devkit.demo import history, services
+from devkit.demo import history, rulesubset, services
 from devkit.demo.console import StepFailed
 from devkit.demo.settings import DemoSettings
 from devkit.history import DROP_TARGET_LABELS
@@ -54,14 +55,45 @@ def start_with_history(
         stats = vm.import_history(
             server, scenario, start=start, end=end, step=settings.step_seconds, progress=sys.stdout
         )
+        imported_s = time.monotonic() - begun
+        rules_s = _replay_rules(settings, server, start=start, end=end)
     except vm.VictoriaMetricsError as err:
         server.stop()
         raise StepFailed(str(err)) from err
     ends.prometheus = server.url
     return server, (
         f"imported {stats.samples:,} samples ({settings.days:g} days at a {settings.step} step) into "
-        f"{server.url} in {time.monotonic() - begun:.0f}s"
+        f"{server.url} in {imported_s:.0f}s, recording rules for plan/report every "
+        f"{settings.rule_step_seconds:.0f}s replayed by vmalert in {rules_s:.0f}s"
     )
+
+
+def _replay_rules(
+    settings: DemoSettings, server: vm.VictoriaMetricsServer, *, start: float, end: float
+) -> float:
+    """The recording rules plan and report read, over the window they read, level by level (a rule
+    reading another rule's results after it)."""
+    begun = time.monotonic()
+    rule_start = max(start, end - history.RULE_DAYS * 86400)
+    levels = rulesubset.write_levels(
+        history.rule_files(settings), settings.work / "victoriametrics" / "rules-replay"
+    )
+    for path in levels:
+        t0 = time.monotonic()
+        vm.replay_rules(
+            server,
+            path,
+            start=rule_start,
+            end=end,
+            eval_interval=settings.rule_step_seconds,
+            log_file=settings.logs / "vmalert-replay.log",
+        )
+        print(
+            f"      │ {path.stem}: replayed over the last {(end - rule_start) / 86400:g} days in "
+            f"{time.monotonic() - t0:.0f}s",
+            flush=True,
+        )
+    return time.monotonic() - begun
 
 
 def start_agents(

@@ -316,6 +316,11 @@ def test_one_shot_run_on_victoriametrics(tmp_path: Path) -> None:
     assert steps == [str(i) for i in range(1, 14)], out[-3000:]
     assert out.count("ok (") == 13
     assert re.search(r"imported [\d,]+ samples \(1 days at a 120s step\) into http://127\.0\.0\.1:(\d+)", out)
+    # the recording rules' history, replayed by vmalert, is what plan reads: no raw-series fallback
+    assert re.search(r"recording rules for plan/report every 300s replayed by vmalert in \d+s", out), out[
+        -3000:
+    ]
+    assert "covered 0 of" not in out, out[-3000:]
     url = re.search(r"VictoriaMetrics UI\s+(http://127\.0\.0\.1:\d+)/vmui", out)
     assert url, out[-3000:]
     assert "1. The fleet (from VictoriaMetrics" in out
