@@ -11,6 +11,7 @@ store; a request for it is then a lookup.
 
 from __future__ import annotations
 
+import functools
 import threading
 import zlib
 from collections import OrderedDict
@@ -25,7 +26,13 @@ GZIP_ABOVE = 8 * 1024
 def accepts_gzip(values: Iterable[str]) -> bool:
     """Whether the ``Accept-Encoding`` header values allow gzip (``gzip``, ``x-gzip`` or ``*``, not
     with ``q=0``)."""
-    q = q_values(",".join(values))
+    return _accepts_gzip(",".join(values))
+
+
+@functools.lru_cache(maxsize=256)
+def _accepts_gzip(header: str) -> bool:
+    """(memoised: a client sends the same header on every request)"""
+    q = q_values(header)
     return max(q.get("gzip", 0.0), q.get("x-gzip", 0.0), q.get("*", 0.0)) > 0
 
 

@@ -125,6 +125,10 @@ class MetricValues:
         self._pods = pods
         self.max_value_age = max_value_age
         self._cache = cache
+        self._queries: dict[tuple[object, ...], tuple[AdapterConfig, tuple[MetricRule, str, str]]] = {}
+        """Rendered (rule, label, PromQL) per (metric, resource, namespace, metric selector), kept with
+        the config they came from: every request served from memory needs its cache key, and
+        rendering the template (a regex substitution, escaping, joining) is most of a lookup."""
 
     # -- custom metrics ----------------------------------------------------------------------
     def rule(self, metric: str, resource: Resource) -> tuple[MetricRule, str]:
@@ -245,9 +249,18 @@ class MetricValues:
         """Every object's value for (metric, resource, namespace, metricLabelSelector), by name, from
         the refreshing cache: one namespace-wide query, re-evaluated in the background."""
         assert self._cache is not None
-        rule, label, query = self.object_query(
-            metric=metric, resource=resource, namespace=namespace, name="*", metric_selector=msel
-        )
+        config = self._config()
+        key = (metric, resource, namespace, msel, self.max_value_age)
+        known = self._queries.get(key)
+        if known is not None and known[0] is config:  # a reloaded config renders afresh
+            rule, label, query = known[1]
+        else:
+            rule, label, query = self.object_query(
+                metric=metric, resource=resource, namespace=namespace, name="*", metric_selector=msel
+            )
+            if len(self._queries) >= 4096:  # namespaces × metrics × selectors seen: bounded
+                self._queries.clear()
+            self._queries[key] = (config, (rule, label, query))
         scope = namespace if resource.namespaced else ""
         window = rule.window_seconds
 

@@ -89,3 +89,21 @@ def test_new_series_are_discovered_within_seconds(
     assert time.monotonic() - start < 30
     r = client.as_hpa(f"{V2}/namespaces/ai-serving/pods/embedder-0/late_arrival")
     assert r.json()["items"][0]["value"] == "7"  # live scrape, served at once
+
+
+def test_a_reloaded_query_replaces_the_one_in_memory(
+    prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], tmp_path: Path
+) -> None:
+    """The same metric name with a new query after a reload answers from the new query at once: the
+    rendered query that keys the values in memory is kept per config, never across a reload."""
+    cfg = tmp_path / "adapter.yaml"
+    cfg.write_text("metrics:\n  - name: gpu_busy\n    series: DCGM_FI_DEV_GPU_UTIL\n")
+    adapter = start_adapter(base_settings(prom.url, pki, config_path=cfg))
+    client = Client(f"https://127.0.0.1:{adapter.port}", pki)
+    path = f"{V2}/namespaces/ai-serving/pods/embedder-0/gpu_busy"
+    assert client.as_hpa(path).json()["items"][0]["value"] == "30"
+    cfg.write_text(
+        "metrics:\n  - name: gpu_busy\n    series: DCGM_FI_DEV_GPU_UTIL\n"
+        "    query: avg by (<<by>>) (<<series>>{<<matchers>>}) * 2\n"
+    )
+    assert wait_for(lambda: client.as_hpa(path).json()["items"][0]["value"] == "60")
