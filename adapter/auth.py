@@ -63,17 +63,13 @@ def load_pem_certs(pem: bytes, *, source: str) -> tuple[x509.Certificate, ...]:
     return certs
 
 
+@functools.lru_cache(maxsize=1024)
 def _issued_by(cert: x509.Certificate, cas: tuple[x509.Certificate, ...]) -> bool:
     """Whether a CA in ``cas`` signed ``cert`` (memoised: a proxy reuses one certificate).
 
     Keyed by the certificates themselves: ``x509.Certificate`` hashes and compares by its DER bytes,
     so a different certificate is a different key. (A SHA-256 fingerprint as the key cost 7 µs in a
     tight loop and 80 µs per request when paced, OpenSSL's digest fetch included, for nothing.)"""
-    return _issued_by_cached(cert, cas)
-
-
-@functools.lru_cache(maxsize=1024)
-def _issued_by_cached(cert: x509.Certificate, cas: tuple[x509.Certificate, ...]) -> bool:
     for ca in cas:
         try:
             cert.verify_directly_issued_by(ca)

@@ -42,6 +42,7 @@ from devkit.process import LoopbackServer
 from devkit.prometheus import ScrapeJob, free_port, scrape_configs
 from exporter.sim import backfill
 from exporter.sim.model import Scenario
+from gpupilot_common.timefmt import format_time
 
 
 class VictoriaMetricsError(RuntimeError):
@@ -309,14 +310,13 @@ def replay_rules(
     VictoriaMetrics' counterpart of ``promtool tsdb create-blocks-from rules``), which asks range
     queries and remote-writes what they return, then exits. A rule reading another rule's results
     needs the first one's file replayed (and flushed) before it; samples are searchable on return."""
-    iso = "%Y-%m-%dT%H:%M:%SZ"
     cmd = [
         require_binary("vmalert"),
         f"-rule={Path(rule_file).resolve()}",
         f"-datasource.url={server.url}",
         f"-remoteWrite.url={server.url}",
-        f"-replay.timeFrom={time.strftime(iso, time.gmtime(start))}",
-        f"-replay.timeTo={time.strftime(iso, time.gmtime(end))}",
+        f"-replay.timeFrom={format_time(start)}",
+        f"-replay.timeTo={format_time(end)}",
         f"-evaluationInterval={max(1, round(eval_interval))}s",
         "-replay.disableProgressBar",
         f"-httpListenAddr=127.0.0.1:{free_port()}",

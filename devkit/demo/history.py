@@ -119,11 +119,18 @@ def ensure_history(settings: DemoSettings, *, log: Path) -> tuple[Path, str]:
     )
 
 
+def rule_levels(
+    settings: DemoSettings, directory: Path, *, start: float, end: float
+) -> tuple[float, list[Path]]:
+    """Where the rules' history starts (the rightsizer's default window, within the history) and the
+    recording rules plan and report read, one file per level (a rule after those it reads)."""
+    return max(start, end - RULE_DAYS * 86400), rulesubset.write_levels(rule_files(settings), directory)
+
+
 def _backfill_rules(settings: DemoSettings, data: Path, *, start: float, end: float) -> float:
     """The recording rules plan and report read, over the window they read, so they see history."""
     begun = time.time()
-    rule_start = max(start, end - RULE_DAYS * 86400)
-    levels = rulesubset.write_levels(rule_files(settings), settings.history_dir / "rules-backfill")
+    rule_start, levels = rule_levels(settings, settings.history_dir / "rules-backfill", start=start, end=end)
     for path in levels:
         t0 = time.time()
         names = [r["record"] for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from devkit import victoriametrics as vm
-from devkit.demo import history, rulesubset, services
+from devkit.demo import history, services
 from devkit.demo.console import StepFailed
 from devkit.demo.settings import DemoSettings
 from devkit.history import DROP_TARGET_LABELS
@@ -74,9 +74,8 @@ def _replay_rules(
     """The recording rules plan and report read, over the window they read, level by level (a rule
     reading another rule's results after it)."""
     begun = time.monotonic()
-    rule_start = max(start, end - history.RULE_DAYS * 86400)
-    levels = rulesubset.write_levels(
-        history.rule_files(settings), settings.work / "victoriametrics" / "rules-replay"
+    rule_start, levels = history.rule_levels(
+        settings, settings.work / "victoriametrics" / "rules-replay", start=start, end=end
     )
     for path in levels:
         t0 = time.monotonic()
