@@ -160,6 +160,18 @@ class Analysis:
     def _device_index(self) -> dict[tuple[str, int, str], DeviceStats]:
         return {(d.node, d.gpu, d.gpu_instance_id): d for d in self.devices}
 
+    @cached_property
+    def _by_node(self) -> dict[str, tuple[DeviceStats, ...]]:
+        grouped: dict[str, list[DeviceStats]] = {}
+        for d in self.devices:
+            grouped.setdefault(d.node, []).append(d)
+        return {k: tuple(v) for k, v in grouped.items()}
+
+    def devices_on(self, node: str) -> tuple[DeviceStats, ...]:
+        """The devices of ``node``, in the analysis' order (indexed once: a plan over 10,000 nodes
+        asks this of every node)."""
+        return self._by_node.get(node, ())
+
     def device(self, node: str, gpu: int, gpu_instance_id: str) -> DeviceStats | None:
         """The device on ``node``'s GPU ``gpu`` (``gpu_instance_id == ""`` for the whole GPU); node
         names are unique within one cluster only, so ask this of :meth:`for_cluster`'s analyses."""

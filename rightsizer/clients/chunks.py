@@ -158,8 +158,15 @@ def fleet_groups(
     groups = node_groups(devices, limits=limits, samples_per_series=guess, selectors=selectors)
     if groups == [None] or not devices:
         return groups
-    node = sorted(devices)[0]
-    probe = client.instant(f"max(count_over_time(DCGM_FI_DEV_FB_USED{{{matcher([node])}}}[1h]))", at)
-    per_hour = max((s.value for s in probe if math.isfinite(s.value)), default=0.0)
+    per_hour = samples_per_hour(client, sorted(devices)[:1], at)
     measured = per_hour * span_s / 3600.0 if per_hour > 0 else guess
     return node_groups(devices, limits=limits, samples_per_series=measured, selectors=selectors)
+
+
+def samples_per_hour(client: PrometheusClient, nodes: Sequence[str] | None, at: float) -> float:
+    """The most samples one ``DCGM_FI_DEV_FB_USED`` series (every device has one) of ``nodes``
+    (``None``: every node) holds in the hour before ``at``; 0 when there are none."""
+    selector = "DCGM_FI_DEV_FB_USED" + (f"{{{matcher(nodes)}}}" if nodes else "")
+    # 3599 s: the same count whether the engine's range is open (Prometheus 3) or closed (2.x) at its start
+    probe = client.instant(f"max(count_over_time({selector}[3599s]))", at)
+    return max((s.value for s in probe if math.isfinite(s.value)), default=0.0)

@@ -131,8 +131,12 @@ def _pack(
     if uniform:
         return pack_uniform(model, demand, gpus=gpus)
     started = time.perf_counter()
-    lb = lp_lower_bound(model, demand, gpus=gpus)
     greedy = pack_greedy(model, demand, gpus=gpus)
+    # A GPU holds at most its compute and memory slices, and a device needs its class's at least:
+    # when greedy meets that bound, the LP bound (between the two) is the same; no LP to solve.
+    lb = slice_lower_bound(model, demand)
+    if not (greedy.feasible and greedy.gpus == lb):
+        lb = lp_lower_bound(model, demand, gpus=gpus)
     if greedy.feasible and greedy.gpus == lb:
         # The LP bound proves the greedy answer optimal: fewest GPUs, and every device served by
         # its own class (no idle allocated slices, no profile change). No MILP needed.
@@ -231,6 +235,23 @@ def _build(
     integrality[:nl] = 1
     bounds = Bounds(np.zeros(nl + nz), np.concatenate([np.full(nl, gpus), np.full(nz, np.inf)]))
     return cost, constraints, integrality, bounds, pairs, layouts
+
+
+def slice_lower_bound(model: GpuModel, demand: Mapping[str, int]) -> int:
+    """GPUs needed by the compute and memory slices of ``demand`` alone (a bound the LP's meets or beats)."""
+    compute = memory = 0
+    for name, n in demand.items():
+        prof = model.profile(name)
+        if prof is None or n <= 0:
+            continue
+        compute += prof.compute_slices * n
+        memory += prof.memory_slices * n
+    bounds = [0]
+    if model.compute_slices > 0:
+        bounds.append(math.ceil(compute / model.compute_slices))
+    if model.memory_slices > 0:
+        bounds.append(math.ceil(memory / model.memory_slices))
+    return max(bounds)
 
 
 def lp_lower_bound(model: GpuModel, demand: Mapping[str, int], *, gpus: int | None = None) -> int:

@@ -86,9 +86,7 @@ def _placements(
 ) -> list[disruption.PodPlacement]:
     """The GPU pods on ``node`` now (from the exporter's pod attribution), matched by GPU index."""
     held: dict[PodKey, list[HeldDevice]] = {}
-    for d in analysis.devices:
-        if d.node != node.name:
-            continue
+    for d in analysis.devices_on(node.name):
         gpu = next((g for g in node.gpus if g.index == d.gpu), None)
         inst = (
             next((i for i in gpu.instances if i.gpu_instance_id == d.gpu_instance_id), None) if gpu else None
@@ -141,9 +139,7 @@ def _node_pods(
 
 def _evidence(analysis: Analysis, node: NodeInventory) -> tuple[Evidence, ...]:
     out = []
-    for d in analysis.devices:
-        if d.node != node.name:
-            continue
+    for d in analysis.devices_on(node.name):
         out.append(
             Evidence(
                 gpu=d.gpu,
@@ -188,14 +184,20 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
     nodes: list[NodePlan] = []
     targets = _targets(fleet)
     pods = {p.node.name: _node_pods(analysis, p, targets)[0] for p in fleet.nodes}
-    arriving = [t for np_ in pods.values() for t in np_.arriving]
+    arriving: dict[str, list[disruption.Target]] = {}  # by the node the device lands on
+    for np_ in pods.values():
+        for t in np_.arriving:
+            arriving.setdefault(t.node, []).append(t)
     for p in fleet.nodes:
         name, doc = _config(p.node, p.proposed, context.cluster_configs)
         if p.changed:
             # Pods that stay keep their devices, pods that move take the slots named for them: it
             # must all fit the proposed layout, or following the plan would leave a pod unschedulable.
             disruption.check_requests_fit(
-                p.node.name, _layouts(p.proposed), staying=pods[p.node.name].kept, arriving=arriving
+                p.node.name,
+                _layouts(p.proposed),
+                staying=pods[p.node.name].kept,
+                arriving=arriving.get(p.node.name, ()),
             )
         device_id = p.node.gpus[0].pci_device_id if p.node.gpus else 0
         nodes.append(

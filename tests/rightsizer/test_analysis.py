@@ -48,9 +48,10 @@ def result(small_history: History) -> Analysis:
         out = analysis.analyse(
             client, end=small_history.end, settings=analysis.AnalysisSettings(window_s=DAYS * 86400.0)
         )
-        # Three daily chunks × (9 statistics + 1 rule probe) + inventory (4) + owners (2):
-        # the count depends on the window and chunk size, never on the number of samples.
-        assert client.queries == 3 * 10 + 4 + 2
+        # The whole window at once × 11 statistics + a rule probe per day (there is no rule) + the
+        # sampling-interval probe + inventory (4) + owners (2): the count depends on the window,
+        # never on the number of samples.
+        assert client.queries == 11 + DAYS + 1 + 4 + 2
     return out
 
 
@@ -202,7 +203,7 @@ def test_plan_cli_end_to_end(
     )
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "querying history chunk 3/3" in captured.err
+    assert "querying 3 day(s) of history" in captured.err
     plan = load_plan(out)
     node = plan.node("node-a")
     assert node is not None and node.changed

@@ -91,9 +91,77 @@ def test_analysis_is_the_same_however_the_fleet_is_cut(small_history: tuple[str,
         cut = analysis.analyse(client, end=end, settings=tiny, progress=lines.append)
         assert client.queries > one_query  # one node per group: every statistic asked per node
     assert any("in 5 node groups" in line for line in lines)
-    assert any("15/15 (chunk, node group) pairs queried" in line for line in lines)
+    assert any("5/5 node group queries answered" in line for line in lines)
     assert cut == whole
     assert any(d.peak is not None for d in cut.devices)  # not trivially equal: real statistics
+
+
+def _sizing(result: analysis.Analysis) -> list[tuple[object, ...]]:
+    """What sizing and idleness read of each device (p50/p95 are per piece, for information)."""
+    return [
+        (
+            d.node,
+            d.gpu,
+            d.gpu_instance_id,
+            d.peak,
+            d.peak_at,
+            d.idle_hours,
+            d.coverage_hours,
+            d.max,
+            d.fb_peak_mib,
+            d.allocated_hours,
+        )
+        for d in result.devices
+    ]
+
+
+@pytest.mark.prometheus
+def test_daily_pieces_fold_to_the_whole_window(small_history: tuple[str, float]) -> None:
+    """Asked day by day, the folded peaks, their hours and the hour counts equal the whole window's."""
+    url, end = small_history
+    with PrometheusClient(url) as client:
+        whole = analysis.analyse(client, end=end, settings=analysis.AnalysisSettings(window_s=DAYS * 86400.0))
+    daily = analysis.AnalysisSettings(window_s=DAYS * 86400.0, chunk_s=86400.0)
+    lines: list[str] = []
+    with PrometheusClient(url) as client:
+        cut = analysis.analyse(client, end=end, settings=daily, progress=lines.append)
+    assert any(f"(part {DAYS}/{DAYS})" in line for line in lines)
+    assert _sizing(cut) == _sizing(whole)
+    assert sum(1 for d in whole.devices if d.peak_at is not None) >= 10
+
+
+@pytest.mark.prometheus
+def test_sparse_samples_step_the_means_by_their_interval_with_the_same_answer(
+    small_history: tuple[str, float], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The history is sampled every 900 s: its 15-minute means are stepped by 900 s, not 60 s, and
+    every peak, peak hour and idle hour is what 60-second steps give."""
+    url, end = small_history
+    settings = analysis.AnalysisSettings(window_s=DAYS * 86400.0)
+    lines: list[str] = []
+    with PrometheusClient(url) as client:
+        sparse = analysis.analyse(client, end=end, settings=settings, progress=lines.append)
+    assert any("rolling means every 900 s" in line for line in lines)
+    monkeypatch.setattr(analysis, "samples_per_hour", lambda *_a, **_k: 0.0)
+    lines.clear()
+    with PrometheusClient(url) as client:
+        dense = analysis.analyse(client, end=end, settings=settings, progress=lines.append)
+    assert any("rolling means every 60 s" in line for line in lines)
+    assert _sizing(sparse) == _sizing(dense)
+    assert any(d.idle_hours for d in dense.devices) and any(d.peak for d in dense.devices)
+
+
+def test_subquery_step_divides_the_mean_the_interval_and_the_hour() -> None:
+    assert analysis.subquery_step(900) == 60  # interval unknown
+    assert analysis.subquery_step(900, 15) == 60  # dense samples: 60 s as ever
+    assert analysis.subquery_step(900, 900) == 900
+    assert analysis.subquery_step(900, 300) == 300
+    assert analysis.subquery_step(900, 600) == 300  # windows change every 300 s
+    assert analysis.subquery_step(900, 514.3) == 60  # irregular: no common step beyond 60 s
+    assert analysis.subquery_step(420, 420) == 60  # 420 s does not divide the hour
+    assert analysis.subquery_step(120, 15) == 40  # a third of a short mean, as before
+    assert analysis.subquery_step(120, 900) == 60
+    assert analysis.subquery_step(900, float("nan")) == 60
 
 
 @pytest.mark.prometheus

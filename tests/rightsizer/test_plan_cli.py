@@ -35,7 +35,7 @@ def test_plan_on_simulated_week(metrics_history, tmp_path: Path, capsys: pytest.
     )
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "querying history chunk 7/7" in captured.err
+    assert "querying 7 day(s) of history" in captured.err
     plan = load_plan(out)
     check_plan(plan)  # what plan writes, apply accepts (catalogue, content hashes, plan id)
     assert plan.window.duration == "7d"
