@@ -150,7 +150,7 @@ def hourly_peak_query(
 
     With a step coarser than the default (:func:`subquery_step`) the hour reaches back to its first
     instant, so the mean current when the hour starts counts in it, as it does with 60-second steps."""
-    default = max(1, min(60, round(busy_s / 3)))
+    default = subquery_step(busy_s)
     step = step_s or default
     span = 3600 if step == default else 3601
     mean = _rolling_mean(rule=rule, busy_s=busy_s, cluster_label=cluster_label)
@@ -255,9 +255,12 @@ class WindowStats:
     stats: dict[Ident, dict[str, float]]
     rule_s: float
     """Seconds of the window answered from the recording rule."""
-    rule_used: bool
     groups: int = 1
     """Node groups each piece was cut into (1: whole-fleet queries)."""
+
+    @property
+    def rule_used(self) -> bool:
+        return self.rule_s > 0
 
 
 def _fold(
@@ -300,7 +303,7 @@ def window_stats(
     label = settings.cluster_label
     stats: dict[Ident, dict[str, float]] = {}
     pieces = rule_pieces(client, start=start, end=end, settings=settings, named_clusters=named_clusters)
-    raw_step = subquery_step(settings.min_busy_s)
+    rule_step = raw_step = subquery_step(settings.min_busy_s)
     if any(not rule for _lo, _hi, rule in pieces):
         per_hour = samples_per_hour(client, probe_nodes or None, end)
         raw_step = subquery_step(settings.min_busy_s, 3600.0 / per_hour if per_hour > 0 else None)
@@ -308,7 +311,7 @@ def window_stats(
     started = shown = time.monotonic()
     total = len(pieces) * len(groups)
     for i, (lo, hi, rule) in enumerate(pieces, 1):
-        step = subquery_step(settings.min_busy_s) if rule else raw_step
+        step = rule_step if rule else raw_step
         progress(
             f"querying {(hi - lo) / 86400:.3g} day(s) of history ending {format_time(hi)}"
             + (f" (part {i}/{len(pieces)})" if len(pieces) > 1 else "")
@@ -338,7 +341,7 @@ def window_stats(
         if code is not None and "peak" in row:
             row["peak_at"] = decode_peak_hour(code, origin) - 3600.0
     rule_s = sum(hi - lo for lo, hi, rule in pieces if rule)
-    return WindowStats(stats, rule_s, rule_s > 0, len(groups))
+    return WindowStats(stats, rule_s, len(groups))
 
 
 def rule_pieces(
