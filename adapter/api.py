@@ -56,6 +56,14 @@ class RequestInfo:
     name: str = ""
     subresource: str = ""
 
+    @functools.cached_property
+    def _hash(self) -> int:
+        fields = (self.path, self.is_resource, self.group, self.version, self.namespace)
+        return hash((*fields, self.resource, self.name, self.subresource))
+
+    def __hash__(self) -> int:  # part of the authorisation cache's key on every request: kept
+        return self._hash
+
     def resource_attributes(self) -> dict[str, str]:
         attrs = {"verb": "get", "group": self.group, "version": self.version, "resource": self.resource}
         for key in ("namespace", "name", "subresource"):
@@ -64,8 +72,10 @@ class RequestInfo:
         return attrs
 
 
-def _segments(path: str) -> list[str]:
-    return [unquote(p) for p in path.strip("/").split("/") if p]
+@functools.lru_cache(maxsize=1024)
+def _segments(path: str) -> tuple[str, ...]:
+    """(memoised: routing splits and unquotes the same few paths on every request)"""
+    return tuple(unquote(p) for p in path.strip("/").split("/") if p)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -140,6 +150,44 @@ def label_selector_object(selector: Selector) -> Json | None:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _CustomRequest:
+    """A custom metrics request resolved from its path and selectors: all but the values."""
+
+    metric: str
+    resource: Resource
+    namespace: str
+    name: str
+    selector: Selector
+    metric_selector: Selector
+    key: Hashable
+    """The encoded answer's key in :class:`AnswerCache`."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _custom_request(
+    info: RequestInfo, label_selector: str | None, metric_label_selector: str | None
+) -> _CustomRequest:
+    """(memoised: an HPA sends the same request every sync; a refused one raises and is not kept)"""
+    selector = _selector(label_selector)
+    metric_selector = _selector(metric_label_selector)
+    if info.resource == "metrics":  # namespaces/{ns}/metrics/{metric}: the namespace object
+        resource, namespace, name, metric = resources.NAMESPACES, "", info.namespace, info.name
+    else:
+        found = resources.lookup(info.resource)
+        if found is None:
+            raise NotFound(f"the server could not find the metric {info.subresource} for {info.resource}")
+        resource, namespace, name, metric = found, info.namespace, info.name, info.subresource
+        if resource.namespaced and not namespace:
+            raise BadRequest(
+                f"{resource.qualified} are namespaced: use namespaces/<ns>/{resource.qualified}/…"
+            )
+        if not resource.namespaced and namespace:
+            raise BadRequest(f"{resource.qualified} are cluster-scoped: drop the namespaces/<ns>/ prefix")
+    key = (info.version, metric, resource, namespace, name, selector, metric_selector)
+    return _CustomRequest(metric, resource, namespace, name, selector, metric_selector, key)
+
+
 def _item_template(
     version: str, metric: bytes, selector: bytes, v: ObjectValue
 ) -> tuple[bytes, bytes, bytes]:
@@ -204,21 +252,24 @@ class MetricsApi:
             return exc.status, status(exc.status, exc.reason, str(exc))
 
     def _route(self, path: str, query: Mapping[str, str]) -> tuple[int, Json | str | bytes]:
+        info = request_info(path)
+        if info.is_resource and info.group in self._groups() and info.version in self._versions(info.group):
+            return 200, self._metric(info, query)  # the HPA's requests: first, with the least work
         parts = _segments(path)
         if path.rstrip("/") in ("/healthz", "/livez"):
             return 200, "ok"
         if path.rstrip("/") == "/readyz":
             return self._readyz(verbose="verbose" in query)
-        if parts == ["version"]:
+        if parts == ("version",):
             return 200, dict(VERSION_INFO)
-        if parts == ["api"]:
+        if parts == ("api",):
             return 200, {
                 "kind": "APIVersions",
                 "apiVersion": "v1",
                 "versions": [],
                 "serverAddressByClientCIDRs": [],
             }
-        if parts == ["apis"]:
+        if parts == ("apis",):
             return 200, self._group_list()
         if len(parts) >= 2 and parts[0] == "apis" and parts[1] in self._groups():
             group = parts[1]
@@ -231,9 +282,6 @@ class MetricsApi:
                 )
             if len(parts) == 3:
                 return 200, self._resource_list(group, version)
-            info = request_info(path)
-            if info.is_resource:
-                return 200, self._metric(info, query)
         raise NotFound(f"the server could not find the requested resource ({path})")
 
     def _readyz(self, *, verbose: bool) -> tuple[int, str]:
@@ -311,43 +359,29 @@ class MetricsApi:
 
     # -- values -----------------------------------------------------------------------------------
     def _metric(self, info: RequestInfo, query: Mapping[str, str]) -> Json | bytes:
-        selector = _selector(query.get("labelSelector"))
         if info.group == EXTERNAL:
+            selector = _selector(query.get("labelSelector"))
             ext = self._values.external(metric=info.resource, namespace=info.namespace, selector=selector)
             return self._external_list(info.resource, ext)
-        metric_selector = _selector(query.get("metricLabelSelector"))
-        if info.resource == "metrics":  # namespaces/{ns}/metrics/{metric}: the namespace object
-            resource, namespace, name, metric = resources.NAMESPACES, "", info.namespace, info.name
-        else:
-            found = resources.lookup(info.resource)
-            if found is None:
-                raise NotFound(f"the server could not find the metric {info.subresource} for {info.resource}")
-            resource, namespace, name, metric = found, info.namespace, info.name, info.subresource
-            if resource.namespaced and not namespace:
-                raise BadRequest(
-                    f"{resource.qualified} are namespaced: use namespaces/<ns>/{resource.qualified}/…"
-                )
-            if not resource.namespaced and namespace:
-                raise BadRequest(f"{resource.qualified} are cluster-scoped: drop the namespaces/<ns>/ prefix")
+        asked = _custom_request(info, query.get("labelSelector"), query.get("metricLabelSelector"))
         result = self._values.for_objects(
-            metric=metric,
-            resource=resource,
-            namespace=namespace,
-            name=name,
-            selector=selector,
-            metric_selector=metric_selector,
+            metric=asked.metric,
+            resource=asked.resource,
+            namespace=asked.namespace,
+            name=asked.name,
+            selector=asked.selector,
+            metric_selector=asked.metric_selector,
         )
         memo = result.memo
         if memo is None:  # not served from memory (explain-hpa) or an empty selection
-            return self._custom_list(info.version, metric, result.values, metric_selector, None)
-        key = (info.version, metric, resource, namespace, name, selector, metric_selector)
-        cached = self.answers.get(key, generation=memo.generation, pods=result.pods)
+            return self._custom_list(info.version, asked.metric, result.values, asked.metric_selector, None)
+        cached = self.answers.get(asked.key, generation=memo.generation, pods=result.pods)
         if cached is not None:
             return cached
         nowait.check()  # encoding takes up to milliseconds: a worker thread's job
-        body = self._custom_list(info.version, metric, result.values, metric_selector, memo)
+        body = self._custom_list(info.version, asked.metric, result.values, asked.metric_selector, memo)
         assert isinstance(body, bytes)
-        self.answers.put(key, body, generation=memo.generation, pods=result.pods)
+        self.answers.put(asked.key, body, generation=memo.generation, pods=result.pods)
         return body
 
     @staticmethod

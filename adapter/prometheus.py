@@ -28,7 +28,7 @@ import time
 import urllib.parse
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import aiohttp
 import orjson
@@ -41,9 +41,10 @@ from gpupilot_common.urls import split_userinfo
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Sample:
-    """One element of an instant vector: its labels, value and evaluation time (Unix seconds)."""
+class Sample(NamedTuple):
+    """One element of an instant vector: its labels, value and evaluation time (Unix seconds). A
+    named tuple: an answer holds one per series (5,000 for a namespace of pods), built in a third
+    of a frozen dataclass's time."""
 
     labels: Mapping[str, str]
     value: float

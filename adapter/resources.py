@@ -6,6 +6,7 @@ also use the singular or kind (``pod``, ``Pod``). All of them resolve to one :cl
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -15,6 +16,13 @@ class Resource:
     group: str
     kind: str
     namespaced: bool
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash((self.plural, self.group, self.kind, self.namespaced))
+
+    def __hash__(self) -> int:  # hashed into every per-request lookup key: computed once
+        return self._hash
 
     @property
     def qualified(self) -> str:

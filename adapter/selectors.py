@@ -8,6 +8,7 @@ and ``!key`` (does not exist). An empty string selects everything.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,6 +42,15 @@ class Requirement:
 @dataclass(frozen=True)
 class Selector:
     requirements: tuple[Requirement, ...] = ()
+
+    # A selector keys several lookups per request (pod selections, refreshed values, encoded
+    # answers); the generated __hash__ would hash every requirement's fields each time.
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash(self.requirements)
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def empty(self) -> bool:

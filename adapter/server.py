@@ -31,6 +31,7 @@ import socket
 import ssl
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +42,7 @@ from cryptography import x509
 
 from adapter import nowait
 from adapter.api import CUSTOM, EXTERNAL, MetricsApi, request_info, status
-from adapter.auth import Authenticator, Authorizer
+from adapter.auth import Authenticator, Authorizer, Headers
 from adapter.compress import GZIP_ABOVE, GzipCache, accepts_gzip, gzip_bytes
 from adapter.errors import AdapterError
 from adapter.nowait import WouldBlock
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Reply:
     code: int
     body: bytes
@@ -78,9 +79,7 @@ class App:
         self.metrics = metrics
         self.always_allow_paths = always_allow_paths
 
-    def handle(
-        self, path: str, query: Mapping[str, str], headers: Mapping[str, list[str]], peer_der: bytes | None
-    ) -> Reply:
+    def handle(self, path: str, query: Mapping[str, str], headers: Headers, peer_der: bytes | None) -> Reply:
         info = request_info(path)
         try:
             if path.rstrip("/") not in self.always_allow_paths:
@@ -107,15 +106,17 @@ class App:
         return Reply(code, orjson.dumps(body), JSON)
 
     def handle_inline(
-        self, path: str, query: Mapping[str, str], headers: Mapping[str, list[str]], peer_der: bytes | None
+        self, path: str, query: Mapping[str, str], headers: Headers, peer_der: bytes | None
     ) -> Reply | None:
         """:meth:`handle` on the event loop when nothing on the way waits or encodes (credentials
         and authorisation cached, values in memory, answer encoded); None when it would."""
-        with nowait.inline():
-            try:
-                return self.handle(path, query, headers, peer_der)
-            except WouldBlock:
-                return None
+        token = nowait.enter()
+        try:
+            return self.handle(path, query, headers, peer_der)
+        except WouldBlock:
+            return None
+        finally:
+            nowait.leave(token)
 
 
 def error_reply(code: int, reason: str, message: str) -> Reply:
@@ -139,7 +140,22 @@ def _parse_der(der: bytes) -> x509.Certificate:
     return cert
 
 
+QUERY_MEMO_BYTES = 2048
+"""Query strings up to this long have their parsed form memoised (1,024 of them at most)."""
+
+
+def _parse_query(raw: str) -> dict[str, str]:
+    """A raw query string's parameters (the last of repeated ones, as aiohttp's mapping gives)."""
+    return dict(urllib.parse.parse_qsl(raw, keep_blank_values=True))
+
+
+_query = functools.lru_cache(maxsize=1024)(_parse_query)
+"""(memoised: an HPA sends the same query string every sync; callers only read the dict)"""
+
+
+@functools.lru_cache(maxsize=1024)
 def _kind(path: str) -> tuple[str, bool]:
+    """(memoised: the metrics' label for a path, on every request)"""
     info = request_info(path)
     if info.is_resource:
         return ("external" if info.group == EXTERNAL else "custom"), True
@@ -182,18 +198,36 @@ class _Protocol(web_protocol.RequestHandler):
         resp.force_close()
         return resp
 
+    async def _drain_helper(self) -> None:
+        """Wait for the client to take what was written, up to ``write_timeout``. Only a client that
+        leaves the transport's buffer above its high-water mark makes a response wait here, so the
+        deadline costs nothing on the way of an answer the socket takes at once."""
+        async with asyncio.timeout(self.write_timeout):
+            await super()._drain_helper()
+
     async def finish_response(
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
     ) -> tuple[web.StreamResponse, bool]:
         try:
-            async with asyncio.timeout(self.write_timeout):
-                return await super().finish_response(request, resp, start_time)
+            return await super().finish_response(request, resp, start_time)
         except TimeoutError:
             log.debug(
                 "client %s did not take its answer within %gs; closing", request.remote, self.write_timeout
             )
             self.force_close()
             return resp, True
+
+    def peer_certificate(self) -> bytes | None:
+        """The client certificate (DER), read once per connection: renegotiation is refused
+        (``tlsutil.server_context``), so it cannot change under a connection."""
+        if not self._peer_read:
+            ssl_object = self.transport.get_extra_info("ssl_object") if self.transport else None
+            self._peer_der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            self._peer_read = True
+        return self._peer_der
+
+    _peer_read = False
+    _peer_der: bytes | None = None
 
 
 class _Server(web.Server):
@@ -280,7 +314,6 @@ class AdapterHTTPServer:
         """Connections not yet past their TLS handshake, by start time (oldest first)."""
         self.open_connections = 0
         self.shed_handshakes = 0
-        self._bound: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._gzip = GzipCache()
 
     @property
@@ -397,10 +430,13 @@ class AdapterHTTPServer:
                 await asyncio.wait_for(readable, self.limits.handshake_timeout)
             finally:  # before the transport registers its own reader on this socket
                 self._loop.remove_reader(fd)
+            context = self._ssl()
+            if not context.options & ssl.OP_NO_RENEGOTIATION:  # see _Protocol.peer_certificate
+                context.options |= ssl.OP_NO_RENEGOTIATION
             await self._loop.connect_accepted_socket(
                 self._server,
                 conn,
-                ssl=self._ssl(),
+                ssl=context,
                 ssl_handshake_timeout=max(0.1, deadline - self._loop.time()),
                 ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
             )
@@ -411,25 +447,12 @@ class AdapterHTTPServer:
             self._release()
 
     # -- requests --------------------------------------------------------------------------------
-    def _children(self, kind: str, code: int) -> tuple[Any, Any]:
-        """The request counter and histogram children for (kind, code), bound once: ``labels()``
-        takes a lock and builds a key on every call."""
-        found = self._bound.get((kind, code))
-        if found is None:
-            metrics = self.app.metrics
-            found = self._bound[(kind, code)] = (
-                metrics.requests.labels(kind, str(code)),
-                metrics.request_seconds.labels(kind),
-            )
-        return found
-
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         start = time.perf_counter()
-        raw = request.raw_path
-        path, _, _ = raw.partition("?")
+        path, _, raw_query = request.raw_path.partition("?")
         path = path or "/"
         kind, is_metric = _kind(path)
-        reply = await self._reply(request, path, is_metric=is_metric)
+        reply = await self._reply(request, path, raw_query, is_metric=is_metric)
         transport = request.transport
         if transport is None or transport.is_closing():
             log.debug("client %s went away before its answer to %s", request.remote, path)
@@ -437,26 +460,20 @@ class AdapterHTTPServer:
         if len(reply.body) >= GZIP_ABOVE:
             headers["Vary"] = "Accept-Encoding"
             if reply.code == 200 and accepts_gzip(request.headers.getall("Accept-Encoding", ())):
-                reply = await self._gzipped(reply)
+                # an answer from memory is one object until it changes: compressed once, in a worker
+                gz = self._gzip.get(reply.body)
+                if gz is None:
+                    gz = await self._loop.run_in_executor(self._pool, gzip_bytes, reply.body)
+                    self._gzip.put(reply.body, gz)
+                reply = Reply(reply.code, gz, reply.content_type)
                 headers["Content-Encoding"] = "gzip"
-        counted, timed = self._children(kind, reply.code)
-        counted.inc()
-        timed.observe(time.perf_counter() - start)
+        self.app.metrics.requests.record(kind, reply.code, time.perf_counter() - start)
         if len(reply.body) > STREAM_ABOVE and request.method == "GET":
             return await self._stream(request, reply, headers, path)
         resp = web.Response(status=reply.code, body=reply.body, headers=headers)
         if reply.code in (413, 405):
             resp.force_close()
         return resp
-
-    async def _gzipped(self, reply: Reply) -> Reply:
-        """The reply gzip-encoded: from the store when this body was compressed before (an answer
-        from memory is one object until it changes), else compressed in a worker thread."""
-        gz = self._gzip.get(reply.body)
-        if gz is None:
-            gz = await self._loop.run_in_executor(self._pool, gzip_bytes, reply.body)
-            self._gzip.put(reply.body, gz)
-        return Reply(reply.code, gz, reply.content_type)
 
     async def _stream(
         self, request: web.BaseRequest, reply: Reply, headers: dict[str, str], path: str
@@ -478,7 +495,7 @@ class AdapterHTTPServer:
                 request.transport.abort()
         return resp
 
-    async def _reply(self, request: web.BaseRequest, path: str, *, is_metric: bool) -> Reply:
+    async def _reply(self, request: web.BaseRequest, path: str, raw_query: str, *, is_metric: bool) -> Reply:
         if request.method not in ("GET", "HEAD"):
             return error_reply(
                 405, "MethodNotAllowed", f"{request.method} is not supported; this API is read-only"
@@ -490,12 +507,9 @@ class AdapterHTTPServer:
                 "RequestEntityTooLarge",
                 f"request bodies are limited to {self.limits.max_body_bytes} bytes",
             )
-        query = {k: v for k, v in request.query.items()}
-        headers: dict[str, list[str]] = {}
-        for key, value in request.headers.items():
-            headers.setdefault(key, []).append(value)
-        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
-        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        query = _query(raw_query) if len(raw_query) <= QUERY_MEMO_BYTES else _parse_query(raw_query)
+        headers = request.headers  # a header line's value each: see adapter.auth.Headers
+        der = request.protocol.peer_certificate() if isinstance(request.protocol, _Protocol) else None
         # answered on the loop when everything it needs is in memory: no thread hop, no slot
         inline = self.app.handle_inline(path, query, headers, der)
         if inline is not None:

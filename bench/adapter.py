@@ -8,11 +8,21 @@ on schedule, whatever the answers' latency):
 
 * ``gpupilot hpa-500`` at 10 and 100 requests/s: the HPA's call for the 500-pod deployment,
   ``GET /apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL
-  ?labelSelector=app=llm-inference`` over HTTPS with a client certificate.
+  ?labelSelector=app=llm-inference``, as kube-apiserver's aggregation layer forwards it: over HTTPS
+  with the front-proxy client certificate, the HPA controller's identity in ``X-Remote-User`` /
+  ``X-Remote-Group`` (trusted through ``--requestheader-client-ca-file``), authorised by
+  SubjectAccessReview (``--authorization-mode subjectaccessreview``; the pods API below answers the
+  reviews and counts them, and the adapter caches each verdict for 10 s).
 * baseline ``regex-500`` at 10 and 100/s: what a per-request adapter (prometheus-adapter, KEDA)
   sends for the same call — one instant query ``sum(DCGM_FI_DEV_GPU_UTIL{namespace=…,pod=~"a|b|…"})
   by (pod)`` as a GET — straight to Prometheus (no TLS, no adapter: the baseline's best case).
 * ``hpa-5000`` / ``regex-5000`` at 2/s: a selector matching all 5,000 pods.
+* ``floor`` at 100/s, right after ``gpupilot hpa-500`` at 100/s: :mod:`bench.tls_floor`, aiohttp's
+  server over asyncio's TLS with the adapter's TLS settings, answering every request with the
+  adapter's own gzip-encoded 500-pod answer and doing nothing else. Its CPU per request is what
+  HTTP + TLS cost on this machine at that moment; the adapter's CPU per answer minus it is the
+  adapter's own work. (This shared machine's speed changes by up to 2× between runs: the same code
+  measured 0.45 and 0.9 ms per answer an hour apart; the floor moves with it.)
 * ``serial``: 100 requests one at a time for each 500-pod path (service time without queueing).
 * ``slow connections``: 2,000 clients that send the first 5 bytes of a TLS record and stall (each
   one the adapter takes costs it a TLS object), held while the adapter's RSS is read and real requests
@@ -31,8 +41,8 @@ from 10 to 100/s, RSS ≤ 150 MiB at 50,000 pods, 2,000 slow connections under t
 
 The pods API is a small HTTP server in this process serving ``/api/v1/pods`` pages (``limit`` /
 ``continue``) of realistic pod objects (labels, owner, two containers, status with conditions;
-about 2.5 KB each) and an idle watch: the Kubernetes API double in ``tests/`` keeps whole objects
-and would spend minutes listing 50,000 pods.
+about 2.5 KB each), an idle watch, and SubjectAccessReviews (allowed): the Kubernetes API double in
+``tests/`` keeps whole objects and would spend minutes listing 50,000 pods.
 """
 
 from __future__ import annotations
@@ -181,6 +191,7 @@ class PodsApi:
         for i in range(max(0, extra)):
             self.pods.append((f"team-{i // 500:03d}", f"worker-{i:06d}", f"svc-{i // 100:04d}"))
         self.pages = 0
+        self.reviews = 0
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -188,6 +199,20 @@ class PodsApi:
 
             def log_message(self, format: str, *args: object) -> None:
                 pass
+
+            def do_POST(self) -> None:
+                if self.path.split("?")[0] != "/apis/authorization.k8s.io/v1/subjectaccessreviews":
+                    self.send_error(404)
+                    return
+                review = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                review["status"] = {"allowed": True, "reason": "bench"}
+                api.reviews += 1
+                body = json.dumps(review).encode()
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def do_GET(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
@@ -329,10 +354,13 @@ class Target:
     """Bytes that open each item or series in the answer (counted, not parsed: see :func:`open_loop`)."""
     params: dict[str, str] = field(default_factory=dict)
     tls: ssl.SSLContext | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
 
 
 async def _send(session: aiohttp.ClientSession, target: Target) -> tuple[int, bytes]:
-    async with session.get(target.url, params=target.params, ssl=target.tls or False) as resp:
+    async with session.get(
+        target.url, params=target.params, ssl=target.tls or False, headers=target.headers
+    ) as resp:
         return resp.status, await resp.read()
 
 
@@ -399,13 +427,60 @@ def serial(name: str, count: int, call: Call) -> Result:
     return result
 
 
-def _mint_tls(directory: Path) -> tuple[Path, Path, Path, Path]:
-    """Serving pair for 127.0.0.1 and a client certificate (CA-issued) for the load generator."""
+HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+HPA_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated")
+FRONT_PROXY_CN = "front-proxy-client"
+AS_HPA: list[tuple[str, str]] = [("X-Remote-User", HPA_USER)] + [("X-Remote-Group", g) for g in HPA_GROUPS]
+"""The headers kube-apiserver's aggregation layer adds for the HPA controller (a line per group)."""
+
+
+def _mint_tls(directory: Path) -> tuple[Path, Path, Path, Path, Path]:
+    """(serving CA, serving cert, its key, front-proxy client PEM, front-proxy CA): the serving pair
+    for 127.0.0.1 and the aggregation layer's client certificate, from its own CA, as clusters have."""
     ca = pki.make_ca(directory, "ca", cn="bench-ca", days=1)
     server = ca.issue(directory, cn="adapter", server=True)
-    client = ca.issue(directory, cn="hpa-bench")
+    front_proxy = pki.make_ca(directory, "front-proxy-ca", cn="front-proxy-ca", days=1)
+    client = front_proxy.issue(directory, cn=FRONT_PROXY_CN)
     (directory / "client.pem").write_bytes(client.cert.read_bytes() + client.key.read_bytes())
-    return ca.path, server.cert, server.key, directory / "client.pem"
+    return ca.path, server.cert, server.key, directory / "client.pem", front_proxy.path
+
+
+FLOOR = "floor: aiohttp+TLS, one body"
+"""The floor scenario (``bench.tls_floor``): its "adapter CPU" column is the floor server's CPU."""
+
+
+@dataclass
+class Floor:
+    proc: subprocess.Popen[bytes]
+    url: str
+
+
+def _gzip_answer(path: str, client_pem: Path, ca: Path, root: Path) -> Path:
+    """The adapter's gzip-encoded 500-pod answer, as sent (for the floor server to repeat)."""
+    r = requests.get(
+        path,
+        params={"labelSelector": f"app={TARGET}"},
+        headers={"Accept-Encoding": "gzip", **dict(AS_HPA[:2])},
+        cert=str(client_pem),
+        verify=str(ca),
+        timeout=CLIENT_TIMEOUT,
+        stream=True,
+    )
+    if r.status_code != 200 or r.headers.get("Content-Encoding") != "gzip":
+        raise RuntimeError(f"the adapter's answer for the floor: HTTP {r.status_code}, not gzip")
+    target = root / "answer.json.gz"
+    target.write_bytes(r.raw.read(decode_content=False))
+    return target
+
+
+def _start_floor(root: Path, cert: Path, key: Path, client_ca: Path, body: Path) -> Floor:
+    port = free_port()
+    cmd = [sys.executable, "-m", "bench.tls_floor", str(port), str(cert), str(key), str(client_ca), str(body)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=(root / "floor.log").open("w"))
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"ready":
+        raise RuntimeError(f"the floor server did not start: {(root / 'floor.log').read_text()[-2000:]}")
+    return Floor(proc, f"https://127.0.0.1:{port}/floor")
 
 
 def _cpu(ps: psutil.Process | None) -> float:
@@ -473,7 +548,7 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
     backfill_openmetrics(history, root / "data", block_duration="2h")
     history.unlink()
     setup_s = time.time() - t0
-    ca, cert, key, client_pem = _mint_tls(root)
+    ca, cert, key, client_pem, front_proxy_ca = _mint_tls(root)
     names = pod_names()
     pods_api = PodsApi(total_pods)
     with PrometheusServer(root / "data") as prom:
@@ -481,14 +556,17 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
         cmd = [
             *(sys.executable, "-m", "adapter", "serve", "--prometheus-url", prom.url),
             *("--secure-port", str(port), "--bind-address", "127.0.0.1"),
-            *("--tls-cert-file", str(cert), "--tls-private-key-file", str(key), "--client-ca-file", str(ca)),
-            *("--authorization-mode", "none", "--authentication-skip-lookup"),
+            *("--tls-cert-file", str(cert), "--tls-private-key-file", str(key)),
+            *("--requestheader-client-ca-file", str(front_proxy_ca)),
+            *("--requestheader-allowed-names", FRONT_PROXY_CN, "--authentication-skip-lookup"),
+            *("--authorization-mode", "subjectaccessreview"),
             *("--pod-source", "kubernetes", "--kubeconfig", str(pods_api.kubeconfig(root / "kubeconfig"))),
             *("--refresh-interval", "15"),  # --max-connections: the default, 512
         ]
         env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # as deploy/adapter sets it
         log_path = root / "adapter.log"
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log_path.open("w"), env=env)
+        floor: Floor | None = None
         try:
             base = f"https://127.0.0.1:{port}"
             started = time.time()
@@ -513,6 +591,7 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
                     r = s.get(
                         path,
                         params={"labelSelector": selector},
+                        headers=dict(AS_HPA[:2]),
                         cert=str(client_pem),
                         verify=str(ca),
                         timeout=CLIENT_TIMEOUT,
@@ -540,7 +619,7 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             tls.load_cert_chain(str(client_pem))
 
             def adapter_target(selector: str, expect: int) -> Target:
-                return Target(path, expect, b'"describedObject"', {"labelSelector": selector}, tls)
+                return Target(path, expect, b'"describedObject"', {"labelSelector": selector}, tls, AS_HPA)
 
             def baseline_target(group: list[str], expect: int) -> Target:
                 query = {"query": regex_query(group)}
@@ -573,11 +652,20 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
 
             def server_buckets() -> dict[str, float]:
                 text = requests.get(
-                    f"{base}/metrics", cert=str(client_pem), verify=str(ca), timeout=CLIENT_TIMEOUT
+                    f"{base}/metrics",
+                    headers=dict(AS_HPA[:2]),
+                    cert=str(client_pem),
+                    verify=str(ca),
+                    timeout=CLIENT_TIMEOUT,
                 ).text
                 return histogram_buckets(text, "gpupilot_adapter_request_duration_seconds", 'kind="custom"')
 
             prom_ps = psutil.Process(prom._proc.pid) if prom._proc is not None else None
+            floor = _start_floor(root, cert, key, front_proxy_ca, _gzip_answer(path, client_pem, ca, root))
+            floor_ps = psutil.Process(floor.proc.pid)
+            floor_target = Target(floor.url, PODS_PER_DEPLOYMENT, b'"describedObject"', {}, tls, AS_HPA)
+            measured_by: dict[str, psutil.Process] = {FLOOR: floor_ps}
+            """Whose CPU a scenario's "adapter CPU" column shows (the adapter's, unless named here)."""
             scenarios: list[Callable[[], Result]] = [
                 lambda: serial("gpupilot hpa-500 serial", SERIAL_REQUESTS, hpa_500),
                 lambda: serial(
@@ -587,6 +675,9 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             for rate in RATES_500:
                 scenarios += [
                     lambda rate=rate: open_loop("gpupilot hpa-500", rate, seconds, target_500),  # type: ignore[misc]
+                    *(  # right after the adapter's, on the machine as it is then
+                        [lambda: open_loop(FLOOR, 100.0, seconds, floor_target)] if rate == 100.0 else []
+                    ),
                     lambda rate=rate: open_loop(  # type: ignore[misc]
                         "baseline regex-500 (GET)",
                         rate,
@@ -605,6 +696,7 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             results = []
             for scenario in scenarios:
                 sys_before = adapter_ps.cpu_times().system
+                floor_before = _cpu(floor_ps)
                 before = (
                     _cpu(adapter_ps),
                     _cpu(prom_ps),
@@ -616,6 +708,9 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
                 result.seconds = time.perf_counter() - before[3]
                 result.adapter_cpu_s = _cpu(adapter_ps) - before[0]
                 result.adapter_sys_s = adapter_ps.cpu_times().system - sys_before
+                if result.name in measured_by:
+                    result.adapter_cpu_s = _cpu(measured_by[result.name]) - floor_before
+                    result.adapter_sys_s = 0.0
                 result.prometheus_cpu_s = _cpu(prom_ps) - before[1]
                 result.prometheus_queries = prometheus_queries(prom.url) - before[2]
                 result.adapter_peak_rss_mib = memory_mib(proc.pid)[1]
@@ -629,15 +724,17 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             slow = slow_connections(port, SLOW_CONNECTIONS, real_request, pid=proc.pid)
             rss_now, peak = memory_mib(proc.pid)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            for running in (proc, *((floor.proc,) if floor is not None else ())):
+                running.send_signal(signal.SIGTERM)
+                try:
+                    running.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    running.kill()
             pods_api.close()
     rows = [r.row() for r in results]
     by_key = {(str(r["scenario"]), r["rate_per_s"]): r for r in rows}
     ours_100, ours_10 = by_key[("gpupilot hpa-500", 100.0)], by_key[("gpupilot hpa-500", 10.0)]
+    floor_100 = by_key[(FLOOR, 100.0)]
     base_100, base_10 = (
         by_key[("baseline regex-500 (GET)", 100.0)],
         by_key[("baseline regex-500 (GET)", 10.0)],
@@ -646,6 +743,7 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
         "pods_in_prometheus": prom_pods,
         "pods_in_cluster": len(pods_api.pods),
         "pod_list_pages": pods_api.pages,
+        "subject_access_reviews": pods_api.reviews,
         "adapter_ready_seconds": round(sync_s, 1),
         "setup_seconds": round(setup_s, 1),
         "seconds_per_scenario": seconds,
@@ -673,6 +771,11 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             "p99_goal_met": bool(ours_100["p99_ms"] <= 10),  # type: ignore[operator]
             "adapter_cpu_ms_per_500_pod_answer": ours_100["adapter_cpu_ms_per_request"],
             "cpu_goal_met": bool(ours_100["adapter_cpu_ms_per_request"] <= 1),  # type: ignore[operator]
+            "floor_cpu_ms_per_request": floor_100["adapter_cpu_ms_per_request"],
+            "adapter_own_cpu_ms_per_answer": round(
+                ours_100["adapter_cpu_ms_per_request"] - floor_100["adapter_cpu_ms_per_request"],  # type: ignore[operator]
+                3,
+            ),
             "prometheus_load_flat": bool(
                 ours_100["prometheus_queries_per_s"] <= ours_10["prometheus_queries_per_s"] + 0.5  # type: ignore[operator]
             ),
@@ -749,6 +852,10 @@ def render(res: dict[str, object]) -> str:
                 f"    adapter CPU of which system (kernel): {r['adapter_system_ms_per_request']} ms/req"
             )
     lines.append(f"Prometheus queries/s: {res['prometheus_queries_per_s']}")
+    lines.append(
+        f"SubjectAccessReviews sent by the adapter over the whole run: {res['subject_access_reviews']} "
+        "(verdicts cached 10 s)"
+    )
     lines.append(f"baseline GET URL bytes: {res['baseline_url_bytes']}")
     lines.append(
         f"adapter RSS: {res['adapter_rss_mib_after_pod_sync']} MiB after listing {res['pods_in_cluster']} pods "

@@ -128,3 +128,78 @@ def test_authorization_none_logs_a_warning(
     assert any(
         "--authorization-mode none" in r.message and "local use only" in r.message for r in caplog.records
     )
+
+
+class _CountingKube:
+    """SubjectAccessReview stand-in: allows everyone except ``mallory``, counts the reviews."""
+
+    def __init__(self) -> None:
+        self.reviews: list[tuple[str, tuple[str, ...], dict[str, str] | None]] = []
+
+    def subject_access_review(self, *, user: str, groups: tuple[str, ...], resource, **_: object):  # type: ignore[no-untyped-def]
+        self.reviews.append((user, groups, resource))
+        return user != "mallory", "" if user != "mallory" else "not in the bench group"
+
+
+def test_identities_are_memoised_per_authenticator_and_never_across_a_reload(pki: Pki) -> None:
+    front_proxy = x509.load_pem_x509_certificate(pki.front_proxy.cert.read_bytes())
+    rh = RequestHeaderSettings(
+        ca_certs=(pki.front_proxy_ca.cert,), allowed_names=frozenset({"front-proxy-client"})
+    )
+    auth = Authenticator(requestheader=rh)
+    hpa = {"X-Remote-User": ["hpa"], "X-Remote-Group": ["g1"], "Accept": ["*/*"]}
+    first = auth.authenticate(peer_cert=front_proxy, headers=hpa)
+    # the same identity (header names in any case) is the same object: its review key is built once
+    again = auth.authenticate(
+        peer_cert=front_proxy, headers={"x-remote-user": ["hpa"], "x-remote-group": ["g1"]}
+    )
+    assert again is first
+    other = auth.authenticate(peer_cert=front_proxy, headers={**hpa, "X-Remote-Group": ["g1", "g2"]})
+    assert other is not first and other.groups == ("g1", "g2")
+    extra = auth.authenticate(peer_cert=front_proxy, headers={**hpa, "X-Remote-Extra-Scopes": ["s"]})
+    assert extra is not first and extra.extra == {"scopes": ("s",)}
+    # a reloaded request-header CA that no longer lists the proxy's issuer is a new authenticator:
+    # nothing it concluded about the certificate before survives
+    reloaded = Authenticator(
+        requestheader=RequestHeaderSettings(ca_certs=(pki.client_ca.cert,), allowed_names=frozenset())
+    )
+    with pytest.raises(Unauthorized):
+        reloaded.authenticate(peer_cert=front_proxy, headers=hpa)
+    # a CN outside the allowed names is refused every time, not only the first
+    wrong = x509.load_pem_x509_certificate(pki.wrong_cn_proxy.cert.read_bytes())
+    for _ in range(2):
+        with pytest.raises(Unauthorized, match="not in --requestheader-allowed-names"):
+            auth.authenticate(peer_cert=wrong, headers=hpa)
+
+
+def test_authorisation_verdicts_are_cached_per_user_and_request_for_their_ttl() -> None:
+    kube = _CountingKube()
+    now = [1000.0]
+    authz = Authorizer(mode="subjectaccessreview", kube=kube, ttl=10.0, clock=lambda: now[0])  # type: ignore[arg-type]
+    info = RequestInfo(
+        PATH, True, "custom.metrics.k8s.io", "v1beta2", "ai-serving", "pods", "x", "DCGM_FI_DEV_GPU_UTIL"
+    )
+    hpa = User("hpa", ("g1",))
+    for _ in range(3):
+        authz.authorize(hpa, info)
+    authz.authorize(User("hpa", ("g1",)), info)  # an equal user is the same key
+    assert len(kube.reviews) == 1
+    assert kube.reviews[0][2] == {
+        "verb": "get",
+        "group": "custom.metrics.k8s.io",
+        "version": "v1beta2",
+        "resource": "pods",
+        "namespace": "ai-serving",
+        "name": "x",
+        "subresource": "DCGM_FI_DEV_GPU_UTIL",
+    }
+    authz.authorize(User("hpa", ("g1", "g2")), info)  # other groups: reviewed on their own
+    assert len(kube.reviews) == 2
+    with pytest.raises(Forbidden, match="not in the bench group"):
+        authz.authorize(User("mallory"), info)
+    with pytest.raises(Forbidden):  # the denial is cached too, and still refuses
+        authz.authorize(User("mallory"), info)
+    assert len(kube.reviews) == 3
+    now[0] += 10.5  # past the TTL: asked again
+    authz.authorize(hpa, info)
+    assert len(kube.reviews) == 4
