@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import orjson
@@ -43,9 +43,9 @@ VERSION_INFO = {
 Json = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class RequestInfo:
-    """The Kubernetes view of a request path, as a SubjectAccessReview wants it."""
+class RequestInfo(NamedTuple):
+    """The Kubernetes view of a request path, as a SubjectAccessReview wants it (a named tuple: it
+    keys the authorisation cache on every request, and hashes in C)."""
 
     path: str
     is_resource: bool
@@ -55,14 +55,6 @@ class RequestInfo:
     resource: str = ""
     name: str = ""
     subresource: str = ""
-
-    @functools.cached_property
-    def _hash(self) -> int:
-        fields = (self.path, self.is_resource, self.group, self.version, self.namespace)
-        return hash((*fields, self.resource, self.name, self.subresource))
-
-    def __hash__(self) -> int:  # part of the authorisation cache's key on every request: kept
-        return self._hash
 
     def resource_attributes(self) -> dict[str, str]:
         attrs = {"verb": "get", "group": self.group, "version": self.version, "resource": self.resource}

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import Gauge
@@ -69,6 +69,8 @@ class KubernetesPodSource:
         self._generation: dict[str, int] = {}
         self._memo = _SelectionMemo()
         self._synced = threading.Event()
+        self._listed = False
+        """Set with ``_synced``, read by every request."""
         self._stop = threading.Event()
         self._last_event = 0.0
         if age_gauge is not None:
@@ -91,6 +93,7 @@ class KubernetesPodSource:
             self._last_event = time.monotonic()
         if self._after_reset is not None:
             self._after_reset()
+        self._listed = True
         self._synced.set()
 
     def _event(self, kind: str, pod: PodRecord) -> None:
@@ -114,7 +117,7 @@ class KubernetesPodSource:
             return len(self._by_ns.get(namespace, {}))
 
     def select(self, namespace: str, selector: Selector) -> list[Pod]:
-        if not self._synced.is_set():
+        if not self._listed:  # a plain flag: Event.is_set() is a Python call on every request
             raise UpstreamUnavailable("the pod watch has not completed its first list yet; retry shortly")
         with self._lock:
             generation = self._generation.get(namespace, 0)
@@ -246,7 +249,7 @@ class PrometheusPodSource:
 def sanitise(selector: Selector) -> Selector:
     """The selector with keys as kube-state-metrics writes them (``app.kubernetes.io/name`` →
     ``app_kubernetes_io_name``), to match ``kube_pod_labels``' ``label_*`` names."""
-    return Selector(tuple(replace(r, key=prometheus_label_name(r.key)) for r in selector.requirements))
+    return Selector(tuple(r._replace(key=prometheus_label_name(r.key)) for r in selector.requirements))
 
 
 class _SelectionMemo:

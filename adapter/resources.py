@@ -6,23 +6,16 @@ also use the singular or kind (``pod``, ``Pod``). All of them resolve to one :cl
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Resource:
+class Resource(NamedTuple):
+    """A named tuple: part of every per-request lookup key, hashed and compared in C."""
+
     plural: str
     group: str
     kind: str
     namespaced: bool
-
-    @functools.cached_property
-    def _hash(self) -> int:
-        return hash((self.plural, self.group, self.kind, self.namespaced))
-
-    def __hash__(self) -> int:  # hashed into every per-request lookup key: computed once
-        return self._hash
 
     @property
     def qualified(self) -> str:

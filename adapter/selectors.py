@@ -8,10 +8,9 @@ and ``!key`` (does not exist). An empty string selects everything.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from adapter.errors import BadRequest
 
@@ -20,8 +19,10 @@ _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _SET = re.compile(r"^\s*(\S+)\s+(in|notin)\s*\((.*)\)\s*$")
 
 
-@dataclass(frozen=True)
-class Requirement:
+class Requirement(NamedTuple):
+    """One requirement of a selector. Named tuples, not dataclasses: a selector is part of several
+    lookup keys on every request, and a tuple hashes and compares in C, field by field."""
+
     key: str
     op: str
     """One of ``=``, ``!=``, ``in``, ``notin``, ``exists``, ``!`` (does not exist)."""
@@ -39,18 +40,8 @@ class Requirement:
         return not present or labels[self.key] not in self.values
 
 
-@dataclass(frozen=True)
-class Selector:
+class Selector(NamedTuple):
     requirements: tuple[Requirement, ...] = ()
-
-    # A selector keys several lookups per request (pod selections, refreshed values, encoded
-    # answers); the generated __hash__ would hash every requirement's fields each time.
-    @functools.cached_property
-    def _hash(self) -> int:
-        return hash(self.requirements)
-
-    def __hash__(self) -> int:
-        return self._hash
 
     @property
     def empty(self) -> bool:

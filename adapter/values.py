@@ -128,9 +128,12 @@ class MetricValues:
         self._pods = pods
         self.max_value_age = max_value_age
         self._cache = cache
-        self._queries: dict[tuple[object, ...], tuple[AdapterConfig, tuple[MetricRule, str, str]]] = {}
-        """Rendered (rule, label, PromQL) per (metric, resource, namespace, metric selector), kept with
-        the config they came from: every request served from memory needs its cache key, and
+        self._queries: dict[
+            tuple[object, ...],
+            tuple[AdapterConfig, Hashable, Callable[[], tuple[dict[str, ObjectValue], Memo]]],
+        ] = {}
+        """The refreshing cache's key and loader per (metric, resource, namespace, metric selector),
+        kept with the config they came from: every request served from memory needs them, and
         rendering the template (a regex substitution, escaping, joining) is most of a lookup."""
 
     # -- custom metrics ----------------------------------------------------------------------
@@ -255,15 +258,22 @@ class MetricValues:
         config = self._config()
         key = (metric, resource, namespace, msel, self.max_value_age)
         known = self._queries.get(key)
-        if known is not None and known[0] is config:  # a reloaded config renders afresh
-            rule, label, query = known[1]
-        else:
-            rule, label, query = self.object_query(
-                metric=metric, resource=resource, namespace=namespace, name="*", metric_selector=msel
-            )
+        if known is None or known[0] is not config:  # a reloaded config renders afresh
+            known = (config, *self._refreshed_query(metric, resource, namespace, msel))
             if len(self._queries) >= 4096:  # namespaces × metrics × selectors seen: bounded
                 self._queries.clear()
-            self._queries[key] = (config, (rule, label, query))
+            self._queries[key] = known
+        entry = self._cache.get(known[1], known[2], wait=self._wait)
+        return entry.value  # type: ignore[return-value]
+
+    def _refreshed_query(
+        self, metric: str, resource: Resource, namespace: str, msel: Selector
+    ) -> tuple[Hashable, Callable[[], tuple[dict[str, ObjectValue], Memo]]]:
+        """The refreshing cache's key for a namespace-wide query and its loader, built once per
+        config (a request then looks both up instead of rendering and building them)."""
+        rule, label, query = self.object_query(
+            metric=metric, resource=resource, namespace=namespace, name="*", metric_selector=msel
+        )
         scope = namespace if resource.namespaced else ""
         window = rule.window_seconds
 
@@ -274,8 +284,7 @@ class MetricValues:
             )
             return {v.name: v for v in values}, Memo()
 
-        entry = self._cache.get(("custom", query, label, resource, scope, window), load, wait=self._wait)
-        return entry.value  # type: ignore[return-value]
+        return ("custom", query, label, resource, scope, window), load
 
     @property
     def _wait(self) -> float:

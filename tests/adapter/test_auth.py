@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 import requests
 from cryptography import x509
+from multidict import CIMultiDict
 
 from adapter.api import RequestInfo
 from adapter.app import Adapter
@@ -158,6 +159,14 @@ def test_identities_are_memoised_per_authenticator_and_never_across_a_reload(pki
     assert other is not first and other.groups == ("g1", "g2")
     extra = auth.authenticate(peer_cert=front_proxy, headers={**hpa, "X-Remote-Extra-Scopes": ["s"]})
     assert extra is not first and extra.extra == {"scopes": ("s",)}
+    # as the server passes them: one line per header (a multidict); the same lines are looked up
+    lines = CIMultiDict([("X-Remote-User", "hpa"), ("X-Remote-Group", "g1"), ("x-remote-group", "g2")])
+    by_lines = auth.authenticate(peer_cert=front_proxy, headers=lines)
+    assert by_lines.groups == ("g1", "g2") and by_lines is other
+    assert auth.authenticate(peer_cert=front_proxy, headers=CIMultiDict(lines)) is other
+    for _ in range(2):  # "no user" is remembered too, and refused each time
+        with pytest.raises(Unauthorized, match="sent no X-Remote-User"):
+            auth.authenticate(peer_cert=front_proxy, headers=CIMultiDict([("X-Remote-Group", "g1")]))
     # a reloaded request-header CA that no longer lists the proxy's issuer is a new authenticator:
     # nothing it concluded about the certificate before survives
     reloaded = Authenticator(
