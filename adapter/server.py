@@ -34,6 +34,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -149,8 +150,10 @@ def _parse_query(raw: str) -> dict[str, str]:
     return dict(urllib.parse.parse_qsl(raw, keep_blank_values=True))
 
 
-_query = functools.lru_cache(maxsize=1024)(_parse_query)
-"""(memoised: an HPA sends the same query string every sync; callers only read the dict)"""
+@functools.lru_cache(maxsize=1024)
+def _query(raw: str) -> Mapping[str, str]:
+    """(memoised, read-only: an HPA sends the same query string every sync)"""
+    return MappingProxyType(_parse_query(raw))
 
 
 @functools.lru_cache(maxsize=1024)

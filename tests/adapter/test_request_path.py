@@ -94,6 +94,8 @@ def test_query_strings_parse_as_aiohttp_parses_them(raw: str) -> None:
     assert server._parse_query(raw) == expected
     assert server._query(raw) == expected
     assert server._query(raw) is server._query(raw)  # memoised: the HPA repeats itself
+    with pytest.raises(TypeError):  # and shared, so read-only
+        server._query(raw)["labelSelector"] = "app=other"  # type: ignore[index]
 
 
 def test_serving_context_refuses_renegotiation(tmp_path: Path) -> None:
