@@ -664,8 +664,6 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
             floor = _start_floor(root, cert, key, front_proxy_ca, _gzip_answer(path, client_pem, ca, root))
             floor_ps = psutil.Process(floor.proc.pid)
             floor_target = Target(floor.url, PODS_PER_DEPLOYMENT, b'"describedObject"', {}, tls, AS_HPA)
-            measured_by: dict[str, psutil.Process] = {FLOOR: floor_ps}
-            """Whose CPU a scenario's "adapter CPU" column shows (the adapter's, unless named here)."""
             scenarios: list[Callable[[], Result]] = [
                 lambda: serial("gpupilot hpa-500 serial", SERIAL_REQUESTS, hpa_500),
                 lambda: serial(
@@ -708,8 +706,8 @@ def _run(root: Path, seconds: float, total_pods: int) -> dict[str, object]:
                 result.seconds = time.perf_counter() - before[3]
                 result.adapter_cpu_s = _cpu(adapter_ps) - before[0]
                 result.adapter_sys_s = adapter_ps.cpu_times().system - sys_before
-                if result.name in measured_by:
-                    result.adapter_cpu_s = _cpu(measured_by[result.name]) - floor_before
+                if result.name == FLOOR:  # its "adapter CPU" column is the floor server's
+                    result.adapter_cpu_s = _cpu(floor_ps) - floor_before
                     result.adapter_sys_s = 0.0
                 result.prometheus_cpu_s = _cpu(prom_ps) - before[1]
                 result.prometheus_queries = prometheus_queries(prom.url) - before[2]

@@ -1,5 +1,5 @@
 """The floor under the adapter's benchmark: aiohttp's low-level web server over asyncio's TLS, with
-the adapter's TLS settings, answering every request with one fixed body (the adapter's own
+the adapter's TLS settings (its own ``adapter.tlsutil.server_context``), answering every request with one fixed body (the adapter's own
 gzip-encoded 500-pod answer) and the adapter's response headers, and doing nothing else.
 
 Run beside the adapter in the same benchmark, it shows what HTTP/1.1 + TLS + keep-alive cost on
@@ -12,21 +12,19 @@ when the machine's speed changes from run to run (it does, by a factor of two, o
 from __future__ import annotations
 
 import asyncio
-import ssl
 import sys
 from pathlib import Path
 
 from aiohttp import web
 
+from adapter.tlsutil import server_context
+
 
 def main(argv: list[str]) -> int:
     port, cert, key, client_ca, body_file = argv
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.options |= ssl.OP_NO_RENEGOTIATION
-    ctx.load_cert_chain(cert, key)
-    ctx.load_verify_locations(client_ca)
-    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx = server_context(
+        cert_file=Path(cert), key_file=Path(key), client_ca_pems=[Path(client_ca).read_bytes()]
+    )
     body = Path(body_file).read_bytes()
     headers = {
         "Content-Type": "application/json",
