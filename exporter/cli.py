@@ -20,11 +20,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from exporter import counters, webconfig, windows
+from exporter import counters, kubeapi, webconfig, windows
 from exporter.backend import Backend
 from exporter.collector import AllocationsSource, Collector
 from exporter.errors import ConfigError
 from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
+from exporter.podresources import dra
 from exporter.server import MetricsServer
 from exporter.settings import (
     DEFAULT_POD_RESOURCES_SOCKET,
@@ -153,6 +154,14 @@ def build_parser() -> _Parser:
         "implies --kubernetes, and with --backend sim replaces the scenario's own pods",
     )
     p.add_argument(
+        "--kubernetes-enable-dra",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --kubernetes, also attribute GPUs and MIG devices that containers got through "
+        "DRA ResourceClaims (driver gpu.nvidia.com), with dcgm-exporter's dra_* labels; their UUIDs "
+        "come from the node's ResourceSlices, else from NVIDIA's canonical device names (default on)",
+    )
+    p.add_argument(
         "--web-config",
         type=Path,
         metavar="FILE",
@@ -229,6 +238,8 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
         kubernetes=args.kubernetes or args.pod_resources_socket is not None,
         pod_resources_socket=args.pod_resources_socket or DEFAULT_POD_RESOURCES_SOCKET,
         pod_resources_socket_given=args.pod_resources_socket is not None,
+        enable_dra=args.kubernetes_enable_dra,
+        kube_api_url=access.url if (access := kubeapi.in_cluster(env)) is not None else "",
         web_config=args.web_config,
         once=args.once,
         log_level=args.log_level,
@@ -268,12 +279,31 @@ def build_backend(settings: Settings) -> Backend:
     return NvmlBackend()
 
 
-def build_allocations(settings: Settings, backend: Backend) -> AllocationsSource | None:
-    """Pod attribution: kubelet when asked for, else the simulator's own pods in sim mode."""
+def build_allocations(
+    settings: Settings, backend: Backend, *, hostname: str = ""
+) -> AllocationsSource | None:
+    """Pod attribution: kubelet when asked for, else the simulator's own pods in sim mode. With DRA
+    on and an API to ask, the node's ResourceSlices are watched (listed once with ``--once``)."""
     if settings.kubernetes and (settings.backend != "sim" or settings.pod_resources_socket_given):
         from exporter.podresources.client import PodResourcesClient  # noqa: PLC0415
 
-        return PodResourcesClient(str(settings.pod_resources_socket)).allocations
+        slices = None
+        if settings.enable_dra and settings.kube_api_url and hostname:
+            watcher = kubeapi.SliceWatcher(kubeapi.ApiAccess(url=settings.kube_api_url), node=hostname)
+            if settings.once:
+                try:
+                    watcher.list_once()
+                except kubeapi.KubeApiError as exc:
+                    watcher.mark_unavailable(str(exc))
+            else:
+                watcher.start()
+            slices = watcher.current
+        client = PodResourcesClient(
+            str(settings.pod_resources_socket),
+            dra_drivers=(dra.NVIDIA_DRIVER,) if settings.enable_dra else (),
+            slices=slices,
+        )
+        return client.attribution
     sim_allocations: Callable[[], object] | None = getattr(backend, "allocations", None)
     if settings.backend == "sim" and sim_allocations is not None:
         return sim_allocations  # type: ignore[return-value]
@@ -348,11 +378,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         web = webconfig.load(settings.web_config) if settings.web_config else None
         backend = build_backend(settings)
+        hostname = hostname_for(settings, backend)
         collector = Collector(
             backend,
-            hostname=hostname_for(settings, backend),
+            hostname=hostname,
             settings=settings.collector,
-            allocations=build_allocations(settings, backend),
+            allocations=build_allocations(settings, backend, hostname=hostname),
             layout=settings.layout,
         )
         if settings.once:

@@ -97,6 +97,21 @@ class NodeSnapshot:
 
 
 @dataclass(frozen=True)
+class DraDevice:
+    """How a container got a device through Dynamic Resource Allocation: dcgm-exporter's ``dra_*`` labels."""
+
+    claim_name: str
+    claim_namespace: str
+    pool_name: str
+    device_name: str
+    """The driver's device name in the pool (``gpu-0``, ``gpu-0-mig-19-0-1``)."""
+    mig_profile: str = ""
+    """MIG profile (``1g.10gb``) when the device is a MIG instance; empty for a whole GPU."""
+    mig_device_uuid: str = ""
+    """MIG device UUID when the device is a MIG instance (it changes with each claim on dynamic MIG)."""
+
+
+@dataclass(frozen=True)
 class PodRef:
     """A container that holds a device, from kubelet's pod-resources API."""
 
@@ -104,6 +119,9 @@ class PodRef:
     pod: str
     container: str
     resource: str = "nvidia.com/gpu"
+    """Device-plugin resource name; the DRA driver name (``gpu.nvidia.com``) for a claimed device."""
+    dra: DraDevice | None = None
+    """Set when the device came from a ResourceClaim (``dynamic_resources``), not a device plugin."""
 
 
 Allocations = Mapping[str, tuple[PodRef, ...]]

@@ -47,6 +47,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", namespaced=True),
     Kind("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
     Kind("apiregistration.k8s.io", "v1", "apiservices", "APIService", namespaced=False),
+    Kind("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False),
     Kind("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False, storable=False),
     Kind(
         "authorization.k8s.io",
