@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from exporter import counters, kubeapi, webconfig, windows
+from exporter import counters, kubeapi, procs, webconfig, windows
 from exporter.backend import Backend
-from exporter.collector import AllocationsSource, Collector
+from exporter.collector import AllocationsSource, Collector, OwnersSource
 from exporter.errors import ConfigError
 from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
 from exporter.podresources import dra
@@ -310,6 +310,17 @@ def build_allocations(
     return None
 
 
+def build_process_owners(settings: Settings, backend: Backend) -> OwnersSource | None:
+    """PID → container for per-pod figures on shared GPUs: the host's /proc and
+    /var/log/containers with ``--kubernetes``, the scenario's own processes with ``--backend sim``."""
+    if settings.backend == "sim":
+        owners: OwnersSource | None = getattr(backend, "process_owners", None)
+        return owners
+    if settings.kubernetes:
+        return procs.ContainerIndex().owners
+    return None
+
+
 def hostname_for(settings: Settings, backend: Backend) -> str:
     if settings.node_name:
         return settings.node_name
@@ -384,6 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             hostname=hostname,
             settings=settings.collector,
             allocations=build_allocations(settings, backend, hostname=hostname),
+            process_owners=build_process_owners(settings, backend),
             layout=settings.layout,
         )
         if settings.once:

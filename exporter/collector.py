@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from exporter import sharing
 from exporter.backend import Backend
 from exporter.deadline import CallTimeout, DeadlineWorker
 from exporter.errors import BackendError, BackendUnavailable
@@ -34,7 +35,7 @@ from exporter.layout import SeriesLayout
 from exporter.podresources.dra import Attribution
 from exporter.render import Page, render_page
 from exporter.settings import CollectorSettings
-from exporter.snapshot import Allocations, NodeSnapshot
+from exporter.snapshot import Allocations, NodeSnapshot, PodRef
 from exporter.windows import EventWindows
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,9 @@ log = logging.getLogger(__name__)
 AllocationsSource = Callable[[], Allocations | Attribution]
 """Returns device id → containers, or an :class:`Attribution` whose claimed (DRA) devices are resolved
 against the snapshot; may raise (socket missing, kubelet erroring)."""
+
+OwnersSource = Callable[[Iterable[int]], Mapping[int, PodRef]]
+"""Host PIDs → the containers they run in (:class:`exporter.procs.ContainerIndex`, or the simulator's)."""
 
 CACHED_NOTE = " Cached: refreshed every collection interval, see gpupilot_exporter_snapshot_age_seconds."
 
@@ -57,6 +61,7 @@ class Collector:
         settings: CollectorSettings,
         allocations: AllocationsSource | None = None,
         layout: SeriesLayout | None = None,
+        process_owners: OwnersSource | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -69,6 +74,7 @@ class Collector:
             clock_events_window_s=self.layout.clock_events_window_s,
         )
         self._allocations_source = allocations
+        self._process_owners = process_owners
         self._clock = clock
         self._wall_clock = wall_clock
         self._worker = DeadlineWorker(f"{backend.name}-backend")
@@ -148,6 +154,7 @@ class Collector:
             layout=self.layout,
             windows=self._windows.update(snap),
         )
+        families.extend(self._pod_usage(snap))
         for kind, count in snap.field_errors.items():
             self._errors[kind] = self._errors.get(kind, 0) + count
         now = self._clock()
@@ -213,6 +220,22 @@ class Collector:
             log.info("pod attribution available again")
             self._allocations_error = None
         return allocations
+
+    def _pod_usage(self, snap: NodeSnapshot) -> list[Family]:
+        """Per-pod figures on shared GPUs (:mod:`exporter.sharing`); nothing when no GPU has
+        per-process accounting or no owner source is configured."""
+        if self._process_owners is None:
+            return []
+        pids = [p.pid for g in snap.gpus for p in (g.processes or ())]
+        if not pids:
+            return []
+        try:
+            owners = self._process_owners(pids)
+        except Exception as exc:  # an unreadable /proc must not fail the collection
+            self._errors["processes"] = self._errors.get("processes", 0) + 1
+            log.warning("per-pod GPU figures unavailable: %s", exc)
+            return []
+        return sharing.pod_usage_families(snap, owners, hostname=self.hostname, layout=self.layout)
 
     def _resolve_claims(self, found: Attribution, snap: NodeSnapshot) -> Allocations:
         resolved = found.resolve(snap)

@@ -60,6 +60,19 @@ class XidEvent:
 
 
 @dataclass(frozen=True)
+class ProcessUsage:
+    """One compute process on a whole GPU, from NVML's per-process accounting."""
+
+    pid: int
+    """In the host PID namespace (the exporter runs with hostPID)."""
+    memory_bytes: float | None = None
+    """Framebuffer the process holds (``nvmlDeviceGetComputeRunningProcesses``); None: not reported."""
+    sm_util: float | None = None
+    """SM utilisation in percent over the last interval (``nvmlDeviceGetProcessUtilization``
+    samples, averaged); None: no sample (idle, or a client NVML cannot see, e.g. behind MPS)."""
+
+
+@dataclass(frozen=True)
 class GpuSnapshot:
     info: GpuInfo
     values: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
@@ -69,6 +82,11 @@ class GpuSnapshot:
     """Xid events seen since the exporter started, by code (a counter per code)."""
     last_xid: XidEvent | None = None
     compute_processes: int | None = None
+    processes: tuple[ProcessUsage, ...] | None = None
+    """Per-process accounting of a whole GPU (None: not collected: MIG, or no host PID view)."""
+    process_util_visible: bool = True
+    """False when NVML gives no per-process utilisation on this GPU (``NOT_SUPPORTED``: MPS on older
+    drivers, vGPU); per-pod utilisation is then not published (absent, never 0), memory still is."""
 
 
 @dataclass(frozen=True)
