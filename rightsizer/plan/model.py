@@ -227,6 +227,8 @@ class Plan:
     """The label that named the clusters; ``""`` in a plan of one cluster."""
     clusters: tuple[ClusterTotals, ...] = ()
     """Per-cluster totals of a plan over several clusters (``totals`` is then the fleet's)."""
+    dra: Mapping[str, Any] = field(default_factory=dict)
+    """DRA nodes' modes and ResourceClaimTemplate advice (:mod:`rightsizer.plan.dra`); empty without DRA."""
 
     def node(self, name: str, cluster: str | None = None) -> NodePlan | None:
         """The node ``name`` (of ``cluster``, when given: names are unique within one cluster only)."""
@@ -368,6 +370,7 @@ def plan_to_dict(plan: Plan) -> JsonDict:
         ],
         "notes": list(plan.notes),
         **clusters,
+        **({"dra": dict(plan.dra)} if plan.dra else {}),
     }
 
 
@@ -551,6 +554,7 @@ def _plan(doc: checked.Document) -> Plan:
             ClusterTotals(name=c.r_str("name"), totals=_totals(c.r_obj("totals")))
             for c in r.r_objs("clusters", [])
         ),
+        dra=r.r_raw_obj("dra", {}),
     )
 
 

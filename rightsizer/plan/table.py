@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rightsizer.plan import clusters
+from rightsizer.plan import clusters, dra
 from rightsizer.plan.idle import activity_known
 from rightsizer.plan.model import Evidence, GpuLayout, NodePlan, Plan, Totals
 
@@ -130,5 +130,6 @@ def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
             f"time-slicing: {where}{ts.node} ({ts.model}) GPU(s) {', '.join(map(str, ts.gpus))}: "
             f"{ts.replicas} replicas — {ts.reason}"
         )
+    extra += dra.table_lines(plan.dra)
     extra += [f"note: {n}" for n in plan.notes]
     return "\n\n".join([head, *blocks, *(["\n".join(extra)] if extra else [])])
