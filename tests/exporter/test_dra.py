@@ -16,6 +16,7 @@ from exporter.settings import CollectorSettings
 from exporter.snapshot import NodeSnapshot
 from tests.exporter import fakes
 from tests.exporter.kubelet_double import KubeletDouble, claim, container, pod
+from tests.exporter.pki import mint
 from tests.kubedouble import KubeDouble
 
 SLICES = "resource.k8s.io/resourceslices"  # the double's storage key
@@ -229,6 +230,31 @@ def test_slice_watcher_lists_and_follows_the_api_over_http(kube):
         assert watcher.lists == lists
     finally:
         watcher.stop()
+
+
+def test_slice_watcher_over_https_with_a_service_account_token(tmp_path):
+    """In a pod: HTTPS checked against the cluster CA, the token file read for each request, and a
+    missing RBAC grant named in the one-line error."""
+    pki = mint(tmp_path)
+    token = tmp_path / "token"
+    token.write_text("exporter-token\n")
+    sa = "system:serviceaccount:gpupilot:gpupilot-exporter"
+    with KubeDouble(tls=(pki.server_cert, pki.server_key), require_token=True, enforce_rules=True) as api:
+        assert api.url.startswith("https://")
+        api.add_token("exporter-token", sa)
+        access = kubeapi.ApiAccess(url=api.url, token_file=token, ca_file=pki.ca_cert, timeout_s=2.0)
+        watcher = kubeapi.SliceWatcher(access, node="node-a")
+        with pytest.raises(
+            kubeapi.KubeApiError, match=r"HTTP 403 \(check the exporter's RBAC for resourceslices\)"
+        ):
+            watcher.list_once()
+        api.allow(sa, "list", "resourceslices", group="resource.k8s.io")
+        api.store.put(SLICES, _slice("node-a", {"gpu-0": "GPU-abc"}), event="ADDED")
+        watcher.list_once()
+        assert watcher.current()[0] == {("node-a", "gpu-0"): dra.SliceDevice(uuid="GPU-abc")}
+        wrong_ca = kubeapi.ApiAccess(url=api.url, token_file=token, ca_file=tmp_path / "other-ca.crt")
+        with pytest.raises(kubeapi.KubeApiError, match="CERTIFICATE_VERIFY_FAILED"):
+            kubeapi.SliceWatcher(wrong_ca, node="node-a").list_once()
 
 
 def test_slice_watcher_reports_an_unreachable_api_in_one_line():
