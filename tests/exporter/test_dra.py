@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
 import pytest
 
-from exporter import kubeapi
+from exporter import cli, kubeapi
 from exporter.collector import Collector
 from exporter.podresources import dra
 from exporter.podresources.client import PodResourcesClient
@@ -19,6 +20,7 @@ from tests.exporter.kubelet_double import KubeletDouble, claim, container, pod
 from tests.exporter.pki import mint
 from tests.kubedouble import KubeDouble
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SLICES = "resource.k8s.io/resourceslices"  # the double's storage key
 H100_1G_ID = 19  # nvidia-smi mig -lgip id of 1g.10gb on H100
 
@@ -273,3 +275,45 @@ def test_unreadable_api_falls_back_to_canonical_names():
     assert found.resolve(snap).allocations[snap.gpus[0].info.uuid][0].pod == "a"
     moved = dataclasses.replace(found, slices={})
     assert found.resolve(snap).unresolved == () and moved.resolve(snap).unresolved == ()
+
+
+def test_cli_with_the_simulator_attributes_claims_through_the_same_socket(kubelet, capsys):
+    """``--backend sim`` + ``--pod-resources-socket``: the kubelet's claims label the simulated node's
+    devices, resolved by canonical names (no API in a test run)."""
+    kubelet.set_pods(
+        [
+            pod(
+                "llm",
+                "infer-0",
+                [container("server", claims=[claim("infer-0-gpu", "llm", ["gpu-0"], pool="gpu-h100-b")])],
+            ),
+            pod(
+                "ml",
+                "small-0",
+                [
+                    container(
+                        "main",
+                        claims=[
+                            claim("small-0-mig", "ml", [f"gpu-1-mig-{H100_1G_ID}-0-1"], pool="gpu-h100-b")
+                        ],
+                    )
+                ],
+            ),
+        ]
+    )
+    code = cli.main(
+        [
+            *("--backend", "sim", "--scenario", str(EXAMPLES / "fleet-demo.yaml"), "--node", "gpu-h100-b"),
+            *("--pod-resources-socket", kubelet.socket_path, "--once"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    util = [ln for ln in out.splitlines() if ln.startswith("DCGM_FI_DEV_GPU_UTIL{") and 'gpu="0"' in ln]
+    assert len(util) == 1 and 'pod="infer-0"' in util[0] and 'dra_device_name="gpu-0"' in util[0]
+    mig = [
+        ln for ln in out.splitlines() if ln.startswith("gpupilot_device_pod_info{") and 'pod="small-0"' in ln
+    ]
+    assert len(mig) == 1
+    assert 'GPU_I_PROFILE="1g.10gb"' in mig[0] and 'dra_mig_profile="1g.10gb"' in mig[0]
+    assert 'dra_mig_device_uuid="MIG-' in mig[0] and "placement_start" not in mig[0]
