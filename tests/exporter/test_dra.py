@@ -234,6 +234,25 @@ def test_slice_watcher_lists_and_follows_the_api_over_http(kube):
         watcher.stop()
 
 
+def test_an_expired_watch_is_relisted_and_the_index_kept_current(kube):
+    access = kubeapi.ApiAccess(url=kube.url, token_file=None, ca_file=None, timeout_s=2.0)
+    kube.store.put(SLICES, _slice("node-x", {"gpu-0": "GPU-x0"}), event="ADDED")
+    watcher = kubeapi.SliceWatcher(access, node="node-x", watch_s=1, backoff_max_s=0.05)
+    kube.expire_watches(1)  # the first watch gets 410 Expired in-stream
+    watcher.start()
+    try:
+        deadline = time.monotonic() + 5
+        while watcher.lists < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert watcher.lists >= 2  # listed, the watch expired, listed again
+        kube.store.put(SLICES, _slice("node-x", {"gpu-0": "GPU-x0", "gpu-1": "GPU-x1"}), event="MODIFIED")
+        while ("node-x", "gpu-1") not in (watcher.current()[0] or {}) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert watcher.current()[0][("node-x", "gpu-1")].uuid == "GPU-x1"
+    finally:
+        watcher.stop()
+
+
 def test_slice_watcher_over_https_with_a_service_account_token(tmp_path):
     """In a pod: HTTPS checked against the cluster CA, the token file read for each request, and a
     missing RBAC grant named in the one-line error."""
