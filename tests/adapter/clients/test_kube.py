@@ -350,7 +350,7 @@ class _HtmlEverywhere:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = _answer  # noqa: N815
+            do_GET = do_POST = _answer
 
             def log_message(self, *args: object) -> None:
                 pass
