@@ -15,10 +15,10 @@ from exporter.podresources import dra
 from exporter.podresources.client import PodResourcesClient
 from exporter.settings import CollectorSettings
 from exporter.snapshot import NodeSnapshot
-from tests.exporter import fakes
-from tests.exporter.kubelet_double import KubeletDouble, claim, container, pod
-from tests.exporter.pki import mint
-from tests.kubedouble import KubeDouble
+from tests.support.exporter import fakes
+from tests.support.exporter.kubelet_double import KubeletDouble, claim, container, pod
+from tests.support.exporter.pki import mint
+from tests.support.kubedouble import KubeDouble
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SLICES = "resource.k8s.io/resourceslices"  # the double's storage key

@@ -14,7 +14,7 @@ from exporter.collector import Collector
 from exporter.layout import SeriesLayout
 from exporter.settings import CollectorSettings
 from exporter.snapshot import NodeSnapshot, PodRef, ProcessUsage
-from tests.exporter import fakes
+from tests.support.exporter import fakes
 
 MIB = 1024 * 1024
 IDS = {name: f"{i:x}" * 64 for i, name in enumerate(("a", "b", "c", "d"), start=10)}
