@@ -30,6 +30,7 @@ import yaml
 from devkit.prometheus import PrometheusError, PrometheusServer, ScrapeJob, require_binaries
 from exporter import render
 from exporter.exposition import device_families
+from exporter.podresources.dra import Attribution
 from simulator import backfill
 from simulator import scenario as scenario_mod
 from simulator.backend import SimBackend
@@ -162,10 +163,12 @@ class LiveFleet:
         self.servers: list[SeriesServer] = []
 
     def _node_body(self, backend: SimBackend) -> Callable[[], str]:
-        allocations = backend.allocations()
-
         def body() -> str:
-            snap = backend.snapshot_at(self.clock())
+            now = self.clock()
+            snap = backend.snapshot_at(now)
+            allocations = backend.allocations(now)  # DRA claims and MIG reconfigurations follow time
+            if isinstance(allocations, Attribution):
+                allocations = allocations.resolve(snap).allocations
             return render.render_text(
                 device_families(snap, hostname=backend.hostname, allocations=allocations)
             )
