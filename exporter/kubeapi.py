@@ -192,11 +192,15 @@ class SliceWatcher:
                 if not line.strip():
                     continue
                 event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
+                obj = event.get("object") if isinstance(event, Mapping) else None
+                if not isinstance(obj, Mapping):
+                    raise KubeApiError(f"{self._collection()}: watch event without an object: {line[:200]!r}")
+                kind = event.get("type")
                 if kind == "ERROR":
                     raise KubeApiError(f"{self._collection()}: watch ended: {obj.get('message', obj)}")
-                meta = obj.get("metadata") or {}
-                resource_version = str(meta.get("resourceVersion", resource_version))
+                meta = obj.get("metadata")
+                if isinstance(meta, Mapping):
+                    resource_version = str(meta.get("resourceVersion", resource_version))
                 if kind == "BOOKMARK":
                     continue
                 with self._lock:
@@ -227,7 +231,7 @@ class SliceWatcher:
                 backoff = 1.0
                 while not self._stop.is_set():
                     version = self.watch_once(version)
-            except (KubeApiError, ValueError, OSError) as exc:
+            except (KubeApiError, ValueError, OSError) as exc:  # ValueError: JSON
                 message = " ".join(str(exc).split())
                 if message != self.current()[1]:
                     log.warning("ResourceSlices unavailable, using canonical device names: %s", message)
