@@ -137,14 +137,16 @@ def smoke_test(service: str, archive: Path) -> None:
     if service != "exporter":
         return
     res = in_container("exporter --once", archive, entry, "--once")
-    # buildah adds its own "Error: exit status N" line after the command's output.
-    lines = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith("Error: exit status")]
+    # buildah adds its own lines after the command's output ("subprocess exited with status N",
+    # "Error: exit status N").
+    buildah_lines = ("Error: exit status", "subprocess exited with status")
+    lines = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith(buildah_lines)]
     last = (lines or [""])[-1]
     if res.returncode != 1 or not last.startswith(NO_GPU_MESSAGE):
         raise ImageBuildError(
             f"{archive.name}: '{entry} --once' without a GPU: exit {res.returncode}, last line {last!r}"
         )
-    probe = "import importlib.util as u, sys; sys.exit(','.join(m for m in sys.argv[1:] if u.find_spec(m)))"
+    probe = "import importlib.util as u, sys; f = [m for m in sys.argv[1:] if u.find_spec(m)]; sys.exit(','.join(f) or 0)"
     res = in_container("exporter contents", archive, "python3", "-c", probe, *EXPORTER_FORBIDDEN)
     if res.returncode != 0:
         raise ImageBuildError(
