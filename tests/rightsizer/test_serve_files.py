@@ -12,7 +12,10 @@ import pytest
 
 from rightsizer.commands.serve import http_server
 from rightsizer.serve.webfiles import ReportFiles
-from tests.rightsizer.test_scheduler import FakeJobs, clock, config, start  # noqa: F401  (clock: a fixture)
+from tests.rightsizer import test_scheduler
+from tests.rightsizer.test_scheduler import FakeJobs, config, start
+
+clock = test_scheduler.clock  # the fake scheduler clock, a fixture
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
 
@@ -61,7 +64,11 @@ def test_latest_report_its_files_and_the_plan(served):
     assert (status, headers["content-type"], body) == (200, "image/png", PNG)
     assert fetch(port, "/report/report.md")[1]["content-type"] == "text/markdown; charset=utf-8"
     status, headers, body = fetch(port, "/plan.json")
-    assert (status, headers["content-type"], json.loads(body)) == (200, "application/json", {"plan_id": "p-1"})
+    assert (status, headers["content-type"], json.loads(body)) == (
+        200,
+        "application/json",
+        {"plan_id": "p-1"},
+    )
     status, _, body = fetch(port, "/reports/")
     assert status == 200 and body.index(b"2026-11-30") < body.index(b"2026-11-23")
     assert b"2026-12-07" not in body, "a folder without report.html is not a report"
@@ -90,7 +97,7 @@ def test_nothing_outside_the_report_folders(served, path):
     port, _ = served
     status, _, body = fetch(port, path)
     assert status in (400, 404), (path, status)
-    assert b"not for the web" not in body and b"hidden" != body.strip()
+    assert b"not for the web" not in body and body.strip() != b"hidden"
 
 
 def test_missing_report_and_plan_say_so(tmp_path, clock):
