@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import base64
 import datetime
+import http.server
+import json
+import subprocess
+import sys
+import threading
 from typing import Any
 
 import pytest
@@ -188,6 +193,63 @@ def test_persistence_and_one_prometheus_url() -> None:
     )
 
 
+class Discovery(http.server.BaseHTTPRequestHandler):
+    """An API server's discovery answers: v1beta2 of custom.metrics.k8s.io available, the rest 503
+    (an APIService whose adapter is down or untrusted)."""
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/apis/custom.metrics.k8s.io/v1beta2":
+            body = {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": "custom.metrics.k8s.io/v1beta2",
+                "resources": [
+                    {
+                        "name": "pods/gpu_utilization",
+                        "singularName": "",
+                        "namespaced": True,
+                        "kind": "MetricValueList",
+                        "verbs": ["get"],
+                    }
+                ],
+            }
+            data, status = json.dumps(body).encode(), 200
+        else:
+            data, status = b'{"kind":"Status","code":503}', 503
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def run_test_script(args: list[str]) -> tuple[int, list[str]]:
+    """The hook's script with its arguments, its in-cluster config pointed at a local discovery
+    double (the rest of the script, the Kubernetes client and its requests, as in the Pod)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Discovery)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    prelude = (
+        "import kubernetes.config, kubernetes.client\n"
+        "def _local():\n"
+        "    c = kubernetes.client.Configuration()\n"
+        f"    c.host = 'http://127.0.0.1:{server.server_address[1]}'\n"
+        "    kubernetes.client.Configuration.set_default(c)\n"
+        "kubernetes.config.load_incluster_config = _local\n"
+    )
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", prelude + args[0], *args[1:]],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    return res.returncode, res.stdout.strip().splitlines()
+
+
 def test_helm_test_hook_asks_each_apiservice() -> None:
     objs = by_name(template("everything"))
     pod = objs[("Pod", "gpupilot-adapter-test")]
@@ -196,11 +258,18 @@ def test_helm_test_hook_asks_each_apiservice() -> None:
     adapter = pod_spec(objs[("Deployment", "gpupilot-adapter")])["containers"][0]
     assert container["image"] == adapter["image"], "an image the chart already uses"
     assert container["args"][1:] == [
-        "/apis/custom.metrics.k8s.io/v1beta1",
-        "/apis/custom.metrics.k8s.io/v1beta2",
-        "/apis/external.metrics.k8s.io/v1beta1",
+        "custom.metrics.k8s.io/v1beta1",
+        "custom.metrics.k8s.io/v1beta2",
+        "external.metrics.k8s.io/v1beta1",
     ]
-    compile(container["args"][0], "helm-test", "exec")  # the script is valid Python
+    assert run_test_script(container["args"]) == (
+        1,
+        [
+            "FAIL /apis/custom.metrics.k8s.io/v1beta1: 503 Service Unavailable",
+            "OK   /apis/custom.metrics.k8s.io/v1beta2: 1 resource(s)",
+            "FAIL /apis/external.metrics.k8s.io/v1beta1: 503 Service Unavailable",
+        ],
+    )
     binding = objs[("ClusterRoleBinding", "gpupilot-adapter-test")]
     assert binding["roleRef"]["name"] == "gpupilot-adapter-metrics-reader"
     assert ("Pod", "gpupilot-adapter-test") not in by_name(template("defaults", "adapter.test.enabled=false"))
