@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -291,3 +292,78 @@ def test_notes_say_how_to_check_each_part() -> None:
         "a CA the chart generated",
     ):
         assert needed in notes, needed
+
+
+# The parts the double does not serve (CRDs, admission policies) off: Helm maps every rendered kind.
+SERVER_SIDE = (
+    "monitoring.prometheusRules.enabled=false,monitoring.dashboards.enabled=false,"
+    "exporter.serviceMonitor.enabled=false,rightsizer.serviceMonitor.enabled=false,"
+    "rightsizer.admissionPolicy.enabled=false"
+)
+OWNED_BY_RELEASE = {
+    "labels": {"app.kubernetes.io/managed-by": "Helm"},
+    "annotations": {"meta.helm.sh/release-name": "gpupilot", "meta.helm.sh/release-namespace": NAMESPACE},
+}
+
+
+def template_against(kube: Any, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`helm template --dry-run=server` against the API double: Helm's lookup reads the cluster,
+    as `helm install` and `helm upgrade` do."""
+    config = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    return run_helm(
+        "template", "gpupilot", str(CHART), "--namespace", NAMESPACE, "--set", SERVER_SIDE,
+        "--dry-run=server", "--disable-openapi-validation", "--kubeconfig", str(config),
+    )  # fmt: skip
+
+
+def test_lookup_keeps_the_certificate_and_finds_the_pause_label(tmp_path: Path) -> None:
+    from tests.support.kubedouble import KubeDouble  # noqa: PLC0415
+
+    with KubeDouble() as kube:
+        kube.add_node("gpu-old")  # GPU Operator before v26.7.0: no client label
+        res = template_against(kube, tmp_path)
+        assert res.returncode == 0, res.stderr
+        fresh = by_name(tuple(d for d in yaml.safe_load_all(res.stdout) if d))
+        assert (
+            "nvidia.com/gpu.deploy.client"
+            not in pod_spec(fresh[("DaemonSet", "gpupilot-exporter")])["nodeSelector"]
+        )
+        generated = fresh[("Secret", "gpupilot-adapter-tls")]["data"]
+        # An upgrade: the Secret of the first install is in the cluster, and a node has the label.
+        kube.store.put(
+            "/secrets",
+            {
+                "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "data": generated,
+                "metadata": {"name": "gpupilot-adapter-tls", "namespace": NAMESPACE, **OWNED_BY_RELEASE},
+            },
+            event="ADDED",
+        )  # fmt: skip
+        kube.add_node("gpu-new", labels={"nvidia.com/gpu.deploy.client": "true"})
+        res = template_against(kube, tmp_path)
+        assert res.returncode == 0, res.stderr
+        upgraded = by_name(tuple(d for d in yaml.safe_load_all(res.stdout) if d))
+    assert upgraded[("Secret", "gpupilot-adapter-tls")]["data"] == generated, "the upgrade kept the pair"
+    assert {api["spec"]["caBundle"] for api in apiservices(upgraded)} == {generated["ca.crt"]}
+    selector = pod_spec(upgraded[("DaemonSet", "gpupilot-exporter")])["nodeSelector"]
+    assert selector == {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.client": "true"}
+
+
+def test_a_namespace_that_refuses_the_exporter_stops_the_install(tmp_path: Path) -> None:
+    from tests.support.kubedouble import KubeDouble  # noqa: PLC0415
+
+    with KubeDouble() as kube:
+        kube.store.put(
+            "/namespaces",
+            {
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "baseline"}},
+            },
+            event="ADDED",
+        )  # fmt: skip
+        res = template_against(kube, tmp_path)
+    assert res.returncode != 0
+    assert (
+        f'namespace {NAMESPACE} enforces Pod Security level "baseline", which refuses the exporter '
+        f"(hostPID, CAP_SYS_ADMIN, hostPath): run 'kubectl label namespace {NAMESPACE} "
+        "pod-security.kubernetes.io/enforce=privileged --overwrite', or set exporter.unprivileged=true"
+    ) in res.stderr
