@@ -18,12 +18,13 @@ import math
 import time
 
 from rightsizer.analysis.types import Analysis, DeviceStats, NodeInventory
-from rightsizer.optimise.node import items_for_node, propose_node, with_changes
+from rightsizer.optimise.node import items_for_node, left_alone, propose_node, with_changes
 from rightsizer.optimise.pooling import pool_moves
 from rightsizer.optimise.proposal import (
     FleetProposal,
     GpuPlan,
     Item,
+    NodeInconsistency,
     NodeProposal,
     OptimiserSettings,
     TimeSlicing,
@@ -84,11 +85,13 @@ def optimise(analysis: Analysis, *, settings: OptimiserSettings) -> FleetProposa
     notes: list[str] = []
     for node in analysis.nodes:
         remaining = max(0.05, deadline - time.perf_counter())
-        proposals.append(
-            propose_node(
+        try:
+            proposal = propose_node(
                 node, analysis, settings=settings, workloads=workloads, time_limit=min(remaining, 10.0)
             )
-        )
+        except NodeInconsistency as exc:
+            proposal = left_alone(node, analysis, reason=f"left unchanged: the optimiser's check failed ({exc})")
+        proposals.append(proposal)
     ranked = sorted(
         (p for p in proposals if p.changed),
         key=lambda p: (-p.gpus_freed, -p.slices_freed, p.node.name),

@@ -1,7 +1,8 @@
 """One node: its devices' demand classes, the packed layouts, and which GPU and slot each gets.
 
-See :mod:`rightsizer.optimise.fleet` for the rules; every proposed layout passes
-:func:`mig_geometry.placement.place` (:func:`assert_placeable`).
+See :mod:`rightsizer.optimise.fleet` for the rules. Mixed-strategy nodes are solved exactly by
+:mod:`rightsizer.optimise.repartition` (best-fit packing when HiGHS has no answer in time); every
+proposed layout passes :func:`mig_geometry.placement.place` (:func:`check_placeable`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from mig_geometry.layouts import Layout
 from mig_geometry.names import canonical_profile
 from mig_geometry.placement import place
 from rightsizer.analysis.types import Analysis, GpuInventory, NodeInventory, PodKey, Workload
-from rightsizer.optimise import packing
-from rightsizer.optimise.proposal import GpuPlan, Item, NodeProposal, OptimiserSettings
+from rightsizer.optimise import packing, repartition
+from rightsizer.optimise.proposal import GpuPlan, Item, NodeInconsistency, NodeProposal, OptimiserSettings
 
 # ---------------------------------------------------------------------------------------------- items
 
@@ -94,37 +95,43 @@ def propose_node(
     workloads: Mapping[PodKey, Workload],
     time_limit: float,
 ) -> NodeProposal:
-    items = items_for_node(node, analysis, settings=settings, workloads=workloads)
-    current = tuple(_current(g, items) for g in node.gpus)
+    """The node's best change (or the node as it is, with the reason); :class:`NodeInconsistency`
+    when a check on the answer fails (the caller leaves the node alone)."""
     model = next((g.model for g in node.gpus if g.model is not None), None)
+    pinned = [g for g in node.gpus if is_pinned(g, analysis, node.name)]
+    pinned_idx = {g.index for g in pinned}
+    # Devices on pinned GPUs keep their profile: their GPU's layout is not touched.
+    items = [
+        i if i.gpu not in pinned_idx else replace(i, klass=i.profile_now)
+        for i in items_for_node(node, analysis, settings=settings, workloads=workloads)
+    ]
+    current = tuple(_current(g, items) for g in node.gpus)
     used_now = sum(1 for g in node.gpus if _gpu_used(g, analysis, node.name))
-    busy = sum(i.busy_slices for i in items if i.busy_slices is not None)
     whole_busy, whole_units = _whole_gpu_use(node, analysis)
-    unchanged = NodeProposal(
-        node,
-        model,
-        current,
-        current,
-        False,
-        "none",
-        "optimal",
-        used_now,
-        used_now,
-        used_now,
-        0,
-        0,
-        busy,
+    base = NodeProposal(
+        node=node,
+        model=model,
+        current=current,
+        proposed=current,
+        changed=False,
+        method="none",
+        status="optimal",
+        lower_bound=used_now,
+        used_now=used_now,
+        used_after=used_now,
+        slices_now=0,
+        slices_after=0,
+        busy_slices=sum(i.busy_slices for i in items if i.busy_slices is not None),
         whole_busy=whole_busy,
         whole_units=whole_units,
     )
     if model is None or not model.mig_capable or len({g.model_key for g in node.gpus}) != 1:
-        return with_changes(unchanged, reason="no MIG-capable model, or mixed models on the node")
-    pinned = [g for g in node.gpus if is_pinned(g, analysis, node.name)]
-    pool = [g for g in node.gpus if g not in pinned]
-    pool_items = [i for i in items if i.gpu in {g.index for g in pool}]
+        return with_changes(base, reason="no MIG-capable model, or mixed models on the node")
+    pool = [g for g in node.gpus if g.index not in pinned_idx]
+    pool_items = [i for i in items if i.gpu not in pinned_idx]
     slices_now = _slices(model, pool_items, proposed=False)
-    used_pool_now = sum(1 for g in pool if any(i.gpu == g.index for i in pool_items))
-    base = with_changes(unchanged, slices_now=slices_now, slices_after=slices_now)
+    pinned_used = sum(1 for g in pinned if _gpu_used(g, analysis, node.name))
+    base = with_changes(base, slices_now=slices_now, slices_after=slices_now)
     single = node.mig_strategy == "single"
     if single and pinned:
         return with_changes(base, reason="single strategy with whole GPUs in use: left alone")
@@ -141,52 +148,118 @@ def propose_node(
         return with_changes(
             base, reason="demand does not fit the node's GPUs", method=res.method, status=res.status
         )
-    lower = res.lower_bound + len(pinned)
-    slices_after = res.allocated_slices(model)
-    try:
-        proposed = assign(model, pool, pool_items, res, single=single)
-    except AssertionError:
-        # A time-limited answer that does not assign cleanly: use the greedy packing instead.
-        res = packing.pack_greedy(model, demand, gpus=len(pool)) if not single else res
-        if not res.feasible:
-            return with_changes(base, reason="no clean assignment within the time limit", status="time-limit")
-        proposed = assign(model, pool, pool_items, res, single=single)
-    proposed_all = tuple(
-        sorted(
-            [*proposed, *(c for c in current if c.index in {g.index for g in pinned})], key=lambda g: g.index
-        )
+    # Pinned GPUs count towards the bound only when pods hold them (an idle +me GPU is freeable
+    # by nobody, but it is not in use either).
+    lower = res.lower_bound + pinned_used
+    if single:
+        return _single(base, model=model, pool=pool, items=pool_items, res=res, lower=lower)
+    shape = repartition.NodeShape(
+        model=model,
+        pool=pool,
+        items=pool_items,
+        pinned_gpus=len(pinned),
+        pinned_pods=frozenset(p for g in current if g.index in pinned_idx for i in g.items for p in i.pods)
+        | _whole_gpu_pods(node, analysis, pinned),
     )
-    assert_placeable(model, proposed_all, node.name)
-    used_after = res.gpus + (used_now - used_pool_now)
-    gain = used_after < used_now or slices_after < slices_now
-    layout_changed = any(_signature(a) != _signature(b) for a, b in zip(current, proposed_all, strict=True))
-    reason = "" if gain else "already as tight as the demand allows"
-    if gain and not layout_changed and used_after < used_now:
-        # The layout is already right; only moving pods between its GPUs would free some. A MIG
-        # plan does not reschedule pods, so the node counts at its current use (bound included).
-        lower = used_now
-        reason = (
-            f"pods would fit on {used_now - used_after} fewer GPU(s) with the current layout; "
-            "drain and reschedule them to free those GPUs (no MIG change needed)"
+    try:
+        best = repartition.solve(shape, time_limit=time_limit)
+    except repartition.NoRepartition:
+        greedy = packing.pack_greedy(model, demand, gpus=len(pool))
+        if not greedy.feasible:
+            return with_changes(base, reason="no answer within the time limit", status="time-limit")
+        try:
+            plans = assign(model, pool, pool_items, greedy, single=False)
+        except AssignmentError as exc:
+            raise NodeInconsistency(f"{node.name}: {exc}") from None
+        method, status = "greedy", "heuristic"
+    else:
+        plans, method, status = list(best.plans), "milp", best.status
+    proposed = _with_pinned(plans, current, pinned_idx)
+    check_placeable(model, proposed, node.name)
+    used_after = sum(1 for g in plans if g.items) + pinned_used
+    slices_after = _slices(model, [i for g in plans for i in g.items], proposed=True)
+    changed = (used_after < used_now or slices_after < slices_now) and any(
+        _signature(a) != _signature(b) or _moves(b) for a, b in zip(current, proposed, strict=True)
+    )
+    if not changed:
+        return with_changes(
+            base,
+            method=method,
+            status=status,
+            lower_bound=min(lower, used_now),
+            reason="already as tight as the demand allows",
         )
-    return NodeProposal(
-        node,
-        model,
-        current,
-        proposed_all if gain and layout_changed else current,
-        gain and layout_changed,
-        res.method,
-        res.status,
-        # When the node stays as it is, its current count is achievable: the bound cannot exceed it.
-        lower if gain and layout_changed else min(lower, used_now),
-        used_now,
-        used_after if gain and layout_changed else used_now,
-        slices_now,
-        slices_after if gain and layout_changed else slices_now,
-        busy,
-        reason=reason,
-        whole_busy=whole_busy,
-        whole_units=whole_units,
+    return with_changes(
+        base,
+        proposed=proposed,
+        changed=True,
+        method=method,
+        status=status,
+        lower_bound=lower,
+        used_after=used_after,
+        slices_after=slices_after,
+    )
+
+
+def _with_pinned(
+    plans: Sequence[GpuPlan], current: Sequence[GpuPlan], pinned_idx: set[int]
+) -> tuple[GpuPlan, ...]:
+    return tuple(sorted([*plans, *(c for c in current if c.index in pinned_idx)], key=lambda g: g.index))
+
+
+def _moves(g: GpuPlan) -> bool:
+    return any(i.gpu != g.index or i.klass != i.profile_now for i in g.items)
+
+
+def _whole_gpu_pods(node: NodeInventory, analysis: Analysis, pinned: Sequence[GpuInventory]) -> frozenset[PodKey]:
+    out: set[PodKey] = set()
+    for g in pinned:
+        if not g.mig_enabled and (dev := analysis.device(node.name, g.index, "")) is not None:
+            out.update(dev.pods)
+    return frozenset(out)
+
+
+def _single(
+    base: NodeProposal,
+    *,
+    model: GpuModel,
+    pool: Sequence[GpuInventory],
+    items: Sequence[Item],
+    res: packing.PackResult,
+    lower: int,
+) -> NodeProposal:
+    """Single strategy: every GPU carries the same uniform layout (the best one for the pods)."""
+    try:
+        proposed = tuple(assign(model, pool, items, res, single=True))
+    except AssignmentError as exc:
+        raise NodeInconsistency(f"{base.node.name}: {exc}") from None
+    check_placeable(model, proposed, base.node.name)
+    slices_after = res.allocated_slices(model)
+    gain = res.gpus < base.used_now or slices_after < base.slices_now
+    layout_changed = any(_signature(a) != _signature(b) for a, b in zip(base.current, proposed, strict=True))
+    if gain and layout_changed:
+        return with_changes(
+            base,
+            proposed=proposed,
+            changed=True,
+            method=res.method,
+            status=res.status,
+            lower_bound=min(lower, res.gpus),
+            used_after=res.gpus,
+            slices_after=slices_after,
+        )
+    reason = "already as tight as the demand allows"
+    if gain:
+        uniform = " + ".join(f"{n}×{name}" for name, n in res.layouts[0]) if res.layouts else "its layout"
+        reason = (
+            f"a repack would free {base.used_now - res.gpus} GPU(s): the pods fit on {res.gpus} GPU(s) "
+            f"of {uniform}, the layout they have now; relabelling cannot do it, because under the single "
+            "strategy pods request nvidia.com/gpu and the device plugin, not the rightsizer, chooses which "
+            "slice each pod gets: drain the node's GPU pods and let them reschedule to free those GPUs"
+        )
+    # The bound stays the true one for the pods: the gap shows what only a repack can win.
+    return with_changes(
+        base, method=res.method, status=res.status, lower_bound=min(lower, base.used_now), reason=reason
     )
 
 
@@ -204,6 +277,31 @@ def _whole_gpu_use(node: NodeInventory, analysis: Analysis) -> tuple[float, int]
     return busy, units
 
 
+def left_alone(node: NodeInventory, analysis: Analysis, *, reason: str) -> NodeProposal:
+    """``node`` as it is (no items re-placed), with ``reason`` as its note."""
+    used = sum(1 for g in node.gpus if _gpu_used(g, analysis, node.name))
+    current = tuple(
+        GpuPlan(g.index, g.mig_enabled, dict(Counter(_canon(g.model, i.profile) if g.model else i.profile for i in g.instances)))
+        for g in node.gpus
+    )
+    return NodeProposal(
+        node=node,
+        model=next((g.model for g in node.gpus if g.model is not None), None),
+        current=current,
+        proposed=current,
+        changed=False,
+        method="none",
+        status="optimal",
+        lower_bound=used,
+        used_now=used,
+        used_after=used,
+        slices_now=0,
+        slices_after=0,
+        busy_slices=0.0,
+        reason=reason,
+    )
+
+
 def with_changes(p: NodeProposal, **changes: object) -> NodeProposal:
     return replace(p, **changes)  # type: ignore[arg-type]
 
@@ -217,6 +315,10 @@ def _gpu_used(gpu: GpuInventory, analysis: Analysis, node: str) -> bool:
 
 def _signature(g: GpuPlan) -> tuple[bool, tuple[tuple[str, int], ...]]:
     return (g.mig_enabled, tuple(sorted((k, v) for k, v in g.counts.items() if v)) if g.mig_enabled else ())
+
+
+class AssignmentError(Exception):
+    """Packed layouts that leave a device without a slot on the node's GPUs."""
 
 
 def assign(
@@ -269,7 +371,7 @@ def assign(
         q = _serving_profile(want, it.klass, prefer=None)
         idx = next((i for i, c in free.items() if q and c[q] > 0), None)
         if q is None or idx is None:
-            raise AssertionError(f"packing left {it.klass} on {it.node} without a slot")
+            raise AssignmentError(f"packing left {it.klass} on {it.node} without a slot")
         free[idx][q] -= 1
         want[(it.klass, q)] -= 1
         plans[idx].items.append(served(it, q))
@@ -298,8 +400,10 @@ def served(it: Item, profile: str) -> Item:
     return Item(it.node, it.gpu, it.profile_now, it.gpu_instance_id, it.pods, profile, it.busy_slices)
 
 
-def assert_placeable(model: GpuModel, gpus: Sequence[GpuPlan], node: str) -> None:
+def check_placeable(model: GpuModel, gpus: Sequence[GpuPlan], node: str) -> None:
+    """:class:`NodeInconsistency` unless every proposed layout has a placement."""
     for g in gpus:
         if g.mig_enabled and g.counts:
             result = place(model, g.counts)
-            assert result.ok, f"{node} GPU {g.index}: proposed layout has no placement: {result.reason}"
+            if not result.ok:
+                raise NodeInconsistency(f"{node} GPU {g.index}: proposed layout has no placement: {result.reason}")

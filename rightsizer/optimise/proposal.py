@@ -51,7 +51,12 @@ class GpuPlan:
     items: list[Item] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+class NodeInconsistency(Exception):  # noqa: N818 - a verdict on one node, not on the run
+    """An internal consistency check failed for one node (a proposed layout without a placement, a
+    device left without a slot): that node is left as it is, with the reason as its note."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeProposal:
     node: NodeInventory
     model: GpuModel | None
@@ -71,6 +76,11 @@ class NodeProposal:
     whole_busy: float = 0.0
     """p95 activity × compute units of whole GPUs held by pods (1 unit per GPU without MIG)."""
     whole_units: int = 0
+
+    @property
+    def gap(self) -> int:
+        """GPUs in use after the plan above the lower bound (0: proven optimal)."""
+        return max(0, self.used_after - self.lower_bound)
 
     @property
     def gpus_freed(self) -> int:

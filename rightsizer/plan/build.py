@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -180,25 +180,82 @@ def _resize_notes(
     return notes
 
 
-def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext) -> Plan:
-    nodes: list[NodePlan] = []
+def _node_pods_all(analysis: Analysis, fleet: FleetProposal) -> dict[str, _NodePods]:
     targets = _targets(fleet)
-    pods = {p.node.name: _node_pods(analysis, p, targets)[0] for p in fleet.nodes}
+    return {p.node.name: _node_pods(analysis, p, targets)[0] for p in fleet.nodes}
+
+
+def _mismatches(fleet: FleetProposal, pods: Mapping[str, _NodePods]) -> dict[str, str]:
+    """Changing nodes whose proposed layouts would not hold the pods that stay plus those arriving."""
     arriving: dict[str, list[disruption.Target]] = {}  # by the node the device lands on
     for np_ in pods.values():
         for t in np_.arriving:
             arriving.setdefault(t.node, []).append(t)
+    bad = {}
     for p in fleet.nodes:
-        name, doc = _config(p.node, p.proposed, context.cluster_configs)
-        if p.changed:
-            # Pods that stay keep their devices, pods that move take the slots named for them: it
-            # must all fit the proposed layout, or following the plan would leave a pod unschedulable.
+        if not p.changed:
+            continue
+        try:
             disruption.check_requests_fit(
                 p.node.name,
                 _layouts(p.proposed),
                 staying=pods[p.node.name].kept,
                 arriving=arriving.get(p.node.name, ()),
             )
+        except disruption.LayoutMismatchError as exc:
+            bad[p.node.name] = str(exc)
+    return bad
+
+
+def _linked(fleet: FleetProposal, names: set[str]) -> set[str]:
+    """``names`` and every node that exchanges pods with them (``--allow-moves``), transitively."""
+    edges = [(it.node, p.node.name) for p in fleet.nodes for it in p.moved_in]
+    out = set(names)
+    grew = True
+    while grew:
+        grew = False
+        for a, b in edges:
+            if (a in out) != (b in out):
+                out |= {a, b}
+                grew = True
+    return out
+
+
+def consistent(analysis: Analysis, fleet: FleetProposal) -> tuple[FleetProposal, dict[str, _NodePods]]:
+    """The fleet with every node whose change fails the pods-fit check (and the nodes it exchanges pods
+    with) left as it is, the check's finding as its note: one node never stops the plan."""
+    while True:
+        pods = _node_pods_all(analysis, fleet)
+        bad = _mismatches(fleet, pods)
+        if not bad:
+            return fleet, pods
+        revert = _linked(fleet, set(bad))
+        nodes = []
+        for p in fleet.nodes:
+            if p.node.name in revert:
+                why = bad.get(p.node.name) or "exchanges pods with a node left unchanged"
+                p = replace(
+                    p,
+                    proposed=p.current,
+                    changed=False,
+                    moved_in=(),
+                    used_after=p.used_now,
+                    slices_after=p.slices_now,
+                    lower_bound=min(p.lower_bound, p.used_now),
+                    reason=f"left unchanged: the plan's check failed ({why})",
+                )
+            nodes.append(p)
+        fleet = replace(fleet, nodes=tuple(nodes))
+
+
+def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext) -> Plan:
+    """The plan for ``fleet``: nodes whose change would not hold their pods are left as they are
+    (pods that stay keep their devices, pods that move take the slots named for them; anything else
+    would leave a pod unschedulable)."""
+    nodes: list[NodePlan] = []
+    fleet, pods = consistent(analysis, fleet)
+    for p in fleet.nodes:
+        name, doc = _config(p.node, p.proposed, context.cluster_configs)
         device_id = p.node.gpus[0].pci_device_id if p.node.gpus else 0
         nodes.append(
             NodePlan(
@@ -257,7 +314,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
             notes.append(disruption.disruption_summary(n))
             notes += pods[n.name].notes
     for p in fleet.nodes:
-        if p.reason and not p.changed and p.reason.startswith(("deferred", "pods would fit")):
+        if p.reason and not p.changed and p.reason.startswith(("deferred", "a repack would free", "left unchanged")):
             notes.append(f"{p.node.name}: {p.reason}")
     return Plan(
         schema=SCHEMA,

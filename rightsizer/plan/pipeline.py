@@ -15,7 +15,7 @@ from rightsizer.errors import RightsizerError
 from rightsizer.migparted.config import MigPartedConfig
 from rightsizer.optimise import fleet as optimiser
 from rightsizer.plan import build as planning
-from rightsizer.plan import clusters, disruption
+from rightsizer.plan import clusters
 from rightsizer.plan.model import Plan
 
 
@@ -25,11 +25,6 @@ class NoInventoryError(RightsizerError, RuntimeError):
 
 class UnknownClusterError(RightsizerError, LookupError):
     """``--cluster NAME`` names no cluster of the inventory."""
-
-
-class InconsistentPlanError(RightsizerError, AssertionError):
-    """The proposed layouts would not hold the pods that stay plus those the plan moves (a bug guard:
-    no plan is written rather than one whose notes leave a pod unschedulable)."""
 
 
 @dataclass(frozen=True)
@@ -116,21 +111,18 @@ def make_plan(
         where = f" in cluster {clusters.shown(name)}" if name else ""
         progress(f"optimising {len(part.nodes)} node(s), {len(part.devices)} device(s){where}")
         fleet = optimiser.optimise(part, settings=settings.optimiser)
-        try:
-            parts.append(
-                planning.build_plan(
-                    part,
-                    fleet,
-                    context=planning.PlanContext(
-                        window=settings.window_text,
-                        settings=settings.record(),
-                        cluster_configs=cluster_configs,
-                        cluster_label=settings.cluster_label,
-                    ),
-                )
+        parts.append(
+            planning.build_plan(
+                part,
+                fleet,
+                context=planning.PlanContext(
+                    window=settings.window_text,
+                    settings=settings.record(),
+                    cluster_configs=cluster_configs,
+                    cluster_label=settings.cluster_label,
+                ),
             )
-        except disruption.LayoutMismatchError as exc:
-            raise InconsistentPlanError(f"no plan written: {exc} (please report this)") from exc
+        )
     return clusters.merge(parts)
 
 
