@@ -90,7 +90,9 @@ def optimise(analysis: Analysis, *, settings: OptimiserSettings) -> FleetProposa
                 node, analysis, settings=settings, workloads=workloads, time_limit=min(remaining, 10.0)
             )
         except NodeInconsistency as exc:
-            proposal = left_alone(node, analysis, reason=f"left unchanged: the optimiser's check failed ({exc})")
+            proposal = left_alone(
+                node, analysis, reason=f"left unchanged: the optimiser's check failed ({exc})"
+            )
         proposals.append(proposal)
     ranked = sorted(
         (p for p in proposals if p.changed),

@@ -153,6 +153,19 @@ def propose_node(
     lower = res.lower_bound + pinned_used
     if single:
         return _single(base, model=model, pool=pool, items=pool_items, res=res, lower=lower)
+    least_slices = _slices(model, pool_items, proposed=True)
+    if (
+        least_slices >= slices_now
+        and sum(1 for g in pool if _gpu_used(g, analysis, node.name)) <= res.lower_bound
+    ):
+        # Nothing to win: every device already has its class and the pool is at its bound.
+        return with_changes(
+            base,
+            method=res.method,
+            status=res.status,
+            lower_bound=min(lower, used_now),
+            reason="already as tight as the demand allows",
+        )
     shape = repartition.NodeShape(
         model=model,
         pool=pool,
@@ -161,10 +174,27 @@ def propose_node(
         pinned_pods=frozenset(p for g in current if g.index in pinned_idx for i in g.items for p in i.pods)
         | _whole_gpu_pods(node, analysis, pinned),
     )
+    return _mixed(
+        base, shape=shape, pinned_idx=pinned_idx, pinned_used=pinned_used, lower=lower, time_limit=time_limit
+    )
+
+
+def _mixed(
+    base: NodeProposal,
+    *,
+    shape: repartition.NodeShape,
+    pinned_idx: set[int],
+    pinned_used: int,
+    lower: int,
+    time_limit: float,
+) -> NodeProposal:
+    """Mixed strategy: the exact repartition, or best-fit packing when HiGHS has no answer in time."""
+    model, pool, pool_items = shape.model, shape.pool, shape.items
+    node, current, used_now, slices_now = base.node, base.current, base.used_now, base.slices_now
     try:
         best = repartition.solve(shape, time_limit=time_limit)
     except repartition.NoRepartition:
-        greedy = packing.pack_greedy(model, demand, gpus=len(pool))
+        greedy = packing.pack_greedy(model, Counter(i.klass for i in pool_items), gpus=len(pool))
         if not greedy.feasible:
             return with_changes(base, reason="no answer within the time limit", status="time-limit")
         try:
@@ -211,7 +241,9 @@ def _moves(g: GpuPlan) -> bool:
     return any(i.gpu != g.index or i.klass != i.profile_now for i in g.items)
 
 
-def _whole_gpu_pods(node: NodeInventory, analysis: Analysis, pinned: Sequence[GpuInventory]) -> frozenset[PodKey]:
+def _whole_gpu_pods(
+    node: NodeInventory, analysis: Analysis, pinned: Sequence[GpuInventory]
+) -> frozenset[PodKey]:
     out: set[PodKey] = set()
     for g in pinned:
         if not g.mig_enabled and (dev := analysis.device(node.name, g.index, "")) is not None:
@@ -281,7 +313,11 @@ def left_alone(node: NodeInventory, analysis: Analysis, *, reason: str) -> NodeP
     """``node`` as it is (no items re-placed), with ``reason`` as its note."""
     used = sum(1 for g in node.gpus if _gpu_used(g, analysis, node.name))
     current = tuple(
-        GpuPlan(g.index, g.mig_enabled, dict(Counter(_canon(g.model, i.profile) if g.model else i.profile for i in g.instances)))
+        GpuPlan(
+            g.index,
+            g.mig_enabled,
+            dict(Counter(_canon(g.model, i.profile) if g.model else i.profile for i in g.instances)),
+        )
         for g in node.gpus
     )
     return NodeProposal(
@@ -406,4 +442,6 @@ def check_placeable(model: GpuModel, gpus: Sequence[GpuPlan], node: str) -> None
         if g.mig_enabled and g.counts:
             result = place(model, g.counts)
             if not result.ok:
-                raise NodeInconsistency(f"{node} GPU {g.index}: proposed layout has no placement: {result.reason}")
+                raise NodeInconsistency(
+                    f"{node} GPU {g.index}: proposed layout has no placement: {result.reason}"
+                )

@@ -42,7 +42,8 @@ def pool_moves(
         )
         separate = sum(p.used_after for p in group)
         pinned_used = {
-            p.node.name: p.used_after - sum(1 for g in p.proposed if g.items and g.index in pool_idx[p.node.name])
+            p.node.name: p.used_after
+            - sum(1 for g in p.proposed if g.items and g.index in pool_idx[p.node.name])
             for p in group
         }
         if not res.feasible or res.gpus + sum(pinned_used.values()) >= separate:
@@ -110,10 +111,10 @@ def _distribute(  # noqa: PLR0917
         want[(it.klass, q)] -= 1
         by_slot[key].items.append(served(it, q))
     updated: dict[str, NodeProposal] = {}
-    # The pooled LP bound belongs to the group; it is booked on the first node so that the
-    # fleet's bound (a sum over nodes) stays a bound.
-    group_bound = res.lower_bound + sum(pinned_used.values())
-    for n, p in enumerate(order):
+    # The pooled LP bound belongs to the group: it is shared out over the nodes (none above what it
+    # uses), so the fleet's bound (a sum over nodes) stays a bound.
+    left = res.lower_bound + sum(pinned_used.values())
+    for p in order:
         pool_idx = {g.index for g in pools[p.node.name]}
         mine_plans = plans[p.node.name]
         proposed = tuple(
@@ -121,15 +122,18 @@ def _distribute(  # noqa: PLR0917
         )
         check_placeable(model, proposed, p.node.name)
         node_items = [i for g in mine_plans for i in g.items]
+        used_after = sum(1 for g in mine_plans if g.items) + pinned_used[p.node.name]
+        share = min(left, used_after)
+        left -= share
         updated[p.node.name] = with_changes(
             p,
             proposed=proposed,
             changed=True,
             moved_in=tuple(i for i in node_items if i.node != p.node.name),
-            used_after=sum(1 for g in mine_plans if g.items) + pinned_used[p.node.name],
+            used_after=used_after,
             slices_after=sum(packing.size(model, i.klass) for i in node_items),
             method=res.method,
             status=res.status,
-            lower_bound=group_bound if n == 0 else 0,
+            lower_bound=share,
         )
     return updated

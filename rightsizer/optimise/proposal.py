@@ -51,7 +51,7 @@ class GpuPlan:
     items: list[Item] = field(default_factory=list)
 
 
-class NodeInconsistency(Exception):  # noqa: N818 - a verdict on one node, not on the run
+class NodeInconsistency(Exception):
     """An internal consistency check failed for one node (a proposed layout without a placement, a
     device left without a slot): that node is left as it is, with the reason as its note."""
 

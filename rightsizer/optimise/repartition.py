@@ -34,8 +34,6 @@ from rightsizer.analysis.types import GpuInventory, PodKey
 from rightsizer.optimise.packing import dominates, plain_profiles
 from rightsizer.optimise.proposal import GpuPlan, Item
 
-OFF: Layout | None = None
-"""The MIG-off choice of a GPU (no layout)."""
 
 
 @dataclass(frozen=True)
@@ -64,13 +62,13 @@ class Repartition:
     reconfigured: int
 
 
-class NoRepartition(Exception):  # noqa: N818 - a result, not a failure of the program
+class NoRepartition(Exception):
     """HiGHS found no answer in time (or the model has none): the caller falls back to packing."""
 
 
 def current_layout(model: GpuModel, gpu: GpuInventory) -> Layout | None:
     if not gpu.mig_enabled:
-        return OFF
+        return None  # MIG off
     counts: Counter[str] = Counter()
     for inst in gpu.instances:
         prof = model.profile(inst.profile)
@@ -120,10 +118,10 @@ class _Vars:
         return self.n - 1
 
 
-def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR0912, PLR0914, PLR0915
+def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR0912, PLR0915
     """The lexicographic optimum for ``shape`` (:class:`NoRepartition` when HiGHS has none in time)."""
     model = shape.model
-    profs = [p for p in plain_profiles(model)]
+    profs = list(plain_profiles(model))
     pool = list(shape.pool)
     groups = _groups(shape.items, shape.pinned_pods)
     now: dict[int, Layout | None] = {g.index: current_layout(model, g) for g in pool}
@@ -135,9 +133,9 @@ def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR09
     for g in pool:
         opts: list[Layout | None] = list(maximal_layouts(model))
         cur = now[g.index]
-        if cur is not OFF and cur not in opts:
+        if cur is not None and cur not in opts:
             opts.append(cur)
-        opts.append(OFF)
+        opts.append(None)
         choices[g.index] = opts
         for k in range(len(opts)):
             y[(g.index, k)] = v.add(1)
@@ -177,7 +175,7 @@ def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR09
             if not coef:
                 continue
             for k, lay in enumerate(choices[idx]):
-                n = dict(lay).get(q.name, 0) if lay is not OFF else 0
+                n = dict(lay).get(q.name, 0) if lay is not None else 0
                 if n:
                     coef[y[(idx, k)]] = -n
             row(coef, -np.inf, 0)
@@ -189,7 +187,7 @@ def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR09
         else:
             row({off: 1, e[idx]: -1}, -np.inf, 0)
         # Mode change and re-creation.
-        if now[idx] is OFF:
+        if now[idx] is None:
             row({m: 1, off: 1}, 1, np.inf)
             row({r[idx]: 1, off: 1}, 1, np.inf)
         else:
@@ -228,7 +226,7 @@ def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR09
     for g in pool:
         cost[e[g.index]] -= w1  # constant len(pool)·w1 dropped
         for k, lay in enumerate(choices[g.index]):
-            cost[y[(g.index, k)]] -= w6 * (sum(n for _, n in lay) if lay is not OFF else 0)
+            cost[y[(g.index, k)]] -= w6 * (sum(n for _, n in lay) if lay is not None else 0)
         cost[r[g.index]] += w4
     cost[m] += w4 * shape.pinned_gpus + w3 * loose_pinned
     for (c, _g, qn), var in z.items():
@@ -260,7 +258,7 @@ def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR09
     for g in pool:
         k = next(k for k in range(len(choices[g.index])) if x[y[(g.index, k)]])
         lay = choices[g.index][k]
-        plans.append(GpuPlan(g.index, lay is not OFF, dict(lay) if lay is not OFF else {}))
+        plans.append(GpuPlan(g.index, lay is not None, dict(lay) if lay is not None else {}))
     by_index = {p.index: p for p in plans}
     for ci, grp in enumerate(groups):
         todo = list(grp.items)

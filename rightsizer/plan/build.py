@@ -231,7 +231,8 @@ def consistent(analysis: Analysis, fleet: FleetProposal) -> tuple[FleetProposal,
             return fleet, pods
         revert = _linked(fleet, set(bad))
         nodes = []
-        for p in fleet.nodes:
+        for proposal in fleet.nodes:
+            p = proposal
             if p.node.name in revert:
                 why = bad.get(p.node.name) or "exchanges pods with a node left unchanged"
                 p = replace(
@@ -277,6 +278,9 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
                 pods_kept=pods[p.node.name].kept,
                 evidence=_evidence(analysis, p.node),
                 cluster=p.node.cluster,
+                gpus_in_use=p.used_after,
+                lower_bound_gpus=p.lower_bound,
+                reason="" if p.changed or p.reason.startswith("already") else p.reason,
             )
         )
     window = Window(format_time(analysis.start), format_time(analysis.end), context.window)
@@ -314,7 +318,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
             notes.append(disruption.disruption_summary(n))
             notes += pods[n.name].notes
     for p in fleet.nodes:
-        if p.reason and not p.changed and p.reason.startswith(("deferred", "a repack would free", "left unchanged")):
+        if p.reason and not p.changed and p.reason.startswith(("deferred", "left unchanged")):
             notes.append(f"{p.node.name}: {p.reason}")
     return Plan(
         schema=SCHEMA,

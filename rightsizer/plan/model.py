@@ -39,7 +39,10 @@ required keys are one-line :class:`PlanError`\\ s)::
                                        "uuid": "MIG-…"}],
                           "targets": [{"node": "gpu-node-1", "gpu": 0, "profile": "1g.10gb"}]}],
       "pods_kept": [...],        # same shape: GPU pods seen on GPUs that keep their layout (not evicted)
-      "evidence": [Evidence, ...]
+      "evidence": [Evidence, ...],
+      "gpus_in_use": 3,          # GPUs holding pods after the plan (0 in plans written before it)
+      "lower_bound_gpus": 2,     # no layout holds the node's pods on fewer GPUs; gap = in use - bound
+      "reason": "..."            # only when set: why the node stays as it is (e.g. a repack only)
     }
     GpuLayout = {"index": 0, "mig_enabled": true, "mig_devices": {"3g.40gb": 1, "1g.10gb": 4}}
     Evidence = {"gpu": 0, "profile": "1g.10gb", "gpu_instance_id": "7", "allocated": true,
@@ -164,6 +167,17 @@ class NodePlan:
     """GPU pods the plan saw on the node that keep their device (their GPU keeps its layout)."""
     cluster: str = ""
     """The node's cluster (``""``: the series carry no cluster label, one unnamed cluster)."""
+    gpus_in_use: int = 0
+    """GPUs holding pods after the plan (before it, when the node does not change)."""
+    lower_bound_gpus: int = 0
+    """No layout holds the node's pods on fewer GPUs (pods staying on their node)."""
+    reason: str = ""
+    """Why a node that could do better does not change (empty when it changes or is optimal)."""
+
+    @property
+    def gap(self) -> int:
+        """GPUs in use above the bound: 0 when the plan is proven optimal for the node."""
+        return max(0, self.gpus_in_use - self.lower_bound_gpus)
 
 
 @dataclass(frozen=True)
@@ -322,6 +336,9 @@ def plan_to_dict(plan: Plan) -> JsonDict:
             "pods_disrupted": [pod(p) for p in n.pods_disrupted],
             "pods_kept": [pod(p) for p in n.pods_kept],
             "evidence": [evidence(e) for e in n.evidence],
+            "gpus_in_use": n.gpus_in_use,
+            "lower_bound_gpus": n.lower_bound_gpus,
+            **({"reason": n.reason} if n.reason else {}),
         }
 
     def totals(t: Totals) -> JsonDict:
@@ -485,6 +502,9 @@ def _node(r: _Reader) -> NodePlan:
         pods_disrupted=tuple(_pod(p) for p in r.r_objs("pods_disrupted", [])),
         pods_kept=tuple(_pod(p) for p in r.r_objs("pods_kept", [])),
         cluster=r.r_str("cluster", ""),
+        gpus_in_use=r.r_int("gpus_in_use", 0),
+        lower_bound_gpus=r.r_int("lower_bound_gpus", 0),
+        reason=r.r_str("reason", ""),
         evidence=tuple(
             Evidence(
                 gpu=e.r_int("gpu"),

@@ -130,5 +130,13 @@ def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
             f"time-slicing: {where}{ts.node} ({ts.model}) GPU(s) {', '.join(map(str, ts.gpus))}: "
             f"{ts.replicas} replicas — {ts.reason}"
         )
+    for n in plan.nodes:
+        if n.gap:
+            where = f"{clusters.shown(n.cluster)}/" if plan.clusters else ""
+            why = f": {n.reason}" if n.reason else ""
+            extra.append(
+                f"gap: {where}{n.name} uses {n.gpus_in_use} GPU(s) after the plan, lower bound "
+                f"{n.lower_bound_gpus} ({n.gap} above){why}"
+            )
     extra += [f"note: {n}" for n in plan.notes]
     return "\n\n".join([head, *blocks, *(["\n".join(extra)] if extra else [])])
