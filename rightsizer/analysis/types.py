@@ -100,6 +100,9 @@ class DeviceStats:
     """Length of the rolling mean behind ``peak``."""
     cluster: str = ""
     """The node's cluster (see :attr:`NodeInventory.cluster`)."""
+    past_need: tuple[tuple[float, float], ...] = ()
+    """Busy hours before the window (``plan --lookback``): (hour start, compute slices needed then, with
+    headroom), from the recording rule; empty when not read or never busy."""
 
     @property
     def allocated(self) -> bool:

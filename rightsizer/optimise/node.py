@@ -15,6 +15,7 @@ from mig_geometry.catalogue import GpuModel
 from mig_geometry.layouts import Layout
 from mig_geometry.names import canonical_profile
 from mig_geometry.placement import place
+from rightsizer.analysis import lookback
 from rightsizer.analysis.types import Analysis, GpuInventory, NodeInventory, PodKey, Workload
 from rightsizer.optimise import packing, repartition
 from rightsizer.optimise.proposal import GpuPlan, Item, NodeInconsistency, NodeProposal, OptimiserSettings
@@ -53,7 +54,27 @@ def items_for_node(
             elif prof.media_extensions:
                 # +me instances are not packed: keep them where they are by pinning their class.
                 klass = prof.name
-            out.append(Item(node.name, gpu.index, prof.name, inst.gpu_instance_id, dev.pods, klass, busy))
+            last_busy, weekly = None, False
+            shrunk = model.profile(klass)
+            if dev.past_need and shrunk is not None and shrunk.compute_slices < prof.compute_slices:
+                hours = lookback.busy_beyond(dev.past_need, above=shrunk.compute_slices)
+                if hours:
+                    last_busy, weekly = max(hours), lookback.recurs_weekly(hours)
+                    if weekly and not settings.ignore_history:
+                        klass = prof.name  # busy again every week: keep the slice
+            out.append(
+                Item(
+                    node.name,
+                    gpu.index,
+                    prof.name,
+                    inst.gpu_instance_id,
+                    dev.pods,
+                    klass,
+                    busy,
+                    last_busy=last_busy,
+                    weekly=weekly,
+                )
+            )
     return out
 
 
@@ -433,7 +454,7 @@ def _serving_profile(
 
 
 def served(it: Item, profile: str) -> Item:
-    return Item(it.node, it.gpu, it.profile_now, it.gpu_instance_id, it.pods, profile, it.busy_slices)
+    return replace(it, klass=profile)
 
 
 def check_placeable(model: GpuModel, gpus: Sequence[GpuPlan], node: str) -> None:

@@ -23,6 +23,8 @@ class OptimiserSettings:
     """Wall-clock budget for all MILPs together; nodes beyond it get the greedy packing."""
     keep_profiles: bool = False
     """Consolidate only: every pod keeps its current profile (no resource-name change for pods)."""
+    ignore_history: bool = False
+    """Shrink slices whose busy hours before the window recur weekly, as if the window were all."""
     min_coverage: float = 0.5
     """A device's data must cover this share of the window before its demand is trusted."""
     time_slicing_below: float = 0.3
@@ -41,6 +43,11 @@ class Item:
     klass: str
     busy_slices: float | None
     """p95 activity × compute slices of the current device (no headroom); None when unknown."""
+    last_busy: float | None = None
+    """Last hour before the window in which the device needed more than its class (``--lookback``)."""
+    weekly: bool = False
+    """That past demand recurs at the same hour every week: the device keeps its profile (unless
+    ``ignore_history``)."""
 
 
 @dataclass

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -33,7 +33,6 @@ from mig_geometry.layouts import Layout, as_layout, maximal_layouts
 from rightsizer.analysis.types import GpuInventory, PodKey
 from rightsizer.optimise.packing import dominates, plain_profiles
 from rightsizer.optimise.proposal import GpuPlan, Item
-
 
 
 @dataclass(frozen=True)
@@ -286,4 +285,4 @@ def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR09
 
 
 def _served(it: Item, profile: str) -> Item:
-    return Item(it.node, it.gpu, it.profile_now, it.gpu_instance_id, it.pods, profile, it.busy_slices)
+    return replace(it, klass=profile)

@@ -249,6 +249,27 @@ def consistent(analysis: Analysis, fleet: FleetProposal) -> tuple[FleetProposal,
         fleet = replace(fleet, nodes=tuple(nodes))
 
 
+def _history_notes(fleet: FleetProposal, *, window: str) -> list[str]:
+    """What the history before the window says about each slice the plan would shrink."""
+    out = []
+    for p in fleet.nodes:
+        for g in p.proposed:
+            for it in g.items:
+                if it.last_busy is None:
+                    continue
+                who = f"{p.node.name} GPU {it.gpu} {it.profile_now} ({', '.join(str(x) for x in it.pods)})"
+                when = f"last busy beyond the {window} window in the hour from {format_time(it.last_busy)}"
+                if it.weekly and it.klass == it.profile_now:
+                    out.append(
+                        f"{who}: kept; {when}, at the same hour every week (--ignore-history shrinks it)"
+                    )
+                elif it.weekly and p.changed:
+                    out.append(f"{who}: shrinks to {it.klass} though {when}, weekly (--ignore-history)")
+                elif p.changed and it.klass != it.profile_now:
+                    out.append(f"{who}: shrinks to {it.klass}; {when}, not a weekly pattern")
+    return out
+
+
 def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext) -> Plan:
     """The plan for ``fleet``: nodes whose change would not hold their pods are left as they are
     (pods that stay keep their devices, pods that move take the slots named for them; anything else
@@ -317,6 +338,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         if n.changed:
             notes.append(disruption.disruption_summary(n))
             notes += pods[n.name].notes
+    notes += _history_notes(fleet, window=context.window)
     for p in fleet.nodes:
         if p.reason and not p.changed and p.reason.startswith(("deferred", "left unchanged")):
             notes.append(f"{p.node.name}: {p.reason}")
