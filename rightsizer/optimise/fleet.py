@@ -18,6 +18,7 @@ import math
 import time
 
 from rightsizer.analysis.types import Analysis, DeviceStats, NodeInventory
+from rightsizer.optimise import pending
 from rightsizer.optimise.node import items_for_node, left_alone, propose_node, with_changes
 from rightsizer.optimise.pooling import pool_moves
 from rightsizer.optimise.proposal import (
@@ -109,6 +110,9 @@ def optimise(analysis: Analysis, *, settings: OptimiserSettings) -> FleetProposa
         proposals, moved_note = pool_moves(proposals, analysis, deadline=deadline)
         if moved_note:
             notes.append(moved_note)
+    if analysis.pending:
+        proposals, pending_notes = pending.serve(proposals, analysis)
+        notes += pending_notes
     ts = [t for n in analysis.nodes if (t := time_slicing_for(n, analysis, settings=settings)) is not None]
     return FleetProposal(tuple(proposals), tuple(ts), time.perf_counter() - started, tuple(notes))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mig_geometry.catalogue import GpuModel
-from rightsizer.analysis.types import NodeInventory, PodKey
+from rightsizer.analysis.types import NodeInventory, PendingPod, PodKey
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,15 @@ class GpuPlan:
     items: list[Item] = field(default_factory=list)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """A Pending pod the node's change makes room for: the GPUs whose new slots (or freed whole
+    GPUs) fit its request."""
+
+    pod: PendingPod
+    gpus: tuple[int, ...]
+
+
 class NodeInconsistency(Exception):
     """An internal consistency check failed for one node (a proposed layout without a placement, a
     device left without a slot): that node is left as it is, with the reason as its note."""
@@ -80,6 +89,8 @@ class NodeProposal:
     busy_slices: float
     moved_in: tuple[Item, ...] = ()
     reason: str = ""
+    admits: tuple[Admission, ...] = ()
+    """Pending pods this change makes room for (:mod:`rightsizer.optimise.pending`)."""
     whole_busy: float = 0.0
     """p95 activity × compute units of whole GPUs held by pods (1 unit per GPU without MIG)."""
     whole_units: int = 0

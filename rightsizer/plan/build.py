@@ -15,6 +15,7 @@ from rightsizer.optimise.fleet import FleetProposal, GpuPlan, NodeProposal
 from rightsizer.plan import disruption
 from rightsizer.plan.model import (
     SCHEMA,
+    AdmittedPod,
     DisruptedPod,
     Evidence,
     GpuLayout,
@@ -302,6 +303,16 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
                 gpus_in_use=p.used_after,
                 lower_bound_gpus=p.lower_bound,
                 reason="" if p.changed or p.reason.startswith("already") else p.reason,
+                pods_admitted=tuple(
+                    AdmittedPod(
+                        namespace=a.pod.namespace,
+                        name=a.pod.name,
+                        resource=a.pod.resource,
+                        count=a.pod.count,
+                        gpus=a.gpus,
+                    )
+                    for a in p.admits
+                ),
             )
         )
     window = Window(format_time(analysis.start), format_time(analysis.end), context.window)
@@ -319,6 +330,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         gpus_freed=sum(n.gpus_freed for n in nodes),
         slices_freed=sum(n.slices_freed for n in nodes),
         pods_disrupted=sum(len(n.pods_disrupted) for n in nodes),
+        pods_admitted=sum(len(n.pods_admitted) for n in nodes),
     )
     cluster_of = {n.name: n.cluster for n in analysis.nodes}
     ts = tuple(
@@ -339,6 +351,12 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
             notes.append(disruption.disruption_summary(n))
             notes += pods[n.name].notes
     notes += _history_notes(fleet, window=context.window)
+    for n in nodes:
+        for a in n.pods_admitted:
+            gpus = ", ".join(map(str, a.gpus))
+            notes.append(
+                f"{n.name}: admits pending pod {a.namespace}/{a.name} ({a.count}× {a.resource}) on GPU(s) {gpus}"
+            )
     for p in fleet.nodes:
         if p.reason and not p.changed and p.reason.startswith(("deferred", "left unchanged")):
             notes.append(f"{p.node.name}: {p.reason}")

@@ -32,6 +32,7 @@ def totals_of(nodes: Sequence[NodePlan], *, gpus_needed: int) -> Totals:
         gpus_freed=sum(n.gpus_freed for n in nodes),
         slices_freed=sum(n.slices_freed for n in nodes),
         pods_disrupted=sum(len(n.pods_disrupted) for n in nodes),
+        pods_admitted=sum(len(n.pods_admitted) for n in nodes),
     )
 
 

@@ -15,7 +15,7 @@ required keys are one-line :class:`PlanError`\\ s)::
                  "status": "optimal" | "time-limit" | "heuristic",   # worst among changed nodes
                  "lower_bound_gpus": 12, "seconds": 0.8},  # LP bound on GPUs in use after the plan
       "totals": {"nodes": 4, "nodes_changed": 2, "gpus": 32, "gpus_needed": 20, "gpus_freed": 3,
-                 "slices_freed": 11, "pods_disrupted": 5},
+                 "slices_freed": 11, "pods_disrupted": 5, "pods_admitted": 2},  # admitted: Pending pods served
       "mig_parted_config": {"version": "v1", "mig-configs": {...}},   # every proposed config
       "nodes": [NodePlan, ...],
       "time_slicing": [TimeSlicingRecommendation, ...],
@@ -42,7 +42,9 @@ required keys are one-line :class:`PlanError`\\ s)::
       "evidence": [Evidence, ...],
       "gpus_in_use": 3,          # GPUs holding pods after the plan (0 in plans written before it)
       "lower_bound_gpus": 2,     # no layout holds the node's pods on fewer GPUs; gap = in use - bound
-      "reason": "..."            # only when set: why the node stays as it is (e.g. a repack only)
+      "reason": "...",           # only when set: why the node stays as it is (e.g. a repack only)
+      "pods_admitted": [{"namespace": "ml", "name": "wait-0", "resource": "nvidia.com/mig-1g.10gb",
+                         "count": 1, "gpus": [2]}]   # Pending pods the change makes room for
     }
     GpuLayout = {"index": 0, "mig_enabled": true, "mig_devices": {"3g.40gb": 1, "1g.10gb": 4}}
     Evidence = {"gpu": 0, "profile": "1g.10gb", "gpu_instance_id": "7", "allocated": true,
@@ -144,6 +146,19 @@ class Evidence:
     busy_minutes: float = 15.0
 
 
+@dataclass(frozen=True, kw_only=True)
+class AdmittedPod:
+    """A Pending pod the node's change makes room for (the scheduler places it once applied)."""
+
+    namespace: str
+    name: str
+    resource: str
+    """``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``."""
+    count: int
+    gpus: tuple[int, ...]
+    """GPUs whose new slots (or freed whole GPU) fit the request."""
+
+
 @dataclass(frozen=True)
 class NodePlan:
     name: str
@@ -173,6 +188,8 @@ class NodePlan:
     """No layout holds the node's pods on fewer GPUs (pods staying on their node)."""
     reason: str = ""
     """Why a node that could do better does not change (empty when it changes or is optimal)."""
+    pods_admitted: tuple[AdmittedPod, ...] = ()
+    """Pending pods the change makes room for."""
 
     @property
     def gap(self) -> int:
@@ -200,6 +217,8 @@ class Totals:
     gpus_freed: int
     slices_freed: int
     pods_disrupted: int
+    pods_admitted: int = 0
+    """Pending pods the plan makes room for (0 in plans written before pending demand was read)."""
 
 
 @dataclass(frozen=True)
@@ -339,6 +358,16 @@ def plan_to_dict(plan: Plan) -> JsonDict:
             "gpus_in_use": n.gpus_in_use,
             "lower_bound_gpus": n.lower_bound_gpus,
             **({"reason": n.reason} if n.reason else {}),
+            "pods_admitted": [
+                {
+                    "namespace": a.namespace,
+                    "name": a.name,
+                    "resource": a.resource,
+                    "count": a.count,
+                    "gpus": list(a.gpus),
+                }
+                for a in n.pods_admitted
+            ],
         }
 
     def totals(t: Totals) -> JsonDict:
@@ -350,6 +379,7 @@ def plan_to_dict(plan: Plan) -> JsonDict:
             "gpus_freed": t.gpus_freed,
             "slices_freed": t.slices_freed,
             "pods_disrupted": t.pods_disrupted,
+            "pods_admitted": t.pods_admitted,
         }
 
     clusters: JsonDict = {"cluster_label": plan.cluster_label} if plan.cluster_label else {}
@@ -505,6 +535,16 @@ def _node(r: _Reader) -> NodePlan:
         gpus_in_use=r.r_int("gpus_in_use", 0),
         lower_bound_gpus=r.r_int("lower_bound_gpus", 0),
         reason=r.r_str("reason", ""),
+        pods_admitted=tuple(
+            AdmittedPod(
+                namespace=a.r_str("namespace"),
+                name=a.r_str("name"),
+                resource=a.r_str("resource"),
+                count=a.r_int("count", 1),
+                gpus=tuple(int(g) for g in a.r_list("gpus", [])),
+            )
+            for a in r.r_objs("pods_admitted", [])
+        ),
         evidence=tuple(
             Evidence(
                 gpu=e.r_int("gpu"),
@@ -583,6 +623,7 @@ def _totals(t: _Reader) -> Totals:
         gpus_freed=t.r_int("gpus_freed"),
         slices_freed=t.r_int("slices_freed"),
         pods_disrupted=t.r_int("pods_disrupted"),
+        pods_admitted=t.r_int("pods_admitted", 0),
     )
 
 

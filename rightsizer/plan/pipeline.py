@@ -9,7 +9,7 @@ from typing import Any
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.analysis import history as analysis
-from rightsizer.analysis import lookback
+from rightsizer.analysis import lookback, pending
 from rightsizer.clients.chunks import QueryLimits
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.errors import RightsizerError
@@ -111,6 +111,9 @@ def make_plan(
             f"no gpupilot_gpu_info series at {format_time(end)} in {client.url}; is the exporter scraped? "
             "(use --at for history that ended earlier)"
         )
+    result = replace(
+        result, pending=pending.read_pending(client, at=end, cluster_label=settings.cluster_label)
+    )
     if settings.looks_back:
         progress(f"reading busy hours up to {window_text(settings.lookback_s)} back (--lookback)")
         result, note = lookback.attach(

@@ -76,7 +76,9 @@ def _rows(nodes: Sequence[NodePlan], *, all_nodes: bool) -> list[list[str]]:
                 n.model,
                 "\n".join(layout_text(g) for g in n.current)
                 + (f"\n[{n.current_config_name}]" if n.current_config_name else ""),
-                "\n".join(layout_text(g) for g in n.proposed) + (f"\n[{n.config_name}]" if n.changed else ""),
+                "\n".join(layout_text(g) for g in n.proposed)
+                + (f"\n[{n.config_name}]" if n.changed else "")
+                + "".join(f"\nadmits {a.namespace}/{a.name}" for a in n.pods_admitted),
                 f"{n.gpus_freed} GPU\n{n.slices_freed} slices",
                 "unknown"
                 if not activity_known(n)
@@ -98,7 +100,11 @@ def totals_text(t: Totals) -> str:
 
 
 def _freed_text(t: Totals) -> str:
-    return f"{t.gpus_freed} GPU(s) and {t.slices_freed} allocated slice(s) freed; {t.pods_disrupted} pod(s) disrupted"
+    admitted = f"; {t.pods_admitted} pending pod(s) admitted" if t.pods_admitted else ""
+    return (
+        f"{t.gpus_freed} GPU(s) and {t.slices_freed} allocated slice(s) freed; {t.pods_disrupted} pod(s) disrupted"
+        + admitted
+    )
 
 
 def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
