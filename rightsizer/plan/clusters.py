@@ -37,7 +37,7 @@ def totals_of(nodes: Sequence[NodePlan], *, gpus_needed: int) -> Totals:
 
 
 def _sum(totals: Sequence[Totals]) -> Totals:
-    return Totals(*(sum(getattr(t, f) for t in totals) for f in Totals.__dataclass_fields__))
+    return Totals(**{f: sum(getattr(t, f) for t in totals) for f in Totals.__dataclass_fields__})
 
 
 def merge(parts: Sequence[Plan]) -> Plan:
