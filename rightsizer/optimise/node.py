@@ -196,7 +196,13 @@ def propose_node(
         | _whole_gpu_pods(node, analysis, pinned),
     )
     return _mixed(
-        base, shape=shape, pinned_idx=pinned_idx, pinned_used=pinned_used, lower=lower, time_limit=time_limit
+        base,
+        shape=shape,
+        packed=res,
+        pinned_idx=pinned_idx,
+        pinned_used=pinned_used,
+        lower=lower,
+        time_limit=time_limit,
     )
 
 
@@ -204,16 +210,38 @@ def _mixed(
     base: NodeProposal,
     *,
     shape: repartition.NodeShape,
+    packed: packing.PackResult,
     pinned_idx: set[int],
     pinned_used: int,
     lower: int,
     time_limit: float,
 ) -> NodeProposal:
-    """Mixed strategy: the exact repartition, or best-fit packing when HiGHS has no answer in time."""
+    """Mixed strategy. When the packing frees a GPU, that GPU goes MIG off, so mig-parted resets every
+    GPU of the node and every pod of it is disrupted whatever the layouts: the packing's answer (fewest
+    GPUs, then fewest allocated slices) is then lexicographically optimal as it is. Otherwise the
+    exact repartition decides who moves (best-fit packing when HiGHS has no answer in time)."""
     model, pool, pool_items = shape.model, shape.pool, shape.items
-    node, current, used_now, slices_now = base.node, base.current, base.used_now, base.slices_now
+    node = base.node
+    if packed.gpus < len({i.gpu for i in pool_items}):
+        try:
+            plans = assign(model, pool, pool_items, packed, single=False)
+        except AssignmentError as exc:
+            raise NodeInconsistency(f"{node.name}: {exc}") from None
+        return _decided(
+            base,
+            plans,
+            model=model,
+            pinned_idx=pinned_idx,
+            pinned_used=pinned_used,
+            lower=lower,
+            method=packed.method,
+            status=packed.status,
+        )
     try:
-        best = repartition.solve(shape, time_limit=time_limit)
+        best = repartition.solve(
+            replace(shape, most_gpus=packed.gpus, most_slices=packed.allocated_slices(model)),
+            time_limit=time_limit,
+        )
     except repartition.NoRepartition:
         greedy = packing.pack_greedy(model, Counter(i.klass for i in pool_items), gpus=len(pool))
         if not greedy.feasible:
@@ -225,6 +253,31 @@ def _mixed(
         method, status = "greedy", "heuristic"
     else:
         plans, method, status = list(best.plans), "milp", best.status
+    return _decided(
+        base,
+        plans,
+        model=model,
+        pinned_idx=pinned_idx,
+        pinned_used=pinned_used,
+        lower=lower,
+        method=method,
+        status=status,
+    )
+
+
+def _decided(
+    base: NodeProposal,
+    plans: Sequence[GpuPlan],
+    *,
+    model: GpuModel,
+    pinned_idx: set[int],
+    pinned_used: int,
+    lower: int,
+    method: str,
+    status: str,
+) -> NodeProposal:
+    """The node with ``plans`` on its pool GPUs, if that wins GPUs or slices; else as it is."""
+    node, current, used_now, slices_now = base.node, base.current, base.used_now, base.slices_now
     proposed = _with_pinned(plans, current, pinned_idx)
     check_placeable(model, proposed, node.name)
     used_after = sum(1 for g in plans if g.items) + pinned_used

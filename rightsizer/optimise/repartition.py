@@ -47,6 +47,10 @@ class NodeShape:
     """GPUs the optimiser leaves as they are (re-created only by a mode change)."""
     pinned_pods: frozenset[PodKey]
     """Pods holding devices on pinned GPUs (disrupted only by a mode change)."""
+    most_gpus: int | None = None
+    """Pool GPUs holding devices in a known answer (the packing's): a cut, the optimum uses no more."""
+    most_slices: int | None = None
+    """Allocated compute slices of that answer (the optimum, using as few GPUs, allocates no more)."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,12 @@ def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR09
         if pod in shape.pinned_pods:
             row({d[pod]: 1, m: -1}, 0, np.inf)
 
+    # Cuts from a known answer: they change no optimum and prune HiGHS' search.
+    if shape.most_gpus is not None:
+        row({e[g.index]: -1 for g in pool}, -np.inf, shape.most_gpus - len(pool))
+    if shape.most_slices is not None:
+        row({var: float(_compute(model, qn)) for (_c, _g, qn), var in z.items()}, -np.inf, shape.most_slices)
+
     # Weights: each criterion outweighs the largest possible total of all those below it.
     gpus_total = len(pool) + shape.pinned_gpus
     pods_total = sum(len(grp.items) for grp in groups if not grp.tied) + len(tied) + loose_pinned
@@ -282,6 +292,11 @@ def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR09
     reconfigured = sum(int(x[r[g.index]]) for g in pool) + shape.pinned_gpus * int(x[m])
     status = "optimal" if res.status == 0 else "time-limit"
     return Repartition(tuple(plans), status, used, slices, disrupted, reconfigured)
+
+
+def _compute(model: GpuModel, name: str) -> int:
+    prof = model.profile(name)
+    return prof.compute_slices if prof else 0
 
 
 def _served(it: Item, profile: str) -> Item:
