@@ -10,8 +10,8 @@ from rightsizer.optimise.fleet import OptimiserSettings, optimise
 from rightsizer.plan import build as planning
 from rightsizer.plan import table
 from rightsizer.plan.model import plan_from_dict, plan_to_dict
-from tests.rightsizer.fleetspec import Dev, Node, build
-from tests.rightsizer.test_lexicographic import random_node
+from tests.support.rightsizer.exact_node import random_node
+from tests.support.rightsizer.fleetspec import Dev, Node, build
 
 
 def test_idle_me_gpu_is_not_counted_in_the_bound() -> None:

@@ -1,4 +1,4 @@
-"""The optimiser's answer for a node against an independent exact solver (tests/rightsizer/exact_node.py):
+"""The optimiser's answer for a node against an independent exact solver (tests/support/rightsizer/exact_node.py):
 equal GPUs and slices freed, and exactly the optimum's disruption and re-created GPUs, on seeded
 random and adversarial mixed-strategy nodes; plus the issue's cases (a pinned +me GPU beside a 2g
 that shrinks; an idle 2g pod that only needs a free 1g of its own GPU)."""
@@ -10,15 +10,15 @@ import random
 import pytest
 
 from mig_geometry.catalogue import find_model
-from mig_geometry.layouts import valid_layouts
 from rightsizer.analysis.types import Analysis, PodKey
 from rightsizer.optimise.fleet import OptimiserSettings, items_for_node, optimise
 from rightsizer.optimise.node import is_pinned
 from rightsizer.plan import build as planning
 from rightsizer.plan import disruption
 from rightsizer.plan.model import NodePlan
-from tests.rightsizer import exact_node
-from tests.rightsizer.fleetspec import Dev, Node, build
+from tests.support.rightsizer import exact_node
+from tests.support.rightsizer.exact_node import random_node
+from tests.support.rightsizer.fleetspec import Dev, Node, build
 
 H100 = find_model("H100 80GB")
 assert H100 is not None
@@ -69,37 +69,6 @@ def measured(plan: NodePlan, analysis: Analysis) -> tuple[int, int, int, int]:
         len(plan.pods_disrupted),
         len(disruption.reconfigured_gpus(plan.current, plan.proposed)),
     )
-
-
-def random_node(rng: random.Random, name: str) -> Node:
-    layouts = valid_layouts(H100)
-    gpus: list[list[Dev]] = []
-    for g in range(rng.randint(1, 3)):
-        roll = rng.random()
-        if roll < 0.08:
-            gpus.append([Dev("", f"{name}-w{g}", rng.uniform(0.3, 0.8), 1000)])
-            continue
-        layout = dict(rng.choice(layouts))
-        if roll < 0.16 and layout.get("1g.10gb"):
-            layout["1g.10gb"] -= 1
-            layout["1g.10gb+me"] = 1
-        devs = []
-        for prof, count in sorted(layout.items()):
-            for k in range(count):
-                if not count or rng.random() < 0.4:
-                    devs.append(Dev(prof))
-                    continue
-                mem = H100.profile(prof).memory_mib  # type: ignore[union-attr]
-                devs.append(
-                    Dev(
-                        prof,
-                        f"{name}-{g}-{prof}-{k}",
-                        rng.choice([0.0, 0.02, rng.uniform(0, 0.8)]),
-                        rng.uniform(0, mem / 1.25),
-                    )
-                )
-        gpus.append(devs)
-    return Node(name, "H100 80GB", gpus)
 
 
 def adversarial_nodes() -> list[Node]:

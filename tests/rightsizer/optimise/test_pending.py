@@ -21,9 +21,9 @@ from rightsizer.analysis.types import PendingPod
 from rightsizer.optimise.fleet import OptimiserSettings, optimise
 from rightsizer.plan import build as planning
 from rightsizer.plan.model import plan_from_dict, plan_to_dict
-from tests.rightsizer.fleetspec import Dev, Node, build
+from tests.support.rightsizer.fleetspec import Dev, Node, build
 
-SCENARIO = Path(__file__).resolve().parents[1] / "data" / "fleet-pending.yaml"
+SCENARIO = Path(__file__).resolve().parents[2] / "data" / "fleet-pending.yaml"
 
 
 def waiting(name: str, profile: str, count: int = 1) -> PendingPod:

@@ -1,4 +1,4 @@
-"""``plan --window 1d`` looks past its window (real Prometheus, tests/rightsizer/weekly_history.py):
+"""``plan --window 1d`` looks past its window (real Prometheus, tests/support/rightsizer/weekly_history.py):
 a slice busy at the same hour every week is kept with a note saying when it was last busy, a slice
 busy once long ago shrinks with a note, ``--ignore-history`` shrinks both, and a 7-day window reads
 nothing more."""
@@ -15,7 +15,7 @@ import pytest
 from devkit.prometheus import PrometheusServer, backfill_openmetrics
 from rightsizer import cli
 from rightsizer.analysis import lookback
-from tests.rightsizer import weekly_history
+from tests.support.rightsizer import weekly_history
 
 pytestmark = pytest.mark.prometheus
 

@@ -9,14 +9,17 @@ device has (its class); layouts are built from starts, not from an enumeration o
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from mig_geometry.catalogue import GpuModel
+from mig_geometry.catalogue import GpuModel, find_model
+from mig_geometry.layouts import valid_layouts
 from rightsizer.analysis.types import PodKey
+from tests.support.rightsizer.fleetspec import Dev, Node
 
 
 @dataclass(frozen=True)
@@ -158,3 +161,38 @@ def solve(
         lo.append(-np.inf)
         hi.append(best + 1e-6)
     return Optimum(values[0], values[1], values[2], values[3])
+
+
+def random_node(rng: random.Random, name: str) -> Node:
+    """A seeded random H100 node of 1-3 GPUs: random valid layouts, some whole GPUs held by pods,
+    some +me instances, pods idle, near idle or busy up to 80 %."""
+    h100 = find_model("H100 80GB")
+    assert h100 is not None
+    layouts = valid_layouts(h100)
+    gpus: list[list[Dev]] = []
+    for g in range(rng.randint(1, 3)):
+        roll = rng.random()
+        if roll < 0.08:
+            gpus.append([Dev("", f"{name}-w{g}", rng.uniform(0.3, 0.8), 1000)])
+            continue
+        layout = dict(rng.choice(layouts))
+        if roll < 0.16 and layout.get("1g.10gb"):
+            layout["1g.10gb"] -= 1
+            layout["1g.10gb+me"] = 1
+        devs = []
+        for prof, count in sorted(layout.items()):
+            for k in range(count):
+                if not count or rng.random() < 0.4:
+                    devs.append(Dev(prof))
+                    continue
+                mem = h100.profile(prof).memory_mib  # type: ignore[union-attr]
+                devs.append(
+                    Dev(
+                        prof,
+                        f"{name}-{g}-{prof}-{k}",
+                        rng.choice([0.0, 0.02, rng.uniform(0, 0.8)]),
+                        rng.uniform(0, mem / 1.25),
+                    )
+                )
+        gpus.append(devs)
+    return Node(name, "H100 80GB", gpus)
