@@ -85,7 +85,8 @@ def optimise(analysis: Analysis, *, settings: OptimiserSettings) -> FleetProposa
     proposals = []
     notes: list[str] = []
     for node in analysis.nodes:
-        remaining = max(0.05, deadline - time.perf_counter())
+        # Past the budget a node gets no MILP at all (0), not a minimum slice of one per node.
+        remaining = max(0.0, deadline - time.perf_counter())
         try:
             proposal = propose_node(
                 node, analysis, settings=settings, workloads=workloads, time_limit=min(remaining, 10.0)

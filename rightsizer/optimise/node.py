@@ -237,12 +237,10 @@ def _mixed(
             method=packed.method,
             status=packed.status,
         )
-    try:
-        best = repartition.solve(
-            replace(shape, most_gpus=packed.gpus, most_slices=packed.allocated_slices(model)),
-            time_limit=time_limit,
-        )
-    except repartition.NoRepartition:
+    best = _exact(shape, packed, time_limit=time_limit)
+    if best is not None:
+        plans, method, status = list(best.plans), "milp", best.status
+    else:
         greedy = packing.pack_greedy(model, Counter(i.klass for i in pool_items), gpus=len(pool))
         if not greedy.feasible:
             return with_changes(base, reason="no answer within the time limit", status="time-limit")
@@ -251,8 +249,6 @@ def _mixed(
         except AssignmentError as exc:
             raise NodeInconsistency(f"{node.name}: {exc}") from None
         method, status = "greedy", "heuristic"
-    else:
-        plans, method, status = list(best.plans), "milp", best.status
     return _decided(
         base,
         plans,
@@ -263,6 +259,20 @@ def _mixed(
         method=method,
         status=status,
     )
+
+
+def _exact(
+    shape: repartition.NodeShape, packed: packing.PackResult, *, time_limit: float
+) -> repartition.Repartition | None:
+    """The exact repartition, cut by the packing's GPUs and slices; None once the fleet's time budget
+    is spent or when HiGHS finds no answer in the time left."""
+    if time_limit <= 0:
+        return None
+    cut = replace(shape, most_gpus=packed.gpus, most_slices=packed.allocated_slices(shape.model))
+    try:
+        return repartition.solve(cut, time_limit=time_limit)
+    except repartition.NoRepartition:
+        return None
 
 
 def _decided(
