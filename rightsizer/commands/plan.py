@@ -213,6 +213,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
+        "--allow-strategy-change",
+        action="store_true",
+        help="also answer single-strategy nodes as if they moved to the mixed MIG strategy, and recommend "
+        "the move where it frees more (listed under strategy_changes; 'apply' does not act on it)",
+    )
+    parser.add_argument(
         "--lookback",
         type=parse_duration,
         default=28 * 86400.0,
@@ -304,6 +310,7 @@ def settings_from(args: argparse.Namespace) -> PlanSettings:
             time_limit_s=args.time_limit,
             keep_profiles=args.keep_profiles,
             ignore_history=args.ignore_history,
+            allow_strategy_change=args.allow_strategy_change,
         ),
         lookback_s=args.lookback,
         cluster_label=args.cluster_label,

@@ -173,7 +173,15 @@ def propose_node(
     # by nobody, but it is not in use either).
     lower = res.lower_bound + pinned_used
     if single:
-        return _single(base, model=model, pool=pool, items=pool_items, res=res, lower=lower)
+        answer = _single(base, model=model, pool=pool, items=pool_items, res=res, lower=lower)
+        if settings.allow_strategy_change:
+            return with_changes(
+                answer,
+                strategy_change=_as_mixed(
+                    base, model=model, pool=pool, items=pool_items, answer=answer, time_limit=time_limit
+                ),
+            )
+        return answer
     least_slices = _slices(model, pool_items, proposed=True)
     if (
         least_slices >= slices_now
@@ -376,6 +384,46 @@ def _single(
     # The bound stays the true one for the pods: the gap shows what only a repack can win.
     return with_changes(
         base, method=res.method, status=res.status, lower_bound=min(lower, base.used_now), reason=reason
+    )
+
+
+def _as_mixed(
+    base: NodeProposal,
+    *,
+    model: GpuModel,
+    pool: Sequence[GpuInventory],
+    items: Sequence[Item],
+    answer: NodeProposal,
+    time_limit: float,
+) -> NodeProposal | None:
+    """``--allow-strategy-change``: the single-strategy node's best layouts under the mixed strategy,
+    when they free more GPUs (or as many and more slices) than its uniform answer. Every pod's request
+    changes from ``nvidia.com/gpu`` to ``nvidia.com/mig-<profile>``, so every GPU pod of the node goes:
+    the fewest GPUs, then the fewest allocated slices, decide (the packing)."""
+    demand = Counter(i.klass for i in items)
+    res = packing.pack(model, demand, gpus=len(pool), time_limit=max(time_limit, 0.0))
+    if not res.feasible:
+        return None
+    try:
+        plans = assign(model, pool, items, res, single=False)
+    except AssignmentError:
+        return None
+    proposed = tuple(plans)
+    check_placeable(model, proposed, base.node.name)
+    used_after = sum(1 for g in plans if g.items)
+    slices_after = _slices(model, [i for g in plans for i in g.items], proposed=True)
+    if (used_after, slices_after) >= (answer.used_after, answer.slices_after):
+        return None
+    return with_changes(
+        base,
+        proposed=proposed,
+        changed=True,
+        method=res.method,
+        status=res.status,
+        lower_bound=min(res.lower_bound, used_after),
+        used_after=used_after,
+        slices_after=slices_after,
+        reason="moves to the mixed strategy",
     )
 
 

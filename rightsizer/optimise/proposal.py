@@ -23,6 +23,8 @@ class OptimiserSettings:
     """Wall-clock budget for all MILPs together; nodes beyond it get the greedy packing."""
     keep_profiles: bool = False
     """Consolidate only: every pod keeps its current profile (no resource-name change for pods)."""
+    allow_strategy_change: bool = False
+    """Also answer single-strategy nodes as if they moved to the mixed strategy (a recommendation)."""
     ignore_history: bool = False
     """Shrink slices whose busy hours before the window recur weekly, as if the window were all."""
     min_coverage: float = 0.5
@@ -91,6 +93,9 @@ class NodeProposal:
     reason: str = ""
     admits: tuple[Admission, ...] = ()
     """Pending pods this change makes room for (:mod:`rightsizer.optimise.pending`)."""
+    strategy_change: NodeProposal | None = None
+    """``allow_strategy_change``: a single-strategy node's better answer under the mixed strategy
+    (a recommendation: the device plugin's strategy is not the rightsizer's to change)."""
     whole_busy: float = 0.0
     """p95 activity × compute units of whole GPUs held by pods (1 unit per GPU without MIG)."""
     whole_units: int = 0

@@ -23,6 +23,7 @@ from rightsizer.plan.model import (
     NodePlan,
     Plan,
     SolverInfo,
+    StrategyChange,
     TargetDevice,
     TimeSlicingRecommendation,
     Totals,
@@ -271,6 +272,31 @@ def _history_notes(fleet: FleetProposal, *, window: str) -> list[str]:
     return out
 
 
+def _strategy_change(
+    analysis: Analysis, p: NodeProposal, mixed: NodeProposal, context: PlanContext
+) -> StrategyChange:
+    """The recommendation for a single-strategy node ``p`` that frees more under the mixed strategy."""
+    name, doc = _config(p.node, mixed.proposed, context.cluster_configs)
+    pods = {pod for d in analysis.devices_on(p.node.name) for pod in d.pods}
+    return StrategyChange(
+        cluster=p.node.cluster,
+        node=p.node.name,
+        model=p.node.model_key,
+        proposed=_layouts(mixed.proposed),
+        config_name=name,
+        config_document=doc,
+        gpus_freed=mixed.gpus_freed,
+        slices_freed=mixed.slices_freed,
+        single_gpus_freed=p.gpus_freed,
+        pods_disrupted=len(pods),
+        reason=(
+            "not applied by 'apply': switch the node's device plugin to the mixed MIG strategy "
+            "(a per-node device-plugin config with migStrategy: mixed), give every GPU pod of the node a "
+            f"nvidia.com/mig-<profile> request, then label it nvidia.com/mig.config={name}"
+        ),
+    )
+
+
 def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext) -> Plan:
     """The plan for ``fleet``: nodes whose change would not hold their pods are left as they are
     (pods that stay keep their devices, pods that move take the slots named for them; anything else
@@ -345,6 +371,11 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         )
         for t in fleet.time_slicing
     )
+    strategy_changes = tuple(
+        _strategy_change(analysis, p, mixed, context)
+        for p in fleet.nodes
+        if (mixed := p.strategy_change) is not None
+    )
     notes = [*analysis.notes, *fleet.notes]
     for n in nodes:
         if n.changed:
@@ -372,6 +403,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         mig_parted_config=merged,
         nodes=tuple(nodes),
         time_slicing=ts,
+        strategy_changes=strategy_changes,
         notes=tuple(notes),
         cluster_label=context.cluster_label if any(n.cluster for n in nodes) else "",
     )

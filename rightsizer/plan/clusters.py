@@ -67,6 +67,7 @@ def merge(parts: Sequence[Plan]) -> Plan:
         mig_parted_config={"version": "v1", "mig-configs": dict(sorted(configs.items()))},
         nodes=nodes,
         time_slicing=tuple(t for p in parts for t in p.time_slicing),
+        strategy_changes=tuple(c for p in parts for c in p.strategy_changes),
         notes=tuple(notes),
         cluster_label=next((p.cluster_label for p in parts if p.cluster_label), ""),
         clusters=tuple(ClusterTotals(p.cluster_names[0], p.totals) for p in parts),

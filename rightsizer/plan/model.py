@@ -19,6 +19,7 @@ required keys are one-line :class:`PlanError`\\ s)::
       "mig_parted_config": {"version": "v1", "mig-configs": {...}},   # every proposed config
       "nodes": [NodePlan, ...],
       "time_slicing": [TimeSlicingRecommendation, ...],
+      "strategy_changes": [StrategyChange, ...],   # only with plan --allow-strategy-change; apply ignores it
       "notes": ["..."],
       "cluster_label": "cluster",                   # only when the series carry a cluster label
       "clusters": [{"name": "east", "totals": {...}}, ...]   # several clusters: each one's totals
@@ -52,6 +53,10 @@ required keys are one-line :class:`PlanError`\\ s)::
                 "coverage_hours": 168.0, "window_hours": 168.0,   # p95_activity null = no data
                 "peak_activity": 0.04, "peak_at": "2026-11-29T03:00:00Z",  # highest rolling mean (sizes)
                 "busy_minutes": 15.0}                                       # length of that mean
+    StrategyChange = {"node": "a100-single-1", "model": "A100 40GB", "strategy": "mixed",
+                "proposed": [GpuLayout, ...], "config_name": "gpupilot-…", "config_document": {...},
+                "gpus_freed": 2, "slices_freed": 3, "single_gpus_freed": 0, "pods_disrupted": 6,
+                "reason": "..."}
     TimeSlicingRecommendation = {"node": "l4-node-1", "model": "L4", "gpus": [0, 1], "replicas": 4,
                 "reason": "...", "config_document": {"version": "v1", "flags": {...}, "sharing": {...}}}
 
@@ -209,6 +214,29 @@ class TimeSlicingRecommendation:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StrategyChange:
+    """``plan --allow-strategy-change``: a single-strategy node that frees more under the mixed
+    strategy. A recommendation only: ``apply`` does not act on it (the device plugin's strategy is
+    not the rightsizer's to change)."""
+
+    cluster: str = field(default="", metadata=codec.OMIT_EMPTY)
+    node: str
+    model: str
+    strategy: str = "mixed"
+    """The strategy the node would move to."""
+    proposed: tuple[GpuLayout, ...]
+    config_name: str
+    config_document: Mapping[str, Any]
+    gpus_freed: int
+    slices_freed: int
+    single_gpus_freed: int = 0
+    """What the node's best uniform (single-strategy) layout frees, for comparison."""
+    pods_disrupted: int
+    """Every GPU pod of the node: each one's request changes from nvidia.com/gpu to a MIG profile."""
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Totals:
     nodes: int
     nodes_changed: int
@@ -255,6 +283,8 @@ class Plan:
     mig_parted_config: Mapping[str, Any]
     nodes: tuple[NodePlan, ...]
     time_slicing: tuple[TimeSlicingRecommendation, ...] = ()
+    strategy_changes: tuple[StrategyChange, ...] = field(default=(), metadata=codec.OMIT_EMPTY)
+    """``--allow-strategy-change`` recommendations (not applied by ``apply``)."""
     notes: tuple[str, ...] = ()
     cluster_label: str = field(default="", metadata=codec.OMIT_EMPTY)
     """The label that named the clusters; ``""`` in a plan of one cluster."""

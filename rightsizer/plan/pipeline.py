@@ -80,6 +80,7 @@ class PlanSettings:
             "allow_moves": o.allow_moves,
             "time_limit_s": o.time_limit_s,
             "keep_profiles": o.keep_profiles,
+            **({"allow_strategy_change": True} if o.allow_strategy_change else {}),
             "headroom": self.headroom,
             "idle_threshold": self.idle_threshold,
             "min_busy_s": self.min_busy_s,

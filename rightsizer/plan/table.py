@@ -136,6 +136,13 @@ def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
             f"time-slicing: {where}{ts.node} ({ts.model}) GPU(s) {', '.join(map(str, ts.gpus))}: "
             f"{ts.replicas} replicas — {ts.reason}"
         )
+    for sc in plan.strategy_changes:
+        where = f"{clusters.shown(sc.cluster)}/" if plan.clusters else ""
+        extra.append(
+            f"strategy change: {where}{sc.node} ({sc.model}) to the {sc.strategy} strategy frees "
+            f"{sc.gpus_freed} GPU(s) and {sc.slices_freed} slice(s) (its best uniform layout: "
+            f"{sc.single_gpus_freed} GPU(s)); all {sc.pods_disrupted} GPU pod(s) restart — {sc.reason}"
+        )
     for n in plan.nodes:
         if n.gap:
             where = f"{clusters.shown(n.cluster)}/" if plan.clusters else ""

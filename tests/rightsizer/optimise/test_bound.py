@@ -75,3 +75,39 @@ def test_new_node_fields_round_trip_and_older_plans_still_load() -> None:
         del data["nodes"][0][key]
     old = plan_from_dict(data)
     assert old.nodes[0].gap == 0 and old.nodes[0].reason == ""
+
+
+def test_strategy_change_is_recommended_where_mixed_frees_more() -> None:
+    # Three busy 2g pods and one idle one: every uniform layout needs 2 GPUs (2g×3 per GPU), the
+    # mixed strategy puts 2g×3 + 1g on one GPU.
+    gpus = [
+        [Dev("2g.20gb", f"busy-{k}", 0.5, 1000) for k in range(3)],
+        [Dev("2g.20gb", "idle", 0.0, 500), Dev("2g.20gb"), Dev("2g.20gb")],
+    ]
+    analysis = build([Node("s", "H100 80GB", gpus, strategy="single")])
+    plain = optimise(analysis, settings=OptimiserSettings())
+    assert plain.nodes[0].strategy_change is None and not plain.nodes[0].changed
+    fleet = optimise(analysis, settings=OptimiserSettings(allow_strategy_change=True))
+    (p,) = fleet.nodes
+    assert not p.changed  # the single-strategy answer itself does not change
+    mixed = p.strategy_change
+    assert mixed is not None and mixed.gpus_freed == 1
+    plan = planning.build_plan(analysis, fleet, context=planning.PlanContext(window="7d", settings={}))
+    (sc,) = plan.strategy_changes
+    assert (sc.node, sc.strategy, sc.gpus_freed, sc.single_gpus_freed, sc.pods_disrupted) == (
+        "s",
+        "mixed",
+        1,
+        0,
+        4,
+    )
+    assert [g.mig_enabled for g in sc.proposed].count(False) == 1
+    assert sc.config_name.startswith("gpupilot-") and sc.config_name in sc.config_document["mig-configs"]
+    # A recommendation only: the node stays unchanged for apply, and the plan round-trips.
+    assert (
+        not plan.nodes[0].changed
+        and plan_from_dict(plan_to_dict(plan)).strategy_changes == plan.strategy_changes
+    )
+    text = table.plan_table(plan)
+    assert "strategy change: s (H100 80GB) to the mixed strategy frees 1 GPU(s)" in text
+    assert "not applied by 'apply'" in text
