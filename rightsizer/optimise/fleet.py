@@ -19,7 +19,7 @@ import time
 
 from rightsizer.analysis.types import Analysis, DeviceStats, NodeInventory
 from rightsizer.optimise import pending
-from rightsizer.optimise.node import items_for_node, left_alone, propose_node, with_changes
+from rightsizer.optimise.node import items_for_node, left_alone, propose_node
 from rightsizer.optimise.pooling import pool_moves
 from rightsizer.optimise.proposal import (
     FleetProposal,
@@ -29,6 +29,7 @@ from rightsizer.optimise.proposal import (
     NodeProposal,
     OptimiserSettings,
     TimeSlicing,
+    with_changes,
 )
 
 __all__ = [

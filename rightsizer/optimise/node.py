@@ -12,13 +12,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from mig_geometry.catalogue import GpuModel
-from mig_geometry.layouts import Layout
 from mig_geometry.names import canonical_profile
-from mig_geometry.placement import place
 from rightsizer.analysis import lookback
 from rightsizer.analysis.types import Analysis, GpuInventory, NodeInventory, PodKey, Workload
 from rightsizer.optimise import packing, repartition
-from rightsizer.optimise.proposal import GpuPlan, Item, NodeInconsistency, NodeProposal, OptimiserSettings
+from rightsizer.optimise import single as single_strategy
+from rightsizer.optimise.proposal import (
+    GpuPlan,
+    Item,
+    NodeInconsistency,
+    NodeProposal,
+    OptimiserSettings,
+    with_changes,
+)
+from rightsizer.optimise.slots import (
+    AssignmentError,
+    assign,
+    canon,
+    check_placeable,
+    compute_slices,
+    signature,
+)
 
 # ---------------------------------------------------------------------------------------------- items
 
@@ -87,14 +101,6 @@ def _current(gpu: GpuInventory, items: Sequence[Item]) -> GpuPlan:
     return GpuPlan(gpu.index, gpu.mig_enabled, dict(counts), [i for i in items if i.gpu == gpu.index])
 
 
-def _slices(model: GpuModel, items: Sequence[Item], *, proposed: bool) -> int:
-    total = 0
-    for it in items:
-        prof = model.profile(it.klass if proposed else it.profile_now)
-        total += prof.compute_slices if prof else 0
-    return total
-
-
 def is_pinned(gpu: GpuInventory, analysis: Analysis, node: str) -> bool:
     """A whole GPU held by a pod, a GPU of an unknown model, or one carrying +me instances."""
     if gpu.model is None or not gpu.model.mig_capable:
@@ -150,7 +156,7 @@ def propose_node(
         return with_changes(base, reason="no MIG-capable model, or mixed models on the node")
     pool = [g for g in node.gpus if g.index not in pinned_idx]
     pool_items = [i for i in items if i.gpu not in pinned_idx]
-    slices_now = _slices(model, pool_items, proposed=False)
+    slices_now = compute_slices(model, pool_items, proposed=False)
     pinned_used = sum(1 for g in pinned if _gpu_used(g, analysis, node.name))
     base = with_changes(base, slices_now=slices_now, slices_after=slices_now)
     single = node.mig_strategy == "single"
@@ -173,16 +179,16 @@ def propose_node(
     # by nobody, but it is not in use either).
     lower = res.lower_bound + pinned_used
     if single:
-        answer = _single(base, model=model, pool=pool, items=pool_items, res=res, lower=lower)
+        answer = single_strategy.uniform(base, model=model, pool=pool, items=pool_items, res=res, lower=lower)
         if settings.allow_strategy_change:
             return with_changes(
                 answer,
-                strategy_change=_as_mixed(
+                strategy_change=single_strategy.as_mixed(
                     base, model=model, pool=pool, items=pool_items, answer=answer, time_limit=time_limit
                 ),
             )
         return answer
-    least_slices = _slices(model, pool_items, proposed=True)
+    least_slices = compute_slices(model, pool_items, proposed=True)
     if (
         least_slices >= slices_now
         and sum(1 for g in pool if _gpu_used(g, analysis, node.name)) <= res.lower_bound
@@ -299,9 +305,9 @@ def _decided(
     proposed = _with_pinned(plans, current, pinned_idx)
     check_placeable(model, proposed, node.name)
     used_after = sum(1 for g in plans if g.items) + pinned_used
-    slices_after = _slices(model, [i for g in plans for i in g.items], proposed=True)
+    slices_after = compute_slices(model, [i for g in plans for i in g.items], proposed=True)
     changed = (used_after < used_now or slices_after < slices_now) and any(
-        _signature(a) != _signature(b) or _moves(b) for a, b in zip(current, proposed, strict=True)
+        signature(a) != signature(b) or _moves(b) for a, b in zip(current, proposed, strict=True)
     )
     if not changed:
         return with_changes(
@@ -343,90 +349,6 @@ def _whole_gpu_pods(
     return frozenset(out)
 
 
-def _single(
-    base: NodeProposal,
-    *,
-    model: GpuModel,
-    pool: Sequence[GpuInventory],
-    items: Sequence[Item],
-    res: packing.PackResult,
-    lower: int,
-) -> NodeProposal:
-    """Single strategy: every GPU carries the same uniform layout (the best one for the pods)."""
-    try:
-        proposed = tuple(assign(model, pool, items, res, single=True))
-    except AssignmentError as exc:
-        raise NodeInconsistency(f"{base.node.name}: {exc}") from None
-    check_placeable(model, proposed, base.node.name)
-    slices_after = res.allocated_slices(model)
-    gain = res.gpus < base.used_now or slices_after < base.slices_now
-    layout_changed = any(_signature(a) != _signature(b) for a, b in zip(base.current, proposed, strict=True))
-    if gain and layout_changed:
-        return with_changes(
-            base,
-            proposed=proposed,
-            changed=True,
-            method=res.method,
-            status=res.status,
-            lower_bound=min(lower, res.gpus),
-            used_after=res.gpus,
-            slices_after=slices_after,
-        )
-    reason = "already as tight as the demand allows"
-    if gain:
-        uniform = " + ".join(f"{n}×{name}" for name, n in res.layouts[0]) if res.layouts else "its layout"
-        reason = (
-            f"a repack would free {base.used_now - res.gpus} GPU(s): the pods fit on {res.gpus} GPU(s) "
-            f"of {uniform}, the layout they have now; relabelling cannot do it, because under the single "
-            "strategy pods request nvidia.com/gpu and the device plugin, not the rightsizer, chooses which "
-            "slice each pod gets: drain the node's GPU pods and let them reschedule to free those GPUs"
-        )
-    # The bound stays the true one for the pods: the gap shows what only a repack can win.
-    return with_changes(
-        base, method=res.method, status=res.status, lower_bound=min(lower, base.used_now), reason=reason
-    )
-
-
-def _as_mixed(
-    base: NodeProposal,
-    *,
-    model: GpuModel,
-    pool: Sequence[GpuInventory],
-    items: Sequence[Item],
-    answer: NodeProposal,
-    time_limit: float,
-) -> NodeProposal | None:
-    """``--allow-strategy-change``: the single-strategy node's best layouts under the mixed strategy,
-    when they free more GPUs (or as many and more slices) than its uniform answer. Every pod's request
-    changes from ``nvidia.com/gpu`` to ``nvidia.com/mig-<profile>``, so every GPU pod of the node goes:
-    the fewest GPUs, then the fewest allocated slices, decide (the packing)."""
-    demand = Counter(i.klass for i in items)
-    res = packing.pack(model, demand, gpus=len(pool), time_limit=max(time_limit, 0.0))
-    if not res.feasible:
-        return None
-    try:
-        plans = assign(model, pool, items, res, single=False)
-    except AssignmentError:
-        return None
-    proposed = tuple(plans)
-    check_placeable(model, proposed, base.node.name)
-    used_after = sum(1 for g in plans if g.items)
-    slices_after = _slices(model, [i for g in plans for i in g.items], proposed=True)
-    if (used_after, slices_after) >= (answer.used_after, answer.slices_after):
-        return None
-    return with_changes(
-        base,
-        proposed=proposed,
-        changed=True,
-        method=res.method,
-        status=res.status,
-        lower_bound=min(res.lower_bound, used_after),
-        used_after=used_after,
-        slices_after=slices_after,
-        reason="moves to the mixed strategy",
-    )
-
-
 def _whole_gpu_use(node: NodeInventory, analysis: Analysis) -> tuple[float, int]:
     busy, units = 0.0, 0
     for g in node.gpus:
@@ -448,7 +370,7 @@ def left_alone(node: NodeInventory, analysis: Analysis, *, reason: str) -> NodeP
         GpuPlan(
             g.index,
             g.mig_enabled,
-            dict(Counter(_canon(g.model, i.profile) if g.model else i.profile for i in g.instances)),
+            dict(Counter(canon(g.model, i.profile) if g.model else i.profile for i in g.instances)),
         )
         for g in node.gpus
     )
@@ -470,110 +392,8 @@ def left_alone(node: NodeInventory, analysis: Analysis, *, reason: str) -> NodeP
     )
 
 
-def with_changes(p: NodeProposal, **changes: object) -> NodeProposal:
-    return replace(p, **changes)  # type: ignore[arg-type]
-
-
 def _gpu_used(gpu: GpuInventory, analysis: Analysis, node: str) -> bool:
     if not gpu.mig_enabled:
         dev = analysis.device(node, gpu.index, "")
         return bool(dev and dev.pods)
     return any((d := analysis.device(node, gpu.index, i.gpu_instance_id)) and d.pods for i in gpu.instances)
-
-
-def _signature(g: GpuPlan) -> tuple[bool, tuple[tuple[str, int], ...]]:
-    return (g.mig_enabled, tuple(sorted((k, v) for k, v in g.counts.items() if v)) if g.mig_enabled else ())
-
-
-class AssignmentError(Exception):
-    """Packed layouts that leave a device without a slot on the node's GPUs."""
-
-
-def assign(
-    model: GpuModel,
-    pool: Sequence[GpuInventory],
-    items: Sequence[Item],
-    res: packing.PackResult,
-    *,
-    single: bool,
-) -> list[GpuPlan]:
-    """Put the packed layouts on physical GPUs (keeping GPUs whose layout is unchanged) and items on slots."""
-    layouts: list[Layout] = list(res.layouts)
-    gpus = list(pool)
-    plans: dict[int, GpuPlan] = {}
-    # 1. GPUs that already carry one of the layouts keep it (prefer the busiest of them).
-    busy_order = sorted(gpus, key=lambda g: -sum(1 for i in items if i.gpu == g.index))
-    for g in busy_order:
-        sig = (
-            tuple(sorted(Counter(_canon(model, i.profile) for i in g.instances).items()))
-            if g.mig_enabled
-            else None
-        )
-        if sig is not None and sig in layouts:
-            layouts.remove(sig)
-            plans[g.index] = GpuPlan(g.index, True, dict(sig))
-    # 2. The rest go to the busiest remaining GPUs, so fewer pods move.
-    for g in busy_order:
-        if g.index in plans:
-            continue
-        if layouts:
-            plans[g.index] = GpuPlan(g.index, True, dict(layouts.pop(0)))
-        elif single:
-            # Under the single strategy every GPU carries the node's one uniform layout.
-            uniform = res.layouts[0] if res.layouts else ()
-            plans[g.index] = GpuPlan(g.index, bool(uniform), dict(uniform))
-        else:
-            plans[g.index] = GpuPlan(g.index, False, {})
-    # 3. Items onto slots: an item stays on its GPU when that GPU has a slot of its class.
-    free = {idx: Counter(p.counts) for idx, p in plans.items()}
-    want: Counter[tuple[str, str]] = Counter(res.serve)
-    pending = sorted(items, key=lambda i: -(packing.size(model, i.klass)))
-    for it in list(pending):
-        q = _serving_profile(want, it.klass, prefer=free.get(it.gpu), current=it.profile_now)
-        if q and free.get(it.gpu, Counter())[q] > 0:
-            free[it.gpu][q] -= 1
-            want[(it.klass, q)] -= 1
-            plans[it.gpu].items.append(served(it, q))
-            pending.remove(it)
-    for it in pending:
-        q = _serving_profile(want, it.klass, prefer=None)
-        idx = next((i for i, c in free.items() if q and c[q] > 0), None)
-        if q is None or idx is None:
-            raise AssignmentError(f"packing left {it.klass} on {it.node} without a slot")
-        free[idx][q] -= 1
-        want[(it.klass, q)] -= 1
-        plans[idx].items.append(served(it, q))
-    return [plans[g.index] for g in gpus]
-
-
-def _canon(model: GpuModel, name: str) -> str:
-    prof = canonical_profile(model, name)
-    return prof.name if prof else name
-
-
-def _serving_profile(
-    want: Counter[tuple[str, str]], klass: str, *, prefer: Counter[str] | None, current: str = ""
-) -> str | None:
-    options = [q for (k, q), n in want.items() if k == klass and n > 0]
-    if prefer is not None:
-        local = [q for q in options if prefer[q] > 0]
-        if current in local:
-            return current  # the pod keeps its device: no eviction when its GPU keeps its layout
-        if local:
-            return local[0]
-    return options[0] if options else None
-
-
-def served(it: Item, profile: str) -> Item:
-    return replace(it, klass=profile)
-
-
-def check_placeable(model: GpuModel, gpus: Sequence[GpuPlan], node: str) -> None:
-    """:class:`NodeInconsistency` unless every proposed layout has a placement."""
-    for g in gpus:
-        if g.mig_enabled and g.counts:
-            result = place(model, g.counts)
-            if not result.ok:
-                raise NodeInconsistency(
-                    f"{node} GPU {g.index}: proposed layout has no placement: {result.reason}"
-                )

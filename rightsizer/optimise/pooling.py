@@ -9,8 +9,9 @@ from collections.abc import Mapping, Sequence
 from mig_geometry.catalogue import GpuModel
 from rightsizer.analysis.types import Analysis, GpuInventory
 from rightsizer.optimise import packing
-from rightsizer.optimise.node import AssignmentError, assign, check_placeable, is_pinned, served, with_changes
-from rightsizer.optimise.proposal import GpuPlan, Item, NodeInconsistency, NodeProposal
+from rightsizer.optimise.node import is_pinned
+from rightsizer.optimise.proposal import GpuPlan, Item, NodeInconsistency, NodeProposal, with_changes
+from rightsizer.optimise.slots import AssignmentError, assign, check_placeable, served
 
 
 def pool_moves(

@@ -7,7 +7,7 @@ Plain frozen dataclasses shared by :mod:`rightsizer.optimise.node` (one node),
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mig_geometry.catalogue import GpuModel
 from rightsizer.analysis.types import NodeInventory, PendingPod, PodKey
@@ -153,3 +153,7 @@ class FleetProposal:
             if s in statuses:
                 return s
         return "optimal"
+
+
+def with_changes(p: NodeProposal, **changes: object) -> NodeProposal:
+    return replace(p, **changes)  # type: ignore[arg-type]
