@@ -2,7 +2,7 @@
 
 See :mod:`rightsizer.optimise.fleet` for the rules. Mixed-strategy nodes are solved exactly by
 :mod:`rightsizer.optimise.repartition` (best-fit packing when HiGHS has no answer in time); every
-proposed layout passes :func:`mig_geometry.placement.place` (:func:`check_placeable`).
+proposed layout passes :func:`mig_geometry.placement.place` (:func:`rightsizer.optimise.slots.check_placeable`).
 """
 
 from __future__ import annotations

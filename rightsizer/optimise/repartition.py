@@ -121,177 +121,210 @@ class _Vars:
         return self.n - 1
 
 
-def solve(shape: NodeShape, *, time_limit: float) -> Repartition:  # noqa: PLR0912, PLR0915
+def solve(shape: NodeShape, *, time_limit: float) -> Repartition:
     """The lexicographic optimum for ``shape`` (:class:`NoRepartition` when HiGHS has none in time)."""
-    model = shape.model
-    profs = list(plain_profiles(model))
-    pool = list(shape.pool)
-    groups = _groups(shape.items, shape.pinned_pods)
-    now: dict[int, Layout | None] = {g.index: current_layout(model, g) for g in pool}
-    used_now = {it.gpu for it in shape.items}
-    v = _Vars()
-    # Layout choices per GPU.
-    choices: dict[int, list[Layout | None]] = {}
-    y: dict[tuple[int, int], int] = {}
-    for g in pool:
-        opts: list[Layout | None] = list(maximal_layouts(model))
-        cur = now[g.index]
-        if cur is not None and cur not in opts:
-            opts.append(cur)
-        opts.append(None)
-        choices[g.index] = opts
-        for k in range(len(opts)):
-            y[(g.index, k)] = v.add(1)
-    e = {g.index: v.add(1) for g in pool}
-    r = {g.index: v.add(1) for g in pool}
-    m = v.add(1)
-    z: dict[tuple[int, int, str], int] = {}
-    s: dict[int, int] = {}
-    for ci, grp in enumerate(groups):
-        kp = model.profile(grp.klass)
-        for g in pool:
-            for q in profs:
-                if kp is not None and dominates(q, kp):
-                    z[(ci, g.index, q.name)] = v.add(len(grp.items))
-        if (ci, grp.gpu, grp.profile_now) in z:
-            s[ci] = v.add(len(grp.items))
-    tied = sorted({p for grp in groups for p in grp.tied}, key=str)
-    d = {p: v.add(1) for p in tied}
-    loose_pinned = len(shape.pinned_pods - set(tied))
+    node = _NodeMilp(shape)
+    node.gpu_rows()
+    node.device_rows()
+    node.cuts()
+    x, status = node.run(time_limit)
+    return node.read(x, status)
 
-    rows: list[dict[int, float]] = []
-    lo: list[float] = []
-    hi: list[float] = []
 
-    def row(coef: Mapping[int, float], low: float, high: float) -> None:
-        rows.append(dict(coef))
-        lo.append(low)
-        hi.append(high)
+class _NodeMilp:
+    """The node's MILP: the columns named in the module docstring, rows as sparse maps."""
 
-    cap = max(1, len(shape.items))
-    for g in pool:
-        idx = g.index
-        row({y[(idx, k)]: 1 for k in range(len(choices[idx]))}, 1, 1)
-        off = y[(idx, len(choices[idx]) - 1)]
-        for q in profs:
-            coef: dict[int, float] = {var: 1 for (c, gi, qn), var in z.items() if gi == idx and qn == q.name}
-            if not coef:
-                continue
-            for k, lay in enumerate(choices[idx]):
-                n = dict(lay).get(q.name, 0) if lay is not None else 0
-                if n:
-                    coef[y[(idx, k)]] = -n
-            row(coef, -np.inf, 0)
-        # e[g] = 1 → no device on g.
-        held = {var: 1.0 for (c, gi, qn), var in z.items() if gi == idx}
-        row({**held, e[idx]: cap}, -np.inf, cap)
-        if idx in used_now:
-            row({off: 1, e[idx]: -1}, 0, 0)  # freed ⇔ handed back whole
-        else:
-            row({off: 1, e[idx]: -1}, -np.inf, 0)
-        # Mode change and re-creation.
-        if now[idx] is None:
-            row({m: 1, off: 1}, 1, np.inf)
-            row({r[idx]: 1, off: 1}, 1, np.inf)
-        else:
-            row({m: 1, off: -1}, 0, np.inf)
-            k_now = choices[idx].index(now[idx])
-            row({r[idx]: 1, y[(idx, k_now)]: 1}, 1, np.inf)
-        row({r[idx]: 1, m: -1}, 0, np.inf)
-    for ci, grp in enumerate(groups):
-        row({var: 1 for (c, _g, _q), var in z.items() if c == ci}, len(grp.items), len(grp.items))
-        if ci in s:
+    def __init__(self, shape: NodeShape) -> None:
+        self.shape, self.model = shape, shape.model
+        self.profs = list(plain_profiles(shape.model))
+        self.pool = list(shape.pool)
+        self.groups = _groups(shape.items, shape.pinned_pods)
+        self.now: dict[int, Layout | None] = {g.index: current_layout(shape.model, g) for g in self.pool}
+        self.used_now = {it.gpu for it in shape.items}
+        self.v = _Vars()
+        self.rows: list[dict[int, float]] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        # Per GPU: its layout choices (maximal layouts, its current one, MIG off last), y, e, r.
+        self.choices: dict[int, list[Layout | None]] = {}
+        self.y: dict[tuple[int, int], int] = {}
+        for g in self.pool:
+            opts: list[Layout | None] = list(maximal_layouts(self.model))
+            cur = self.now[g.index]
+            if cur is not None and cur not in opts:
+                opts.append(cur)
+            opts.append(None)
+            self.choices[g.index] = opts
+            for k in range(len(opts)):
+                self.y[(g.index, k)] = self.v.add(1)
+        self.e = {g.index: self.v.add(1) for g in self.pool}
+        self.r = {g.index: self.v.add(1) for g in self.pool}
+        self.m = self.v.add(1)
+        # Per device group: z by GPU and serving profile, s (stay); d per tied pod.
+        self.z: dict[tuple[int, int, str], int] = {}
+        self.s: dict[int, int] = {}
+        for ci, grp in enumerate(self.groups):
+            kp = self.model.profile(grp.klass)
+            for g in self.pool:
+                for q in self.profs:
+                    if kp is not None and dominates(q, kp):
+                        self.z[(ci, g.index, q.name)] = self.v.add(len(grp.items))
+            if (ci, grp.gpu, grp.profile_now) in self.z:
+                self.s[ci] = self.v.add(len(grp.items))
+        self.tied = sorted({p for grp in self.groups for p in grp.tied}, key=str)
+        self.d = {p: self.v.add(1) for p in self.tied}
+        self.loose_pinned = len(shape.pinned_pods - set(self.tied))
+
+    def row(self, coef: Mapping[int, float], low: float, high: float) -> None:
+        self.rows.append(dict(coef))
+        self.lo.append(low)
+        self.hi.append(high)
+
+    def off(self, gpu: int) -> int:
+        return self.y[(gpu, len(self.choices[gpu]) - 1)]
+
+    def kept(self, gpu: int) -> int:
+        """The column of ``gpu`` keeping its current layout (MIG off when it is off now)."""
+        return self.y[(gpu, self.choices[gpu].index(self.now[gpu]))]
+
+    def gpu_rows(self) -> None:
+        """One layout per GPU, slots that exist, empty ⇔ no device, freed ⇒ MIG off, mode change and
+        re-creation."""
+        cap = max(1, len(self.shape.items))
+        on_gpu: dict[tuple[int, str], dict[int, float]] = {}
+        for (_c, gi, qn), var in self.z.items():
+            on_gpu.setdefault((gi, qn), {})[var] = 1.0
+        for g in self.pool:
+            idx, off = g.index, self.off(g.index)
+            self.row({self.y[(idx, k)]: 1 for k in range(len(self.choices[idx]))}, 1, 1)
+            for q in self.profs:
+                coef = dict(on_gpu.get((idx, q.name), {}))
+                if not coef:
+                    continue
+                for k, lay in enumerate(self.choices[idx]):
+                    if n := (dict(lay).get(q.name, 0) if lay is not None else 0):
+                        coef[self.y[(idx, k)]] = -n
+                self.row(coef, -np.inf, 0)
+            held = {var: 1.0 for (gi, _q), cols in on_gpu.items() if gi == idx for var in cols}
+            self.row({**held, self.e[idx]: cap}, -np.inf, cap)
+            # A GPU left without its pods is handed back whole; MIG off means no device.
+            self.row({off: 1, self.e[idx]: -1}, 0 if idx in self.used_now else -np.inf, 0)
+            if self.now[idx] is None:
+                self.row({self.m: 1, off: 1}, 1, np.inf)
+            else:
+                self.row({self.m: 1, off: -1}, 0, np.inf)
+            self.row({self.r[idx]: 1, self.kept(idx): 1}, 1, np.inf)
+            self.row({self.r[idx]: 1, self.m: -1}, 0, np.inf)
+
+    def device_rows(self) -> None:
+        """Every device served; a device stays only on its own slot of a kept GPU without a mode
+        change; a tied pod is disrupted unless all its devices stay (or by a mode change when pinned)."""
+        for ci, grp in enumerate(self.groups):
             n = len(grp.items)
-            k_now = choices[grp.gpu].index(now[grp.gpu])
-            row({s[ci]: 1, z[(ci, grp.gpu, grp.profile_now)]: -1}, -np.inf, 0)
-            row({s[ci]: 1, y[(grp.gpu, k_now)]: -n}, -np.inf, 0)
-            row({s[ci]: 1, m: n}, -np.inf, n)
-        if grp.tied:
+            self.row({var: 1 for (c, _g, _q), var in self.z.items() if c == ci}, n, n)
+            if ci in self.s:
+                stay = self.s[ci]
+                self.row({stay: 1, self.z[(ci, grp.gpu, grp.profile_now)]: -1}, -np.inf, 0)
+                self.row({stay: 1, self.kept(grp.gpu): -n}, -np.inf, 0)
+                self.row({stay: 1, self.m: n}, -np.inf, n)
             for pod in grp.tied:
-                row({d[pod]: 1, **({s[ci]: 1} if ci in s else {})}, 1, np.inf)
-    for pod in tied:
-        if pod in shape.pinned_pods:
-            row({d[pod]: 1, m: -1}, 0, np.inf)
+                self.row({self.d[pod]: 1, **({self.s[ci]: 1} if ci in self.s else {})}, 1, np.inf)
+        for pod in self.tied:
+            if pod in self.shape.pinned_pods:
+                self.row({self.d[pod]: 1, self.m: -1}, 0, np.inf)
 
-    # Cuts from a known answer: they change no optimum and prune HiGHS' search.
-    if shape.most_gpus is not None:
-        row({e[g.index]: -1 for g in pool}, -np.inf, shape.most_gpus - len(pool))
-    if shape.most_slices is not None:
-        row({var: float(_compute(model, qn)) for (_c, _g, qn), var in z.items()}, -np.inf, shape.most_slices)
+    def cuts(self) -> None:
+        """Cuts from a known answer: they change no optimum and prune HiGHS' search."""
+        if self.shape.most_gpus is not None:
+            self.row({self.e[g.index]: -1 for g in self.pool}, -np.inf, self.shape.most_gpus - len(self.pool))
+        if self.shape.most_slices is not None:
+            self.row(
+                {var: float(_compute(self.model, qn)) for (_c, _g, qn), var in self.z.items()},
+                -np.inf,
+                self.shape.most_slices,
+            )
 
-    # Weights: each criterion outweighs the largest possible total of all those below it.
-    gpus_total = len(pool) + shape.pinned_gpus
-    pods_total = sum(len(grp.items) for grp in groups if not grp.tied) + len(tied) + loose_pinned
-    # Below the four criteria, a tie-break: serve a device with its own class when that costs nothing
-    # (no extra memory slices, no needless change of resource name).
-    # Last, among equal answers, layouts with more (smaller) spare instances: more devices to schedule.
-    w6 = 1.0
-    w5 = (7 * len(pool) + 1) * w6
-    w4 = (sum(len(grp.items) for grp in groups) * (model.memory_slices + 1) + 1) * w5
-    w3 = (gpus_total + 1) * w4
-    w2 = (pods_total + 1) * w3
-    w1 = (model.compute_slices * len(pool) + 1) * w2
-    cost = np.zeros(v.n)
-    for g in pool:
-        cost[e[g.index]] -= w1  # constant len(pool)·w1 dropped
-        for k, lay in enumerate(choices[g.index]):
-            cost[y[(g.index, k)]] -= w6 * (sum(n for _, n in lay) if lay is not None else 0)
-        cost[r[g.index]] += w4
-    cost[m] += w4 * shape.pinned_gpus + w3 * loose_pinned
-    for (c, _g, qn), var in z.items():
-        prof, kp = model.profile(qn), model.profile(groups[c].klass)
-        extra = (prof.memory_slices - kp.memory_slices if prof and kp else 0) + (qn != groups[c].klass)
-        cost[var] += w2 * (prof.compute_slices if prof else 0) + w5 * extra
-    for ci, grp in enumerate(groups):
-        if not grp.tied and ci in s:
-            cost[s[ci]] -= w3  # n - s disrupted; constant dropped
-    for pod in tied:
-        cost[d[pod]] += w3
-    simple_total = sum(len(grp.items) for grp in groups if not grp.tied)
+    def cost(self) -> np.ndarray:
+        """Weights such that each criterion outweighs the largest possible total of all below it; under
+        the four, serving a device with its own class, then layouts with more spare instances."""
+        model, groups, pool = self.model, self.groups, self.pool
+        gpus_total = len(pool) + self.shape.pinned_gpus
+        pods_total = (
+            sum(len(grp.items) for grp in groups if not grp.tied) + len(self.tied) + self.loose_pinned
+        )
+        w6 = 1.0
+        w5 = (7 * len(pool) + 1) * w6
+        w4 = (sum(len(grp.items) for grp in groups) * (model.memory_slices + 1) + 1) * w5
+        w3 = (gpus_total + 1) * w4
+        w2 = (pods_total + 1) * w3
+        w1 = (model.compute_slices * len(pool) + 1) * w2
+        cost = np.zeros(self.v.n)
+        for g in pool:
+            cost[self.e[g.index]] -= w1  # GPUs used = len(pool) - Σe; the constant is dropped
+            for k, lay in enumerate(self.choices[g.index]):
+                cost[self.y[(g.index, k)]] -= w6 * (sum(n for _, n in lay) if lay is not None else 0)
+            cost[self.r[g.index]] += w4
+        cost[self.m] += w4 * self.shape.pinned_gpus + w3 * self.loose_pinned
+        for (c, _g, qn), var in self.z.items():
+            prof, kp = model.profile(qn), model.profile(groups[c].klass)
+            extra = (prof.memory_slices - kp.memory_slices if prof and kp else 0) + (qn != groups[c].klass)
+            cost[var] += w2 * (prof.compute_slices if prof else 0) + w5 * extra
+        for ci, grp in enumerate(groups):
+            if not grp.tied and ci in self.s:
+                cost[self.s[ci]] -= w3  # disrupted = n - s; the constant is dropped
+        for pod in self.tied:
+            cost[self.d[pod]] += w3
+        return cost
 
-    a = np.zeros((len(rows), v.n))
-    for i, coef in enumerate(rows):
-        for j, val in coef.items():
-            a[i, j] += val
-    res = milp(
-        cost,
-        constraints=[LinearConstraint(a, np.array(lo), np.array(hi))],
-        integrality=np.array(v.integer),
-        bounds=Bounds(np.zeros(v.n), np.array(v.upper)),
-        options={"time_limit": max(0.05, time_limit), "mip_rel_gap": 0.0},
-    )
-    if res.x is None:
-        raise NoRepartition(f"HiGHS status {res.status}: {res.message}")
-    x = np.round(res.x).astype(int)
-    plans: list[GpuPlan] = []
-    for g in pool:
-        k = next(k for k in range(len(choices[g.index])) if x[y[(g.index, k)]])
-        lay = choices[g.index][k]
-        plans.append(GpuPlan(g.index, lay is not None, dict(lay) if lay is not None else {}))
-    by_index = {p.index: p for p in plans}
-    for ci, grp in enumerate(groups):
-        todo = list(grp.items)
-        # Devices that stay on their slot first (they keep their GPU and profile).
-        keep = x[s[ci]] if ci in s else 0
-        for it in todo[:keep]:
-            by_index[grp.gpu].items.append(_served(it, grp.profile_now))
-        todo = todo[keep:]
-        for (c, gi, qn), var in sorted(z.items(), key=lambda kv: (kv[0][1] != grp.gpu, kv[0])):
-            if c != ci:
-                continue
-            n = x[var] - (keep if (gi, qn) == (grp.gpu, grp.profile_now) else 0)
-            for it in todo[: max(0, n)]:
-                by_index[gi].items.append(_served(it, qn))
-            todo = todo[max(0, n) :]
-    used = sum(1 for p in plans if p.items)
-    slices = sum(
-        (prof.compute_slices if (prof := model.profile(it.klass)) else 0) for p in plans for it in p.items
-    )
-    stayed = sum(int(x[s[ci]]) for ci, grp in enumerate(groups) if not grp.tied and ci in s)
-    disrupted = simple_total - stayed + sum(int(x[d[p]]) for p in tied) + loose_pinned * int(x[m])
-    reconfigured = sum(int(x[r[g.index]]) for g in pool) + shape.pinned_gpus * int(x[m])
-    status = "optimal" if res.status == 0 else "time-limit"
-    return Repartition(tuple(plans), status, used, slices, disrupted, reconfigured)
+    def run(self, time_limit: float) -> tuple[np.ndarray, str]:
+        a = np.zeros((len(self.rows), self.v.n))
+        for i, coef in enumerate(self.rows):
+            for j, val in coef.items():
+                a[i, j] += val
+        res = milp(
+            self.cost(),
+            constraints=[LinearConstraint(a, np.array(self.lo), np.array(self.hi))],
+            integrality=np.array(self.v.integer),
+            bounds=Bounds(np.zeros(self.v.n), np.array(self.v.upper)),
+            options={"time_limit": max(0.05, time_limit), "mip_rel_gap": 0.0},
+        )
+        if res.x is None:
+            raise NoRepartition(f"HiGHS status {res.status}: {res.message}")
+        return np.round(res.x).astype(int), "optimal" if res.status == 0 else "time-limit"
+
+    def read(self, x: np.ndarray, status: str) -> Repartition:
+        """The answer ``x`` as GPU plans, devices that stay first on their own slots."""
+        plans: list[GpuPlan] = []
+        for g in self.pool:
+            k = next(k for k in range(len(self.choices[g.index])) if x[self.y[(g.index, k)]])
+            lay = self.choices[g.index][k]
+            plans.append(GpuPlan(g.index, lay is not None, dict(lay) if lay is not None else {}))
+        by_index = {p.index: p for p in plans}
+        for ci, grp in enumerate(self.groups):
+            keep = int(x[self.s[ci]]) if ci in self.s else 0
+            for it in grp.items[:keep]:
+                by_index[grp.gpu].items.append(_served(it, grp.profile_now))
+            todo = list(grp.items[keep:])
+            for (c, gi, qn), var in sorted(self.z.items(), key=lambda kv: (kv[0][1] != grp.gpu, kv[0])):
+                if c != ci:
+                    continue
+                n = max(0, int(x[var]) - (keep if (gi, qn) == (grp.gpu, grp.profile_now) else 0))
+                for it in todo[:n]:
+                    by_index[gi].items.append(_served(it, qn))
+                todo = todo[n:]
+        simple = sum(len(grp.items) for grp in self.groups if not grp.tied)
+        stayed = sum(
+            int(x[self.s[ci]]) for ci, grp in enumerate(self.groups) if not grp.tied and ci in self.s
+        )
+        mode = int(x[self.m])
+        return Repartition(
+            tuple(plans),
+            status,
+            sum(1 for p in plans if p.items),
+            sum(_compute(self.model, it.klass) for p in plans for it in p.items),
+            simple - stayed + sum(int(x[self.d[p]]) for p in self.tied) + self.loose_pinned * mode,
+            sum(int(x[self.r[g.index]]) for g in self.pool) + self.shape.pinned_gpus * mode,
+        )
 
 
 def _compute(model: GpuModel, name: str) -> int:
