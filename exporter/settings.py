@@ -51,9 +51,9 @@ class Settings:
     pod_resources_socket_given: bool = False
     """True when ``--pod-resources-socket`` was on the command line (then it wins over the simulator's
     own allocations in sim mode)."""
-    enable_dra: bool = True
-    """Attribute devices from ResourceClaims (``dynamic_resources``, driver ``gpu.nvidia.com``) too
-    (dcgm-exporter's ``--kubernetes-enable-dra``). On by default: it costs nothing without claims."""
+    enable_dra: bool = False
+    """Attribute GPUs allocated through Dynamic Resource Allocation (``--kubernetes-enable-dra``, as
+    dcgm-exporter's flag and ``$KUBERNETES_ENABLE_DRA``); device-plugin allocations are always read."""
     kube_api_url: str = ""
     """Kubernetes API for the node's ResourceSlices (in a pod: from ``KUBERNETES_SERVICE_HOST``);
     empty: DRA devices are resolved by NVIDIA's canonical device names only."""

@@ -39,6 +39,7 @@ from simulator.scenario_parse import (
     parse_faults,
     parse_hpas,
     parse_pattern,
+    parse_pending,
 )
 
 
@@ -53,7 +54,7 @@ def loads(text: str, *, name: str = "<scenario>") -> Scenario:
     return _build(Ctx(doc), doc.data)
 
 
-_TOP = {"seed", "epoch", "nodes", "workloads", "hpas", "faults", "description"}
+_TOP = {"seed", "epoch", "nodes", "workloads", "hpas", "faults", "pending", "description"}
 _NODE = {"name", "labels", "gpus", "driver_version", "dra"}
 _GPU = {"model", "count", "mig", "driver_version", "time_slicing"}
 _WORKLOAD = {
@@ -96,7 +97,8 @@ def _build(ctx: Ctx, doc: object) -> Scenario:
     faults = parse_faults(
         ctx, top.get("faults"), nodes=by_name, mig=lambda raw, path, model: _mig(ctx, raw, path, model)
     )
-    return Scenario(ctx.file, seed, epoch, tuple(nodes), workloads, hpas, faults)
+    pending = parse_pending(ctx, top.get("pending"), running=set(pod_keys))
+    return Scenario(ctx.file, seed, epoch, tuple(nodes), workloads, hpas, faults, pending)
 
 
 def _node(ctx: Ctx, raw: object, path: str, seed: int) -> Node:

@@ -277,7 +277,7 @@ def test_simulator_subcommands_are_dispatched(command: str, capsys: pytest.Captu
 
 def test_dra_flag_and_the_in_cluster_api_address() -> None:
     env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"}
-    on = cli.parse_settings(["--kubernetes"], environ=env)
+    on = cli.parse_settings(["--kubernetes", "--kubernetes-enable-dra"], environ=env)
     assert on.enable_dra is True and on.kube_api_url == "https://[fd00::1]:6443"
-    off = cli.parse_settings(["--kubernetes", "--no-kubernetes-enable-dra"], environ={})
+    off = cli.parse_settings(["--kubernetes"], environ={})
     assert off.enable_dra is False and off.kube_api_url == ""

@@ -323,7 +323,7 @@ def test_cli_with_the_simulator_attributes_claims_through_the_same_socket(kubele
     code = cli.main(
         [
             *("--backend", "sim", "--scenario", str(EXAMPLES / "fleet-demo.yaml"), "--node", "gpu-h100-b"),
-            *("--pod-resources-socket", kubelet.socket_path, "--once"),
+            *("--pod-resources-socket", kubelet.socket_path, "--kubernetes-enable-dra", "--once"),
         ]
     )
     out = capsys.readouterr().out
