@@ -339,11 +339,20 @@ def to_dict(advice: DraAdvice) -> dict[str, Any]:
 def table_lines(doc: Mapping[str, Any]) -> list[str]:
     """Lines for the plan table from plan.json's ``dra`` section: dynamic-MIG nodes left alone, and
     each workload's advice."""
-    lines = [
-        f"dra: {n.get('node')} is {n.get('mode')} ({n.get('reason')}): not relabelled; its claims are advised below"
-        for n in doc.get("nodes", ())
-        if isinstance(n, Mapping) and n.get("mode") == DRA_DYNAMIC
-    ]
+    lines = []
+    for n in doc.get("nodes", ()):
+        if not isinstance(n, Mapping):
+            continue
+        if n.get("mode") == DRA_DYNAMIC:
+            lines.append(
+                f"dra: {n.get('node')} is {n.get('mode')} ({n.get('reason')}): not relabelled; its claims are advised below"
+            )
+        elif n.get("mode") == DRA_STATIC:
+            lines.append(
+                f"dra: {n.get('node')} is {n.get('mode')}: its pods get devices through ResourceClaims, so where a "
+                "note says to update a workload's resource request, change its claim template's selector "
+                'to the new profile (device.attributes["gpu.nvidia.com"].profile == "<profile>")'
+            )
     for a in doc.get("claim_templates", ()):
         if not isinstance(a, Mapping):
             continue

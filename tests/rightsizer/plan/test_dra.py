@@ -77,6 +77,8 @@ def test_claim_templates_get_a_profile_from_their_workloads_history(planned):
     assert 6900 <= infer["peak_memory_mib"] <= 7000
     assert by_profile["7g.80gb"]["recommended_profile"] == "7g.80gb"
     assert "dra: node-dyn is dra-dynamic-mig" in table
+    assert "dra: node-sta is dra-static-mig: its pods get devices through ResourceClaims" in table
+    assert "node-dp is" not in table  # device-plugin nodes need no word
     assert "dra: ml/infer (NVIDIA H100 80GB HBM3) on 3g.40gb: request 1g.10gb" in table
 
 
