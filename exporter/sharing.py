@@ -12,8 +12,9 @@ Every pod on a time-sliced GPU sees the whole device's ``DCGM_FI_DEV_GPU_UTIL`` 
 
 Labels: ``pod``, ``namespace``, ``container``, ``gpu``, ``UUID`` (and the node label). Only GPUs
 whose snapshot carries per-process accounting take part. Where NVML gives no per-process
-utilisation (``process_util_visible`` False: MPS clients on drivers that account them to the MPS
-server, vGPU), utilisation is left out, not 0, and ``gpupilot_gpu_process_utilization_visible``
+utilisation (``process_util_visible`` False: ``NOT_SUPPORTED``, e.g. vGPU), or where a process in no
+pod holds SM samples while pods run on the GPU (MPS clients' work accounted to the MPS server, on
+older drivers), utilisation is left out, not 0, and ``gpupilot_gpu_process_utilization_visible``
 is 0 for that GPU. A process without a Kubernetes container (host process, MPS daemon) counts in
 no pod's share.
 """
@@ -44,6 +45,18 @@ def _scale(
     return {k: v * factor for k, v in shares.items()}
 
 
+def utilisation_visible(gpu: GpuSnapshot, owners: PidOwners) -> bool:
+    """Whether per-pod utilisation on this GPU can be told: NVML answers per process, and no process
+    outside every pod holds SM samples while pods run there — on drivers that account MPS clients'
+    work to the MPS server, the server (a process in no pod) is where their utilisation shows."""
+    if not gpu.process_util_visible:
+        return False
+    procs = gpu.processes or ()
+    in_pods = any(p.pid in owners for p in procs)
+    outside = any(p.pid not in owners and (p.sm_util or 0.0) > 0 for p in procs)
+    return not (in_pods and outside)
+
+
 def gpu_pod_shares(
     gpu: GpuSnapshot, owners: PidOwners
 ) -> tuple[dict[tuple[str, str, str], float], dict[tuple[str, str, str], float]]:
@@ -52,13 +65,14 @@ def gpu_pod_shares(
     Utilisation is empty when NVML cannot see it per process on this GPU."""
     util: dict[tuple[str, str, str], float] = {}
     mem: dict[tuple[str, str, str], float] = {}
+    visible = utilisation_visible(gpu, owners)
     for proc in gpu.processes or ():
         ref = owners.get(proc.pid)
         if ref is None:
             continue
         key = (ref.namespace, ref.pod, ref.container)
         mem[key] = mem.get(key, 0.0) + (proc.memory_bytes or 0.0)
-        if gpu.process_util_visible:
+        if visible:
             util[key] = util.get(key, 0.0) + min(100.0, max(0.0, proc.sm_util or 0.0)) / 100.0
     device_util = gpu.values.get(UTIL_FIELD)
     device_mem = gpu.values.get(FB_USED_FIELD)
@@ -95,7 +109,7 @@ def pod_usage_families(
         if gpu.processes is None or gpu.info.mig_enabled:
             continue
         base: LabelPairs = (("gpu", str(gpu.info.index)), ("UUID", gpu.info.uuid), *host)
-        visible.samples.append((base, 1.0 if gpu.process_util_visible else 0.0))
+        visible.samples.append((base, 1.0 if utilisation_visible(gpu, owners) else 0.0))
         shares_util, shares_mem = gpu_pod_shares(gpu, owners)
         for (ns, pod, container), value in sorted(shares_mem.items()):
             mem.samples.append(((*base, ("pod", pod), ("namespace", ns), ("container", container)), value))

@@ -85,7 +85,7 @@ def shared_gpu(*, util: float = 60.0, fb_mib: float = 10_000.0, visible: bool = 
             ProcessUsage(101, memory_bytes=2_000 * MIB, sm_util=30.0),
             ProcessUsage(102, memory_bytes=3_000 * MIB, sm_util=50.0),
             ProcessUsage(103, memory_bytes=1_000 * MIB, sm_util=None),
-            ProcessUsage(104, memory_bytes=500 * MIB, sm_util=10.0),  # MPS daemon: no pod
+            ProcessUsage(104, memory_bytes=500 * MIB, sm_util=None),  # MPS control daemon: no pod, no SMs
         ),
         process_util_visible=visible,
     )
@@ -117,6 +117,25 @@ def test_invisible_per_process_utilisation_is_marked_and_left_out_not_zero():
     assert "gpupilot_pod_gpu_utilization_ratio" not in fams
     assert len(fams["gpupilot_pod_gpu_memory_used_bytes"].samples) == 3
     assert fams["gpupilot_gpu_process_utilization_visible"].samples[0][1] == 0.0
+
+
+def test_utilisation_accounted_to_a_process_outside_every_pod_is_marked_not_visible():
+    """Drivers that account MPS clients' work to the MPS server: the server (in no pod) holds the SM
+    samples, the clients none. Their shares would read 0: they are left out and the GPU marked."""
+    gpu = shared_gpu()
+    mps = dataclasses.replace(
+        gpu,
+        processes=(
+            ProcessUsage(101, memory_bytes=2_000 * MIB, sm_util=None),
+            ProcessUsage(102, memory_bytes=3_000 * MIB, sm_util=None),
+            ProcessUsage(104, memory_bytes=500 * MIB, sm_util=55.0),  # nvidia-cuda-mps-server
+        ),
+    )
+    snap = NodeSnapshot(taken_at=1.0, gpus=(mps,))
+    fams = {f.name: f for f in sharing.pod_usage_families(snap, OWNERS, hostname="n", layout=SeriesLayout())}
+    assert "gpupilot_pod_gpu_utilization_ratio" not in fams
+    assert fams["gpupilot_gpu_process_utilization_visible"].samples[0][1] == 0.0
+    assert len(fams["gpupilot_pod_gpu_memory_used_bytes"].samples) == 2
 
 
 def test_collector_publishes_per_pod_series_with_gpu_and_uuid(tmp_path):
