@@ -113,7 +113,7 @@ class NodeModel:
                         1.0,
                         tuple(holders.get(gpu.uuid, ())),
                         f"{node.name}/{gpu.index}",
-                        gpu.uuid,
+                        uuid=gpu.uuid,
                     )
                 )
             for inst in gpu.instances:
@@ -128,11 +128,11 @@ class NodeModel:
                         share,
                         tuple(holders.get(inst.uuid, ())),
                         entity,
-                        inst.uuid,
-                        inst.start,
-                        inst.profile.name,
-                        inst.profile.gi_profile_id,
-                        inst.profile.memory_slices,
+                        uuid=inst.uuid,
+                        start=inst.start,
+                        profile_name=inst.profile.name,
+                        gi_profile_id=inst.profile.gi_profile_id,
+                        memory_slices=inst.profile.memory_slices,
                     )
                 )
 
