@@ -80,8 +80,9 @@ def idle_reason(plan: Plan, choice: Choice, *, per_day: int) -> str:
 
 def record(entries: Entries, report: ApplyReport, *, plan_id: str, day: str) -> None:
     """Fold an apply's outcomes into the ledger: the day's disrupted nodes, the plan's tried nodes,
-    and ``started`` left with the handed nodes the apply did not finish."""
+    and ``started`` (of any plan) left with the nodes the apply did not settle."""
     entries.add_day(day, {o.node for o in report.outcomes if o.result in DISRUPTED})
     finished = {o.node for o in report.outcomes if o.result not in UNFINISHED}
     entries.add_tried(plan_id, finished)
-    entries.set_started(plan_id, set(entries.started.get(plan_id, ())) - finished)
+    for handed_by, nodes in list(entries.started.items()):  # whichever run handed them over
+        entries.set_started(handed_by, set(nodes) - finished)

@@ -11,6 +11,7 @@ real APScheduler triggers on a fake clock.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -188,10 +189,8 @@ class Service(Collector):
         for pending in self._scheduler.get_jobs():
             nxt = getattr(pending, "next_run_time", None)
             if pending.id.startswith(f"{job}-retry-") and nxt is not None and nxt > now:
-                try:
+                with contextlib.suppress(JobLookupError):  # ran meanwhile
                     self._scheduler.remove_job(pending.id)
-                except JobLookupError:  # ran meanwhile
-                    pass
 
     def _succeeded(self, job: str) -> None:
         if (was := self.failures.succeeded(job)) is not None:

@@ -197,7 +197,9 @@ def test_a_failed_plan_is_a_failure_retried_within_minutes(tmp_path, clock, capl
     tick(sched, clock, clock.now + timedelta(minutes=8), step=timedelta(seconds=30))
     assert len(jobs.fired("plan")) == 4
     assert reg.get_sample_value("gpupilot_rightsizer_job_failures_total", {"job": "plan"}) == 4.0
-    errors = [r for r in caplog.records if r.name == "rightsizer.serve.scheduler" and r.levelno == logging.ERROR]
+    errors = [
+        r for r in caplog.records if r.name == "rightsizer.serve.scheduler" and r.levelno == logging.ERROR
+    ]
     assert len(errors) == 1
     jobs.fail_plan = False  # Prometheus is back: the next retry (8 minutes after the 4th) succeeds
     tick(sched, clock, clock.now + timedelta(minutes=9), step=timedelta(seconds=30))
@@ -254,7 +256,11 @@ def test_a_configuration_error_is_said_once_backs_off_and_shows_on_health(tmp_pa
         "02:30",
         "04:30",
     ]
-    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and r.name.startswith("rightsizer")]
+    errors = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR and r.name.startswith("rightsizer")
+    ]
     assert len(errors) == 1, errors
     assert "set auto_apply.repoint_cluster_policy: true in serve.yaml" in errors[0]
     assert "--repoint" not in errors[0]
@@ -346,7 +352,11 @@ def test_the_apply_waits_and_the_repoint_are_serve_settings():
 
     doc = {"prometheus_url": "http://p:9090", "timezone": "UTC", "plan": {"every": "6h"}}
     default = apply_settings(parse(doc, source="s").auto_apply)
-    assert (default.configmap_sync_s, default.lease_duration_s, default.repoint_cluster_policy) == (60, 60, False)
+    assert (default.configmap_sync_s, default.lease_duration_s, default.repoint_cluster_policy) == (
+        60,
+        60,
+        False,
+    )
     doc["auto_apply"] = {"configmap_sync": "0s", "lease_duration": "5s", "repoint_cluster_policy": True}
     tuned = apply_settings(parse(doc, source="s").auto_apply)
     assert (tuned.configmap_sync_s, tuned.lease_duration_s, tuned.repoint_cluster_policy) == (0, 5, True)
@@ -404,7 +414,10 @@ def test_serve_process_answers_health_and_metrics_and_stops_on_sigterm(tmp_path)
         assert "gpupilot_rightsizer_last_plan_success 0.0" in metrics
         assert 'gpupilot_rightsizer_applies_total{result="applied"} 0.0' in metrics
         health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read())
-        assert health["status"] == "failing" and sorted(j["id"] for j in health["jobs"]) == ["plan", "plan-retry-1"]
+        assert health["status"] == "failing" and sorted(j["id"] for j in health["jobs"]) == [
+            "plan",
+            "plan-retry-1",
+        ]
         assert f"check prometheus_url in {cfg}" in health["failing"]["plan"]["message"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
