@@ -7,13 +7,19 @@ at most max_nodes_per_day disrupted, no pod evicted twice and the ledger agreein
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from devkit.prometheus import free_port
 from rightsizer.clients.kube import Kube
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.plan.pipeline import make_plan
@@ -33,6 +39,8 @@ from tests.rightsizer.takeover_support import (
     seed_cluster,
     serve_config,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +238,84 @@ def test_two_electors_never_lead_at_once() -> None:
         kube.wait_for(lambda: any(e.is_leader() for e in electors if e is not leader), timeout=3)
         for e in electors:
             e.stop()
+
+
+def _serve_process(config: Path, identity: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rightsizer", "serve", "--config", str(config)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "POD_NAME": identity},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def test_sigkill_of_the_leading_serve_process_after_its_cordon(
+    history: History, pods: dict[str, list[str]], tmp_path: Path
+) -> None:
+    """Two real `serve` processes (each its own kubeconfig, Lease elector and plan from Prometheus);
+    the leader gets SIGKILL right after it cordoned a node; the other finishes that node and stays
+    within the day's budget."""
+    with KubeDouble() as kube:
+        seed_cluster(kube, pods)
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        for name in ("replica-a", "replica-b"):
+            token = kube.add_service_account(NAMESPACE, "gpupilot-rightsizer")
+            doc = {
+                "prometheus_url": history.url,
+                "timezone": "UTC",
+                "listen": f"127.0.0.1:{free_port()}",
+                "state_dir": str(tmp_path / name),
+                "plan": {"every": "6h", "window": "3d"},
+                "auto_apply": {
+                    "enabled": True,
+                    "maintenance_window": {"start": "00:00", "end": "23:59"},
+                    "max_nodes_per_day": PER_DAY,
+                    "check_every": "1s",
+                    "kubeconfig": str(kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig", token=token)),
+                    "repoint_cluster_policy": True,
+                    "configmap_sync": "0s",
+                    "lease_duration": "1s",
+                    "leader_election": {"namespace": NAMESPACE, "lease_duration": "3s"},
+                },
+            }
+            config = tmp_path / f"{name}.yaml"
+            config.write_text(yaml.safe_dump(doc))
+            procs[name] = _serve_process(config, name, tmp_path / f"{name}.log")
+        try:
+            kube.wait_for(
+                lambda: any(kube.annotations(n).get("gpupilot.io/step") == "cordoned" for n in NODES),
+                timeout=60,
+                what="the leader's first cordon",
+            )
+            holder = kube.store.get("coordination.k8s.io/leases", NAMESPACE, LEASE_NAME)["spec"][
+                "holderIdentity"
+            ]
+            procs[holder].send_signal(signal.SIGKILL)
+            assert procs[holder].wait(timeout=10) == -signal.SIGKILL
+            in_flight = [
+                n for n in NODES if kube.annotations(n).get("gpupilot.io/step") in ("cordoned", "drained")
+            ]
+            assert in_flight  # killed with a node in flight
+
+            def settled() -> bool:
+                try:
+                    steps = assert_settled(kube)
+                except AssertionError:
+                    return False
+                return sum(s == "done" for s in steps.values()) == PER_DAY
+
+            kube.wait_for(settled, timeout=60, what="the other replica settling the fleet")
+            steps = assert_settled(kube)
+            assert all(steps[n] == "done" for n in in_flight)  # finished by the survivor
+            survivor = next(p for n, p in procs.items() if n != holder)
+            assert survivor.poll() is None
+            survivor.send_signal(signal.SIGTERM)
+            assert survivor.wait(timeout=20) == 0
+            log = (tmp_path / f"{next(n for n in procs if n != holder)}.log").read_text()
+            assert "settling node(s) another run left in flight" in log
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
