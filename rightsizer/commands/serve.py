@@ -31,9 +31,10 @@ from rightsizer.plan.pipeline import make_plan
 from rightsizer.report import build as report
 from rightsizer.serve import config as serve_config
 from rightsizer.serve.config import AutoApply, PlanJob, ReportJob, ServeConfig
+from rightsizer.serve.failures import quiet_job_failures
 from rightsizer.serve.leader import LeaderElector
 from rightsizer.serve.ledger import ConfigMapLedger
-from rightsizer.serve.scheduler import Service, quiet_job_failures
+from rightsizer.serve.scheduler import Service
 from rightsizer.serve.wording import in_config_terms
 
 log = logging.getLogger(__name__)

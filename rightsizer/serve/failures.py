@@ -8,9 +8,16 @@ period. A success clears it.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from dataclasses import dataclass
+
+from rightsizer.errors import RightsizerError
+
+
+class JobFailed(RightsizerError):
+    """Raised to APScheduler after a failure was recorded and logged (so it logs no success)."""
 
 
 @dataclass(frozen=True)
@@ -82,3 +89,23 @@ class Failures:
     def snapshot(self) -> dict[str, Failure]:
         with self._lock:
             return dict(self._current)
+
+
+class _QuietJobFailures(logging.Filter):
+    """APScheduler logs a job that raised with its traceback; a :class:`JobFailed` was already said
+    in one line by the job itself, so its record keeps APScheduler's line and loses the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, JobFailed):
+            record.msg = f"{record.getMessage()}: {exc}"
+            record.args, record.exc_info, record.exc_text = (), None, None
+        return True
+
+
+def quiet_job_failures() -> None:
+    """Install the filter on APScheduler's executor loggers (idempotent)."""
+    for name in ("apscheduler.executors.default", "apscheduler.executors"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _QuietJobFailures) for f in logger.filters):
+            logger.addFilter(_QuietJobFailures())

@@ -25,7 +25,7 @@ from apscheduler.jobstores.base import JobLookupError
 from apscheduler.triggers.cron import CronTrigger
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from rightsizer.apply import protocol as proto
@@ -33,32 +33,16 @@ from rightsizer.apply.applier import ApplyReport
 from rightsizer.errors import RightsizerError
 from rightsizer.plan import idle
 from rightsizer.plan.model import Plan
-from rightsizer.serve import budget
+from rightsizer.serve import budget, status
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
-from rightsizer.serve.failures import Failures
+from rightsizer.serve.failures import Failures, JobFailed
 from rightsizer.serve.ledger import Entries, FileLedger, Ledger
 from rightsizer.serve.wording import in_config_terms
 
 log = logging.getLogger(__name__)
 
-APPLY_RESULTS = (
-    "applied",
-    "already-applied",
-    "skipped",
-    "failed",
-    "rolled-back",
-    "rollback-failed",
-    "not-started",
-    "stopped",
-    "orphan-rolled-back",
-    "error",
-)
 CONFIG_BACKOFF_MAX_S = 6 * 3600.0
 """A configuration error of the auto-apply is tried again after check_every, then twice as long … up to this."""
-
-
-class JobFailed(RightsizerError):
-    """Raised to APScheduler after a failure was recorded and logged (so it logs no success)."""
 
 
 class NodeFailed(RightsizerError):
@@ -416,67 +400,7 @@ class Service(Collector):
     # -- /metrics and /health ---------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            s = self.state
-            plan = s.plan
-            ts = GaugeMetricFamily(
-                "gpupilot_rightsizer_last_plan_timestamp_seconds",
-                "Unix time of the last plan attempt (0: none yet).",
-            )
-            ts.add_metric([], s.last_plan_at or 0.0)
-            yield ts
-            if s.last_plan_ok is not None:
-                ok = GaugeMetricFamily(
-                    "gpupilot_rightsizer_last_plan_success", "1 if the last plan attempt succeeded, else 0."
-                )
-                ok.add_metric([], 1.0 if s.last_plan_ok else 0.0)
-                yield ok
-            if plan is not None:
-                idle_gauge = GaugeMetricFamily(
-                    "gpupilot_rightsizer_idle_slices",
-                    "MIG slices and whole GPUs whose busiest min_busy rolling mean (15 min by default) stayed "
-                    "below the idle threshold in the latest plan's window: a slice with a daily burst is not "
-                    "idle (cached from the last successful plan; see last_plan_timestamp_seconds).",
-                )
-                idle_gauge.add_metric([], float(idle_slices(plan)))
-                yield idle_gauge
-                freeable = GaugeMetricFamily(
-                    "gpupilot_rightsizer_freeable_gpus",
-                    "Whole GPUs the latest plan frees (cached from the last successful plan).",
-                )
-                freeable.add_metric([], float(plan.totals.gpus_freed))
-                yield freeable
-            applies = CounterMetricFamily(
-                "gpupilot_rightsizer_applies",
-                "Node applies by the guarded auto-apply, by result.",
-                labels=["result"],
-            )
-            for result in APPLY_RESULTS:
-                applies.add_metric([result], float(s.applies.get(result, 0)))
-            yield applies
-            failures = CounterMetricFamily(
-                "gpupilot_rightsizer_job_failures",
-                "Failed runs of each job (Prometheus unreachable, a configuration the cluster refuses, a "
-                "node rolled back); a failed job is retried after a backoff.",
-                labels=["job"],
-            )
-            for job in ("plan", "report", "auto_apply"):
-                failures.add_metric([job], float(self.failures.total.get(job, 0)))
-            yield failures
-            runs = CounterMetricFamily(
-                "gpupilot_rightsizer_job_runs",
-                "Scheduled job runs by job and result.",
-                labels=["job", "result"],
-            )
-            for (job, result), count in sorted(s.runs.items()):
-                runs.add_metric([job, result], float(count))
-            yield runs
-            if s.last_report_at is not None:
-                rep = GaugeMetricFamily(
-                    "gpupilot_rightsizer_last_report_timestamp_seconds",
-                    "Unix time of the last weekly report.",
-                )
-                rep.add_metric([], s.last_report_at)
-                yield rep
+            yield from status.metric_families(self.state, self.failures.total)
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry()
@@ -497,23 +421,3 @@ class Service(Collector):
                 "last_plan_success": self.state.last_plan_ok,
                 "last_auto_apply_skip": self.state.last_skip,
             }
-
-
-class _QuietJobFailures(logging.Filter):
-    """APScheduler logs a job that raised with its traceback; a :class:`JobFailed` was already said
-    in one line by the job itself, so its record keeps APScheduler's line and loses the traceback."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, JobFailed):
-            record.msg = f"{record.getMessage()}: {exc}"
-            record.args, record.exc_info, record.exc_text = (), None, None
-        return True
-
-
-def quiet_job_failures() -> None:
-    """Install the filter on APScheduler's executor loggers (idempotent)."""
-    for name in ("apscheduler.executors.default", "apscheduler.executors"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _QuietJobFailures) for f in logger.filters):
-            logger.addFilter(_QuietJobFailures())

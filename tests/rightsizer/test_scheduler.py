@@ -29,7 +29,8 @@ from rightsizer.apply.applier import ApplyError, ApplyReport, NodeOutcome
 from rightsizer.cli import main
 from rightsizer.commands.serve import http_server
 from rightsizer.serve.config import ServeConfigError, load, parse
-from rightsizer.serve.scheduler import Service, quiet_job_failures
+from rightsizer.serve.failures import quiet_job_failures
+from rightsizer.serve.scheduler import Service
 from tests.common.httpclients import get, oversized_header_status, slow_client_is_closed
 from tests.rightsizer.apply_support import Change, make_plan
 
