@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from rightsizer.apply import dryrun
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import Applier
 from rightsizer.clients.kube import Kube
@@ -83,6 +84,18 @@ def test_in_flight_work_this_plan_does_not_finish_is_rolled_back_before_anything
         first_b = min(a.seq for a in kube.actions(verb="patch", name="gpu-b"))
         last_a = max(a.seq for a in kube.actions(verb="patch", name="gpu-a"))
         assert last_a < first_b  # settled before anything new started
+
+
+def test_the_dry_run_says_what_it_would_roll_back_first() -> None:
+    with KubeDouble() as kube:
+        for n in ("gpu-a", "gpu-b"):
+            seed_node(kube, n)
+        die_after_cordon(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
+        script = dryrun.dry_run_script(
+            Kube(kube.api_client()), make_plan([Change("gpu-b", "all-1g.10gb", GOOD)]), FAST
+        )
+        assert "# node gpu-a: plan " in script and "rolling it back (this plan does not change it)" in script
+        assert script.index("# node gpu-a:") < script.index("kubectl cordon gpu-b")
 
 
 def test_a_run_told_to_stop_starts_no_node() -> None:
