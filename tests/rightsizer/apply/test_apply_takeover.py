@@ -1,0 +1,108 @@
+"""In-flight work belongs to the cluster: a plain `apply` finishes or rolls back the nodes any other
+run left in flight before it starts anything new, and stops at a safe step when told to."""
+
+from __future__ import annotations
+
+import pytest
+
+from rightsizer.apply import dryrun
+from rightsizer.apply import protocol as proto
+from rightsizer.apply.applier import Applier
+from rightsizer.clients.kube import Kube
+from rightsizer.plan.model import Plan
+from tests.rightsizer.apply.test_apply import GOOD
+from tests.support.kubedouble import KubeDouble
+from tests.support.rightsizer.apply_support import FAST, Change, make_plan, seed_node
+
+OTHER = {"7g.80gb": 1}
+
+
+class Killed(BaseException):
+    """The first run's process dies here."""
+
+
+def die_after_cordon(kube: KubeDouble, plan: Plan) -> None:
+    def progress(node: str, message: str) -> None:
+        if node == "gpu-a" and message == "cordoned":
+            raise Killed
+
+    with pytest.raises(Killed):
+        Applier(Kube(kube.api_client()), plan, FAST, progress=progress).run()
+    assert kube.annotations("gpu-a")[proto.ANN_STEP] == "cordoned"
+    assert kube.node("gpu-a")["spec"]["unschedulable"] is True
+
+
+def test_another_plans_node_with_the_same_target_is_finished_first_not_repeated() -> None:
+    with KubeDouble() as kube:
+        for n in ("gpu-a", "gpu-b"):
+            seed_node(kube, n)
+        first = make_plan([Change("gpu-a", "all-1g.10gb", GOOD), Change("gpu-b", "all-1g.10gb", GOOD)])
+        die_after_cordon(kube, first)
+        # another replica's plan: the same changes, another id (it also saw an unchanged node)
+        second = make_plan(
+            [Change("gpu-a", "all-1g.10gb", GOOD), Change("gpu-b", "all-1g.10gb", GOOD)], unchanged=["gpu-z"]
+        )
+        assert second.plan_id != first.plan_id
+        lines: list[tuple[str, str]] = []
+        report = Applier(
+            Kube(kube.api_client()), second, FAST, progress=lambda n, m: lines.append((n, m))
+        ).run()
+        assert [(o.node, o.result) for o in report.outcomes] == [("gpu-a", "applied"), ("gpu-b", "applied")]
+        assert any("finishing it (this plan also moves it to" in m for n, m in lines if n == "gpu-a")
+        cordons = [
+            a
+            for a in kube.actions(verb="patch", name="gpu-a")
+            if (a.detail["body"].get("spec") or {}).get("unschedulable")
+        ]
+        assert len(cordons) == 1
+        assert kube.annotations("gpu-a")[proto.ANN_CORDONED_AT]
+
+
+@pytest.mark.parametrize("wants", ["another-target", "not-in-plan"])
+def test_in_flight_work_this_plan_does_not_finish_is_rolled_back_before_anything_new(wants: str) -> None:
+    with KubeDouble() as kube:
+        for n in ("gpu-a", "gpu-b"):
+            seed_node(kube, n)
+        die_after_cordon(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
+        changes = [Change("gpu-b", "all-1g.10gb", GOOD)]
+        if wants == "another-target":
+            changes.append(Change("gpu-a", "all-1g.10gb", OTHER))
+        report = Applier(Kube(kube.api_client()), make_plan(changes), FAST).run()
+        # rolled back, and not started again by this run (a rollback is not a failure of this run)
+        assert [(o.node, o.result) for o in report.outcomes] == [
+            ("gpu-a", "orphan-rolled-back"),
+            ("gpu-b", "applied"),
+        ]
+        assert report.ok
+        annotations = kube.annotations("gpu-a")
+        assert (
+            annotations[proto.ANN_STEP] == "rolled-back"
+            and "rolling it back" in annotations[proto.ANN_REASON]
+        )
+        assert not kube.node("gpu-a")["spec"].get("unschedulable")
+        assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == "all-1g.10gb"
+        first_b = min(a.seq for a in kube.actions(verb="patch", name="gpu-b"))
+        last_a = max(a.seq for a in kube.actions(verb="patch", name="gpu-a"))
+        assert last_a < first_b  # settled before anything new started
+
+
+def test_the_dry_run_says_what_it_would_roll_back_first() -> None:
+    with KubeDouble() as kube:
+        for n in ("gpu-a", "gpu-b"):
+            seed_node(kube, n)
+        die_after_cordon(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
+        script = dryrun.dry_run_script(
+            Kube(kube.api_client()), make_plan([Change("gpu-b", "all-1g.10gb", GOOD)]), FAST
+        )
+        assert "# node gpu-a: plan " in script and "rolling it back (this plan does not change it)" in script
+        assert script.index("# node gpu-a:") < script.index("kubectl cordon gpu-b")
+
+
+def test_a_run_told_to_stop_starts_no_node() -> None:
+    with KubeDouble() as kube:
+        seed_node(kube, "gpu-a")
+        plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD)])
+        report = Applier(Kube(kube.api_client()), plan, FAST, stop=lambda: "the loss of leadership").run()
+        assert [(o.node, o.result) for o in report.outcomes] == [("gpu-a", "not-started")]
+        assert "the loss of leadership" in report.outcomes[0].reason
+        assert proto.ANN_STEP not in kube.annotations("gpu-a")
