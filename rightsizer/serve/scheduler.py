@@ -36,11 +36,12 @@ from rightsizer.plan.model import Plan
 from rightsizer.serve import budget, status
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
 from rightsizer.serve.failures import Failures, JobFailed
-from rightsizer.serve.ledger import Entries, FileLedger, Ledger
+from rightsizer.serve.ledger import Entries, FileLedger, Ledger, LedgerConflict
 from rightsizer.serve.wording import in_config_terms
 
 log = logging.getLogger(__name__)
 
+LEDGER_TRIES = 5
 CONFIG_BACKOFF_MAX_S = 6 * 3600.0
 """A configuration error of the auto-apply is tried again after check_every, then twice as long … up to this."""
 
@@ -269,10 +270,11 @@ class Service(Collector):
             return self._apply_failed(exc)
         day = now.date()
         marks = budget.ClusterMarks.read(nodes, day=day, tz=self.config.timezone)
-        entries.clear_settled(set(marks.in_flight))
+        cleared = entries.clear_settled(set(marks.in_flight))
         choice = budget.choose(plan, entries, marks, day=day.isoformat(), per_day=guard.max_nodes_per_day)
         if choice.idle:
-            self._save_quietly(entries)
+            if cleared:  # the ledger is written only when something changed
+                self._save_quietly(entries)
             return self._skip(budget.idle_reason(plan, choice, per_day=guard.max_nodes_per_day))
         return self._hand_over_and_apply(plan, entries, choice, day=day.isoformat())
 
@@ -300,11 +302,7 @@ class Service(Collector):
                 self.state.applies[o.result] += 1
             self.state.runs[("auto_apply", "ok" if result.ok else "failed")] += 1
             self.state.last_skip = ""
-        budget.record(entries, result, plan_id=plan.plan_id, day=day)
-        try:
-            self.ledger.save(entries)
-        except RightsizerError as exc:
-            log.error("could not record the auto-apply results in the ledger: %s", exc)
+        self._record(entries, result, plan_id=plan.plan_id, day=day)
         if result.ok:
             self._succeeded("auto_apply")
             return True
@@ -312,6 +310,27 @@ class Service(Collector):
         every = self.config.auto_apply.check_every_s
         self._failed("auto_apply", NodeFailed(failed), period_s=None, retry=None, first_s=every, max_s=every)
         return False
+
+    def _record(self, entries: Entries, result: ApplyReport, *, plan_id: str, day: str) -> None:
+        """Fold the outcomes into the ledger; a concurrent write (409) is answered by re-reading the
+        ledger and folding them in again, so what the apply did is never lost."""
+        for _ in range(LEDGER_TRIES):
+            budget.record(entries, result, plan_id=plan_id, day=day)
+            try:
+                self.ledger.save(entries)
+                return
+            except LedgerConflict:
+                try:
+                    entries = self.ledger.load()
+                except RightsizerError as exc:
+                    log.error("could not re-read the auto-apply ledger: %s", exc)
+                    return
+            except RightsizerError as exc:
+                log.error("could not record the auto-apply results in the ledger: %s", exc)
+                return
+        log.error(
+            "could not record the auto-apply results: the ledger kept changing (%d tries)", LEDGER_TRIES
+        )
 
     def _apply_failed(self, exc: BaseException) -> bool:
         """An apply that could not start: counted, said once, tried again after check_every × 2ⁿ."""

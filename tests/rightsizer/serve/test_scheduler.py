@@ -30,6 +30,7 @@ from rightsizer.cli import main
 from rightsizer.commands.serve import http_server
 from rightsizer.serve.config import ServeConfigError, load, parse
 from rightsizer.serve.failures import quiet_job_failures
+from rightsizer.serve.ledger import FileLedger, LedgerConflict
 from rightsizer.serve.scheduler import Service
 from tests.support.common.httpclients import get, oversized_header_status, slow_client_is_closed
 from tests.support.rightsizer.apply_support import Change, make_plan
@@ -273,6 +274,38 @@ def test_a_configuration_error_is_said_once_backs_off_and_shows_on_health(tmp_pa
     ledger = json.loads((tmp_path / "state" / "auto-apply-ledger.json").read_text())
     assert not [k for k in ledger if k.startswith("started:")]  # nothing left handed over
     sched.shutdown()
+
+
+class ConflictOnce(FileLedger):
+    """A ledger someone else writes once between our read and our second write."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.saves = 0
+
+    def save(self, entries):
+        self.saves += 1
+        if self.saves == 2:
+            other = self.load()
+            other.add_day("2026-11-28", {"elsewhere"})
+            super().save(other)
+            raise LedgerConflict("changed since it was read")
+        super().save(entries)
+
+
+def test_a_conflicting_ledger_write_after_the_apply_loses_nothing(tmp_path, clock):
+    jobs = FakeJobs()
+    cfg = config(tmp_path, auto_apply=GUARD)
+    jobs.clock = clock
+    ledger = ConflictOnce(tmp_path / "ledger.json")
+    service = Service(cfg, jobs=jobs, clock=clock, ledger=ledger)
+    service.run_plan()
+    clock.now = datetime(2026, 11, 29, 2, 0, tzinfo=BERLIN)
+    assert service.run_auto_apply()
+    entries = json.loads((tmp_path / "ledger.json").read_text())
+    assert entries["2026-11-29"] == ["gpu-a"] and entries["2026-11-28"] == ["elsewhere"]
+    assert entries[f"plan:{jobs.plan.plan_id}"] == ["gpu-a"]
+    assert not [k for k in entries if k.startswith("started:")]
 
 
 def test_auto_apply_skips_plans_below_min_gpus_freed(tmp_path, clock):
