@@ -194,6 +194,8 @@ class Applier:
         """Why this run must stop at its next safe step ("" : it goes on)."""
         if self._lease is not None and self._lease.lost.is_set():
             return "the loss of the apply Lease (another run took it)"
+        if self._lease is not None and not self._lease.held():
+            return "the apply Lease not renewed in time (the API did not answer)"
         return self._stop()
 
     def _run(self, lease: ApplyLease | None) -> ApplyReport:

@@ -58,6 +58,7 @@ class ApplyLease:
         self.duration_s = max(1, int(duration_s))
         self.lost = threading.Event()
         """Set when a renewal found the Lease taken by someone else (the run should stop)."""
+        self._renewed_at = 0.0  # monotonic time of the last successful write as holder
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._current: dict[str, Any] | None = None
@@ -115,16 +116,23 @@ class ApplyLease:
             "leaseTransitions": int(spec.get("leaseTransitions") or 0)
             + (1 if holder and holder != self.identity else 0),
         }
+        started = time.monotonic()
         try:
             self._current = write_lease(
                 self.kube, lease, namespace=self.namespace, name=self.name, spec=new_spec
             )
+            self._renewed_at = started
         except ConflictError as exc:
             raise ApplyError(
                 f"another apply took Lease {self.namespace}/{self.name} at the same moment; wait for it to finish"
             ) from exc
         self._thread = threading.Thread(target=self._renew_loop, name="apply-lease", daemon=True)
         self._thread.start()
+
+    def held(self) -> bool:
+        """Whether this run may still act as the holder: renewed within two thirds of the duration
+        (client-go's renew deadline), so nobody else can have taken it over yet."""
+        return not self.lost.is_set() and time.monotonic() - self._renewed_at < self.duration_s * 2 / 3
 
     def stop_renewing(self) -> None:
         self._stop.set()
@@ -154,8 +162,10 @@ class ApplyLease:
         if current is None:
             return False
         spec = {**lease_spec(current), "renewTime": micro(self.wall())}
+        started = time.monotonic()
         try:
             self._current = self.kube.replace_lease({**current, "spec": spec})
+            self._renewed_at = started
             return True
         except ConflictError:
             fresh = self.kube.get_lease(self.namespace, self.name)

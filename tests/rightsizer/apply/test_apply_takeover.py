@@ -3,6 +3,8 @@ run left in flight before it starts anything new, and stops at a safe step when 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rightsizer.apply import dryrun
@@ -106,3 +108,26 @@ def test_a_run_told_to_stop_starts_no_node() -> None:
         assert [(o.node, o.result) for o in report.outcomes] == [("gpu-a", "not-started")]
         assert "the loss of leadership" in report.outcomes[0].reason
         assert proto.ANN_STEP not in kube.annotations("gpu-a")
+
+
+def test_a_run_whose_lease_renewals_fail_stops_before_another_can_take_it() -> None:
+    with KubeDouble() as kube:
+        for n in ("gpu-a", "gpu-b"):
+            seed_node(kube, n)
+        plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD), Change("gpu-b", "all-1g.10gb", GOOD)])
+
+        def unreachable(node: str, message: str) -> None:
+            if node == "gpu-a" and message == "cordoned" and not kube.api.faults:
+                # from now on every write of the apply Lease fails: its renewals stop succeeding
+                kube.inject_fault(503, path_contains="/leases/gpupilot-rightsizer-apply", count=None)
+                kube.wait_for(lambda: not applier._lease.held(), timeout=5, what="the renew deadline")  # type: ignore[union-attr]
+
+        settings = dataclasses.replace(FAST, lease_duration_s=1, api_retry_s=0.2)
+        applier = Applier(Kube(kube.api_client()), plan, settings, progress=unreachable)
+        report = applier.run()
+        assert [(o.node, o.result) for o in report.outcomes] == [
+            ("gpu-a", "stopped"),
+            ("gpu-b", "not-started"),
+        ]
+        assert "the apply Lease not renewed in time" in report.outcomes[0].reason
+        assert kube.annotations("gpu-a")[proto.ANN_STEP] == "cordoned"  # a recorded step, for the next run

@@ -287,7 +287,7 @@ def test_sigkill_of_the_leading_serve_process_after_its_cordon(
                     "kubeconfig": str(kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig", token=token)),
                     "repoint_cluster_policy": True,
                     "configmap_sync": "0s",
-                    "lease_duration": "1s",
+                    "lease_duration": "2s",
                     "leader_election": {"namespace": NAMESPACE, "lease_duration": "3s"},
                 },
             }

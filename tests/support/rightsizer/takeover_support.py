@@ -103,7 +103,7 @@ def serve_config(state_dir: Path, url: str) -> ServeConfig:
                 "min_gpus_freed": 1,
                 "repoint_cluster_policy": True,  # the GPU Operator as installed by default
                 "configmap_sync": "0s",
-                "lease_duration": "1s",
+                "lease_duration": "2s",
                 "leader_election": {"namespace": NAMESPACE, "lease_duration": "3s"},
             },
         },
