@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.apply import protocol as proto
+from rightsizer.apply import takeover
 from rightsizer.apply.configs import resolve_config_target, restore_configs, write_configs
 from rightsizer.apply.lease import ApplyLease
 from rightsizer.apply.plancheck import check_plan
@@ -211,13 +212,18 @@ class Applier:
             )
             self.clock.sleep(self.settings.configmap_sync_s)
         outcomes: list[NodeOutcome] = []
-        nodes, settled = self._settle_in_flight()
+        settlement, settled = self._settle_in_flight()
         outcomes.extend(settled)
         size = max(1, self.settings.max_parallel)
+        # the in-flight nodes this plan finishes have batches of their own: all settled before anything new
+        batches = [
+            group[i : i + size]
+            for group in (settlement.finish, settlement.fresh)
+            for i in range(0, len(group), size)
+        ]
         stopped_by = next((f"the failure on {o.node}" for o in settled if o.result in FAILED), "")
         with ThreadPoolExecutor(max_workers=size, thread_name_prefix="apply") as pool:
-            for i in range(0, len(nodes), size):
-                batch = nodes[i : i + size]
+            for batch in batches:
                 if not stopped_by and (why := self.stop_reason()):
                     stopped_by = why
                 if stopped_by:
@@ -254,47 +260,24 @@ class Applier:
             self.plan.plan_id, target.configmap, target.changed, target.repoint, tuple(outcomes), restored
         )
 
-    def _settle_in_flight(self) -> tuple[list[NodePlan], list[NodeOutcome]]:
-        """Every node another run left in flight is settled before anything new starts: the plan's
-        own nodes to finish first (in the order to run), then the rest of the nodes this run may
-        start; and the outcomes of the in-flight nodes rolled back (not this plan's work)."""
+    def _settle_in_flight(self) -> tuple[takeover.Settlement, list[NodeOutcome]]:
+        """Before anything new (:mod:`rightsizer.apply.takeover`): what to run (the in-flight nodes
+        this plan finishes, then the new ones), after rolling back the in-flight ones it does not."""
         r = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
         found = r.call(
             "list the MIG nodes",
             lambda: [proto.view(n) for n in self.kube.list_nodes(label_selector=proto.CONFIG_LABEL)],
         )
-        changed = {n.name: n for n in self.plan.changed_nodes}
-        finish: list[NodePlan] = []
+        plan = takeover.settle(found, self.plan, only=self.only)
         rolled: list[NodeOutcome] = []
-        for node in sorted((n for n in found if n.in_flight), key=lambda n: n.name):
-            pn = changed.get(node.name)
-            decision = proto.orphan_decision(
-                node,
-                current=pn.current_config_name if pn is not None else None,
-                target=pn.config_name if pn is not None else None,
+        for node, reason in plan.roll_back:
+            self.progress(node.name, reason)
+            problem = self._rollback(node.name, reason, current=node.previous)
+            result, why = (
+                ("rollback-failed", f"{reason}; {problem}") if problem else ("orphan-rolled-back", reason)
             )
-            if decision.action == "resume" and pn is not None:
-                finish.append(pn)
-                continue
-            self.progress(node.name, decision.reason)
-            problem = self._rollback(node.name, decision.reason, current=node.previous)
-            result = "rollback-failed" if problem else "orphan-rolled-back"
-            rolled.append(
-                NodeOutcome(
-                    node.name,
-                    result,
-                    f"{decision.reason}{'; ' + problem if problem else ''}",
-                    node.previous,
-                    node.target,
-                )
-            )
-        settled = {n.name for n in finish} | {o.node for o in rolled}
-        fresh = [
-            n
-            for n in self.plan.changed_nodes
-            if n.name not in settled and (self.only is None or n.name in self.only)
-        ]
-        return finish + fresh, rolled
+            rolled.append(NodeOutcome(node.name, result, why, node.previous, node.target))
+        return plan, rolled
 
     def _node_objection(self, pn: NodePlan) -> str:
         """The node's own MIG Manager profile list (v26.3+) overrides the catalogue: a config naming a

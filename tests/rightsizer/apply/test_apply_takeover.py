@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from rightsizer.apply import dryrun
+from rightsizer.apply import dryrun, takeover
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import Applier
 from rightsizer.clients.kube import Kube
@@ -131,3 +131,37 @@ def test_a_run_whose_lease_renewals_fail_stops_before_another_can_take_it() -> N
         ]
         assert "the apply Lease not renewed in time" in report.outcomes[0].reason
         assert kube.annotations("gpu-a")[proto.ANN_STEP] == "cordoned"  # a recorded step, for the next run
+
+
+def _node(name: str, **annotations: str) -> proto.NodeView:
+    return proto.view(
+        {
+            "metadata": {
+                "name": name,
+                "labels": {proto.CONFIG_LABEL: "all-1g.10gb"},
+                "annotations": {f"gpupilot.io/{k.replace('_', '-')}": v for k, v in annotations.items()},
+            }
+        }
+    )
+
+
+def test_settle_orders_in_flight_work_before_new_nodes() -> None:
+    plan = make_plan(
+        [
+            Change("gpu-a", "all-1g.10gb", GOOD),
+            Change("gpu-b", "all-1g.10gb", GOOD),
+            Change("gpu-c", "all-1g.10gb", GOOD),
+        ]
+    )
+    target = plan.node("gpu-c").config_name  # type: ignore[union-attr]
+    nodes = [
+        _node("gpu-a"),
+        _node("gpu-b"),
+        _node("gpu-c", step="drained", plan_id="old", previous_config="all-1g.10gb", target_config=target),
+        _node("gpu-x", step="relabeled", plan_id="old", previous_config="all-1g.10gb", target_config=target),
+        _node("gpu-y", step="done", plan_id="old"),
+    ]
+    s = takeover.settle(nodes, plan, only={"gpu-b", "gpu-c"})
+    assert [n.name for n in s.finish] == ["gpu-c"]  # in flight, same move: finished first
+    assert [(n.name, "does not change it" in why) for n, why in s.roll_back] == [("gpu-x", True)]
+    assert [n.name for n in s.fresh] == ["gpu-b"]  # gpu-a is not this run's to start (only)
