@@ -152,6 +152,7 @@ def test_check_fails_in_one_line_when_prometheus_does_not_answer(
     assert f"check prometheus_url in {path}" in err and "--prometheus-url" not in err
 
 
+@pytest.mark.prometheus
 def test_check_with_auto_apply_also_needs_the_kubernetes_api(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -42,6 +42,7 @@ from tests.support.rightsizer.takeover_support import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.prometheus  # every replica plans from a real Prometheus
 
 
 @pytest.fixture(scope="module")
