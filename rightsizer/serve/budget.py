@@ -81,6 +81,7 @@ def idle_reason(plan: Plan, choice: Choice, *, per_day: int) -> str:
 def record(entries: Entries, report: ApplyReport, *, plan_id: str, day: str) -> None:
     """Fold an apply's outcomes into the ledger: the day's disrupted nodes, the plan's tried nodes,
     and ``started`` (of any plan) left with the nodes the apply did not settle."""
+    entries.prune(plan_id=plan_id, today=date.fromisoformat(day))
     entries.add_day(day, {o.node for o in report.outcomes if o.result in DISRUPTED})
     finished = {o.node for o in report.outcomes if o.result not in UNFINISHED}
     entries.add_tried(plan_id, finished)

@@ -22,6 +22,7 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -33,6 +34,7 @@ CONFIGMAP = "gpupilot-rightsizer-ledger"
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 NodeLists = dict[str, list[str]]
+KEEP_DAYS = 31
 
 
 @dataclass
@@ -69,6 +71,13 @@ class Entries:
             cleared |= settled
             self.set_started(plan_id, set(nodes) - settled)
         return cleared
+
+    def prune(self, *, plan_id: str, today: date, keep_days: int = KEEP_DAYS) -> None:
+        """Bound the ledger (a ConfigMap holds at most 1 MiB): days older than ``keep_days``, and what
+        older plans tried (a node is tried once per plan; only the current plan is ever applied)."""
+        cutoff = (today - timedelta(days=keep_days)).isoformat()
+        self.days = {d: nodes for d, nodes in self.days.items() if d >= cutoff}
+        self.tried = {p: nodes for p, nodes in self.tried.items() if p == plan_id}
 
     def to_json(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = dict(self.days)

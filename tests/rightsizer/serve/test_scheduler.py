@@ -308,6 +308,23 @@ def test_a_conflicting_ledger_write_after_the_apply_loses_nothing(tmp_path, cloc
     assert not [k for k in entries if k.startswith("started:")]
 
 
+def test_the_ledger_stays_bounded(tmp_path, clock):
+    jobs = FakeJobs()
+    _, sched = start(config(tmp_path, auto_apply=GUARD), jobs, clock)
+    old = {"2026-09-01": ["gpu-x"], "2026-11-01": ["gpu-y"], "plan:0123456789abcdef": ["gpu-z"]}
+    (tmp_path / "state").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "state" / "auto-apply-ledger.json").write_text(json.dumps(old))
+    tick(sched, clock, datetime(2026, 11, 29, 2, 0, tzinfo=BERLIN))
+    entries = json.loads((tmp_path / "state" / "auto-apply-ledger.json").read_text())
+    # 31 days kept; what older plans tried is dropped (only the current plan is ever applied)
+    assert entries == {
+        "2026-11-01": ["gpu-y"],
+        "2026-11-29": ["gpu-a"],
+        f"plan:{jobs.plan.plan_id}": ["gpu-a"],
+    }
+    sched.shutdown()
+
+
 def test_auto_apply_skips_plans_below_min_gpus_freed(tmp_path, clock):
     jobs = FakeJobs()
     guard = {**GUARD, "min_gpus_freed": 5}
