@@ -19,6 +19,8 @@ SWITCHES = frozenset({"--repoint-cluster-policy"})
 """Flags without a value: their field is set to ``true``."""
 _PASS = re.compile(r"\bpass (--[a-z][a-z-]*)(?: ([A-Za-z0-9][\w.-]*))?")
 _FLAG = re.compile(r"--[a-z][a-z-]*")
+_NO_FIELD = re.compile(r"\s*\((?:use|pass) --at\b[^()]*\)")
+"""Advice about flags ``serve`` has no field for (it plans at its own now): dropped."""
 
 
 def in_config_terms(message: str, source: str) -> str:
@@ -39,4 +41,4 @@ def in_config_terms(message: str, source: str) -> str:
         key = FIELDS.get(m.group(0))
         return m.group(0) if key is None else f"{key} in {source}"
 
-    return _FLAG.sub(flag, _PASS.sub(passed, message))
+    return _FLAG.sub(flag, _PASS.sub(passed, _NO_FIELD.sub("", message)))

@@ -32,6 +32,7 @@ from rightsizer.serve.config import ServeConfigError, load, parse
 from rightsizer.serve.failures import quiet_job_failures
 from rightsizer.serve.ledger import FileLedger, LedgerConflict
 from rightsizer.serve.scheduler import Service
+from rightsizer.serve.wording import in_config_terms
 from tests.support.common.httpclients import get, oversized_header_status, slow_client_is_closed
 from tests.support.rightsizer.apply_support import Change, make_plan
 
@@ -306,6 +307,31 @@ def test_a_conflicting_ledger_write_after_the_apply_loses_nothing(tmp_path, cloc
     assert entries["2026-11-29"] == ["gpu-a"] and entries["2026-11-28"] == ["elsewhere"]
     assert entries[f"plan:{jobs.plan.plan_id}"] == ["gpu-a"]
     assert not [k for k in entries if k.startswith("started:")]
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        (
+            "cannot reach Prometheus at http://p:9090 (ConnectionError); is it running? check --prometheus-url",
+            "cannot reach Prometheus at http://p:9090 (ConnectionError); is it running? check prometheus_url in s.yaml",
+        ),
+        (
+            "ClusterPolicy cp says the GPU Operator runs in namespace nvidia-gpu-operator, not gpu-operator: "
+            "pass --namespace nvidia-gpu-operator",
+            "ClusterPolicy cp says the GPU Operator runs in namespace nvidia-gpu-operator, not gpu-operator: "
+            "set auto_apply.operator_namespace: nvidia-gpu-operator in s.yaml",
+        ),
+        (
+            "no gpupilot_gpu_info series at 2026-12-01T16:01:45Z in http://p:9090; is the exporter scraped? "
+            "(use --at for history that ended earlier)",
+            "no gpupilot_gpu_info series at 2026-12-01T16:01:45Z in http://p:9090; is the exporter scraped?",
+        ),
+        ("see --max-query-series", "see --max-query-series"),  # no serve field: left as it is
+    ],
+)
+def test_messages_name_the_serve_config_fields(message, said):
+    assert in_config_terms(message, "s.yaml") == said
 
 
 def test_the_ledger_stays_bounded(tmp_path, clock):
