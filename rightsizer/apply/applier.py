@@ -106,6 +106,12 @@ class ApplyReport:
     def ok(self) -> bool:
         return not self.failed
 
+    @property
+    def interrupted(self) -> bool:
+        """The run stopped before every node was dealt with (its Lease lost, told to stop, or after a
+        failure): ``stopped`` nodes wait at a recorded step for the next run."""
+        return any(o.result in ("stopped", "not-started") for o in self.outcomes)
+
 
 FAILED = ("failed", "rolled-back", "rollback-failed")
 """Results that stop later batches: nothing changed (``failed``), undone, or left half-done."""
