@@ -62,12 +62,23 @@ def pods(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 
 def replicas(
-    kube: KubeDouble, history: History, tmp_path: Path, **b_options: float
+    kube: KubeDouble, history: History, tmp_path: Path, *, lease_s: float = 1.0, **b_options: float
 ) -> tuple[Replica, Replica]:
+    """Two replicas, each its own token (the same service account) and its own plan's end."""
     token_a = kube.add_service_account(NAMESPACE, "gpupilot-rightsizer")
-    a = Replica(kube, history, "replica-a", tmp_path / "a", plan_end=history.end, token=token_a)
+    token_b = kube.add_service_account(NAMESPACE, "gpupilot-rightsizer")
+    a = Replica(
+        kube, history, "replica-a", tmp_path / "a", plan_end=history.end, token=token_a, lease_s=lease_s
+    )
     b = Replica(
-        kube, history, "replica-b", tmp_path / "b", plan_end=history.end - 900, token=token_a, **b_options
+        kube,
+        history,
+        "replica-b",
+        tmp_path / "b",
+        plan_end=history.end - 900,
+        token=token_b,
+        lease_s=lease_s,
+        **b_options,
     )
     return a, b
 
@@ -150,11 +161,12 @@ def test_a_replica_whose_clock_runs_120s_ahead_does_not_take_a_live_lease(
 ) -> None:
     with KubeDouble() as kube:
         seed_cluster(kube, pods)
-        a, b = replicas(kube, history, tmp_path, wall_offset_s=120.0)
+        # a 2 s Lease: a leader starved of CPU on a busy test machine must not miss its renew deadline
+        a, b = replicas(kube, history, tmp_path, lease_s=2.0, wall_offset_s=120.0)
         a.start()
         lead(a, kube)
         b.start()
-        deadline = time.monotonic() + 4 * a.elector.duration_s  # four Lease durations
+        deadline = time.monotonic() + 2 * a.elector.duration_s  # judged by renewTime, it would take at once
         while time.monotonic() < deadline:
             assert a.elector.is_leader() and not b.elector.is_leader()
             time.sleep(0.05)
@@ -168,7 +180,7 @@ def test_409_on_lease_updates_neither_splits_leadership_nor_stops_the_apply(
 ) -> None:
     with KubeDouble(mig_manager=MigManagerSettings(pending_s=0.4)) as kube:
         seed_cluster(kube, pods)
-        a, b = replicas(kube, history, tmp_path)
+        a, b = replicas(kube, history, tmp_path, lease_s=2.0)
         a.start()
         lead(a, kube)
         b.start()

@@ -154,6 +154,7 @@ class Replica:
         *,
         plan_end: float,
         wall_offset_s: float = 0.0,
+        lease_s: float = LEADER_LEASE_S,
         token: str,
     ) -> None:
         self.name, self.history, self.plan_end = name, history, plan_end
@@ -166,7 +167,7 @@ class Replica:
             self.kube,  # type: ignore[arg-type]
             election.namespace,
             identity=name,
-            duration_s=LEADER_LEASE_S,
+            duration_s=lease_s,
             wall=lambda: datetime.now(UTC) + timedelta(seconds=wall_offset_s),
         )
         self.crash_at = ""
