@@ -150,6 +150,9 @@ def test_check_fails_in_one_line_when_prometheus_does_not_answer(
         "error: cannot reach Prometheus at http://127.0.0.1:"
     )
     assert f"check prometheus_url in {path}" in err and "--prometheus-url" not in err
+    # --offline: the file only (CI, a machine without the cluster)
+    assert main(["serve", "--config", str(path), "--check", "--offline"]) == 0
+    assert "plan: next run" in capsys.readouterr().out
 
 
 @pytest.mark.prometheus
