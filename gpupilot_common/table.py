@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 DEFAULT_WIDTH = 100
 GAP = "  "
-MIN_WRAP = 12
+MIN_WRAP = 20
 """A wrapped column keeps at least this many characters (or its header's length)."""
 
 
