@@ -64,10 +64,5 @@ def all_commands() -> list[Command]:
     return [c for source in SOURCES for c in source()]
 
 
-def pages() -> dict[str, str]:
-    """Page file name → Markdown, for every command."""
-    out = {
-        f"{c.page}.md": parsers.page(c.parser, title=c.title, extra=c.schema, see=c.see)
-        for c in all_commands()
-    }
-    return out
+def render(c: Command) -> str:
+    return parsers.page(c.parser, title=c.title, extra=c.schema, see=c.see)

@@ -25,7 +25,16 @@ def _flags(action: argparse.Action) -> str:
     return ", ".join(f"`{flag}{metavar}`" for flag in action.option_strings)
 
 
+STATED = re.compile(r"\(default:? ([^()]*(?:\([^()]*\)[^()]*)*)\)")
+"""``(default 7d)`` in a help text: the default as the user writes it (a parsed ``7d`` is 604800)."""
+
+
 def _default(action: argparse.Action) -> str:
+    stated = STATED.search(action.help or "")
+    if stated:
+        return (
+            f"`{stated.group(1).strip()}`" if " " not in stated.group(1).strip() else stated.group(1).strip()
+        )
     if action.nargs == 0 or action.default in (None, SUPPRESS, False) or action.required:
         return ""
     value = action.default

@@ -14,13 +14,13 @@ from rightsizer.plan.model import Evidence, GpuLayout, NodePlan, Plan, Totals
 
 COLUMNS = (
     Column("node", wrap=True),
-    Column("model", drop=3),
+    Column("model", drop=2),
     Column("current", wrap=True),
     Column("proposed", wrap=True),
     Column("freed"),
     Column("util"),
-    Column("disrupted", wrap=True, drop=2),
-    Column("evidence", wrap=True, drop=1),
+    Column("disrupted", wrap=True, drop=1),
+    Column("evidence", wrap=True, drop=3),
 )
 
 
