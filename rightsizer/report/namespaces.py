@@ -9,6 +9,7 @@ plan's idle threshold. A device shared by several pods is split evenly among the
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -70,7 +71,7 @@ def lines(table: pd.DataFrame) -> tuple[NamespaceUse, ...]:
     """The frame as plain records (what the renderers show)."""
 
     def money(v: object) -> float | None:
-        return float(v) if isinstance(v, int | float) and v == v else None  # NaN: no price
+        return float(v) if isinstance(v, int | float) and not math.isnan(v) else None  # NaN: no price
 
     return tuple(
         NamespaceUse(
