@@ -179,7 +179,10 @@ def render(url: str) -> list[str]:
     lines.append("")
     lines.append(
         f"{len(nodes)} nodes, {len(gpus)} GPUs ({sum(g.mig for g in gpus)} with MIG), {len(devices)} devices: "
-        f"{states.count('busy')} busy, {states.count('idle')} allocated but idle, {states.count('free')} unallocated"
+        f"{states.count('busy')} busy, {states.count('idle')} allocated but idle now, {states.count('free')} unallocated"
+    )
+    lines.append(
+        "(allocated but idle now: the report's end-of-window count; its first table lists the pods idle all week)"
     )
     lines.append(
         f"SLICES: █ busy  ▒ allocated, idle (< {IDLE_BELOW:.0%} activity over 5 min)  · unallocated  "

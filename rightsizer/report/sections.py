@@ -85,6 +85,11 @@ def _cards(r: Report) -> tuple[Card, ...]:
         Card(
             f"{s.gpu_hours_per_week:,.0f}", "GPU-hours freed per week", "good" if s.gpu_hours_per_week else ""
         ),
+        Card(
+            _num(s.idle_now),
+            f"allocated slices idle at the end of the window (5-minute mean, of {_num(s.slices_total)})",
+            "warn" if s.idle_now else "",
+        ),
     ]
     if s.cost_per_week is not None:
         cards.append(
