@@ -64,7 +64,7 @@ def _fit(columns: Sequence[Column], widths: list[int], width: int) -> list[int]:
 def _wrapped(cell: str, width: int) -> list[str]:
     out: list[str] = []
     for line in _lines(cell):
-        out += textwrap.wrap(line, width, break_on_hyphens=False, subsequent_indent="  ") or [""]
+        out += textwrap.wrap(line, width, break_on_hyphens=True, subsequent_indent="  ") or [""]
     return out
 
 

@@ -296,7 +296,7 @@ def build_report(data: ReportData) -> Report:
     }
     if idle:
         images["top-idle.png"] = charts.barh_chart(
-            [charts.Bar(s.label, s.idle_gpu_hours, f"{s.idle_share:.0%} of the window idle") for s in idle],
+            [charts.Bar(s.label, s.idle_gpu_hours, f"{s.idle_share:.0%} idle") for s in idle],
             xlabel=f"idle GPU-hours in the {summary.window} window",
             color=charts.IDLE,
             limit=max(s.idle_gpu_hours for s in idle) * 1.3,
