@@ -32,7 +32,7 @@ def _schema(module: str) -> str:
 def _exporter() -> Iterator[Command]:
     cli = importlib.import_module("exporter.cli")
     yield Command("gpupilot-exporter", "gpupilot-exporter", cli.build_parser())
-    sim = importlib.import_module("exporter.sim.cli")
+    sim = importlib.import_module("simulator.cli")
     yield Command("gpupilot-exporter-backfill", "gpupilot-exporter backfill", sim.backfill_parser())
     yield Command("gpupilot-exporter-cluster", "gpupilot-exporter cluster", sim.cluster_parser())
 

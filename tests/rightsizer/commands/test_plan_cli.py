@@ -14,7 +14,7 @@ from rightsizer.apply.plancheck import check_plan
 from rightsizer.cli import main
 from rightsizer.plan import table
 from rightsizer.plan.model import load_plan
-from tests.rightsizer.report_support import plan_with_evidence
+from tests.support.rightsizer.report_support import plan_with_evidence
 
 pytestmark = pytest.mark.prometheus
 ROOT = Path(__file__).resolve().parents[3]
