@@ -31,12 +31,12 @@ import yaml
 from devkit.prometheus import PrometheusError, PrometheusServer, ScrapeJob, require_binaries
 from exporter import render
 from exporter.exposition import device_families
+from gpupilot_common.timefmt import format_time
 from simulator import backfill
 from simulator import scenario as scenario_mod
 from simulator.backend import SimBackend
 from simulator.cluster_server import ClusterServer, SeriesServer
 from simulator.model import Scenario
-from gpupilot_common.timefmt import format_time
 
 DROP_TARGET_LABELS: tuple[dict[str, object], ...] = ({"action": "labeldrop", "regex": "job|instance"},)
 """Backfilled series carry no ``job``/``instance``; live samples drop them to continue those series."""
