@@ -18,9 +18,7 @@ def test_seed_hpa(prom: PromEnv, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert code == 0, out
     assert "HPA ai-serving/llm-inference-hpa → Deployment/llm-inference" in out
-    assert "3 pods, 3 ready; current replicas 3; min 2, max 8; tolerance 0.1; behavior as written" in out, (
-        out
-    )
+    assert "3 pods, 3 ready; current replicas 3; min 2, max 8; tolerance 0.1; behavior as written" in out, out
     lines = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("pods/")}
     # DCGM_FI_DEV_GPU_UTIL: mean of 90, 80, 70 = 80 vs 75 → ratio 1.067, inside tolerance → 3
     util = lines["pods/DCGM_FI_DEV_GPU_UTIL"].split()
