@@ -47,9 +47,16 @@ def comments(values_yaml: str) -> dict[str, str]:
     return out
 
 
+def code(text: str) -> str:
+    """A Markdown code span that holds any text: backticks inside get a longer fence."""
+    if "`" not in text:
+        return f"`{text}`"
+    return f"`` {text} ``"
+
+
 def _type(schema: Mapping[str, Any]) -> str:
     if "enum" in schema:
-        return " \\| ".join(f"`{json.dumps(v)}`" for v in schema["enum"])
+        return " \\| ".join(code(json.dumps(v)) for v in schema["enum"])
     kind = schema.get("type", "any")
     text = " or ".join(kind) if isinstance(kind, list) else str(kind)
     limits = []
@@ -60,7 +67,7 @@ def _type(schema: Mapping[str, Any]) -> str:
     if "maximum" in schema:
         limits.append(f"≤ {schema['maximum']}")
     if "pattern" in schema:
-        limits.append(f"matches `{schema['pattern']}`")
+        limits.append(f"matches {code(str(schema['pattern']))}")
     if schema.get("format"):
         limits.append(str(schema["format"]))
     return text + (f" ({', '.join(limits)})" if limits else "")
@@ -72,7 +79,7 @@ def _default(value: object) -> str:
     text = json.dumps(value, separators=(", ", ": ")) if not isinstance(value, str) else json.dumps(value)
     if len(text) > 60:
         text = text[:57] + "…"
-    return "`" + text.replace("|", "\\|") + "`"
+    return code(text)
 
 
 _MISSING = object()
