@@ -79,7 +79,7 @@ def _cards(r: Report) -> tuple[Card, ...]:
         ),
         Card(
             str(s.gpus_freed),
-            f"GPUs freed by the plan ({plural(s.nodes_changed, 'node')} change)",
+            f"GPUs freed by the plan ({plural(s.nodes_changed, 'node')} {'changes' if s.nodes_changed == 1 else 'change'})",
             "good" if s.gpus_freed else "",
         ),
         Card(
@@ -221,7 +221,8 @@ def _changes(r: Report) -> Section:
         )
     price = s.cost_per_week is not None
     lead = (
-        f"{plural(len(r.changes), 'node')} change and free {plural(s.gpus_freed, 'GPU')}: "
+        f"{plural(len(r.changes), 'node')} {'changes and frees' if len(r.changes) == 1 else 'change and free'} "
+        f"{plural(s.gpus_freed, 'GPU')}: "
         f"{s.gpu_hours_per_week:,.0f} GPU-hours a week"
         + (
             f", worth {money(s.cost_per_week)} a week and {money(s.cost_per_year)} a year at "

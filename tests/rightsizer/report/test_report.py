@@ -21,6 +21,7 @@ from rightsizer.report import charts
 from rightsizer.report import data as data_api
 from rightsizer.report.build import build_report, generate, write_report
 from rightsizer.serve.scheduler import idle_slices
+from tests.support.rightsizer.apply_support import Change, make_plan
 from tests.support.rightsizer.report_support import plan_with_evidence, report_data
 
 PRICE = 2.5
@@ -307,3 +308,13 @@ def test_trend_of_any_window_lines_up_and_time_before_the_history_is_missing(pro
     late = [v for t, v in zip(before.times, before.idle, strict=True) if t > prometheus_history.start + 600]
     assert early and all(v is None for v in early)
     assert late and all(v is not None for v in late)
+
+
+def test_one_change_reads_in_the_singular(tmp_path):
+    data = report_data()
+    one = make_plan([Change("gpu-node-1", "all-1g.10gb", {"7g.80gb": 1}, gpus_freed=1)])
+    report = build_report(replace(data, plan=one))
+    md = write_report(report, tmp_path).markdown.read_text()
+    assert "1 node changes and frees 1 GPU: 168 GPU-hours a week" in md
+    assert "GPUs freed by the plan (1 node changes)" in md
+    assert "1 GPUs" not in md and "(s)" not in md
