@@ -220,4 +220,4 @@ def run(args: argparse.Namespace) -> int:
         if kube is not None:
             kube.close()
     print_report(report, sys.stdout)
-    return 0 if report.ok else 1
+    return 0 if report.ok and not report.interrupted else 1
