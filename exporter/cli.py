@@ -35,6 +35,7 @@ from exporter.settings import (
     Settings,
 )
 from gpupilot_common import numbers
+from gpupilot_common.cli import add_version
 
 PROG = "gpupilot-exporter"
 MIN_INTERVAL_S = 0.1
@@ -68,6 +69,7 @@ def build_parser() -> _Parser:
             "(docs/exporter.md)."
         ),
     )
+    add_version(p)
     p.add_argument(
         "--backend",
         choices=("nvml", "sim"),
@@ -341,6 +343,18 @@ def build_process_owners(settings: Settings, backend: Backend) -> OwnersSource |
     return None
 
 
+def missing_socket_line(settings: Settings) -> str:
+    """One line when pod attribution is on but the kubelet's socket is not there (``--once`` would
+    otherwise print metrics without pods and exit 0 saying nothing); empty otherwise."""
+    attributing = settings.kubernetes and (settings.backend != "sim" or settings.pod_resources_socket_given)
+    if not attributing or settings.pod_resources_socket.exists():
+        return ""
+    return (
+        f"{settings.pod_resources_socket}: kubelet pod-resources socket not found, so no metric names a pod; "
+        "mount /var/lib/kubelet/pod-resources or fix --pod-resources-socket"
+    )
+
+
 def hostname_for(settings: Settings, backend: Backend) -> str:
     if settings.node_name:
         return settings.node_name
@@ -410,6 +424,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: {unreadable}", file=sys.stderr)
         else:
             log.warning("%s", unreadable)
+    missing = missing_socket_line(settings)
+    if missing and settings.once:
+        print(f"{PROG}: warning: {missing}", file=sys.stderr)
     try:
         web = webconfig.load(settings.web_config) if settings.web_config else None
         backend = build_backend(settings)

@@ -111,7 +111,7 @@ def test_yes_applies_with_progress_on_stderr_and_a_table_on_stdout(setup, capsys
     out, err = capsys.readouterr()
     assert "[gpu-a] cordoned" in err and "[gpu-a] evicted ml/gpu-a-infer-0" in err
     assert "[gpu-a] nvidia.com/mig.config.state=success" in err
-    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:]}
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:] if not line.startswith(" ")}
     assert rows == {"gpu-a": "applied", "gpu-b": "skipped"}
     assert f"plan {plan.plan_id}" in out
     assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == plan.nodes[0].config_name

@@ -35,7 +35,10 @@ def test_config_map_whose_metadata_is_a_string(tmp_path: Path, capsys: pytest.Ca
         "    version: v1\n    mig-configs:\n      disabled:\n        - devices: all\n          mig-enabled: false\n"
     )
     code, out, _ = run(tmp_path, text, capsys)
-    assert code == 0 and out.splitlines()[1].split()[:2] == ["disabled", "any"]
+    assert code == 0 and out.splitlines()[2].split()[:2] == [
+        "disabled",
+        "any",
+    ]  # after the header and its rule
 
 
 def test_time_slicing_config_map_whose_metadata_is_a_list(
