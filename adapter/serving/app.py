@@ -22,6 +22,8 @@ from adapter.provider.values import MetricValues
 from adapter.serving.api import MetricsApi
 from adapter.serving.auth import Authenticator, Authorizer, RequestHeaderSettings, load_pem_certs
 from adapter.serving.certreload import FilesWatch
+from adapter.serving.keda.grpcserver import ScalerServer
+from adapter.serving.keda.scaler import Scaler
 from adapter.serving.selfmetrics import SelfMetrics
 from adapter.serving.server import AdapterHTTPServer, App
 from adapter.serving.tlsutil import certificate_expiry, self_signed_pair, server_context
@@ -134,6 +136,14 @@ class Adapter:
             ssl_context=lambda: self._ssl,
             limits=settings.limits,
         )
+        self.scaler: ScalerServer | None = None
+        if settings.external_scaler is not None:
+            self.scaler = ScalerServer(
+                settings=settings.external_scaler,
+                scaler=Scaler(values=self.values),
+                stats=self.metrics.scaler_requests,
+                poll_interval=interval,
+            )
         watched = [self._cert, self._key]
         watched += [f for f in (auth.requestheader_client_ca_file, auth.client_ca_file) if f is not None]
         self.tls_watch = FilesWatch(
@@ -247,8 +257,16 @@ class Adapter:
         self.tls_watch.start(self.settings.config_check_interval)
         self.server.start()
         log.info("serving on https://%s:%d", self.settings.bind_address, self.port)
+        if self.scaler is not None:
+            try:
+                self.scaler.start()
+            except BaseException:
+                self.stop()
+                raise
 
     def stop(self) -> None:
+        if self.scaler is not None:
+            self.scaler.stop()
         self.server.shutdown()
         self.server.server_close()
         self.tls_watch.stop()
