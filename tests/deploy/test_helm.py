@@ -300,6 +300,7 @@ COMPONENTS = {
     "exporter/unprivileged": "exporter.unprivileged=true",
     "exporter/legacy-gpu-operator": "exporter.legacyGpuOperator=true",
     "adapter/external": "adapter.externalMetrics=true",
+    "adapter/keda": "adapter.externalScaler.enabled=true",
 }
 
 
