@@ -14,6 +14,9 @@ scaler address):
 * ``keda IsActive`` at 100/s: the same trigger's activity;
 * baseline ``prometheus-scaler`` at 100/s: ``GET /api/v1/query?query=sum(inference_queue_depth{…})``
   to Prometheus (no TLS), the query KEDA's Prometheus scaler sends at each poll;
+* ``floor`` at 100/s, right after ``keda GetMetrics`` at 100/s: :mod:`bench.grpc_floor`, grpc.aio
+  with the adapter's server options answering a constant and doing nothing else; its CPU per call
+  is what gRPC costs on this machine at that moment, the adapter's minus it the adapter's own work;
 * ``serial``: 200 ``GetMetrics`` one at a time (service time without queueing).
 
 Reported per scenario: p50/p99/max latency (send → whole answer), failures, CPU per call of the
@@ -184,6 +187,25 @@ def _scenario(
     return result
 
 
+def _floor(seconds: float, **kw: object) -> Result:
+    port = free_port()
+    floor = subprocess.Popen([sys.executable, "-m", "bench.grpc_floor", str(port), str(EXPECTED)])
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            grpc.channel_ready_future(channel).result(timeout=30)
+        return _scenario(
+            "floor GetMetrics",
+            100,
+            seconds,
+            _grpc_call(f"127.0.0.1:{port}", "GetMetrics"),
+            adapter=psutil.Process(floor.pid),
+            **kw,  # type: ignore[arg-type]
+        )
+    finally:
+        floor.terminate()
+        floor.wait(10)
+
+
 def run(*, seconds: float) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="bench-keda-") as tmp:
         root = Path(tmp)
@@ -251,6 +273,7 @@ def _run(root: Path, seconds: float, prom: PrometheusServer, config: Path) -> di
         results = [
             _scenario("keda GetMetrics", 10, seconds, _grpc_call(address, "GetMetrics"), **kw),  # type: ignore[arg-type]
             _scenario("keda GetMetrics", 100, seconds, _grpc_call(address, "GetMetrics"), **kw),  # type: ignore[arg-type]
+            _floor(seconds, prometheus=prometheus, prom_url=prom.url, self_metrics=self_metrics),
             _scenario("keda IsActive", 100, seconds, _grpc_call(address, "IsActive"), **kw),  # type: ignore[arg-type]
             _scenario("baseline prometheus-scaler", 100, seconds, _prometheus_call(prom.url), **kw),  # type: ignore[arg-type]
             serial,
@@ -294,6 +317,7 @@ def render(res: dict[str, object]) -> str:
             lines.append(
                 f"    handled in the adapter (call received → answer, gRPC's own work excluded): {shares}"
             )
+    lines.append("(floor row: the CPU of the floor process, a bare grpc.aio server, in the adapter column)")
     lines.append(f"goals: {res['goals']}")
     return "\n".join(lines)
 

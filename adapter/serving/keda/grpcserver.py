@@ -51,6 +51,14 @@ _CODES: tuple[tuple[type[AdapterError], grpc.StatusCode], ...] = (
 )
 
 
+_INT64 = 2**63 - 1
+
+
+def int64(value: float) -> int:
+    """The deprecated integer fields: rounded, and clamped to int64 (protobuf refuses more)."""
+    return max(-_INT64, min(_INT64, round(value)))
+
+
 def status_code(exc: AdapterError) -> grpc.StatusCode:
     for kind, code in _CODES:
         if isinstance(exc, kind):
@@ -63,6 +71,22 @@ def _read_file(path: Path, flag: str) -> bytes:
         return path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from None
+
+
+def server_options(s: ScalerSettings) -> list[tuple[str, int]]:
+    """gRPC core's channel arguments for the scaler's bounds (``ScalerSettings``)."""
+    return [
+        ("grpc.so_reuseport", 0),  # a port already taken is an error, not shared with another process
+        ("grpc.max_receive_message_length", s.max_message_bytes),
+        ("grpc.max_send_message_length", s.max_message_bytes),
+        ("grpc.max_concurrent_streams", s.max_streams_per_connection),
+        ("grpc.keepalive_time_ms", int(s.keepalive_time * 1000)),
+        ("grpc.keepalive_timeout_ms", int(s.keepalive_timeout * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", int(s.min_client_ping_interval * 1000)),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.max_connection_idle_ms", int(s.max_connection_idle * 1000)),
+    ]
 
 
 class _TlsFiles:
@@ -166,7 +190,7 @@ class _Servicer(pb_grpc.ExternalScalerServicer):
         scaler_metadata = dict(request.scalerMetadata)
         trigger = await self._unary("GetMetricSpec", context, lambda: self._scaler.trigger(scaler_metadata))
         spec = pb.MetricSpec(
-            metricName=trigger.metric, targetSize=round(trigger.target), targetSizeFloat=trigger.target
+            metricName=trigger.metric, targetSize=int64(trigger.target), targetSizeFloat=trigger.target
         )
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
@@ -174,7 +198,7 @@ class _Servicer(pb_grpc.ExternalScalerServicer):
         reading = await self._unary("GetMetrics", context, self._reader(request.scaledObjectRef))
         value = pb.MetricValue(
             metricName=request.metricName or reading.trigger.metric,
-            metricValue=round(reading.value),
+            metricValue=int64(reading.value),
             metricValueFloat=reading.value,
         )
         return pb.GetMetricsResponse(metricValues=[value])
@@ -191,6 +215,10 @@ class _Servicer(pb_grpc.ExternalScalerServicer):
                     status = status_code(exc)
                     code = status.name
                     await context.abort(status, str(exc))
+                except Exception as exc:
+                    log.exception("external scaler StreamIsActive failed")
+                    code = "INTERNAL"
+                    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
                 if reading.active is not last:
                     last = reading.active
                     yield pb.IsActiveResponse(result=last)
@@ -226,25 +254,10 @@ class ScalerServer:
         self._stopping: asyncio.Event | None = None
         self.port = 0
 
-    def _options(self) -> list[tuple[str, int]]:
-        s = self.settings
-        return [
-            ("grpc.so_reuseport", 0),  # a port already taken is an error, not shared with another process
-            ("grpc.max_receive_message_length", s.max_message_bytes),
-            ("grpc.max_send_message_length", s.max_message_bytes),
-            ("grpc.max_concurrent_streams", s.max_streams_per_connection),
-            ("grpc.keepalive_time_ms", int(s.keepalive_time * 1000)),
-            ("grpc.keepalive_timeout_ms", int(s.keepalive_timeout * 1000)),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", int(s.min_client_ping_interval * 1000)),
-            ("grpc.http2.max_ping_strikes", 2),
-            ("grpc.max_connection_idle_ms", int(s.max_connection_idle * 1000)),
-        ]
-
     async def _start(self) -> None:
         self._stopping = asyncio.Event()
         server = grpc.aio.server(
-            options=self._options(), maximum_concurrent_rpcs=self.settings.max_concurrent_rpcs
+            options=server_options(self.settings), maximum_concurrent_rpcs=self.settings.max_concurrent_rpcs
         )
         servicer = _Servicer(
             scaler=self._scaler,
@@ -267,13 +280,12 @@ class ScalerServer:
                     require_client_authentication=self.settings.client_ca_file is not None,
                 )
                 self.port = server.add_secure_port(address, credentials)
-        except RuntimeError as exc:  # grpc: "Failed to bind to address …"
-            raise ConfigError(
-                f"cannot listen on --external-scaler-address {address}: {exc}; choose a local address and a free port"
-            ) from None
+        except RuntimeError:  # grpc: "Failed to bind to address …" (its own log line says why)
+            self.port = 0
         if self.port == 0:
             raise ConfigError(
-                f"cannot listen on --external-scaler-address {address}; choose a local address and a free port"
+                f"cannot listen on --external-scaler-address {address}: the port is taken or the address "
+                "is not local; choose a local address and a free port"
             )
         await server.start()
         self._server = server

@@ -358,3 +358,9 @@ def test_a_taken_port_and_unreadable_tls_files_are_one_line_errors(
     missing = replace(taken, port=0, tls_cert_file=tmp_path / "no.pem", tls_key_file=pki.server.key)
     with pytest.raises(ConfigError, match=r"--external-scaler-tls-cert-file .*no\.pem: cannot read"):
         Adapter(base_settings(prom.url, pki, external_scaler=missing))
+
+
+def test_huge_numbers_fit_the_deprecated_integer_fields(stub: pb_grpc.ExternalScalerStub) -> None:
+    spec = stub.GetMetricSpec(ref(metric="gpu_utilization_sum", targetValue="1e30"), timeout=10).metricSpecs
+    assert (spec[0].targetSizeFloat, spec[0].targetSize) == (1e30, 2**63 - 1)
+    assert (spec[0].metricName,) == ("gpu_utilization_sum",)
