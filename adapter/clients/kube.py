@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import orjson
 from kubernetes import client, config, watch
@@ -129,12 +129,9 @@ class KubeClient:
         body = client.V1TokenReview(
             spec=client.V1TokenReviewSpec(token=token, audiences=list(audiences) or None)
         )
-        try:
-            result = self._within(
-                "TokenReview", lambda: self._authn.create_token_review(body, _request_timeout=self.timeout)
-            )
-        except (ApiException, HTTPError, OSError, ValueError, TypeError) as exc:  # HTML: ValueError
-            raise KubernetesUnavailable(f"TokenReview failed: {_why(exc)}") from exc
+        result = self._call(
+            "TokenReview", lambda: self._authn.create_token_review(body, _request_timeout=self.timeout)
+        )
         status = result.status
         if status is None or not status.authenticated or status.user is None:
             return None
@@ -160,51 +157,53 @@ class KubeClient:
             resource_attributes=_resource_attributes(resource),
             non_resource_attributes=client.V1NonResourceAttributes(**non_resource) if non_resource else None,
         )
-        try:
-            review = client.V1SubjectAccessReview(spec=spec)
-            result = self._within(
-                "SubjectAccessReview",
-                lambda: self._authz.create_subject_access_review(review, _request_timeout=self.timeout),
-            )
-        except (ApiException, HTTPError, OSError, ValueError, TypeError) as exc:  # HTML: ValueError
-            raise KubernetesUnavailable(f"SubjectAccessReview failed: {_why(exc)}") from exc
+        review = client.V1SubjectAccessReview(spec=spec)
+        result = self._call(
+            "SubjectAccessReview",
+            lambda: self._authz.create_subject_access_review(review, _request_timeout=self.timeout),
+        )
         status = result.status
         return bool(status and status.allowed), (status.reason or "") if status else ""
 
     def authentication_configmap(self) -> AuthenticationConfigMap:
+        what = "reading ConfigMap kube-system/extension-apiserver-authentication"
+        cm = self._json(
+            what,
+            lambda: self._core.read_namespaced_config_map(
+                "extension-apiserver-authentication", "kube-system", **self._raw
+            ),
+            hint="bind Role extension-apiserver-authentication-reader to the adapter's ServiceAccount",
+        )
+        data = _mapping(cm.get("data"))
         try:
-            cm = self._core.read_namespaced_config_map("extension-apiserver-authentication", "kube-system")
-        except (ApiException, HTTPError, OSError, ValueError, TypeError) as exc:  # HTML: ValueError
-            raise KubernetesUnavailable(
-                f"reading ConfigMap kube-system/extension-apiserver-authentication failed: {_why(exc)} "
-                "(bind Role extension-apiserver-authentication-reader to the adapter's ServiceAccount)"
-            ) from exc
-        data = cm.data or {}
-        names = json.loads(data.get("requestheader-allowed-names") or "[]")
+            names = json.loads(str(data.get("requestheader-allowed-names") or "[]"))
+        except ValueError:
+            names = None
+        if not isinstance(names, list):
+            raise KubernetesUnavailable(f"{what}: requestheader-allowed-names is not a JSON list of names")
         return AuthenticationConfigMap(
-            requestheader_client_ca=data.get("requestheader-client-ca-file", ""),
+            requestheader_client_ca=str(data.get("requestheader-client-ca-file", "")),
             requestheader_allowed_names=tuple(str(n) for n in names),
-            client_ca=data.get("client-ca-file", ""),
+            client_ca=str(data.get("client-ca-file", "")),
         )
 
     def pod_details(self, namespace: str) -> list[PodDetail]:
         """Every pod of ``namespace`` with phase, readiness times and requests (one list call)."""
-        try:
-            raw: Any = self._core.list_namespaced_pod(namespace, _preload_content=False)
-        except (ApiException, HTTPError, OSError) as exc:
-            raise KubernetesUnavailable(f"listing pods of {namespace} failed: {_why(exc)}") from exc
-        return [_pod_detail(item) for item in (json.loads(raw.data) or {}).get("items") or []]
+        body = self._json(
+            f"listing pods of {namespace}", lambda: self._core.list_namespaced_pod(namespace, **self._raw)
+        )
+        return [_pod_detail(item) for item in _items(body)]
 
     def pod_usage(self, namespace: str) -> dict[str, PodUsage]:
         """metrics-server's PodMetrics of ``namespace`` (``metrics.k8s.io/v1beta1``), by pod name."""
-        try:
-            raw: Any = self._custom.list_namespaced_custom_object(
-                "metrics.k8s.io", "v1beta1", namespace, "pods", _preload_content=False
-            )
-        except (ApiException, HTTPError, OSError) as exc:
-            raise KubernetesUnavailable(f"metrics.k8s.io pods of {namespace}: {_why(exc)}") from exc
+        body = self._json(
+            f"reading metrics.k8s.io pods of {namespace}",
+            lambda: self._custom.list_namespaced_custom_object(
+                "metrics.k8s.io", "v1beta1", namespace, "pods", **self._raw
+            ),
+        )
         out: dict[str, PodUsage] = {}
-        for item in (json.loads(raw.data) or {}).get("items") or []:
+        for item in _items(body):
             usage: dict[str, float] = {}
             for c in item.get("containers") or []:
                 for resource, qty in (c.get("usage") or {}).items():
@@ -222,17 +221,14 @@ class KubeClient:
 
     def hpa_status(self, namespace: str, name: str) -> HpaStatus | None:
         """The HPA's status, or None when the object does not exist."""
-        try:
-            raw: Any = self._autoscaling.read_namespaced_horizontal_pod_autoscaler(
-                name, namespace, _preload_content=False
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise KubernetesUnavailable(f"reading HPA {namespace}/{name} failed: {_why(exc)}") from exc
-        except (HTTPError, OSError) as exc:
-            raise KubernetesUnavailable(f"reading HPA {namespace}/{name} failed: {_why(exc)}") from exc
-        status = (json.loads(raw.data) or {}).get("status") or {}
+        body = self._json(
+            f"reading HPA {namespace}/{name}",
+            lambda: self._autoscaling.read_namespaced_horizontal_pod_autoscaler(name, namespace, **self._raw),
+            missing_ok=True,
+        )
+        if body is None:
+            return None
+        status = _mapping(body.get("status"))
         last = status.get("lastScaleTime")
         return HpaStatus(
             current_replicas=int(status.get("currentReplicas") or 0),
@@ -298,16 +294,11 @@ class KubeClient:
         """The named APIServices as plain objects; ``None`` for those that do not exist."""
         out: dict[str, dict[str, Any] | None] = {}
         for name in names:
-            try:
-                raw: Any = self._apireg.read_api_service(name, _preload_content=False)
-                out[name] = json.loads(raw.data)
-            except ApiException as exc:
-                if exc.status == 404:
-                    out[name] = None
-                    continue
-                raise KubernetesUnavailable(f"reading APIService {name} failed: {_why(exc)}") from exc
-            except (HTTPError, OSError, ValueError) as exc:
-                raise KubernetesUnavailable(f"reading APIService {name} failed: {_why(exc)}") from exc
+            out[name] = self._json(
+                f"reading APIService {name}",
+                functools.partial(self._apireg.read_api_service, name, **self._raw),
+                missing_ok=True,
+            )
         return out
 
     def list_pods(self) -> tuple[list[PodRecord], str]:
@@ -317,24 +308,82 @@ class KubeClient:
         token: str | None = None
         version = ""
         while True:
-            page: Any = self._within(
+            body = self._json(
                 "listing pods",
                 functools.partial(
-                    self._core.list_pod_for_all_namespaces,
-                    limit=self.page_size,
-                    _continue=token,
-                    _preload_content=False,
-                    _request_timeout=self.timeout,
+                    self._core.list_pod_for_all_namespaces, limit=self.page_size, _continue=token, **self._raw
                 ),
             )
-            body = orjson.loads(page.data)
-            del page
-            pods.extend(_pod(o) for o in body.get("items") or [])
-            meta = body.get("metadata") or {}
+            pods.extend(_pod(o) for o in _items(body))
+            meta = _mapping(body.get("metadata"))
             version = meta.get("resourceVersion", version)
             token = meta.get("continue") or None
             if token is None:
                 return pods, version
+
+    @property
+    def _raw(self) -> dict[str, Any]:
+        """Keyword arguments for a call whose JSON :meth:`_json` reads itself (one parser, one check)."""
+        return {"_preload_content": False, "_request_timeout": self.timeout}
+
+    @overload
+    def _json(
+        self, what: str, call: Callable[[], Any], *, missing_ok: Literal[False] = False, hint: str = ""
+    ) -> dict[str, Any]: ...
+
+    @overload
+    def _json(
+        self, what: str, call: Callable[[], Any], *, missing_ok: Literal[True], hint: str = ""
+    ) -> dict[str, Any] | None: ...
+
+    def _json(
+        self, what: str, call: Callable[[], Any], *, missing_ok: bool = False, hint: str = ""
+    ) -> dict[str, Any] | None:
+        """One JSON object from a call made with :attr:`_raw`: the body is parsed inside the same
+        error mapping as the call, so an HTML page or a truncated answer is a ``KubernetesUnavailable``
+        naming the call, never a traceback."""
+        raw: Any = self._call(what, call, missing_ok=missing_ok, hint=hint)
+        if raw is None:
+            return None
+        data = getattr(raw, "data", b"")
+        try:
+            body = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise KubernetesUnavailable(
+                f"{what} failed: the answer is not JSON ({len(data)} bytes"
+                f"{', truncated?' if data[:1] in (b'{', b'[') else ''}); is the API server address right?"
+            ) from None
+        if not isinstance(body, dict):
+            raise KubernetesUnavailable(f"{what} failed: the answer is JSON but not an object")
+        return body
+
+    @overload
+    def _call(
+        self, what: str, call: Callable[[], T], *, missing_ok: Literal[False] = False, hint: str = ""
+    ) -> T: ...
+
+    @overload
+    def _call(self, what: str, call: Callable[[], T], *, missing_ok: bool, hint: str = "") -> T | None: ...
+
+    def _call(
+        self, what: str, call: Callable[[], T], *, missing_ok: bool = False, hint: str = ""
+    ) -> T | None:
+        """The one mapping from the client's failures to this door's error: every call goes through it.
+
+        ``missing_ok``: a 404 is an answer (``None``), not a failure. Anything else the client or the
+        connection raises is ``KubernetesUnavailable`` naming ``what`` (temporary: callers retry or
+        answer 503)."""
+        error: Exception
+        try:
+            return self._within(what, call)
+        except ApiException as exc:
+            if missing_ok and exc.status == 404:
+                return None
+            error = exc
+        except (HTTPError, OSError, ValueError, TypeError) as exc:  # ValueError: an HTML body
+            error = exc
+        suffix = f" ({hint})" if hint else ""
+        raise KubernetesUnavailable(f"{what} failed: {_why(error)}{suffix}") from error
 
     def _within(self, what: str, call: Callable[[], T]) -> T:
         """``call`` with one deadline for the whole exchange: the client's own timeout applies per
@@ -355,6 +404,16 @@ class KubeClient:
 _CALLS = concurrent.futures.ThreadPoolExecutor(8, thread_name_prefix="kube-call")
 """Runs Kubernetes calls so the caller can stop waiting at the deadline (a stuck call ends at the
 client's own socket timeout)."""
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _items(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A list answer's objects; anything that is not an object is skipped (never a traceback)."""
+    items = body.get("items")
+    return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
 
 
 def _resource_attributes(attrs: Mapping[str, str] | None) -> client.V1ResourceAttributes | None:

@@ -328,3 +328,87 @@ def test_pod_list_is_paginated_and_keeps_slim_shared_records(kube: KubeDouble, t
     assert all(p.labels is batch[0].labels for p in batch)  # one mapping for 1,203 identical label sets
     assert dict(batch[0].labels) == {"app": "batch", "tier": "gpu"}
     assert not hasattr(batch[0], "__dict__")  # slotted: no per-pod dict
+
+
+class _HtmlEverywhere:
+    """A stand-in API server on 127.0.0.1 answering every request HTTP 200 with an HTML page (a
+    misconfigured proxy or login portal), or with a truncated JSON object."""
+
+    def __init__(self, body: bytes) -> None:
+        import http.server  # noqa: PLC0415
+        import threading  # noqa: PLC0415
+
+        payload = body
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def kubeconfig(self, path: Path) -> Path:
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "c", "cluster": {"server": self.url}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": "x",
+                }
+            )
+        )
+        return path
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [(b"<html><body>Sign in</body></html>", "not JSON"), (b'{"items": [{"metadata"', "truncated")],
+)
+def test_every_call_maps_an_unreadable_answer_to_one_error(tmp_path: Path, body: bytes, said: str) -> None:
+    from adapter.errors import KubernetesUnavailable  # noqa: PLC0415
+
+    server = _HtmlEverywhere(body)
+    try:
+        kube = KubeClient(kubeconfig=str(server.kubeconfig(tmp_path / "kubeconfig")), timeout=5)
+        calls: dict[str, Callable[[], object]] = {
+            "listing pods of ai-serving": lambda: kube.pod_details("ai-serving"),
+            "metrics.k8s.io pods of ai-serving": lambda: kube.pod_usage("ai-serving"),
+            "reading HPA ai-serving/llm": lambda: kube.hpa_status("ai-serving", "llm"),
+            "reading APIService v1beta1.custom.metrics.k8s.io": lambda: kube.apiservices(
+                ["v1beta1.custom.metrics.k8s.io"]
+            ),
+            "listing pods": kube.list_pods,
+            "extension-apiserver-authentication": kube.authentication_configmap,
+            "TokenReview": lambda: kube.token_review("abc"),
+        }
+        for what, call in calls.items():
+            with pytest.raises(KubernetesUnavailable) as caught:
+                call()
+            message = str(caught.value)
+            assert what in message, message
+            assert "\n" not in message
+            if what != "TokenReview":  # the typed model path says only that it could not be read
+                assert said in message, message
+        kube.close()
+    finally:
+        server.close()
