@@ -7,6 +7,9 @@ change, the gRPC self-metrics and the command-line flags."""
 from __future__ import annotations
 
 import argparse
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -364,3 +367,33 @@ def test_huge_numbers_fit_the_deprecated_integer_fields(stub: pb_grpc.ExternalSc
     spec = stub.GetMetricSpec(ref(metric="gpu_utilization_sum", targetValue="1e30"), timeout=10).metricSpecs
     assert (spec[0].targetSizeFloat, spec[0].targetSize) == (1e30, 2**63 - 1)
     assert (spec[0].metricName,) == ("gpu_utilization_sum",)
+
+
+def test_the_adapter_process_serves_the_scaler_from_its_flags(prom: PromEnv, tmp_path: Path) -> None:
+    """``gpupilot-adapter serve --external-scaler-address`` as a process: answers, then exits 0 on SIGTERM."""
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    port = free_port()
+    cmd = [
+        *(sys.executable, "-m", "adapter", "serve", "--prometheus-url", prom.url, "--config", str(config)),
+        *("--bind-address", "127.0.0.1", "--secure-port", str(free_port())),
+        *("--self-signed-cert-dir", str(tmp_path / "tls"), "--authorization-mode", "none"),
+        *("--pod-source", "none", "--refresh-interval", "1"),
+        *("--external-scaler-address", f"127.0.0.1:{port}"),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            grpc.channel_ready_future(channel).result(timeout=30)
+            stub = pb_grpc.ExternalScalerStub(channel)
+            r = ref(metric="inference_queue_depth_total", targetValue="4")
+            assert metrics(stub, r).metricValueFloat == 36.0
+            assert stub.IsActive(r, timeout=10).result is True
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=20)
+        assert proc.returncode == 0, stderr[-2000:]
+        assert f"KEDA external scaler (gRPC, plaintext) on 127.0.0.1:{port}" in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
