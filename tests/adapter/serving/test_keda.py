@@ -7,6 +7,7 @@ change, the gRPC self-metrics and the command-line flags."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from adapter.serving.keda import externalscaler_pb2 as pb
 from adapter.serving.keda import externalscaler_pb2_grpc as pb_grpc
 from devkit.prometheus import free_port
 from tests.adapter.conftest import Client, PromEnv, base_settings
-from tests.support.adapter.pki import Pki
+from tests.support.adapter.pki import Pki, make_ca
 
 EXT = "/apis/external.metrics.k8s.io/v1beta1"
 CONFIG = """\
@@ -397,3 +398,28 @@ def test_the_adapter_process_serves_the_scaler_from_its_flags(prom: PromEnv, tmp
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_renewed_serving_certificate_is_used_for_new_connections(
+    prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], tmp_path: Path
+) -> None:
+    cert, key = tmp_path / "serving.crt", tmp_path / "serving.key"
+    shutil.copy(pki.server.cert, cert)
+    shutil.copy(pki.server.key, key)
+    settings = ScalerSettings(host="127.0.0.1", port=0, tls_cert_file=cert, tls_key_file=key)
+    adapter = start_adapter(base_settings(prom.url, pki, external_scaler=settings))
+    assert adapter.scaler is not None
+    r = ref(metric="gpupilot_fleet_waste_gpu_equivalents", targetValue="1")
+
+    def ask(ca: Path) -> float:
+        creds = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+        with grpc.secure_channel(f"localhost:{adapter.scaler.port}", creds) as channel:  # type: ignore[union-attr]
+            return metrics(pb_grpc.ExternalScalerStub(channel), r).metricValueFloat
+
+    assert ask(pki.serving_ca.path) == 1.5
+    renewed_ca = make_ca(tmp_path / "renewed", "renewed-ca")
+    renewed = renewed_ca.issue(tmp_path / "renewed", cn="gpupilot-adapter", server=True)
+    key.write_bytes(renewed.key.read_bytes())  # as the kubelet swaps a Secret's files
+    cert.write_bytes(renewed.cert.read_bytes())
+    assert ask(renewed_ca.path) == 1.5  # a new connection's handshake re-reads the changed files
+    assert rpc_error(lambda: ask(pki.serving_ca.path)).code() == grpc.StatusCode.UNAVAILABLE
