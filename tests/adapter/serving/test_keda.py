@@ -423,3 +423,9 @@ def test_a_renewed_serving_certificate_is_used_for_new_connections(
     cert.write_bytes(renewed.cert.read_bytes())
     assert ask(renewed_ca.path) == 1.5  # a new connection's handshake re-reads the changed files
     assert rpc_error(lambda: ask(pki.serving_ca.path)).code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_messages_over_64_kib_are_refused(stub: pb_grpc.ExternalScalerStub) -> None:
+    big = ref(metric="gpu_utilization_sum", targetValue="1", labelSelector="pod in (" + "a," * 40_000 + "b)")
+    err = rpc_error(lambda: stub.IsActive(big, timeout=10))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
