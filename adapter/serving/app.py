@@ -114,6 +114,14 @@ class Adapter:
             external_enabled=settings.external_metrics,
             ready=self._ready_checks,
         )
+        self.scaler: ScalerServer | None = None  # before any socket is bound: its TLS files are read here
+        if settings.external_scaler is not None:
+            self.scaler = ScalerServer(
+                settings=settings.external_scaler,
+                scaler=Scaler(values=self.values),
+                stats=self.metrics.scaler_requests,
+                poll_interval=interval,
+            )
         self._published = self._published_cas()
         self.authenticator, ca_pems = self._authenticator()
         if auth.authorization_mode == "none":
@@ -136,14 +144,6 @@ class Adapter:
             ssl_context=lambda: self._ssl,
             limits=settings.limits,
         )
-        self.scaler: ScalerServer | None = None
-        if settings.external_scaler is not None:
-            self.scaler = ScalerServer(
-                settings=settings.external_scaler,
-                scaler=Scaler(values=self.values),
-                stats=self.metrics.scaler_requests,
-                poll_interval=interval,
-            )
         watched = [self._cert, self._key]
         watched += [f for f in (auth.requestheader_client_ca_file, auth.client_ca_file) if f is not None]
         self.tls_watch = FilesWatch(
