@@ -349,6 +349,7 @@ COMPONENTS = {
     "exporter/unprivileged": "exporter.unprivileged=true",
     "exporter/legacy-gpu-operator": "exporter.migPause=dcgm-exporter",
     "adapter/external": "adapter.externalMetrics=true",
+    "adapter/keda": "adapter.externalScaler.enabled=true",
     "rightsizer/auto-apply": "rightsizer.autoApply.enabled=true",
 }
 
