@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpupilot_common import checked
+from gpupilot_common import atomicfile, checked
 from gpupilot_common.checked import FieldPath
 from rightsizer.errors import InputError
 
@@ -372,8 +372,9 @@ def plan_to_dict(plan: Plan) -> JsonDict:
 
 
 def dump_plan(plan: Plan, path: Path) -> None:
-    """Write ``plan`` as indented JSON (stable key order) to ``path``."""
-    path.write_text(json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n")
+    """Write ``plan`` as indented JSON (stable key order) to ``path``, atomically: a failed write
+    (full disk, crash) leaves the previous plan intact (:class:`atomicfile.WriteFailed`)."""
+    atomicfile.write_text(path, json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- load
@@ -422,6 +423,19 @@ class _Reader:
 
     def r_raw_obj(self, key: str, default: object = ...) -> JsonDict:
         value: JsonDict = self._get(key, dict, "an object", default)
+        return value
+
+    def r_mig_doc(self, key: str) -> JsonDict:
+        """A mig-parted document: an object whose ``mig-configs`` (when present) maps each config
+        name to a list of entries; the entries themselves are checked by ``apply``'s plan check."""
+        value = self.r_raw_obj(key)
+        if "mig-configs" in value:
+            configs = _Reader(self.doc, value["mig-configs"], (*self.path, key, "mig-configs"))
+            for name in configs.data:
+                if not isinstance(name, str):
+                    raise self.doc.fail((*configs.path,), f"config names must be strings, got {name!r:.40}")
+                for i, entry in enumerate(configs.r_list(name)):
+                    _Reader(self.doc, entry, (*configs.path, name, i))
         return value
 
     def r_list(self, key: str, default: object = ...) -> list[Any]:
@@ -477,7 +491,7 @@ def _node(r: _Reader) -> NodePlan:
         current=tuple(_layout(g) for g in r.r_objs("current")),
         proposed=tuple(_layout(g) for g in r.r_objs("proposed")),
         config_name=r.r_str("config_name"),
-        config_document=r.r_raw_obj("config_document"),
+        config_document=r.r_mig_doc("config_document"),
         slices_freed=r.r_int("slices_freed"),
         gpus_freed=r.r_int("gpus_freed"),
         expected_utilisation=r.r_float("expected_utilisation"),
@@ -531,7 +545,7 @@ def _plan(doc: checked.Document) -> Plan:
             seconds=s.r_float("seconds"),
         ),
         totals=_totals(r.r_obj("totals")),
-        mig_parted_config=r.r_raw_obj("mig_parted_config"),
+        mig_parted_config=r.r_mig_doc("mig_parted_config"),
         nodes=tuple(_node(n) for n in r.r_objs("nodes")),
         time_slicing=tuple(
             TimeSlicingRecommendation(
