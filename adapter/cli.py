@@ -23,7 +23,7 @@ from adapter.prometheus import PrometheusClient
 from adapter.quantity import parse_quantity
 from adapter.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
 from adapter.values import MetricValues
-from gpupilot_common import numbers, promauth, timefmt
+from gpupilot_common import atomicfile, numbers, promauth, timefmt
 from gpupilot_common.cli import OneLineParser
 from gpupilot_common.urls import base_url
 
@@ -575,12 +575,16 @@ def _replay(args: argparse.Namespace) -> int:
     if args.chart:
         from adapter.replay_chart import write_chart  # noqa: PLC0415 - matplotlib loads only for a chart
 
-        write_chart(
-            args.chart,
-            runs,
-            title=f"{spec.namespace}/{spec.name}: replicas, recorded and replayed",
-            max_replicas=spec.max_replicas,
-        )
+        try:
+            write_chart(
+                args.chart,
+                runs,
+                title=f"{spec.namespace}/{spec.name}: replicas, recorded and replayed",
+                max_replicas=spec.max_replicas,
+            )
+        except atomicfile.WriteFailed as exc:
+            print(f"replay-hpa: {exc}", file=sys.stderr)
+            return 1
         print(f"  chart: {args.chart}")
     return 0
 

@@ -25,6 +25,7 @@ import yaml
 from adapter import resources
 from adapter.config import parse_config
 from adapter.errors import ConfigError
+from gpupilot_common import atomicfile
 
 MAX_BYTES = 4 << 20
 _SERIES_QUERY = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)\s*(\{.*\})?\s*$", re.S)
@@ -281,7 +282,11 @@ def run(args: argparse.Namespace) -> int:
         + yaml.safe_dump(doc, sort_keys=False, width=110)
     )
     if args.out:
-        args.out.write_text(text)
+        try:
+            atomicfile.write_text(args.out, text)
+        except atomicfile.WriteFailed as exc:
+            print(f"convert-config: {exc}", file=sys.stderr)
+            return 1
         print(
             f"wrote {args.out}: {len(conv.metrics)} metric(s), {len(conv.external)} external", file=sys.stderr
         )

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpupilot_common import numbers, promauth, timefmt
+from gpupilot_common import atomicfile, numbers, promauth, timefmt
 from gpupilot_common.urls import base_url
 from rightsizer.analysis.history import CLUSTER
 from rightsizer.clients.chunks import QueryLimits
@@ -337,6 +337,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         dump_plan(plan, args.out)
+    except atomicfile.WriteFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpupilot_common import atomicfile
 from mig_geometry.placement import describe
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.plan import clusters, idle
@@ -236,18 +237,27 @@ class Written:
     images: tuple[Path, ...]
 
 
+def _report_file(name: str) -> bool:
+    """A name a report directory holds (what :func:`write_report` writes)."""
+    return name in ("report.html", "report.md") or name.endswith((".png", ".csv"))
+
+
 def write_report(report: Report, out_dir: Path) -> Written:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    images = []
-    for name, png in report.charts.items():
-        path = out_dir / name
-        path.write_bytes(png)
-        images.append(path)
-    html = out_dir / "report.html"
-    html.write_text(report_render.html(report), encoding="utf-8")
-    md = out_dir / "report.md"
-    md.write_text(report_render.markdown(report), encoding="utf-8")
-    return Written(html, md, tuple(images))
+    """Write the report's files into ``out_dir``, replacing the directory as a whole: they are built
+    in a directory beside it and swapped in, so a failed write (full disk) leaves the previous
+    report as it was, never a new chart beside old pages (:class:`atomicfile.WriteFailed`)."""
+    html_text = report_render.html(report)
+    md_text = report_render.markdown(report)
+
+    def build(staging: Path) -> None:
+        for name, png in report.charts.items():
+            (staging / name).write_bytes(png)
+        (staging / "report.html").write_text(html_text, encoding="utf-8")
+        (staging / "report.md").write_text(md_text, encoding="utf-8")
+
+    atomicfile.replace_dir(out_dir, build, owned=_report_file)
+    images = tuple(out_dir / name for name in report.charts)
+    return Written(out_dir / "report.html", out_dir / "report.md", images)
 
 
 def generate(

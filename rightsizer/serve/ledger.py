@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Protocol
 
+from gpupilot_common import atomicfile
 from rightsizer.clients.kube import ConflictError, Kube
 from rightsizer.errors import RightsizerError
 
@@ -59,9 +60,7 @@ class FileLedger:
 
     def save(self, entries: Entries) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-        tmp.replace(self.path)
+        atomicfile.write_text(self.path, json.dumps(entries, indent=1, sort_keys=True))
 
 
 class ConfigMapLedger:
