@@ -24,6 +24,7 @@ from adapter.selfmetrics import SelfMetrics
 from adapter.server import AdapterHTTPServer, App
 from adapter.settings import ServeSettings
 from adapter.tlsutil import certificate_expiry, self_signed_pair, server_context
+from adapter.valuecheck import ValueCheck
 from adapter.values import MetricValues
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Adapter:
             timeout=p.timeout,
             auth=p.auth,
             registry_metrics=self.metrics.prometheus,
+            limits=p.limits,
         )
         auth = settings.auth
         needs_kube = (
@@ -105,6 +107,7 @@ class Adapter:
             pods=self.pods,
             max_value_age=settings.max_value_age,
             cache=self.cache,
+            checks=ValueCheck(self.metrics.registry),
         )
         self.api = MetricsApi(
             values=self.values,

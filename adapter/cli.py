@@ -19,11 +19,11 @@ from adapter.config import load_config
 from adapter.errors import AdapterError, ConfigError, PrometheusDenied
 from adapter.kube import KubeClient
 from adapter.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
-from adapter.prometheus import PrometheusClient
+from adapter.prometheus import DEFAULT_LIMITS, PrometheusClient
 from adapter.quantity import parse_quantity
 from adapter.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
 from adapter.values import MetricValues
-from gpupilot_common import atomicfile, numbers, promauth, timefmt
+from gpupilot_common import atomicfile, numbers, promanswer, promauth, timefmt
 from gpupilot_common.cli import OneLineParser
 from gpupilot_common.urls import base_url
 
@@ -74,6 +74,22 @@ def _add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> Non
         type=seconds,
         default=5.0,
         help="deadline in seconds for each Prometheus request, connect to last byte (default 5)",
+    )
+    limits = DEFAULT_LIMITS
+    p.add_argument(
+        "--max-answer-series",
+        type=numbers.whole(low=1, high=100_000_000),
+        default=limits.max_series,
+        metavar="N",
+        help="series one Prometheus answer may hold; past it the query fails (503, one line naming it) "
+        f"and the answer is not read further (default {limits.max_series:,})",
+    )
+    p.add_argument(
+        "--max-answer-bytes",
+        type=numbers.whole(low=1024, high=1 << 40),
+        default=limits.max_bytes,
+        metavar="N",
+        help=f"bytes one Prometheus answer may hold, likewise (default {limits.max_bytes:,}, 64 MiB)",
     )
     promauth.add_arguments(p)
     p.add_argument(
@@ -310,10 +326,16 @@ def _prometheus_auth(args: argparse.Namespace) -> promauth.PrometheusAuth:
         raise ConfigError(str(exc)) from None
 
 
+def _answer_limits(args: argparse.Namespace) -> promanswer.AnswerLimits:
+    return promanswer.AnswerLimits(max_series=args.max_answer_series, max_bytes=args.max_answer_bytes)
+
+
 def _open_prometheus(args: argparse.Namespace, *, timeout: float) -> PrometheusClient:
     """The client for explain-hpa / replay-hpa, stopped at once (one line, exit 1) when the backend
     refuses the tenant or credentials, rather than a table of per-metric 401s."""
-    prometheus = PrometheusClient(args.prometheus_url, timeout=timeout, auth=_prometheus_auth(args))
+    prometheus = PrometheusClient(
+        args.prometheus_url, timeout=timeout, auth=_prometheus_auth(args), limits=_answer_limits(args)
+    )
     try:
         prometheus.check_access()
     except PrometheusDenied:
@@ -332,6 +354,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
             url=args.prometheus_url,
             timeout=args.prometheus_timeout,
             auth=_prometheus_auth(args),
+            limits=_answer_limits(args),
         ),
         tls=TlsSettings(args.tls_cert_file, args.tls_private_key_file, args.self_signed_cert_dir),
         auth=AuthSettings(

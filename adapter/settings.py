@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapter.prometheus import DEFAULT_LIMITS
+from gpupilot_common.promanswer import AnswerLimits
 from gpupilot_common.promauth import PrometheusAuth
 
 
@@ -15,6 +17,8 @@ class PrometheusSettings:
     """Seconds per Prometheus request; the aggregation layer gives discovery 5 s, the HPA more."""
     auth: PrometheusAuth = field(default_factory=PrometheusAuth)
     """Tenant, basic auth or bearer token file, CA bundle and client certificate."""
+    limits: AnswerLimits = DEFAULT_LIMITS
+    """Series and bytes one answer may hold (``--max-answer-series``, ``--max-answer-bytes``)."""
 
 
 @dataclass(frozen=True)

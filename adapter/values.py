@@ -29,6 +29,7 @@ from adapter.prometheus import PrometheusClient, Sample
 from adapter.refresh import RefreshingCache
 from adapter.resources import Resource
 from adapter.selectors import Selector, promql_escape, regex_alternatives, to_promql_matchers
+from adapter.valuecheck import ValueCheck
 
 
 class ObjectValue(NamedTuple):
@@ -122,8 +123,10 @@ class MetricValues:
         pods: PodSource | None,
         max_value_age: float,
         cache: RefreshingCache[object] | None = None,
+        checks: ValueCheck | None = None,
     ) -> None:
         self._config = config
+        self._checks = checks or ValueCheck()
         self._prometheus = prometheus
         self._pods = pods
         self.max_value_age = max_value_age
@@ -231,11 +234,9 @@ class MetricValues:
         samples = self._prometheus.query(query)
         wanted = {p.name for p in picked} if picked is not None else None
         values = _object_values(
-            samples,
+            self._checks.per_object(samples, label=label, metric=metric, wanted=wanted),
             resource=resource,
             namespace=namespace if resource.namespaced else "",
-            label=label,
-            wanted=wanted,
             window=rule.window_seconds,
         )
         if name != "*" and not values:
@@ -279,9 +280,8 @@ class MetricValues:
 
         def load() -> tuple[dict[str, ObjectValue], Memo]:
             samples = self._prometheus.query(query)
-            values = _object_values(
-                samples, resource=resource, namespace=scope, label=label, wanted=None, window=window
-            )
+            picked = self._checks.per_object(samples, label=label, metric=metric, wanted=None)
+            values = _object_values(picked, resource=resource, namespace=scope, window=window)
             return {v.name: v for v in values}, Memo()
 
         return ("custom", query, label, resource, scope, window), load
@@ -319,7 +319,7 @@ class MetricValues:
                     s.timestamp,
                     rule.window_seconds,
                 )
-                for s in self._prometheus.query(query)
+                for s in self._checks.external(self._prometheus.query(query), metric=metric)
             ]
 
         if self._cache is None:
@@ -346,20 +346,10 @@ def _name_pods(selected: int, in_namespace: int) -> bool:
 
 
 def _object_values(
-    samples: list[Sample],
-    *,
-    resource: Resource,
-    namespace: str,
-    label: str,
-    wanted: set[str] | None,
-    window: int,
+    picked: Mapping[str, Sample], *, resource: Resource, namespace: str, window: int
 ) -> list[ObjectValue]:
-    out: dict[str, ObjectValue] = {}
-    for s in samples:
-        name = s.labels.get(label)
-        if not name or (wanted is not None and name not in wanted):
-            continue
-        if name in out:  # a template that does not aggregate: keep the first, deterministically
-            continue
-        out[name] = ObjectValue(resource, namespace, name, s.value, s.timestamp, window)
-    return [out[k] for k in sorted(out)]
+    """The checked samples (one per object name) as served values, sorted by name."""
+    return [
+        ObjectValue(resource, namespace, name, picked[name].value, picked[name].timestamp, window)
+        for name in sorted(picked)
+    ]

@@ -117,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         plan = load_plan(args.plan) if args.plan is not None else None
         with PrometheusClient(
-            args.prometheus_url, timeout=args.timeout, auth=plan_cmd.prometheus_auth(args)
+            args.prometheus_url,
+            timeout=args.timeout,
+            auth=plan_cmd.prometheus_auth(args),
+            limits=plan_cmd.answer_limits_from(args),
         ) as client:
             settings = PlanSettings(
                 window_s=args.window,

@@ -1,0 +1,99 @@
+"""A 1,000,000-series Prometheus answer (a stand-in streaming it on 127.0.0.1): the adapter and
+``plan`` stop reading at their series limit and exit with one line naming the query and the flag,
+within their timeout, the adapter under 400 MiB and ``plan`` under 1 GiB of resident memory
+(sampled with psutil while they run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from devkit.hugeanswer import HugeAnswerServer
+
+REPO = Path(__file__).resolve().parents[2]
+SERIES = 1_000_000
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def huge() -> Iterator[HugeAnswerServer]:
+    with HugeAnswerServer(SERIES) as server:
+        yield server
+
+
+def run_measured(args: list[str], *, timeout: float) -> tuple[int, str, int, float]:
+    """(exit status, stderr, peak RSS in bytes, seconds) of a command."""
+    started = time.monotonic()
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    watched, peak = psutil.Process(proc.pid), 0
+    try:
+        while proc.poll() is None and time.monotonic() - started < timeout:
+            try:
+                peak = max(peak, watched.memory_info().rss)
+            except psutil.Error:
+                break
+            time.sleep(0.01)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, err = proc.communicate()
+    return proc.returncode, err.decode(), peak, time.monotonic() - started
+
+
+def test_the_adapter_refuses_a_million_series_in_bounded_memory(huge: HugeAnswerServer) -> None:
+    code, err, peak, took = run_measured(
+        [
+            sys.executable,
+            "-m",
+            "adapter",
+            "explain-hpa",
+            "-f",
+            "examples/hpa-llm-inference.yaml",
+            "--prometheus-url",
+            huge.url,
+            "--prometheus-timeout",
+            "30",
+        ],
+        timeout=60,
+    )
+    assert code == 1 and took < 30, (code, took, err)
+    assert err.strip() == (
+        f"gpupilot-adapter explain-hpa: Prometheus at {huge.url}: the answer to "
+        "'kube_pod_labels{namespace=\"ai-serving\"}' holds more than 100,000 series (--max-answer-series); "
+        "narrow the query or raise the limit"
+    )
+    assert peak < 400 * MiB, f"adapter peaked at {peak / MiB:.0f} MiB"
+
+
+def test_plan_refuses_a_million_series_in_bounded_memory(huge: HugeAnswerServer, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    out.write_text("the previous plan")
+    code, err, peak, took = run_measured(
+        [
+            sys.executable,
+            "-m",
+            "rightsizer",
+            "plan",
+            "--prometheus-url",
+            huge.url,
+            "--out",
+            str(out),
+            "--timeout",
+            "60",
+            "--quiet",
+        ],
+        timeout=120,
+    )
+    assert code == 1 and took < 60, (code, took, err)
+    assert err.strip() == (
+        f"error: Prometheus at {huge.url}: the answer to 'last_over_time(gpupilot_gpu_info[900s])' holds "
+        "more than 200,000 series (--max-answer-series); narrow the query or raise the limit"
+    )
+    assert peak < 1024 * MiB, f"plan peaked at {peak / MiB:.0f} MiB"
+    assert out.read_text() == "the previous plan"
