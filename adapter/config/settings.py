@@ -1,0 +1,101 @@
+"""Settings for ``gpupilot-adapter serve``, parsed once from the command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpupilot_common.promanswer import AnswerLimits
+from gpupilot_common.promauth import PrometheusAuth
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    url: str
+    timeout: float = 5.0
+    """Seconds per Prometheus request; the aggregation layer gives discovery 5 s, the HPA more."""
+    auth: PrometheusAuth = field(default_factory=PrometheusAuth)
+    """Tenant, basic auth or bearer token file, CA bundle and client certificate."""
+    limits: AnswerLimits = field(default_factory=AnswerLimits)
+    """Series and bytes one answer may hold (``--max-answer-series``, ``--max-answer-bytes``)."""
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    cert_file: Path | None
+    key_file: Path | None
+    self_signed_dir: Path | None = None
+    """Only for local use: generate (or reuse) a self-signed pair here."""
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    client_ca_file: Path | None = None
+    requestheader_client_ca_file: Path | None = None
+    requestheader_allowed_names: tuple[str, ...] = ()
+    """Empty = any CN signed by the request-header CA, as in kube-apiserver."""
+    requestheader_username_headers: tuple[str, ...] = ("X-Remote-User",)
+    requestheader_group_headers: tuple[str, ...] = ("X-Remote-Group",)
+    requestheader_extra_headers_prefix: tuple[str, ...] = ("X-Remote-Extra-",)
+    authentication_skip_lookup: bool = False
+    """Do not read kube-system/extension-apiserver-authentication for missing CA settings."""
+    authorization_mode: str = "subjectaccessreview"
+    cache_ttl: float = 10.0
+    """Seconds TokenReview and SubjectAccessReview answers are reused (kube's delegated default)."""
+    always_allow_paths: tuple[str, ...] = ("/healthz", "/readyz", "/livez")
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    max_connections: int = 512
+    """Open connections (incl. TLS handshakes in progress); more wait in the listen backlog. A
+    connection in its TLS handshake costs about 60 KB (OpenSSL 3), so 512 stay within ~30 MiB; the
+    adapter's real clients (each kube-apiserver's pool, Prometheus) need a few dozen."""
+    max_inflight: int = 8
+    """Metric requests answered at once (worker threads); more wait ``inflight_wait``, then 429."""
+    inflight_wait: float = 10.0
+    handshake_timeout: float = 10.0
+    """Seconds for the TLS handshake."""
+    busy_handshake_timeout: float = 1.0
+    """Seconds for the TLS handshake while all ``max_connections`` are taken: slower ones are shed."""
+    idle_timeout: float = 60.0
+    """Seconds a connection may sit without a complete request head (idle keep-alive or slowloris)."""
+    write_timeout: float = 30.0
+    """Seconds to hand an answer to the client before the connection is cut."""
+    max_url_bytes: int = 16384
+    max_header_bytes: int = 8190
+    max_headers: int = 100
+    max_body_bytes: int = 0
+    """Read-only API: any request body is refused (413)."""
+    backlog: int = 2048
+    """Connections the kernel queues beyond ``max_connections`` (capped by net.core.somaxconn)."""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    prometheus: PrometheusSettings
+    tls: TlsSettings
+    auth: AuthSettings
+    config_path: Path | None = None
+    """None = the packaged default-config.yaml."""
+    bind_address: str = "0.0.0.0"  # noqa: S104 - in a pod the Service must reach it
+    secure_port: int = 6443
+    kubeconfig: str = ""
+    """Empty = in-cluster service account (when the Kubernetes API is needed at all)."""
+    kube_timeout: float = 10.0
+    """Deadline in seconds for each Kubernetes call: TokenReview, SubjectAccessReview, one list page."""
+    pod_source: str = "kubernetes"
+    pod_cache_seconds: float = 15.0
+    """Prometheus pod source only: how long a namespace's pod listing is reused (one HPA sync)."""
+    discovery_interval: float = 30.0
+    max_value_age: float = 120.0
+    """Seconds; older values are not served (0 = no limit)."""
+    external_metrics: bool = True
+    limits: ServerLimits = ServerLimits()
+    refresh_interval: float | None = None
+    """Seconds between re-evaluations of each metric asked for; None = Prometheus' global
+    scrape_interval (15 s when Prometheus does not publish its config)."""
+    refresh_idle_drop: float = 600.0
+    """Seconds after the last request for a metric before it is no longer refreshed."""
+    config_check_interval: float = 5.0
+    """Seconds between checks of the config file for changes (SIGHUP reloads at once)."""
