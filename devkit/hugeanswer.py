@@ -10,8 +10,14 @@ the server stop generating too. ``bytes_sent`` says how much of it went out.
 from __future__ import annotations
 
 import socketserver
+import subprocess
 import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
+
+import psutil
 
 BLOCK = 1000
 HEAD = b'{"status":"success","data":{"resultType":"vector","result":['
@@ -90,3 +96,32 @@ class HugeAnswerServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     ) -> None:
         self.shutdown()
         self.server_close()
+
+
+@dataclass(frozen=True)
+class Measured:
+    code: int
+    """Exit status (-9 when killed at the time limit)."""
+    stderr: str
+    peak_rss: int
+    """Highest resident set size seen, bytes (sampled every 10 ms with psutil)."""
+    seconds: float
+
+
+def run_measured(args: list[str], *, cwd: Path, limit: float) -> Measured:
+    """Run a command, sampling its memory until it exits (killed after ``limit`` seconds)."""
+    started = time.monotonic()
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    watched, peak = psutil.Process(proc.pid), 0
+    try:
+        while proc.poll() is None and time.monotonic() - started < limit:
+            try:
+                peak = max(peak, watched.memory_info().rss)
+            except psutil.Error:
+                break
+            time.sleep(0.01)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, err = proc.communicate()
+    return Measured(proc.returncode, err.decode(), peak, time.monotonic() - started)

@@ -5,16 +5,13 @@ within their timeout, the adapter under 400 MiB and ``plan`` under 1 GiB of resi
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
-from devkit.hugeanswer import HugeAnswerServer
+from devkit.hugeanswer import HugeAnswerServer, run_measured
 
 REPO = Path(__file__).resolve().parents[2]
 SERIES = 1_000_000
@@ -27,27 +24,8 @@ def huge() -> Iterator[HugeAnswerServer]:
         yield server
 
 
-def run_measured(args: list[str], *, timeout: float) -> tuple[int, str, int, float]:
-    """(exit status, stderr, peak RSS in bytes, seconds) of a command."""
-    started = time.monotonic()
-    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    watched, peak = psutil.Process(proc.pid), 0
-    try:
-        while proc.poll() is None and time.monotonic() - started < timeout:
-            try:
-                peak = max(peak, watched.memory_info().rss)
-            except psutil.Error:
-                break
-            time.sleep(0.01)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    _, err = proc.communicate()
-    return proc.returncode, err.decode(), peak, time.monotonic() - started
-
-
 def test_the_adapter_refuses_a_million_series_in_bounded_memory(huge: HugeAnswerServer) -> None:
-    code, err, peak, took = run_measured(
+    run = run_measured(
         [
             sys.executable,
             "-m",
@@ -60,8 +38,10 @@ def test_the_adapter_refuses_a_million_series_in_bounded_memory(huge: HugeAnswer
             "--prometheus-timeout",
             "30",
         ],
-        timeout=60,
+        cwd=REPO,
+        limit=60,
     )
+    code, err, peak, took = run.code, run.stderr, run.peak_rss, run.seconds
     assert code == 1 and took < 30, (code, took, err)
     assert err.strip() == (
         f"gpupilot-adapter explain-hpa: Prometheus at {huge.url}: the answer to "
@@ -74,7 +54,7 @@ def test_the_adapter_refuses_a_million_series_in_bounded_memory(huge: HugeAnswer
 def test_plan_refuses_a_million_series_in_bounded_memory(huge: HugeAnswerServer, tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     out.write_text("the previous plan")
-    code, err, peak, took = run_measured(
+    run = run_measured(
         [
             sys.executable,
             "-m",
@@ -88,8 +68,10 @@ def test_plan_refuses_a_million_series_in_bounded_memory(huge: HugeAnswerServer,
             "60",
             "--quiet",
         ],
-        timeout=120,
+        cwd=REPO,
+        limit=120,
     )
+    code, err, peak, took = run.code, run.stderr, run.peak_rss, run.seconds
     assert code == 1 and took < 60, (code, took, err)
     assert err.strip() == (
         f"error: Prometheus at {huge.url}: the answer to 'last_over_time(gpupilot_gpu_info[900s])' holds "
