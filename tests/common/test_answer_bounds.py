@@ -79,3 +79,14 @@ def test_plan_refuses_a_million_series_in_bounded_memory(huge: HugeAnswerServer,
     )
     assert peak < 1024 * MiB, f"plan peaked at {peak / MiB:.0f} MiB"
     assert out.read_text() == "the previous plan"
+
+
+def test_the_demo_query_helper_reads_through_the_same_bounds(huge: HugeAnswerServer) -> None:
+    from devkit.demo import promql  # noqa: PLC0415 - the demo's door, only here
+
+    with pytest.raises(promql.QueryError) as err:
+        promql.query(huge.url, "up", timeout=30)
+    assert str(err.value) == (
+        f"Prometheus at {huge.url}: the answer to 'up' holds more than 100,000 series "
+        "(--max-answer-series); narrow the query or raise the limit"
+    )
