@@ -8,13 +8,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv prometheus victoriametrics helm kubectl docs test lint unit demo bench clean protos dashboards manifests rules-test history history
+.PHONY: help venv prometheus victoriametrics helm kubectl docs test lint unit pytest demo bench clean protos dashboards manifests rules-test history history
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
 	@echo "make test   lint, type checks, import contracts, promtool rule tests and pytest"
 	@echo "make bench  benchmarks, each beside its baseline, ratios printed"
 	@echo "make lint   ruff + mypy + import-linter only"
+	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
 	@echo "make docs   build the documentation site into .site/ (mkdocs --strict)"
 	@echo "make manifests  regenerate dashboards/*.json and deploy/monitoring from their sources"
 
@@ -80,10 +81,19 @@ rules-test: prometheus
 	promtool check rules rules/*.rules.yaml
 	promtool test rules rules/tests/*.test.yaml
 
-unit: venv prometheus victoriametrics helm kubectl
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+# pytest-xdist workers: more than the cores, since many tests wait on servers they started.
+PYTEST_WORKERS ?= 4
+PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
-test: venv prometheus victoriametrics helm kubectl lint rules-test docs unit
+# Every test (what `make test` runs after the static checks).
+pytest: venv prometheus victoriametrics helm kubectl
+	$(PYTEST) $(PYTEST_ARGS)
+
+# The inner loop: the tests that start no Prometheus and are not marked slow.
+unit: venv
+	$(PYTEST) -m "not prometheus and not slow" $(PYTEST_ARGS)
+
+test: venv prometheus victoriametrics helm kubectl lint rules-test docs pytest
 
 # The documentation site (docs/, mkdocs + Material) into .site/; --strict: a broken link, anchor or
 # nav entry fails the build, and `make test` runs it.
