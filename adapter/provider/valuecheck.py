@@ -5,6 +5,8 @@ something.
 * A value whose magnitude a Kubernetes Quantity cannot carry (the HPA reads int64 milli-units, so
   beyond ±9.2e15) is refused for that object, never clamped: 1e308 served as the largest int64
   would drive an HPA to ``maxReplicas``.
+* A value outside the metric's ``valueRange`` (in the mapping file: 0–100 for a utilisation) is
+  refused for that object: 140 % utilisation is a broken series, not a reason to scale.
 * Two or more series for one object (a template that does not aggregate, two exporters for one
   pod) are refused for that object: no silent pick between 10 and 90.
 
@@ -31,6 +33,7 @@ QUANTITY_MAX = (2**63 - 1) / 1000.0
 NOT_FINITE = "not_finite"
 BEYOND_QUANTITY = "beyond_quantity"
 DUPLICATE_SERIES = "duplicate_series"
+OUT_OF_RANGE = "out_of_range"
 
 
 class ValueCheck:
@@ -40,26 +43,35 @@ class ValueCheck:
         self.refused = Counter(
             "gpupilot_adapter_values_refused_total",
             "Values from Prometheus not served, by reason: not_finite (NaN/Inf, skipped), "
-            "beyond_quantity (more than a Kubernetes Quantity carries), duplicate_series (several "
-            "series for one object).",
+            "beyond_quantity (more than a Kubernetes Quantity carries), out_of_range (outside the "
+            "metric's valueRange), duplicate_series (several series for one object).",
             ["reason"],
             registry=registry,
         )
-        for reason in (NOT_FINITE, BEYOND_QUANTITY, DUPLICATE_SERIES):
+        for reason in (NOT_FINITE, BEYOND_QUANTITY, OUT_OF_RANGE, DUPLICATE_SERIES):
             self.refused.labels(reason)
 
-    def value(self, value: float) -> str | None:
+    def value(self, value: float, value_range: tuple[float, float] | None = None) -> str | None:
         """Why ``value`` cannot be served (counted), or None."""
         if not math.isfinite(value):
-            self.refused.labels(NOT_FINITE).inc()
-            return NOT_FINITE
-        if abs(value) > QUANTITY_MAX:
-            self.refused.labels(BEYOND_QUANTITY).inc()
-            return BEYOND_QUANTITY
-        return None
+            reason = NOT_FINITE
+        elif abs(value) > QUANTITY_MAX:
+            reason = BEYOND_QUANTITY
+        elif value_range is not None and not value_range[0] <= value <= value_range[1]:
+            reason = OUT_OF_RANGE
+        else:
+            return None
+        self.refused.labels(reason).inc()
+        return reason
 
     def per_object(
-        self, samples: Iterable[Sample], *, label: str, metric: str, wanted: set[str] | None
+        self,
+        samples: Iterable[Sample],
+        *,
+        label: str,
+        metric: str,
+        wanted: set[str] | None,
+        value_range: tuple[float, float] | None = None,
     ) -> dict[str, Sample]:
         """One sample per object (the value of ``label``), every refusal left out and logged."""
         first: dict[str, Sample] = {}
@@ -75,11 +87,11 @@ class ValueCheck:
             if name in first:
                 duplicates[name] = [first.pop(name).value, s.value]
                 continue
-            reason = self.value(s.value)
-            if reason == BEYOND_QUANTITY:
-                refused.append(f"{label} {name}: {s.value:g} is beyond what a Quantity carries (±9.2e15)")
+            reason = self.value(s.value, value_range)
             if reason is None:
                 first[name] = s
+            elif reason != NOT_FINITE:
+                refused.append(f"{label} {name}: {_why(s.value, reason, value_range)}")
         for name, values in duplicates.items():
             self.refused.labels(DUPLICATE_SERIES).inc()
             shown = ", ".join(f"{v:g}" for v in values[:4])
@@ -92,21 +104,29 @@ class ValueCheck:
             log.warning("metric %s: not served for %s%s", metric, refused[0], more)
         return first
 
-    def external(self, samples: Iterable[Sample], *, metric: str) -> list[Sample]:
+    def external(
+        self, samples: Iterable[Sample], *, metric: str, value_range: tuple[float, float] | None = None
+    ) -> list[Sample]:
         """External metrics: every series is its own item; refused values are left out."""
         out = []
         for s in samples:
-            reason = self.value(s.value)
-            if reason == BEYOND_QUANTITY:
-                log.warning(
-                    "external metric %s: %s not served: %g is beyond what a Quantity carries (±9.2e15)",
-                    metric,
-                    _labels(s.labels),
-                    s.value,
-                )
+            reason = self.value(s.value, value_range)
             if reason is None:
                 out.append(s)
+            elif reason != NOT_FINITE:
+                log.warning(
+                    "external metric %s: %s not served: %s",
+                    metric,
+                    _labels(s.labels),
+                    _why(s.value, reason, value_range),
+                )
         return out
+
+
+def _why(value: float, reason: str, value_range: tuple[float, float] | None) -> str:
+    if reason == OUT_OF_RANGE and value_range is not None:
+        return f"{value:g} is outside the metric's valueRange [{value_range[0]:g}, {value_range[1]:g}]"
+    return f"{value:g} is beyond what a Quantity carries (±9.2e15)"
 
 
 def _labels(labels: Mapping[str, str]) -> str:

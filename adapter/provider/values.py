@@ -235,7 +235,9 @@ class MetricValues:
         samples = self._prometheus.query(query)
         wanted = {p.name for p in picked} if picked is not None else None
         values = _object_values(
-            self._checks.per_object(samples, label=label, metric=metric, wanted=wanted),
+            self._checks.per_object(
+                samples, label=label, metric=metric, wanted=wanted, value_range=rule.value_range
+            ),
             resource=resource,
             namespace=namespace if resource.namespaced else "",
             window=rule.window_seconds,
@@ -281,7 +283,9 @@ class MetricValues:
 
         def load() -> tuple[dict[str, ObjectValue], Memo]:
             samples = self._prometheus.query(query)
-            picked = self._checks.per_object(samples, label=label, metric=metric, wanted=None)
+            picked = self._checks.per_object(
+                samples, label=label, metric=metric, wanted=None, value_range=rule.value_range
+            )
             values = _object_values(picked, resource=resource, namespace=scope, window=window)
             return {v.name: v for v in values}, Memo()
 
@@ -320,7 +324,9 @@ class MetricValues:
                     s.timestamp,
                     rule.window_seconds,
                 )
-                for s in self._checks.external(self._prometheus.query(query), metric=metric)
+                for s in self._checks.external(
+                    self._prometheus.query(query), metric=metric, value_range=rule.value_range
+                )
             ]
 
         if self._cache is None:
