@@ -10,8 +10,12 @@ threads).
 Instant queries go as form-encoded POST bodies, so a query's length never meets a URL limit (the
 anchor's GET with ``pod=~"a|b|…"`` gets HTTP 414 behind proxies and VictoriaMetrics' 16 KiB limit).
 Metric names for discovery come from ``/api/v1/label/__name__/values`` (names only — never the
-huge ``/api/v1/series`` answer). Every failure becomes ``PrometheusUnavailable`` carrying the cause,
-which the API answers as 503.
+huge ``/api/v1/series`` answer). Answers are read in 64 KiB chunks by the shared reader
+(:mod:`gpupilot_common.promanswer`), which stops at ``--max-answer-series``/``--max-answer-bytes``
+and names each kind of failure (connection refused, timed out after N s, Prometheus' own error text,
+truncated JSON, over a limit); each becomes ``PrometheusUnavailable`` (``PrometheusDenied`` for
+401/403), which the API answers as 503. Values come back as Prometheus sent them, NaN and ±Inf
+included: :mod:`adapter.provider.valuecheck` decides what may be served.
 """
 
 from __future__ import annotations
@@ -168,7 +172,7 @@ class PrometheusClient:
     # -- the API ---------------------------------------------------------------------------------
     def query(self, promql: str, *, at: float | None = None, purpose: str = "value") -> list[Sample]:
         """Evaluate an instant query (POST). Values as Prometheus gave them, NaN and ±Inf included:
-        :mod:`adapter.valuecheck` decides at the door what may be served."""
+        :mod:`adapter.provider.valuecheck` decides at the door what may be served."""
         form = {"query": promql}
         if at is not None:
             form["time"] = f"{at:.3f}"
