@@ -298,9 +298,7 @@ def _encode(form: tuple[tuple[str, str], ...]) -> str:
 
 
 def _short(exc: BaseException, client: PrometheusClient) -> str:
-    """The root cause in a few words: ``Connection refused``, not the whole exception chain."""
-    if isinstance(exc, TimeoutError):
-        return f"no complete answer within {client.timeout:g}s (--prometheus-timeout)"
+    """The root cause in a few words: ``connection refused``, not the whole exception chain."""
     if isinstance(exc, aiohttp.ClientSSLError) or promauth.is_tls_failure(exc):
         return promauth.tls_failure(exc)
     if isinstance(exc, aiohttp.ServerDisconnectedError):
