@@ -142,6 +142,7 @@ bench: venv prometheus victoriametrics
 
 protos: venv
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. exporter/podresources/api.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. adapter/serving/keda/externalscaler.proto
 
 dashboards: venv
 	$(BIN)/python -m dashboards.build

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from adapter.commands import check_apiservices, convert_config, explain_hpa, replay_hpa, serve
 from adapter.errors import AdapterError, ConfigError
-from gpupilot_common.cli import OneLineParser
+from gpupilot_common.cli import OneLineParser, add_version
 
 
 class Command(NamedTuple):
@@ -66,9 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve Prometheus metrics to the HPA as custom.metrics.k8s.io / external.metrics.k8s.io.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
-        command.add_arguments(sub.add_parser(name, help=command.help, description=command.description))
+        sp = sub.add_parser(name, help=command.help, description=command.description)
+        add_version(sp)
+        command.add_arguments(sp)
     return parser
 
 

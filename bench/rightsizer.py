@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from devkit.scale_history import MIXED_LAYOUTS, MODELS, SINGLE_LAYOUTS
+from gpupilot_common.table import Column, render
 from mig_geometry.catalogue import GpuModel, find_model
 from mig_geometry.placement import place
 from rightsizer.analysis.history import build_workloads
@@ -353,10 +354,13 @@ def main(argv: list[str]) -> int:
             f"{nos_unplaced} device(s) unplaced (+1 GPU each)",
         ),
     ]
-    width = max(len(r[0]) for r in rows)
-    print(f"\n{'method'.ljust(width)}  GPUs in use  GPUs freed  note")
-    for name, used, freed, note in rows:
-        print(f"{name.ljust(width)}  {used:>11}  {freed:>10}  {note}")
+    columns = (
+        Column("method"),
+        Column("GPUs in use", right=True),
+        Column("GPUs freed", right=True),
+        Column("note", wrap=True),
+    )
+    print("\n" + render(columns, [(name, str(used), str(freed), note) for name, used, freed, note in rows]))
     changed = sum(1 for p in fleet.nodes if p.changed)
     methods = Counter(f"{p.method}/{p.status}" for p in fleet.nodes)
     print(f"\nnodes changed: {changed}; slices freed: {sum(p.slices_freed for p in fleet.nodes)}")

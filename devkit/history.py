@@ -14,6 +14,7 @@ so that a Prometheus over a history ending now keeps receiving the same series.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -23,13 +24,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import yaml
 
 from devkit.prometheus import PrometheusError, PrometheusServer, ScrapeJob, require_binaries
 from exporter import render
 from exporter.exposition import device_families
+from exporter.podresources.dra import Attribution
+from gpupilot_common.timefmt import format_time
 from simulator import backfill
 from simulator import scenario as scenario_mod
 from simulator.backend import SimBackend
@@ -89,13 +92,61 @@ def recording_order(rule_files: Sequence[Path]) -> list[Path]:
     return ordered
 
 
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def blocks(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The TSDB blocks directly under ``directory`` with their ``meta.json``."""
+    found = []
+    for meta in sorted(directory.glob("*/meta.json")):
+        try:
+            found.append((meta.parent, json.loads(meta.read_text())))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def names_written(directory: Path, names: set[str]) -> set[str]:
+    """Which of the metric ``names`` the blocks under ``directory`` hold samples of: a block with
+    samples whose index lists the name in its symbol table (each symbol is stored as its uvarint
+    length and its bytes, so a name is matched whole, never as part of a longer one)."""
+    found: set[str] = set()
+    for block, meta in blocks(directory):
+        if not (meta.get("stats") or {}).get("numSamples"):
+            continue
+        index = (block / "index").read_bytes()
+        found |= {n for n in names if _uvarint(len(n.encode())) + n.encode() in index}
+    return found
+
+
+def coverage(directory: Path) -> str:
+    """``2026-11-17T00:00Z → 2026-12-01T00:00Z`` over the blocks under ``directory``, or ``no blocks``."""
+    spans = [(m.get("minTime", 0) / 1000, m.get("maxTime", 0) / 1000) for _, m in blocks(directory)]
+    if not spans:
+        return "no blocks"
+    return f"{format_time(min(a for a, _ in spans))} → {format_time(max(b for _, b in spans))}"
+
+
+class RuleBackfillError(PrometheusError):
+    """promtool wrote no samples for some recording rules; the message names them and why."""
+
+
 def backfill_rules(
     data_dir: Path, rule_files: Sequence[Path], *, start: float, end: float, eval_interval: float
 ) -> list[Path]:
-    """Backfill recording rules into ``data_dir``, pass by pass; returns the files done."""
+    """Backfill recording rules into ``data_dir``, pass by pass; returns the files done. Each pass
+    must write samples for every rule of its file (promtool exits 0 having written nothing when the
+    rules' inputs are missing over the range): otherwise :class:`RuleBackfillError` says which."""
     _, tool = require_binaries()
     done: list[Path] = []
     for path in recording_order(rule_files):
+        names, _ = _records(path)
         with tempfile.TemporaryDirectory(prefix="gpupilot-rules-") as tmp:
             out = Path(tmp) / "blocks"
             with PrometheusServer(data_dir, log_file=Path(tmp) / "prometheus.log") as prom:
@@ -112,13 +163,19 @@ def backfill_rules(
                     str(path),
                 ]
                 res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
             if res.returncode != 0:
-                tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
                 raise PrometheusError(f"promtool create-blocks-from rules {path.name} failed: {tail[0]}")
-            if out.is_dir():
-                for block in out.iterdir():
-                    if block.is_dir():
-                        shutil.move(str(block), data_dir / block.name)
+            missing = names - (names_written(out, names) if out.is_dir() else set())
+            if missing:
+                raise RuleBackfillError(
+                    f"promtool create-blocks-from rules {path.name} wrote no samples for "
+                    f"{', '.join(sorted(missing))} over {format_time(start)} → {format_time(end)}: their "
+                    f"inputs had no data there (the history covers {coverage(data_dir)}); promtool said: {tail[0]}"
+                )
+            for block in out.iterdir():
+                if block.is_dir():
+                    shutil.move(str(block), data_dir / block.name)
         done.append(path)
     return done
 
@@ -162,10 +219,12 @@ class LiveFleet:
         self.servers: list[SeriesServer] = []
 
     def _node_body(self, backend: SimBackend) -> Callable[[], str]:
-        allocations = backend.allocations()
-
         def body() -> str:
-            snap = backend.snapshot_at(self.clock())
+            now = self.clock()
+            snap = backend.snapshot_at(now)
+            allocations = backend.allocations(now)  # DRA claims and MIG reconfigurations follow time
+            if isinstance(allocations, Attribution):
+                allocations = allocations.resolve(snap).allocations
             return render.render_text(
                 device_families(snap, hostname=backend.hostname, allocations=allocations)
             )

@@ -21,11 +21,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
-from exporter import counters, dcgmflags, webconfig, windows
+from exporter import counters, dcgmflags, kubeapi, procs, webconfig, windows
 from exporter.backend import Backend
-from exporter.collector import AllocationsSource, Collector
+from exporter.collector import AllocationsSource, Collector, OwnersSource
 from exporter.errors import ConfigError
 from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
+from exporter.podresources import dra
 from exporter.server import MetricsServer
 from exporter.settings import (
     DEFAULT_POD_RESOURCES_SOCKET,
@@ -34,6 +35,7 @@ from exporter.settings import (
     Settings,
 )
 from gpupilot_common import numbers
+from gpupilot_common.cli import add_version
 
 PROG = "gpupilot-exporter"
 MIN_INTERVAL_S = 0.1
@@ -67,6 +69,7 @@ def build_parser() -> _Parser:
             "(docs/exporter.md)."
         ),
     )
+    add_version(p)
     p.add_argument(
         "--backend",
         choices=("nvml", "sim"),
@@ -161,8 +164,10 @@ def build_parser() -> _Parser:
     p.add_argument(
         "--kubernetes-enable-dra",
         action="store_true",
-        help="also attribute GPUs that Dynamic Resource Allocation assigned (dcgm-exporter's flag of "
-        "the same name; $KUBERNETES_ENABLE_DRA)",
+        help="also attribute GPUs and MIG devices that Dynamic Resource Allocation assigned (driver "
+        "gpu.nvidia.com), with dcgm-exporter's dra_* labels; their UUIDs come from the node's "
+        "ResourceSlices, else from NVIDIA's canonical device names (dcgm-exporter's flag of the same "
+        "name; $KUBERNETES_ENABLE_DRA)",
     )
     p.add_argument(
         "--web-config",
@@ -241,6 +246,7 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
         pod_resources_socket=args.pod_resources_socket or DEFAULT_POD_RESOURCES_SOCKET,
         pod_resources_socket_given=args.pod_resources_socket is not None,
         enable_dra=args.kubernetes_enable_dra,
+        kube_api_url=access.url if (access := kubeapi.in_cluster(env)) is not None else "",
         web_config=args.web_config,
         once=args.once,
         log_level=args.log_level,
@@ -295,16 +301,58 @@ def build_backend(settings: Settings) -> Backend:
     return NvmlBackend()
 
 
-def build_allocations(settings: Settings, backend: Backend) -> AllocationsSource | None:
-    """Pod attribution: kubelet when asked for, else the simulator's own pods in sim mode."""
+def build_allocations(
+    settings: Settings, backend: Backend, *, hostname: str = ""
+) -> AllocationsSource | None:
+    """Pod attribution: kubelet when asked for, else the simulator's own pods in sim mode. With DRA
+    on and an API to ask, the node's ResourceSlices are watched (listed once with ``--once``)."""
     if settings.kubernetes and (settings.backend != "sim" or settings.pod_resources_socket_given):
         from exporter.podresources.client import PodResourcesClient  # noqa: PLC0415
 
-        return PodResourcesClient(str(settings.pod_resources_socket)).allocations
+        slices = None
+        if settings.enable_dra and settings.kube_api_url and hostname:
+            watcher = kubeapi.SliceWatcher(kubeapi.ApiAccess(url=settings.kube_api_url), node=hostname)
+            if settings.once:
+                try:
+                    watcher.list_once()
+                except kubeapi.KubeApiError as exc:
+                    watcher.mark_unavailable(str(exc))
+            else:
+                watcher.start()
+            slices = watcher.current
+        client = PodResourcesClient(
+            str(settings.pod_resources_socket),
+            dra_drivers=(dra.NVIDIA_DRIVER,) if settings.enable_dra else (),
+            slices=slices,
+        )
+        return client.attribution
     sim_allocations: Callable[[], object] | None = getattr(backend, "allocations", None)
     if settings.backend == "sim" and sim_allocations is not None:
         return sim_allocations  # type: ignore[return-value]
     return None
+
+
+def build_process_owners(settings: Settings, backend: Backend) -> OwnersSource | None:
+    """PID → container for per-pod figures on shared GPUs: the host's /proc and
+    /var/log/containers with ``--kubernetes``, the scenario's own processes with ``--backend sim``."""
+    if settings.backend == "sim":
+        owners: OwnersSource | None = getattr(backend, "process_owners", None)
+        return owners
+    if settings.kubernetes:
+        return procs.ContainerIndex().owners
+    return None
+
+
+def missing_socket_line(settings: Settings) -> str:
+    """One line when pod attribution is on but the kubelet's socket is not there (``--once`` would
+    otherwise print metrics without pods and exit 0 saying nothing); empty otherwise."""
+    attributing = settings.kubernetes and (settings.backend != "sim" or settings.pod_resources_socket_given)
+    if not attributing or settings.pod_resources_socket.exists():
+        return ""
+    return (
+        f"{settings.pod_resources_socket}: kubelet pod-resources socket not found, so no metric names a pod; "
+        "mount /var/lib/kubelet/pod-resources or fix --pod-resources-socket"
+    )
 
 
 def hostname_for(settings: Settings, backend: Backend) -> str:
@@ -376,14 +424,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: {unreadable}", file=sys.stderr)
         else:
             log.warning("%s", unreadable)
+    missing = missing_socket_line(settings)
+    if missing and settings.once:
+        print(f"{PROG}: warning: {missing}", file=sys.stderr)
     try:
         web = webconfig.load(settings.web_config) if settings.web_config else None
         backend = build_backend(settings)
+        hostname = hostname_for(settings, backend)
         collector = Collector(
             backend,
-            hostname=hostname_for(settings, backend),
+            hostname=hostname,
             settings=settings.collector,
-            allocations=build_allocations(settings, backend),
+            allocations=build_allocations(settings, backend, hostname=hostname),
+            process_owners=build_process_owners(settings, backend),
             layout=settings.layout,
         )
         if settings.once:

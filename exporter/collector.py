@@ -15,6 +15,8 @@ Failures and what they do:
 * ``read()`` raises → kind ``read`` (a :class:`BackendUnavailable` there also re-opens the backend).
 * per-field errors in the snapshot → counted by the snapshot's own kinds (``field:…``, ``gpm``…).
 * the allocations source raises → kind ``podresources``, series without pod labels, a log line.
+* a claimed (DRA) device names nothing on this node → kind ``dra``, that device without pod labels,
+  a log line naming the claim.
 """
 
 from __future__ import annotations
@@ -22,22 +24,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from exporter import sharing
 from exporter.backend import Backend
 from exporter.deadline import CallTimeout, DeadlineWorker
 from exporter.errors import BackendError, BackendUnavailable
 from exporter.exposition import Family, device_families
 from exporter.layout import SeriesLayout
+from exporter.podresources.dra import Attribution
 from exporter.render import Page, render_page
 from exporter.settings import CollectorSettings
-from exporter.snapshot import Allocations, NodeSnapshot
+from exporter.snapshot import Allocations, NodeSnapshot, PodRef
 from exporter.windows import EventWindows
 
 log = logging.getLogger(__name__)
 
-AllocationsSource = Callable[[], Allocations]
-"""Returns device id → containers; may raise (socket missing, kubelet erroring)."""
+AllocationsSource = Callable[[], Allocations | Attribution]
+"""Returns device id → containers, or an :class:`Attribution` whose claimed (DRA) devices are resolved
+against the snapshot; may raise (socket missing, kubelet erroring)."""
+
+OwnersSource = Callable[[Iterable[int]], Mapping[int, PodRef]]
+"""Host PIDs → the containers they run in (:class:`exporter.procs.ContainerIndex`, or the simulator's)."""
 
 CACHED_NOTE = " Cached: refreshed every collection interval, see gpupilot_exporter_snapshot_age_seconds."
 
@@ -53,6 +61,7 @@ class Collector:
         settings: CollectorSettings,
         allocations: AllocationsSource | None = None,
         layout: SeriesLayout | None = None,
+        process_owners: OwnersSource | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -65,10 +74,11 @@ class Collector:
             clock_events_window_s=self.layout.clock_events_window_s,
         )
         self._allocations_source = allocations
+        self._process_owners = process_owners
         self._clock = clock
         self._wall_clock = wall_clock
         self._worker = DeadlineWorker(f"{backend.name}-backend")
-        kinds = (*BASE_ERROR_KINDS, "podresources") if allocations is not None else BASE_ERROR_KINDS
+        kinds = (*BASE_ERROR_KINDS, "podresources", "dra") if allocations is not None else BASE_ERROR_KINDS
         self._errors: dict[str, int] = dict.fromkeys(kinds, 0)
         self._opened = False
         self._backoff = settings.backoff_initial
@@ -80,6 +90,7 @@ class Collector:
         self._snapshot_at: float | None = None
         self._device_families: list[Family] = []
         self._allocations_error: str | None = None
+        self._dra_note = ""
         self.last_error = ""
         """One line on why the last attempt failed (empty after a success)."""
         self._stop = threading.Event()
@@ -135,7 +146,7 @@ class Collector:
             log.exception("unexpected error from %s backend read", self.backend.name)
             self._fail("read", f"backend read failed: {type(exc).__name__}: {exc}", start)
             return False
-        allocations = self._read_allocations()
+        allocations = self._read_allocations(snap)
         families = device_families(
             snap,
             hostname=self.hostname,
@@ -143,6 +154,7 @@ class Collector:
             layout=self.layout,
             windows=self._windows.update(snap),
         )
+        families.extend(self._pod_usage(snap))
         for kind, count in snap.field_errors.items():
             self._errors[kind] = self._errors.get(kind, 0) + count
         now = self._clock()
@@ -191,11 +203,12 @@ class Collector:
         self.last_error = message
         self._page = self._render()
 
-    def _read_allocations(self) -> Allocations | None:
+    def _read_allocations(self, snap: NodeSnapshot) -> Allocations | None:
         if self._allocations_source is None:
             return None
         try:
-            allocations = self._allocations_source()
+            found = self._allocations_source()
+            allocations = self._resolve_claims(found, snap) if isinstance(found, Attribution) else found
         except Exception as exc:  # socket missing, kubelet erroring: no pod labels, never a failed scrape
             self._errors["podresources"] += 1
             message = f"pod attribution unavailable, serving series without pod labels: {exc}"
@@ -207,6 +220,37 @@ class Collector:
             log.info("pod attribution available again")
             self._allocations_error = None
         return allocations
+
+    def _pod_usage(self, snap: NodeSnapshot) -> list[Family]:
+        """Per-pod figures on shared GPUs (:mod:`exporter.sharing`); nothing when no GPU has
+        per-process accounting or no owner source is configured."""
+        if self._process_owners is None:
+            return []
+        pids = [p.pid for g in snap.gpus for p in (g.processes or ())]
+        if not pids:
+            return []
+        try:
+            owners = self._process_owners(pids)
+        except Exception as exc:  # an unreadable /proc must not fail the collection
+            self._errors["processes"] = self._errors.get("processes", 0) + 1
+            log.warning("per-pod GPU figures unavailable: %s", exc)
+            return []
+        return sharing.pod_usage_families(snap, owners, hostname=self.hostname, layout=self.layout)
+
+    def _resolve_claims(self, found: Attribution, snap: NodeSnapshot) -> Allocations:
+        resolved = found.resolve(snap)
+        note = ""
+        if resolved.unresolved:
+            self._errors["dra"] = self._errors.get("dra", 0) + len(resolved.unresolved)
+            names = ", ".join(
+                f"{c.claim_namespace}/{c.claim_name} ({c.pool}/{c.device})" for c in resolved.unresolved
+            )
+            why = f"; ResourceSlices unavailable: {found.slices_note}" if found.slices is None else ""
+            note = f"claimed device(s) not found on this node, served without pod labels: {names}{why}"
+        if note and note != self._dra_note:
+            log.warning("%s", note)
+        self._dra_note = note
+        return resolved.allocations
 
     # -- rendering ------------------------------------------------------------------------------
     def _self_families(self) -> list[Family]:

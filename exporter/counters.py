@@ -71,17 +71,31 @@ def parse(text: str, *, source: str) -> CounterFile:
         kind = parts[1].lower()
         if kind not in TYPES:
             raise ConfigError(f"{where}: unknown Prometheus type {parts[1]!r}; use gauge, counter or label")
-        if not dcgm_names.is_dcgm_field(name):
+        if not dcgm_names.is_dcgm_field(name) and name not in fields.RENAMED_IN_DCGM_4_6:
             raise ConfigError(
                 f"{where}: unknown DCGM field; check the spelling against DCGM's field list "
                 "(dcgm_fields.h) or comment the line out with '#'"
             )
         if name in seen:
             raise ConfigError(f"{where}: listed twice (first on line {seen[name]}); keep one line")
+        other = _old_or_new(name)
+        if other in seen:
+            raise ConfigError(
+                f"{where}: the same DCGM field as {other} on line {seen[other]} (DCGM 4.6 renamed it); "
+                "keep one line"
+            )
         seen[name] = number
         help_text = parts[2] if len(parts) > 2 and parts[2] else name
         out.append(Counter(name, kind, help_text, number))
     return CounterFile(source, tuple(out))
+
+
+_NEW_BY_OLD = {old: new for new, old in fields.RENAMED_IN_DCGM_4_6.items()}
+
+
+def _old_or_new(name: str) -> str:
+    """The other name of a field DCGM 4.6 renamed (``""`` for any other field)."""
+    return fields.RENAMED_IN_DCGM_4_6.get(name) or _NEW_BY_OLD.get(name, "")
 
 
 def load(path: Path) -> CounterFile:
@@ -113,18 +127,20 @@ def select(counter_file: CounterFile, *, extras: tuple[str, ...] = ()) -> Select
     labels: set[str] = set()
     unreadable: list[str] = []
     for c in counter_file.counters:
+        old = fields.RENAMED_IN_DCGM_4_6.get(c.field, c.field)
         if c.type == "label":
-            if c.field in fields.LABEL_FIELDS:
-                labels.add(c.field)
+            if old in fields.LABEL_FIELDS:
+                labels.add(old)  # a label's name is the one dcgm-exporter publishes
             else:
                 unreadable.append(c.field)
             continue
-        spec = fields.BY_NAME.get(c.field)
+        spec = fields.BY_NAME.get(old)
         if spec is None:
             unreadable.append(c.field)
             continue
-        metrics.append(fields.FieldSpec(spec.name, c.type, spec.level, c.help))
-    listed = {m.name for m in metrics}
+        reads = spec.name if c.field != spec.name else ""
+        metrics.append(fields.FieldSpec(c.field, c.type, spec.level, c.help, reads=reads))
+    listed = {m.source for m in metrics}
     metrics.extend(fields.BY_NAME[name] for name in extras if name not in listed)
     return Selection(tuple(metrics), frozenset(labels), tuple(unreadable), counter_file.source)
 

@@ -14,7 +14,9 @@ Which fields, their types and the host label come from a :class:`~exporter.layou
   repeated on each instance, each with the instance's labels and pods.
 
 On a whole GPU every field follows its pods; a device held by several containers (time-slicing)
-gets one series per container, each with the device's value.
+gets one series per container, each with the device's value. A device a container got through a
+ResourceClaim (DRA) also carries dcgm-exporter's ``dra_claim_name``, ``dra_claim_namespace``,
+``dra_pool_name``, ``dra_device_name``, ``dra_mig_profile`` and ``dra_mig_device_uuid``.
 """
 
 from __future__ import annotations
@@ -61,10 +63,26 @@ def _instance_labels(base: LabelPairs, inst: MigInstance) -> LabelPairs:
     return (*base, ("GPU_I_PROFILE", inst.profile), ("GPU_I_ID", str(inst.gpu_instance_id)))
 
 
+def _pod_labels(p: PodRef) -> LabelPairs:
+    own = (("pod", p.pod), ("namespace", p.namespace), ("container", p.container))
+    d = p.dra
+    if d is None:
+        return own
+    return (
+        *own,
+        ("dra_claim_name", d.claim_name),
+        ("dra_claim_namespace", d.claim_namespace),
+        ("dra_pool_name", d.pool_name),
+        ("dra_device_name", d.device_name),
+        ("dra_mig_profile", d.mig_profile),
+        ("dra_mig_device_uuid", d.mig_device_uuid),
+    )
+
+
 def _pod_variants(labels: LabelPairs, pods: Sequence[PodRef]) -> list[LabelPairs]:
     if not pods:
         return [labels]
-    return [(*labels, ("pod", p.pod), ("namespace", p.namespace), ("container", p.container)) for p in pods]
+    return [(*labels, *_pod_labels(p)) for p in pods]
 
 
 def _pods(allocations: Allocations | None, device_id: str) -> tuple[PodRef, ...]:
@@ -87,7 +105,7 @@ def _field_samples(
 ) -> list[tuple[LabelPairs, float]]:
     """(extra labels, value) of one field on one device; ``values`` is the device's own values
     (None: the field does not apply there). Empty when the device has no value."""
-    name = spec.name
+    name = spec.source
     if name == fields.XID_FIELD.name:
         last = gpu.last_xid
         if last is None:  # no Xid since the exporter started: 0, as dcgm-exporter publishes it
@@ -170,12 +188,12 @@ class _Families:
         values: Mapping[str, float] | None,
         label_sets: Iterable[LabelPairs],
     ) -> None:
-        name = spec.name
+        name = spec.source
         if name not in _COMPUTED:  # a plain field: the common, fast case
             if values is None or name not in values:
                 return
             value = values[name]
-            fam = self.fields[name]
+            fam = self.fields[spec.name]
             for labels in label_sets:
                 fam.samples.append((labels, value))
             return

@@ -25,6 +25,13 @@ class FieldSpec:
     kind: Kind
     level: Level
     help: str
+    reads: str = ""
+    """For a DCGM 4.6 name (an alias): the older name whose value it publishes; empty otherwise."""
+
+    @property
+    def source(self) -> str:
+        """The name the snapshot's values are keyed by."""
+        return self.reads or self.name
 
 
 FIELDS: tuple[FieldSpec, ...] = (
@@ -199,6 +206,35 @@ EXP_FIELDS: tuple[FieldSpec, ...] = (EXP_XID_COUNT, EXP_CLOCK_EVENTS_COUNT, EXP_
 """dcgm-exporter's own series: computed from other fields over a window, not read from a device."""
 
 BY_NAME: dict[str, FieldSpec] = {f.name: f for f in (*FIELDS, XID_FIELD, *EXP_FIELDS)}
+
+RENAMED_IN_DCGM_4_6: dict[str, str] = {
+    # new identifier (same field id, same unit) → the name dcgm-exporter 4.5-4.8 and this exporter use
+    "DCGM_FI_DEV_GPU_TEMP_CELSIUS": "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_MEMORY_TEMP_CELSIUS": "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_BOARD_POWER_WATTS": "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_PCIE_REPLAY_TOTAL": "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL": "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL": "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL": "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILED": "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL": "DCGM_FI_DEV_RETIRED_SBE",
+    "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL": "DCGM_FI_DEV_RETIRED_DBE",
+    "DCGM_FI_DEV_PAGE_RETIRED_PENDING": "DCGM_FI_DEV_RETIRED_PENDING",
+    "DCGM_FI_DEV_XID_ERROR": "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_SYSTEM_DRIVER_VERSION": "DCGM_FI_DRIVER_VERSION",
+    "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_SM_UTIL_RATIO": "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY_RATIO": "DCGM_FI_PROF_SM_OCCUPANCY",
+    "DCGM_FI_PROF_TENSOR_UTIL_RATIO": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_FP64_UTIL_RATIO": "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+    "DCGM_FI_PROF_FP32_UTIL_RATIO": "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+    "DCGM_FI_PROF_DRAM_UTIL_RATIO": "DCGM_FI_PROF_DRAM_ACTIVE",
+}
+"""Field identifiers DCGM 4.6 renamed (the old ones stay as deprecated aliases in ``dcgm_fields.h``),
+from NVIDIA's Field Identifiers reference. A counters file may use either name; the series is
+published under the name the file uses, with the same value. Renames that changed the unit or the
+field id (``…_RATIO`` utilisation 1613-1616, ``…_BYTES``, ``…_HERTZ``, ``…_SECONDS_TOTAL``) are new
+fields, not aliases, and are not read."""
 """Every field this exporter can publish, with its default type and help."""
 
 LABEL_FIELDS: frozenset[str] = frozenset({"DCGM_FI_DRIVER_VERSION"})

@@ -54,6 +54,9 @@ class Settings:
     enable_dra: bool = False
     """Attribute GPUs allocated through Dynamic Resource Allocation (``--kubernetes-enable-dra``, as
     dcgm-exporter's flag and ``$KUBERNETES_ENABLE_DRA``); device-plugin allocations are always read."""
+    kube_api_url: str = ""
+    """Kubernetes API for the node's ResourceSlices (in a pod: from ``KUBERNETES_SERVICE_HOST``);
+    empty: DRA devices are resolved by NVIDIA's canonical device names only."""
     web_config: Path | None = None
     """exporter-toolkit web config (TLS, basic auth); plain HTTP without it."""
     once: bool = False

@@ -60,6 +60,19 @@ class XidEvent:
 
 
 @dataclass(frozen=True)
+class ProcessUsage:
+    """One compute process on a whole GPU, from NVML's per-process accounting."""
+
+    pid: int
+    """In the host PID namespace (the exporter runs with hostPID)."""
+    memory_bytes: float | None = None
+    """Framebuffer the process holds (``nvmlDeviceGetComputeRunningProcesses``); None: not reported."""
+    sm_util: float | None = None
+    """SM utilisation in percent over the last interval (``nvmlDeviceGetProcessUtilization``
+    samples, averaged); None: no sample (idle, or a client NVML cannot see, e.g. behind MPS)."""
+
+
+@dataclass(frozen=True)
 class GpuSnapshot:
     info: GpuInfo
     values: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
@@ -69,6 +82,11 @@ class GpuSnapshot:
     """Xid events seen since the exporter started, by code (a counter per code)."""
     last_xid: XidEvent | None = None
     compute_processes: int | None = None
+    processes: tuple[ProcessUsage, ...] | None = None
+    """Per-process accounting of a whole GPU (None: not collected: MIG, or no host PID view)."""
+    process_util_visible: bool = True
+    """False when NVML gives no per-process utilisation on this GPU (``NOT_SUPPORTED``: MPS on older
+    drivers, vGPU); per-pod utilisation is then not published (absent, never 0), memory still is."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +115,21 @@ class NodeSnapshot:
 
 
 @dataclass(frozen=True)
+class DraDevice:
+    """How a container got a device through Dynamic Resource Allocation: dcgm-exporter's ``dra_*`` labels."""
+
+    claim_name: str
+    claim_namespace: str
+    pool_name: str
+    device_name: str
+    """The driver's device name in the pool (``gpu-0``, ``gpu-0-mig-19-0-1``)."""
+    mig_profile: str = ""
+    """MIG profile (``1g.10gb``) when the device is a MIG instance; empty for a whole GPU."""
+    mig_device_uuid: str = ""
+    """MIG device UUID when the device is a MIG instance (it changes with each claim on dynamic MIG)."""
+
+
+@dataclass(frozen=True)
 class PodRef:
     """A container that holds a device, from kubelet's pod-resources API."""
 
@@ -104,6 +137,9 @@ class PodRef:
     pod: str
     container: str
     resource: str = "nvidia.com/gpu"
+    """Device-plugin resource name; the DRA driver name (``gpu.nvidia.com``) for a claimed device."""
+    dra: DraDevice | None = None
+    """Set when the device came from a ResourceClaim (``dynamic_resources``), not a device plugin."""
 
 
 Allocations = Mapping[str, tuple[PodRef, ...]]

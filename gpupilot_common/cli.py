@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
@@ -20,3 +21,24 @@ def existing_file(text: str) -> Path:
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{text!r}: no such file")
     return path
+
+
+DISTRIBUTION = "gpupilot"
+
+
+def package_version() -> str:
+    """The installed package's version (its metadata), or ``unknown`` when run from a bare checkout."""
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """``--version``: ``gpupilot-rightsizer plan 0.1.0`` (the program as the parser names it)."""
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {package_version()}",
+        help="print the version and exit",
+    )

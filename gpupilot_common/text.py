@@ -19,3 +19,10 @@ class OneLineMessage(Exception):
 
     def __str__(self) -> str:
         return one_line(super().__str__())
+
+
+def plural(count: float, noun: str, many: str = "") -> str:
+    """``1 GPU``, ``3 GPUs``, ``1.5 GPUs``: the count and the noun in the right number (``many``
+    for an irregular plural)."""
+    shown = f"{count:,}" if isinstance(count, int) else f"{count:,.1f}".removesuffix(".0")
+    return f"{shown} {noun if count == 1 else many or noun + 's'}"

@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from gpupilot_common.cli import OneLineParser
+from gpupilot_common.cli import OneLineParser, add_version
 from rightsizer.errors import RightsizerError
 
 COMMANDS: dict[str, str] = {
@@ -30,10 +30,12 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         description="Find idle MIG slices, compute better layouts and apply them safely.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = next((a for a in argv if a in COMMANDS), None)
     for name, summary in COMMANDS.items():
         sp = sub.add_parser(name, help=summary, description=summary)
+        add_version(sp)
         if name == wanted:
             module = importlib.import_module(f"rightsizer.commands.{name}")
             module.add_arguments(sp)

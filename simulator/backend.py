@@ -8,14 +8,16 @@ makes ``open()`` fail, a ``hung`` fault makes ``read()`` block, as NVML does whe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import MappingProxyType
 
 import numpy as np
 
 from exporter.errors import BackendError, BackendUnavailable
+from exporter.podresources import dra
 from exporter.snapshot import Allocations, NodeSnapshot, PodRef
+from simulator import identity
 from simulator import scenario as scenario_mod
 from simulator.model import Scenario
 from simulator.values import NodeModel
@@ -71,19 +73,60 @@ class SimBackend:
 
     def snapshot_at(self, t: float) -> NodeSnapshot:
         """What the node's GPUs show at Unix time ``t``; pure and never blocking."""
-        values = self.model.continuous(np.array([float(t)]))
-        state = self.model.state(t)
-        return self.model.build(float(t), state, lambda key: float(values[key][0]), values.keys())
+        model = self.model.at(t)
+        values = model.continuous(np.array([float(t)]))
+        state = model.state(t)
+        return model.build(float(t), state, lambda key: float(values[key][0]), values.keys())
 
-    def allocations(self, t: float | None = None) -> Allocations:
-        """Device UUID (GPU or MIG) → containers holding it, like kubelet's pod-resources ``List``."""
-        del t  # pods do not move in a scenario; the parameter keeps the door open for schedules
+    def allocations(self, t: float | None = None) -> Allocations | dra.Attribution:
+        """What kubelet's pod-resources ``List`` would say at ``t`` (default: now): device UUID (GPU
+        or MIG) → containers holding it on a device-plugin node; on a DRA node the claims, by
+        NVIDIA's canonical device names (resolved against the snapshot, as the exporter does)."""
+        t = self._clock() if t is None else t
+        model = self.model.at(t)
+        if self.node.dra:
+            return dra.Attribution(MappingProxyType({}), self._claims(model, t))
         out: dict[str, tuple[PodRef, ...]] = {}
-        for pod in self.scenario.pods_on(self.node.name):
-            for dev in pod.devices:
-                resource = f"nvidia.com/mig-{dev.profile}" if dev.profile else "nvidia.com/gpu"
-                if dev.profile and self.node.mig_strategy == "single":
+        for d in model.devices:
+            for pod in d.pods:
+                resource = f"nvidia.com/mig-{d.profile_name}" if d.gi_id >= 0 else "nvidia.com/gpu"
+                if d.gi_id >= 0 and self.node.mig_strategy == "single":
                     resource = "nvidia.com/gpu"
                 ref = PodRef(pod.namespace, pod.name, pod.container, resource)
-                out[dev.uuid] = (*out.get(dev.uuid, ()), ref)
+                if ref not in out.get(d.uuid, ()):
+                    out[d.uuid] = (*out.get(d.uuid, ()), ref)
         return MappingProxyType(out)
+
+    def _claims(self, model: NodeModel, t: float) -> tuple[dra.ClaimDevice, ...]:
+        seq = model.claim_sequence(t) if self.node.dra == "dynamic" else 0
+        out = []
+        for d in model.devices:
+            if d.gi_id < 0:
+                device = f"gpu-{d.gpu.index}"
+            else:
+                device = f"gpu-{d.gpu.index}-mig-{d.gi_profile_id}-{d.start}-{d.memory_slices}"
+            for pod in d.pods:
+                suffix = identity.claim_suffix(self.scenario.seed, pod.namespace, pod.name, seq)
+                out.append(
+                    dra.ClaimDevice(
+                        namespace=pod.namespace,
+                        pod=pod.name,
+                        container=pod.container,
+                        claim_name=f"{pod.name}-gpu-{suffix}",
+                        claim_namespace=pod.namespace,
+                        driver=dra.NVIDIA_DRIVER,
+                        pool=self.node.name,
+                        device=device,
+                    )
+                )
+        return tuple(out)
+
+    def process_owners(self, pids: Iterable[int]) -> dict[int, PodRef]:
+        """PID → container for the scenario's GPU processes (what /proc tells on a real node)."""
+        wanted = set(pids)
+        out = {}
+        for pod in self.scenario.pods_on(self.node.name):
+            pid = identity.process_id(self.scenario.seed, pod.namespace, pod.name)
+            if pid in wanted:
+                out[pid] = PodRef(pod.namespace, pod.name, pod.container, resource="")
+        return out

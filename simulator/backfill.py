@@ -30,11 +30,13 @@ from exporter import counters, fields
 from exporter.errors import ConfigError
 from exporter.exposition import LabelPairs, device_families
 from exporter.layout import SeriesLayout
+from exporter.podresources import dra
 from gpupilot_common.timefmt import format_time
 from simulator import cluster
 from simulator.backend import SimBackend
 from simulator.model import Scenario
 from simulator.patterns import Array
+from simulator.values import NodeModel
 
 BLOCK_S = 7200
 """Prometheus' block duration: windows never straddle a block boundary."""
@@ -129,38 +131,66 @@ class Backfiller:
         self.scenario = scenario
         self.layout = backfill_layout(layout or SeriesLayout())
         self.backends = [SimBackend(scenario, node=n.name) for n in scenario.nodes]
-        self.allocations = [b.allocations() for b in self.backends]
         self.cluster_series = cluster.series(scenario)
         self._fmt = _Formatter()
 
     def window(self, ts: Array) -> dict[str, _Run]:
         runs: dict[str, _Run] = {}
-        for backend, allocs in zip(self.backends, self.allocations, strict=True):
-            self._node_window(backend, allocs, ts, runs)
+        for backend in self.backends:
+            self._node_window(backend, ts, runs)
         for s in self.cluster_series:
             run = runs.setdefault(s.family, _Run(s.kind, s.help, []))
             value: Array | float = s.value if isinstance(s.value, float) else s.value(ts)
             run.series.append((self._fmt.prefix(s.family, s.labels), value, 0, len(ts)))
         return runs
 
-    def _node_window(self, backend: SimBackend, allocs: object, ts: Array, runs: dict[str, _Run]) -> None:
-        model = backend.model
+    def _node_window(self, backend: SimBackend, ts: Array, runs: dict[str, _Run]) -> None:
+        base = backend.model
+        layouts = [0]  # a MIG reconfiguration starts a new layout: values of its own devices
+        for edge in base.layout_edges(float(ts[0]) - 1e-6, float(ts[-1])):
+            i = int(np.searchsorted(ts, edge, side="left"))
+            if layouts[-1] < i < len(ts):
+                layouts.append(i)
+        layouts.append(len(ts))
+        for s0, s1 in itertools.pairwise(layouts):
+            self._layout_window(backend, base.at(float(ts[s0])), ts, span=(s0, s1), runs=runs)
+
+    def _layout_window(
+        self,
+        backend: SimBackend,
+        model: NodeModel,
+        ts: Array,
+        *,
+        span: tuple[int, int],
+        runs: dict[str, _Run],
+    ) -> None:
+        s0, s1 = span
         values = model.continuous(ts)
         keys = list(values.keys())
         tag_of = {k: _TAG_BASE + i for i, k in enumerate(keys)}
-        cuts = [0]
-        for edge in model.edges(float(ts[0]) - 1e-6, float(ts[-1])):
+        cuts = [s0]
+        claim_edges: list[float] = []
+        if model.node.dra == "dynamic":  # a new claim (new MIG UUIDs) every claim_every
+            every, epoch = model.node.claim_every, self.scenario.epoch
+            k = math.floor((float(ts[s0]) - epoch) / every) + 1
+            while epoch + k * every <= float(ts[s1 - 1]):
+                claim_edges.append(epoch + k * every)
+                k += 1
+        for edge in sorted({*model.edges(float(ts[s0]) - 1e-6, float(ts[s1 - 1])), *claim_edges}):
             i = int(np.searchsorted(ts, edge, side="left"))
-            if cuts[-1] < i < len(ts):
+            if cuts[-1] < i < s1:
                 cuts.append(i)
-        cuts.append(len(ts))
+        cuts.append(s1)
         for i0, i1 in itertools.pairwise(cuts):
             t0 = float(ts[i0])
             snap = model.build(t0, model.state(t0), tag_of.__getitem__, keys)
+            allocs = backend.allocations(t0)
+            if isinstance(allocs, dra.Attribution):
+                allocs = allocs.resolve(snap).allocations
             fams = device_families(
                 snap,
                 hostname=backend.hostname,
-                allocations=allocs,  # type: ignore[arg-type]
+                allocations=allocs,
                 layout=self.layout,
             )
             for fam in fams:

@@ -17,7 +17,7 @@ from exporter.errors import ConfigError
 from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
 from gpupilot_common import numbers
 from gpupilot_common import timefmt as timespec
-from gpupilot_common.cli import OneLineParser
+from gpupilot_common.cli import OneLineParser, add_version
 from simulator import backfill, cluster_server
 from simulator import scenario as scenario_mod
 
@@ -26,7 +26,7 @@ MAX_DAYS = 90.0
 FUTURE_SLACK_S = 60.0
 
 
-def _backfill_parser() -> argparse.ArgumentParser:
+def backfill_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="gpupilot-exporter backfill",
         description=(
@@ -36,6 +36,7 @@ def _backfill_parser() -> argparse.ArgumentParser:
             "publish at the same times."
         ),
     )
+    add_version(p)
     p.add_argument(
         "--scenario", required=True, type=Path, help="fleet scenario YAML (e.g. examples/fleet-demo.yaml)"
     )
@@ -90,7 +91,7 @@ def _backfill_parser() -> argparse.ArgumentParser:
 
 def parse_backfill(argv: Sequence[str], *, now: float) -> tuple[Path, backfill.BackfillSettings, bool]:
     """Settings from the command line; :class:`ConfigError` (one line) on a bad range."""
-    args = _backfill_parser().parse_args(list(argv))
+    args = backfill_parser().parse_args(list(argv))
     try:
         step = timespec.parse_duration(args.step, maximum=86400.0)
     except ValueError as e:
@@ -168,7 +169,7 @@ def backfill_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _cluster_parser() -> argparse.ArgumentParser:
+def cluster_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="gpupilot-exporter cluster",
         description=(
@@ -177,6 +178,7 @@ def _cluster_parser() -> argparse.ArgumentParser:
             "series (e.g. inference_queue_depth). Values follow the clock, like the sim exporters."
         ),
     )
+    add_version(p)
     p.add_argument(
         "--scenario", required=True, type=Path, help="fleet scenario YAML (e.g. examples/fleet-demo.yaml)"
     )
@@ -195,7 +197,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def cluster_main(argv: Sequence[str]) -> int:
     prog = "gpupilot-exporter cluster"
-    args = _cluster_parser().parse_args(list(argv))
+    args = cluster_parser().parse_args(list(argv))
     try:
         host, port = parse_listen(args.listen)
         scenario = scenario_mod.load(args.scenario)

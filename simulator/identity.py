@@ -70,5 +70,15 @@ def replica_pod_name(seed: int, namespace: str, deployment: str, replica: int) -
     return f"{rs}-{_suffix(_digest(seed, 'pod', namespace, deployment, replica), 5)}"
 
 
+def process_id(seed: int, namespace: str, pod: str) -> int:
+    """A host PID for the pod's GPU process (10000-59999): stable, distinct per pod in practice."""
+    return 10000 + int.from_bytes(_digest(seed, "pid", namespace, pod, size=4), "little") % 50000
+
+
+def claim_suffix(seed: int, namespace: str, pod: str, sequence: int) -> str:
+    """The 5-character suffix of a claim generated from a ResourceClaimTemplate."""
+    return _suffix(_digest(seed, "claim", namespace, pod, sequence), 5)
+
+
 def pod_uid(seed: int, namespace: str, pod: str) -> str:
     return _uuid_text(_digest(seed, "uid", namespace, pod))

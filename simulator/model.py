@@ -14,7 +14,10 @@ DEFAULT_EPOCH = 1767225600.0
 """2026-01-01T00:00:00Z: fault times are offsets from here unless the scenario sets ``epoch``."""
 DEFAULT_DRIVER = "550.127.05"
 
-FaultKind = Literal["gpu_lost", "xid", "nvml_error", "hung", "init_error"]
+FaultKind = Literal["gpu_lost", "xid", "nvml_error", "hung", "init_error", "mig_reconfigure"]
+DraMode = Literal["", "static", "dynamic"]
+DEFAULT_CLAIM_EVERY_S = 6 * 3600.0
+"""How long a claim lasts on a dynamic-MIG node before the next one (and a new MIG UUID)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class Gpu:
     uuid: str
     pci_bus_id: str
     driver_version: str
+    time_slicing: int = 0
+    """Replicas of a time-sliced whole GPU (NVIDIA device plugin's ``timeSlicing``); 0: not shared."""
 
     @property
     def mig_enabled(self) -> bool:
@@ -49,6 +54,10 @@ class Node:
     labels: Mapping[str, str]
     """Kubernetes node labels, defaults for the MIG/GFD labels filled in."""
     gpus: tuple[Gpu, ...]
+    dra: DraMode = ""
+    """"": device plugin; "static": DRA with a MIG layout made ahead of time; "dynamic": DRA with
+    NVIDIA's DynamicMIG (an instance exists only while a claim holds it, new UUID per claim)."""
+    claim_every: float = DEFAULT_CLAIM_EVERY_S
 
     @property
     def mig_strategy(self) -> str:
@@ -124,6 +133,9 @@ class Fault:
     field: str = ""
     block: float = 0.0
     """``hung``: how long a read blocks (default: the rest of the window)."""
+    mig: Mapping[str, int] | None = None
+    """``mig_reconfigure``: the GPU's new layout (profile → count; empty: MIG off)."""
+    mig_name: str | None = None
 
 
 @dataclass(frozen=True)

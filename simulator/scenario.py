@@ -8,6 +8,7 @@ Unknown keys are rejected. Times of faults are offsets from the scenario's ``epo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
@@ -18,9 +19,11 @@ from mig_geometry import catalogue, placement
 from mig_geometry.catalogue import GpuModel
 from simulator import identity, migconfigs
 from simulator.model import (
+    DEFAULT_CLAIM_EVERY_S,
     DEFAULT_DRIVER,
     DEFAULT_EPOCH,
     DeviceRef,
+    DraMode,
     Gpu,
     Instance,
     Node,
@@ -52,8 +55,8 @@ def loads(text: str, *, name: str = "<scenario>") -> Scenario:
 
 
 _TOP = {"seed", "epoch", "nodes", "workloads", "hpas", "faults", "pending", "description"}
-_NODE = {"name", "labels", "gpus", "driver_version"}
-_GPU = {"model", "count", "mig", "driver_version"}
+_NODE = {"name", "labels", "gpus", "driver_version", "dra"}
+_GPU = {"model", "count", "mig", "driver_version", "time_slicing"}
 _WORKLOAD = {
     "namespace",
     "pod",
@@ -80,7 +83,7 @@ def _build(ctx: Ctx, doc: object) -> Scenario:
             ctx.fail(f"nodes[{i}].name", f"duplicate node name {node.name!r}")
         nodes.append(node)
     by_name = {n.name: n for n in nodes}
-    held: dict[str, str] = {}
+    held: dict[str, list[str]] = {}
     workloads = tuple(
         _workload(ctx, raw, f"workloads[{i}]", seed=seed, nodes=by_name, held=held)
         for i, raw in enumerate(ctx.sequence(top.get("workloads"), "workloads"))
@@ -91,7 +94,9 @@ def _build(ctx: Ctx, doc: object) -> Scenario:
         ctx.fail("workloads", f"pod {dup[0]}/{dup[1]} is defined twice")
     deployments = {(w.namespace, w.name) for w in workloads if w.kind == "Deployment"}
     hpas = parse_hpas(ctx, top.get("hpas"), deployments=deployments)
-    faults = parse_faults(ctx, top.get("faults"), nodes=by_name)
+    faults = parse_faults(
+        ctx, top.get("faults"), nodes=by_name, mig=lambda raw, path, model: _mig(ctx, raw, path, model)
+    )
     pending = parse_pending(ctx, top.get("pending"), running=set(pod_keys))
     return Scenario(ctx.file, seed, epoch, tuple(nodes), workloads, hpas, faults, pending)
 
@@ -116,12 +121,43 @@ def _node(ctx: Ctx, raw: object, path: str, seed: int) -> Node:
         count = ctx.integer(g.get("count", 1), f"{gpath}.count", minimum=1, maximum=MAX_GPUS_PER_ENTRY)
         gdriver = ctx.string(g.get("driver_version", driver), f"{gpath}.driver_version")
         mig_name, counts = _mig(ctx, g.get("mig"), f"{gpath}.mig", model)
+        sliced = ctx.integer(
+            g.get("time_slicing", 0), f"{gpath}.time_slicing", minimum=0, maximum=MAX_TIME_SLICES
+        )
+        if sliced and counts is not None:
+            ctx.fail(
+                f"{gpath}.time_slicing", "time-slicing shares a whole GPU: remove 'mig' or 'time_slicing'"
+            )
+        if sliced == 1:
+            ctx.fail(f"{gpath}.time_slicing", "1 replica is no sharing: give 2 or more, or leave it out")
         for _ in range(count):
             index = len(gpus)
-            gpus.append(
-                _gpu(seed, name, index=index, model=model, mig_name=mig_name, counts=counts, driver=gdriver)
+            gpu = build_gpu(
+                seed, name, index=index, model=model, mig_name=mig_name, counts=counts, driver=gdriver
             )
-    return Node(name, MappingProxyType(_node_labels(ctx, path, labels, gpus)), tuple(gpus))
+            gpus.append(replace(gpu, time_slicing=sliced) if sliced else gpu)
+    mode, claim_every = _dra(ctx, m.get("dra"), f"{path}.dra")
+    node_labels = MappingProxyType(_node_labels(ctx, path, labels, gpus))
+    return Node(name, node_labels, tuple(gpus), dra=mode, claim_every=claim_every)
+
+
+_DRA = {"mode", "claim_every"}
+
+
+def _dra(ctx: Ctx, raw: object, path: str) -> tuple[DraMode, float]:
+    """``dra: static``, ``dra: dynamic`` or ``dra: {mode: dynamic, claim_every: 6h}``."""
+    if raw is None:
+        return "", DEFAULT_CLAIM_EVERY_S
+    spec = ctx.mapping(raw, path, _DRA) if isinstance(raw, dict) else {"mode": raw}
+    mode = spec.get("mode")
+    if mode not in ("static", "dynamic"):
+        ctx.fail(f"{path}.mode" if isinstance(raw, dict) else path, f"{mode!r} is not one of static, dynamic")
+    every = ctx.duration(spec.get("claim_every", DEFAULT_CLAIM_EVERY_S), f"{path}.claim_every")
+    if every <= 0:
+        ctx.fail(f"{path}.claim_every", "must be positive")
+    if mode == "static" and "claim_every" in spec:
+        ctx.fail(f"{path}.claim_every", "only dynamic MIG renews claims")
+    return mode, every
 
 
 def _mig(ctx: Ctx, raw: object, path: str, model: GpuModel) -> tuple[str | None, dict[str, int] | None]:
@@ -148,7 +184,7 @@ def _mig(ctx: Ctx, raw: object, path: str, model: GpuModel) -> tuple[str | None,
     return None, counts
 
 
-def _gpu(
+def build_gpu(
     seed: int,
     node: str,
     *,
@@ -174,6 +210,10 @@ def _gpu(
         pci_bus_id=identity.pci_bus_id(index),
         driver_version=driver,
     )
+
+
+MAX_TIME_SLICES = 64
+"""NVIDIA's device plugin allows more; 64 pods on one GPU is past any sensible share."""
 
 
 def _node_labels(ctx: Ctx, path: str, given: dict[str, str], gpus: list[Gpu]) -> dict[str, str]:
@@ -208,7 +248,7 @@ def _node_labels(ctx: Ctx, path: str, given: dict[str, str], gpus: list[Gpu]) ->
 
 
 def _workload(
-    ctx: Ctx, raw: object, path: str, *, seed: int, nodes: Mapping[str, Node], held: dict[str, str]
+    ctx: Ctx, raw: object, path: str, *, seed: int, nodes: Mapping[str, Node], held: dict[str, list[str]]
 ) -> Workload:
     m = ctx.mapping(raw, path, _WORKLOAD)
     namespace = ctx.string(m.get("namespace", "default"), f"{path}.namespace")
@@ -264,7 +304,7 @@ _DEVICE = {"node", "gpu", "profile", "slot"}
 
 
 def _device(
-    ctx: Ctx, raw: object, path: str, *, nodes: Mapping[str, Node], held: dict[str, str], owner: str
+    ctx: Ctx, raw: object, path: str, *, nodes: Mapping[str, Node], held: dict[str, list[str]], owner: str
 ) -> DeviceRef:
     if isinstance(raw, str):
         parts = raw.split("/")
@@ -306,12 +346,23 @@ def _device(
                 ctx.fail(f"{path}.slot", f"{node_name} GPU {index} has {len(candidates)} × {pname}")
             chosen = candidates[slot]
         else:
-            free = [inst for inst in candidates if inst.uuid not in held]
+            free = [inst for inst in candidates if not held.get(inst.uuid)]
             if not free:
                 ctx.fail(path, f"every {pname} instance of {node_name} GPU {index} is already held")
             chosen = free[0]
         ref = DeviceRef(node_name, index, chosen.gi_id, chosen.uuid, pname)
-    if ref.uuid in held:
-        ctx.fail(path, f"device already held by {held[ref.uuid]}")
-    held[ref.uuid] = owner
+    _hold(ctx, path, held, ref=ref, gpu=gpu, owner=owner)
     return ref
+
+
+def _hold(ctx: Ctx, path: str, held: dict[str, list[str]], *, ref: DeviceRef, gpu: Gpu, owner: str) -> None:
+    """Record ``owner`` as a holder of ``ref``: one holder, or up to N on a GPU time-sliced N ways."""
+    holders = held.setdefault(ref.uuid, [])
+    limit = gpu.time_slicing if ref.gi_id is None and gpu.time_slicing else 1
+    if len(holders) >= limit:
+        if limit == 1:
+            ctx.fail(path, f"device already held by {holders[0]}")
+        ctx.fail(
+            path, f"{ref.node} GPU {ref.gpu} is time-sliced {limit} ways, all held ({', '.join(holders)})"
+        )
+    holders.append(owner)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from types import MappingProxyType
 from typing import NoReturn, cast, get_args
 
 from exporter import fields
 from gpupilot_common import checked
 from gpupilot_common import timefmt as timespec
-from simulator.model import Fault, FaultKind, Hpa, HpaMetric, Node, PendingPod
+from mig_geometry.catalogue import GpuModel
+from simulator.model import Fault, FaultKind, Gpu, Hpa, HpaMetric, Node, PendingPod
 from simulator.patterns import IDLE, Pattern, PatternKind
 
 _MAX_PROBLEM = 200
@@ -199,11 +201,37 @@ def parse_hpas(ctx: Ctx, raw: object, *, deployments: set[tuple[str, str]]) -> t
     return tuple(out)
 
 
-_FAULT = {"kind", "node", "gpu", "at", "every", "duration", "code", "field", "block"}
-_DEFAULT_DURATION = {"gpu_lost": 600.0, "xid": 0.0, "nvml_error": 600.0, "hung": 120.0, "init_error": 300.0}
+_FAULT = {"kind", "node", "gpu", "at", "every", "duration", "code", "field", "block", "mig"}
+_DEFAULT_DURATION = {
+    "gpu_lost": 600.0,
+    "xid": 0.0,
+    "nvml_error": 600.0,
+    "hung": 120.0,
+    "init_error": 300.0,
+    "mig_reconfigure": 0.0,
+}
+MigResolver = Callable[[object, str, GpuModel], tuple[str | None, dict[str, int] | None]]
+"""(raw ``mig`` value, its path, the GPU model) → (built-in config name, profile counts)."""
 
 
-def parse_faults(ctx: Ctx, raw: object, *, nodes: Mapping[str, Node]) -> tuple[Fault, ...]:
+def _new_layout(
+    ctx: Ctx, m: Mapping[str, object], path: str, *, kind: str, gpu: Gpu | None, mig: MigResolver | None
+) -> tuple[str | None, dict[str, int] | None]:
+    """A ``mig_reconfigure`` fault's layout (``{}``: MIG off); no other fault may give one."""
+    if kind != "mig_reconfigure":
+        if "mig" in m:
+            ctx.fail(f"{path}.mig", "only a mig_reconfigure fault has a layout")
+        return None, None
+    if "mig" not in m:
+        ctx.fail(path, "a mig_reconfigure fault needs 'mig': a built-in config or profile counts")
+    assert gpu is not None and mig is not None
+    name, counts = mig(m["mig"], f"{path}.mig", gpu.model)
+    return name, counts or {}
+
+
+def parse_faults(
+    ctx: Ctx, raw: object, *, nodes: Mapping[str, Node], mig: MigResolver | None = None
+) -> tuple[Fault, ...]:
     out: list[Fault] = []
     for i, item in enumerate(ctx.sequence(raw, "faults")):
         path = f"faults[{i}]"
@@ -229,7 +257,9 @@ def parse_faults(ctx: Ctx, raw: object, *, nodes: Mapping[str, Node]) -> tuple[F
         duration = ctx.duration(m.get("duration", _DEFAULT_DURATION[kind]), f"{path}.duration")
         if every is not None and not duration < every:
             ctx.fail(f"{path}.every", f"must be longer than duration ({duration:g}s)")
-        if kind != "xid" and duration <= 0:
+        if kind == "mig_reconfigure" and (every is not None or "duration" in m):
+            ctx.fail(path, "a mig_reconfigure fault happens once and stays: remove every/duration")
+        if kind not in ("xid", "mig_reconfigure") and duration <= 0:
             ctx.fail(f"{path}.duration", "must be positive")
         code = 0
         if kind == "xid":
@@ -244,7 +274,24 @@ def parse_faults(ctx: Ctx, raw: object, *, nodes: Mapping[str, Node]) -> tuple[F
         elif "field" in m:
             ctx.fail(f"{path}.field", "only an nvml_error fault names a field")
         block = ctx.duration(m.get("block", 0), f"{path}.block")
-        out.append(Fault(kind, node_name, gpu, at, every, duration, code, field_name, block))
+        mig_name, counts = _new_layout(
+            ctx, m, path, kind=kind, gpu=node.gpus[gpu] if gpu is not None else None, mig=mig
+        )
+        out.append(
+            Fault(
+                kind,
+                node_name,
+                gpu,
+                at,
+                every,
+                duration,
+                code,
+                field_name,
+                block,
+                mig=MappingProxyType(counts) if counts is not None else None,
+                mig_name=mig_name,
+            )
+        )
     return tuple(out)
 
 

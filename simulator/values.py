@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import numpy as np
 
-from exporter.snapshot import GpuInfo, GpuSnapshot, LostGpu, MigInstance, NodeSnapshot, XidEvent
+from exporter.snapshot import GpuInfo, GpuSnapshot, LostGpu, MigInstance, NodeSnapshot, ProcessUsage, XidEvent
 from simulator import faults as faultlib
-from simulator import patterns
-from simulator.model import Gpu, Node, Pod, Scenario
+from simulator import identity, patterns
+from simulator import scenario as scenario_mod
+from simulator.model import Fault, Gpu, Node, Pod, Scenario
 from simulator.patterns import Array, rounded
 
 Key = tuple[int, int, str]
@@ -54,8 +55,14 @@ class _Device:
     reserved_mib: int
     compute_share: float
     """Fraction of the GPU's compute slices (1.0 for a whole GPU)."""
-    pod: Pod | None
+    pods: tuple[Pod, ...]
+    """The pods holding it: one, or several on a time-sliced GPU."""
     entity: str
+    uuid: str = ""
+    start: int = 0
+    profile_name: str = ""
+    gi_profile_id: int = -1
+    memory_slices: int = 0
 
 
 @dataclass(frozen=True)
@@ -72,13 +79,27 @@ def _tdp(gpu: Gpu) -> tuple[float, float]:
     return _POWER_W.get(gpu.model.key, _HOPPER_POWER_W)
 
 
+PROC_PREFIX = "proc:"
+"""Keys of one pod's share of a time-sliced GPU (``proc:<k>:util``/``mem``): not device fields."""
+
+
 class NodeModel:
-    def __init__(self, scenario: Scenario, node: Node) -> None:
+    """One node's devices over time. ``at(t)`` is the model of the layout in force at ``t``: a
+    ``mig_reconfigure`` fault gives its GPU new MIG instances (new UUIDs) from then on."""
+
+    def __init__(self, scenario: Scenario, node: Node, *, layout_changes: int = 0) -> None:
         self.scenario = scenario
         self.node = node
         self.seed = scenario.seed
         self.faults = scenario.faults_on(node.name)
-        holders: dict[str, Pod] = {d.uuid: p for p in scenario.pods_on(node.name) for d in p.devices}
+        self.reconfigs = sorted(
+            (scenario.epoch + f.at, i, f) for i, f in enumerate(self.faults) if f.kind == "mig_reconfigure"
+        )
+        self._variants: dict[int, NodeModel] = {layout_changes: self}
+        holders: dict[str, list[Pod]] = {}
+        for p in scenario.pods_on(node.name):
+            for d in p.devices:
+                holders.setdefault(d.uuid, []).append(p)
         self.devices: list[_Device] = []
         for gpu in node.gpus:
             if not gpu.mig_enabled:
@@ -90,8 +111,9 @@ class NodeModel:
                         gpu.model.memory_mib,
                         reserved,
                         1.0,
-                        holders.get(gpu.uuid),
+                        tuple(holders.get(gpu.uuid, ())),
                         f"{node.name}/{gpu.index}",
+                        uuid=gpu.uuid,
                     )
                 )
             for inst in gpu.instances:
@@ -99,9 +121,38 @@ class NodeModel:
                 entity = f"{node.name}/{gpu.index}/{inst.gi_id}"
                 self.devices.append(
                     _Device(
-                        gpu, inst.gi_id, inst.profile.memory_mib, 0, share, holders.get(inst.uuid), entity
+                        gpu,
+                        inst.gi_id,
+                        inst.profile.memory_mib,
+                        0,
+                        share,
+                        tuple(holders.get(inst.uuid, ())),
+                        entity,
+                        uuid=inst.uuid,
+                        start=inst.start,
+                        profile_name=inst.profile.name,
+                        gi_profile_id=inst.profile.gi_profile_id,
+                        memory_slices=inst.profile.memory_slices,
                     )
                 )
+
+    # -- layouts over time ---------------------------------------------------------------------
+    def at(self, t: float) -> NodeModel:
+        """The model of the layout in force at ``t`` (after every ``mig_reconfigure`` up to ``t``)."""
+        done = sum(1 for start, _, _ in self.reconfigs if start <= t)
+        found = self._variants.get(done)
+        if found is None:
+            node = self.node
+            for k, (_, _, fault) in enumerate(self.reconfigs[:done], start=1):
+                node = reconfigured(self.scenario, node, fault, k)
+            found = NodeModel(self.scenario, node, layout_changes=done)
+            found._variants = self._variants
+            self._variants[done] = found
+        return found
+
+    def layout_edges(self, t0: float, t1: float) -> list[float]:
+        """Times in ``(t0, t1]`` where a GPU's MIG layout changes."""
+        return [start for start, _, _ in self.reconfigs if t0 < start <= t1]
 
     # -- continuous values ---------------------------------------------------------------------
     def continuous(self, ts: Array) -> dict[Key, Array]:
@@ -111,20 +162,32 @@ class NodeModel:
         active_integral: dict[int, Array] = {g.index: np.zeros_like(ts) for g in self.node.gpus}
         for d in self.devices:
             idx, gi = d.gpu.index, d.gi_id
-            if d.pod is not None:
-                util = patterns.evaluate(
-                    d.pod.utilization, seed=seed, entity=f"{d.entity}:util", t=ts, decimals=2
-                )
-                mem = patterns.evaluate(
-                    d.pod.memory_mib, seed=seed, entity=f"{d.entity}:mem", t=ts, decimals=0
-                )
+            util = np.zeros_like(ts)
+            mem = np.zeros_like(ts)
+            shared = len(d.pods) > 1 or (gi < 0 and d.gpu.time_slicing > 0)
+            for k, pod in enumerate(d.pods):
+                # One pod: the entity names of the device (stable values); several: one per pod.
+                ent = f"{d.entity}:{pod.namespace}/{pod.name}" if shared else d.entity
+                p_util = patterns.evaluate(pod.utilization, seed=seed, entity=f"{ent}:util", t=ts, decimals=2)
+                p_mem = patterns.evaluate(pod.memory_mib, seed=seed, entity=f"{ent}:mem", t=ts, decimals=0)
                 integ = patterns.integral(
-                    d.pod.utilization, seed=seed, entity=f"{d.entity}:util", t0=epoch, t=np.maximum(ts, epoch)
+                    pod.utilization, seed=seed, entity=f"{ent}:util", t0=epoch, t=np.maximum(ts, epoch)
                 )
                 active_integral[idx] = active_integral[idx] + d.compute_share * integ / 100.0
-            else:
-                util = np.zeros_like(ts)
-                mem = np.zeros_like(ts)
+                util = util + p_util
+                mem = mem + p_mem
+                if shared:
+                    # Each pod's own process: its share of the SMs (the device's total is capped
+                    # at 100 %, so are the shares, proportionally) and its memory.
+                    out[(idx, gi, f"{PROC_PREFIX}{k}:util")] = p_util
+                    out[(idx, gi, f"{PROC_PREFIX}{k}:mem")] = p_mem
+            if shared:
+                over = np.maximum(util / 100.0, 1.0)
+                for k in range(len(d.pods)):
+                    out[(idx, gi, f"{PROC_PREFIX}{k}:util")] = rounded(
+                        out[(idx, gi, f"{PROC_PREFIX}{k}:util")] / over, 2
+                    )
+                util = np.minimum(util, 100.0)
             act = util / 100.0
             activity[idx] = activity[idx] + d.compute_share * act
             used = np.minimum(mem, d.memory_mib - d.reserved_mib)
@@ -280,17 +343,26 @@ class NodeModel:
 
             def values(gi: int, bad: set[str] = bad, idx: int = gpu.index) -> Mapping[str, float]:
                 return MappingProxyType(
-                    {k[2]: value_of(k) for k in index.get((idx, gi), ()) if k[2] not in bad}
+                    {
+                        k[2]: value_of(k)
+                        for k in index.get((idx, gi), ())
+                        if k[2] not in bad and not k[2].startswith(PROC_PREFIX)
+                    }
                 )
 
             gpu_values = dict(values(-1))
             instances = []
             whole_processes: int | None = None
+            per_process: tuple[ProcessUsage, ...] | None = None
             for d in by_gpu.get(gpu.index, []):
-                processes = _processes(d.pod)
+                processes = sum(_processes(p) for p in d.pods)
                 if d.gi_id < 0:
                     whole_processes = processes
+                    if len(d.pods) > 1 or gpu.time_slicing:
+                        per_process = self._per_process(d, value_of)
                     continue
+                if self.node.dra == "dynamic" and not d.pods:
+                    continue  # DynamicMIG: no claim, no instance
                 inst = next(i for i in gpu.instances if i.gi_id == d.gi_id)
                 instances.append(
                     MigInstance(
@@ -299,7 +371,7 @@ class NodeModel:
                         profile=inst.profile.name,
                         placement_start=inst.start,
                         placement_size=inst.profile.memory_slices,
-                        uuid=inst.uuid,
+                        uuid=self.instance_uuid(gpu.index, inst.gi_id, inst.uuid, t),
                         values=values(inst.gi_id),
                         compute_processes=processes,
                     )
@@ -312,10 +384,54 @@ class NodeModel:
                     xid_counts=state.xid_counts.get(gpu.index, MappingProxyType({})),
                     last_xid=state.last_xid.get(gpu.index),
                     compute_processes=whole_processes,
+                    processes=per_process,
                 )
             )
         driver = self.node.gpus[0].driver_version if self.node.gpus else ""
         return NodeSnapshot(t, tuple(gpus), tuple(lost), MappingProxyType(errors), driver)
+
+    def claim_sequence(self, t: float) -> int:
+        """Which claim holds the devices of a dynamic-MIG node at ``t`` (one every ``claim_every``)."""
+        return max(0, math.floor((t - self.scenario.epoch) / self.node.claim_every))
+
+    def instance_uuid(self, gpu: int, gi: int, static_uuid: str, t: float) -> str:
+        """The MIG UUID at ``t``: fixed, except on DynamicMIG where each claim creates a new instance."""
+        if self.node.dra != "dynamic":
+            return static_uuid
+        return identity.mig_uuid(self.seed, f"{self.node.name}#claim{self.claim_sequence(t)}", gpu, gi)
+
+    def _per_process(self, d: _Device, value_of: Callable[[Key], float]) -> tuple[ProcessUsage, ...]:
+        """One process per busy pod on a time-sliced GPU, with its own share."""
+        idx, gi = d.gpu.index, d.gi_id
+        return tuple(
+            ProcessUsage(
+                pid=identity.process_id(self.seed, pod.namespace, pod.name),
+                memory_bytes=value_of((idx, gi, f"{PROC_PREFIX}{k}:mem")) * 1048576.0,
+                sm_util=value_of((idx, gi, f"{PROC_PREFIX}{k}:util")),
+            )
+            for k, pod in enumerate(d.pods)
+            if _processes(pod)
+        )
+
+
+def reconfigured(scenario: Scenario, node: Node, fault: Fault, k: int) -> Node:
+    """``node`` after the ``k``-th MIG reconfiguration: the fault's GPU gets new instances with new
+    UUIDs (the pods that held the old ones hold nothing); everything else stays."""
+    assert fault.gpu is not None
+    old = node.gpus[fault.gpu]
+    counts = dict(fault.mig or {})
+    new = scenario_mod.build_gpu(
+        scenario.seed,
+        f"{node.name}#reconfigured{k}",
+        index=old.index,
+        model=old.model,
+        mig_name=fault.mig_name,
+        counts=counts or None,
+        driver=old.driver_version,
+    )
+    new = replace(new, uuid=old.uuid, pci_bus_id=old.pci_bus_id)
+    gpus = tuple(new if g.index == old.index else g for g in node.gpus)
+    return replace(node, gpus=gpus)
 
 
 def _processes(pod: Pod | None) -> int:

@@ -17,7 +17,33 @@ from adapter.hpa import spec as hpaspec
 from adapter.hpa import state as hpastate
 from adapter.provider.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
 from adapter.provider.values import MetricValues
-from gpupilot_common import numbers
+from gpupilot_common import numbers, output
+
+OUTPUT_SCHEMA = """
+## Output with `-o json` / `-o yaml`
+
+One document on stdout; exit codes as with the table:
+
+| key | type | what |
+|---|---|---|
+| `hpa` | object | `namespace`, `name`, `target` (`Deployment/llm-inference`) |
+| `kubernetes` | string | the controller release whose decision is computed (`v1.35`) |
+| `at` | string | the moment decided for, RFC 3339 UTC |
+| `current_replicas`, `min_replicas`, `max_replicas` | integer | as the controller sees them |
+| `tolerance` | object | `up`, `down` |
+| `behavior` | boolean | whether the HPA has a `behavior` section (else the legacy rules) |
+| `pods` | object | `total`, `ready` |
+| `metrics` | list | per metric: `metric`, `type`, `target` (`type`, `value`), `current` (plain units; `utilization` in whole percent for Resource Utilization), `pods_with_value`, `proposal` (replicas), `ratio`, `error` (empty when read), `notes` (unready and missing pods) |
+| `per_pod` | list | per pod: `name`, `state` (`ready`, `unready`, `pending`, `deleting` …), `values` (metric → value or null) |
+| `decision` | object | `recommended` (largest proposal), `final`, `change` (`scale up`, `scale down`, `no change`), `failed`, `steps`: the reasons in order — a new HPA's first recommendation, stabilisation, the policy that limited the rate with the scale events it counted, min/max |
+| `sources`, `caveats` | list of strings | where each input came from; what the answer could not see |
+
+```bash
+for f in hpas/*.yaml; do
+  gpupilot-adapter explain-hpa -f "$f" --prometheus-url http://prometheus:9090 -o json | jq -c '{hpa: .hpa.name, final: .decision.final}'
+done
+```
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +74,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not rebuild the controller's recent recommendations and scale events from Prometheus",
     )
+    output.add_argument(parser, what="the explanation")
+
+
+def _print(args: argparse.Namespace, ex: explain.Explanation) -> None:
+    if output.structured(args):
+        output.emit(explain.document(ex), args.output)
+    else:
+        print(explain.render(ex, wide=args.output == "wide"))
 
 
 def _explain_offline(args: argparse.Namespace, spec: hpaspec.HpaSpec) -> int:
@@ -66,7 +100,7 @@ def _explain_offline(args: argparse.Namespace, spec: hpaspec.HpaSpec) -> int:
         inputs.sources.append(f"history from {args.state}")
     else:
         inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
-    print(explain.render(explain.explain(spec, inputs)))
+    _print(args, explain.explain(spec, inputs))
     return 0
 
 
@@ -152,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
             inputs.caveats.append(explain.no_history_caveat(spec, inputs) or "")
         if kube is not None:
             explain.check_hpa_status(spec, inputs, kube=kube)
-        print(explain.render(explain.explain(spec, inputs)))
+        _print(args, explain.explain(spec, inputs))
     finally:
         if pods_source is not None:
             pods_source.close()

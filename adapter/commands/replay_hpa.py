@@ -16,7 +16,31 @@ from adapter.hpa import spec as hpaspec
 from adapter.hpa import state as hpastate
 from adapter.provider.values import MetricValues
 from adapter.quantity import parse_quantity
-from gpupilot_common import atomicfile
+from gpupilot_common import atomicfile, output
+
+OUTPUT_SCHEMA = """
+## Output with `-o json` / `-o yaml`
+
+One document on stdout (progress on stderr; the chart is still written with `--chart`; exit codes as
+with the table):
+
+| key | type | what |
+|---|---|---|
+| `hpa` | object | `namespace`, `name`, `target` (`Deployment/llm-inference`) |
+| `kubernetes` | string | the controller release whose decision is replayed |
+| `start`, `end` | string | first and last step, RFC 3339 UTC |
+| `step_seconds`, `steps` | number | the sync period replayed and how many steps |
+| `pods` | integer | pods that matched the selector in the range |
+| `recorded_from` | string | the series the recorded replica counts came from |
+| `recorded` | object | what happened: `scale_ups`, `scale_downs`, `mean_replicas`, `gpu_hours` |
+| `runs` | list | one per replay: `label` (`as written`, or the `--set` targets), `targets` (metric → target; empty as written), `first_replicas`, `scale_ups`, `scale_downs`, `mean_replicas`, `gpu_hours`, `time_at_max` and `time_above_target` (0-1 shares of the steps) |
+| `slices` | list | replicas over time, as the table: `from`, `recorded_mean`, `runs` (`label`, `mean`, `max`) |
+
+```bash
+gpupilot-adapter replay-hpa -f hpa.yaml --prometheus-url http://prometheus:9090 --set DCGM_FI_DEV_GPU_UTIL=60 -o json \\
+  | jq '.runs[] | {label, gpu_hours, time_above_target}'
+```
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rows", type=int, default=24, help="rows of the replicas-over-time table (default 24)"
     )
+    output.add_argument(parser, what="the replay")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,11 +129,24 @@ def run(args: argparse.Namespace) -> int:
             )
     finally:
         prometheus.close()
-    print(
-        replay.report(
-            spec, line, runs, step=step, gpus_per_pod=args.gpus_per_pod, rows=args.rows, origin=origin
+    if output.structured(args):
+        doc = replay.document(
+            spec, line, runs, step=step, gpus_per_pod=args.gpus_per_pod, rows=args.rows, targets=overrides
         )
-    )
+        output.emit(doc, args.output)
+    else:
+        print(
+            replay.report(
+                spec,
+                line,
+                runs,
+                step=step,
+                gpus_per_pod=args.gpus_per_pod,
+                rows=args.rows,
+                origin=origin,
+                wide=args.output == "wide",
+            )
+        )
     if args.chart:
         from adapter.hpa.replay_chart import write_chart  # noqa: PLC0415 - matplotlib loads only for a chart
 
@@ -122,5 +160,5 @@ def run(args: argparse.Namespace) -> int:
         except atomicfile.WriteFailed as exc:
             print(f"replay-hpa: {exc}", file=sys.stderr)
             return 1
-        print(f"  chart: {args.chart}")
+        print(f"  chart: {args.chart}", file=sys.stderr if output.structured(args) else sys.stdout)
     return 0

@@ -9,7 +9,14 @@ import threading
 from pathlib import Path
 
 from adapter.commands import check_apiservices, options
-from adapter.config.settings import AuthSettings, PrometheusSettings, ServerLimits, ServeSettings, TlsSettings
+from adapter.config.settings import (
+    AuthSettings,
+    PrometheusSettings,
+    ScalerSettings,
+    ServerLimits,
+    ServeSettings,
+    TlsSettings,
+)
 from adapter.errors import ConfigError
 from adapter.serving.app import Adapter
 from gpupilot_common import numbers
@@ -160,7 +167,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between checks of the config, certificate and CA files (SIGHUP: config now)",
     )
 
+    parser.add_argument(
+        "--external-scaler-address",
+        metavar="HOST:PORT",
+        help="also serve KEDA's external scaler (gRPC externalscaler.ExternalScaler) here, e.g. :9443 "
+        "(default: not served)",
+    )
+    parser.add_argument(
+        "--external-scaler-tls-cert-file",
+        type=Path,
+        help="the external scaler's serving certificate (PEM); default: plaintext gRPC",
+    )
+    parser.add_argument("--external-scaler-tls-key-file", type=Path, help="its key (PEM)")
+    parser.add_argument(
+        "--external-scaler-client-ca-file",
+        type=Path,
+        help="require client certificates issued by this CA (KEDA's tlsClientCert/tlsClientKey)",
+    )
+
     check_apiservices.add_owner_flag(parser)
+
+
+def scaler_settings(args: argparse.Namespace) -> ScalerSettings | None:
+    cert, key, ca = (
+        args.external_scaler_tls_cert_file,
+        args.external_scaler_tls_key_file,
+        args.external_scaler_client_ca_file,
+    )
+    if args.external_scaler_address is None:
+        if cert or key or ca:
+            raise ConfigError(
+                "--external-scaler-tls-* and --external-scaler-client-ca-file need --external-scaler-address"
+            )
+        return None
+    text = args.external_scaler_address
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(
+            f"--external-scaler-address {text!r}: expected HOST:PORT or :PORT with a port 1-65535, e.g. :9443"
+        )
+    if bool(cert) != bool(key):
+        raise ConfigError("--external-scaler-tls-cert-file and --external-scaler-tls-key-file go together")
+    if ca and not cert:
+        raise ConfigError(
+            "--external-scaler-client-ca-file needs --external-scaler-tls-cert-file and -key-file"
+        )
+    return ScalerSettings(
+        host=host.strip("[]") or "0.0.0.0",  # noqa: S104 - in a pod KEDA reaches it through a Service
+        port=int(port),
+        tls_cert_file=cert,
+        tls_key_file=key,
+        client_ca_file=ca,
+    )
 
 
 def serve_settings(args: argparse.Namespace) -> ServeSettings:
@@ -207,6 +265,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
         ),
         refresh_interval=args.refresh_interval,
         refresh_idle_drop=args.refresh_idle_timeout,
+        external_scaler=scaler_settings(args),
     )
 
 

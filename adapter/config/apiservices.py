@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpupilot_common.table import Column, render
+
 CUSTOM = "custom.metrics.k8s.io"
 EXTERNAL = "external.metrics.k8s.io"
 OURS: dict[str, tuple[str, ...]] = {CUSTOM: ("v1beta2", "v1beta1"), EXTERNAL: ("v1beta1",)}
@@ -70,7 +72,8 @@ def conflicts(found: list[Finding]) -> list[str]:
     return lines
 
 
+COLUMNS = (Column("APISERVICE"), Column("SERVED BY"), Column("STATE", wrap=True))
+
+
 def table(found: list[Finding]) -> str:
-    rows = [("APISERVICE", "SERVED BY", "STATE"), *((f.name, f.served_by, f.state) for f in found)]
-    widths = [max(len(r[i]) for r in rows) for i in range(2)]
-    return "\n".join(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}" for r in rows)
+    return render(COLUMNS, [(f.name, f.served_by, f.state) for f in found])

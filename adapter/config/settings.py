@@ -72,6 +72,37 @@ class ServerLimits:
 
 
 @dataclass(frozen=True)
+class ScalerSettings:
+    """KEDA's external scaler over gRPC (``--external-scaler-*``)."""
+
+    host: str
+    port: int
+    """0 = any free port (tests)."""
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    client_ca_file: Path | None = None
+    """When given, clients must present a certificate issued by it (KEDA's ``tlsClientCert``)."""
+    max_concurrent_rpcs: int = 1000
+    """Calls and open StreamIsActive streams at once; more get RESOURCE_EXHAUSTED. A stream costs
+    no thread (the server is asyncio), so this bounds memory, not CPU."""
+    max_streams_per_connection: int = 200
+    """HTTP/2 streams one connection may open (KEDA multiplexes every ScaledObject on one)."""
+    workers: int = 4
+    """Threads for reads that wait on Prometheus (a metric's first evaluation); reads already in
+    memory are answered on the event loop."""
+    max_message_bytes: int = 64 * 1024
+    """Largest message received or sent: a trigger's metadata is a few hundred bytes."""
+    keepalive_time: float = 60.0
+    """Seconds of silence after which the server pings a connection; one unanswered for
+    ``keepalive_timeout`` seconds is closed (a KEDA pod that went away)."""
+    keepalive_timeout: float = 20.0
+    min_client_ping_interval: float = 10.0
+    """Clients may ping at most this often (seconds); faster pingers are disconnected."""
+    max_connection_idle: float = 600.0
+    """Seconds a connection without calls is kept; KEDA reconnects transparently."""
+
+
+@dataclass(frozen=True)
 class ServeSettings:
     prometheus: PrometheusSettings
     tls: TlsSettings
@@ -99,3 +130,5 @@ class ServeSettings:
     """Seconds after the last request for a metric before it is no longer refreshed."""
     config_check_interval: float = 5.0
     """Seconds between checks of the config file for changes (SIGHUP reloads at once)."""
+    external_scaler: ScalerSettings | None = None
+    """KEDA's external scaler over gRPC; None = not served."""

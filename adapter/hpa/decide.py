@@ -199,11 +199,17 @@ def decide(
     """One reconcile of ``hpa`` at ``now``: the replica count the controller would set, and why."""
     current = spec_replicas
     status = current if status_replicas is None else status_replicas
-    if not history.started:
+    new = not history.started
+    if new:
         history = History(
             (Recommendation(now, current),), history.scale_up_events, history.scale_down_events, True
         )
     decision = Decision(current, current, current, history=history)
+    if new:
+        decision.steps.append(
+            f"new HPA: the controller's first recommendation is the current size, {current} "
+            "(its stabilisation windows start from it)"
+        )
     if current == 0 and hpa.min_replicas != 0:
         decision.steps.append(
             "current replicas 0 and minReplicas ≠ 0: autoscaling is disabled for this target"
@@ -535,7 +541,9 @@ def convert_with_behavior_rate(
         allowed = min(max_replicas, limit)
         if desired > allowed:
             why = (
-                f"scaleUp policies ({behavior.scale_up.select_policy}) allow {limit} now"
+                policy_limit_text(
+                    "scaleUp", behavior.scale_up, current=current, limit=limit, history=history, now=now
+                )
                 if limit < max_replicas
                 else f"maxReplicas {max_replicas}"
             )
@@ -546,13 +554,62 @@ def convert_with_behavior_rate(
         allowed = max(min_replicas, limit)
         if desired < allowed:
             why = (
-                f"scaleDown policies ({behavior.scale_down.select_policy}) allow {limit} now"
+                policy_limit_text(
+                    "scaleDown", behavior.scale_down, current=current, limit=limit, history=history, now=now
+                )
                 if limit > min_replicas
                 else f"minReplicas {min_replicas}"
             )
             steps.append(f"limited by {why}")
             return allowed
     return desired
+
+
+def _policy_proposal(p: Policy, start: int, *, up: bool) -> int:
+    if up:
+        return start + p.value if p.kind == "Pods" else math.ceil(start * (1 + p.value / 100))
+    return start - p.value if p.kind == "Pods" else int(start * (1 - p.value / 100))
+
+
+def policy_limit_text(
+    direction: str, rules: Rules, *, current: int, limit: int, history: History, now: float
+) -> str:
+    """Which policy set a rate limit, from what count, and the scale events of its period that moved
+    that count: ``scaleUp policy Pods 2 per 120s (its only policy), which allows 5 now: it counts
+    from 3 (current 4, less 1 added by the scale event(s) of its period: +1 90s ago)``."""
+    if rules.select_policy == "Disabled":
+        return f"{direction} selectPolicy Disabled: no {direction} at all, {limit} now"
+    up = direction == "scaleUp"
+    for p in rules.policies:
+        added = replicas_changed_in(p.period_seconds, history.scale_up_events, now)
+        removed = replicas_changed_in(p.period_seconds, history.scale_down_events, now)
+        start = current - added + removed
+        if _policy_proposal(p, start, up=up) != limit:
+            continue
+        events = [
+            f"{'+' if kind == 'up' else '-'}{e.change} {max(now - e.at, 0):.0f}s ago"
+            for kind, events_of in (("up", history.scale_up_events), ("down", history.scale_down_events))
+            for e in events_of
+            if e.at > now - p.period_seconds
+        ]
+        moved = [f"less {added} added" if added else "", f"plus {removed} removed" if removed else ""]
+        counted = (
+            f"it counts from {start} (current {current}, {', '.join(m for m in moved if m)} by the scale "
+            f"event(s) of its period: {', '.join(events)})"
+            if events
+            else f"it counts from the current {current} (no scale event in its period)"
+        )
+        unit = "%" if p.kind == "Percent" else ""
+        among = (
+            "its only policy"
+            if len(rules.policies) == 1
+            else f"selectPolicy {rules.select_policy} over {len(rules.policies)} policies"
+        )
+        return (
+            f"{direction} policy {p.kind} {p.value}{unit} per {p.period_seconds}s ({among}), "
+            f"which allows {limit} now: {counted}"
+        )
+    return f"{direction} policies ({rules.select_policy}) allow {limit} now"
 
 
 def store_scale_event(history: History, behavior: Behavior, *, prev: int, new: int, now: float) -> History:

@@ -22,6 +22,9 @@ from adapter.provider import resourcemetrics
 from adapter.provider.podsource import Pod
 from adapter.provider.selectors import Selector, parse_selector
 from adapter.provider.values import MetricValues
+from gpupilot_common.table import Column, terminal_width
+from gpupilot_common.table import render as render_table
+from gpupilot_common.text import plural
 from gpupilot_common.timefmt import format_duration, format_time
 
 
@@ -225,80 +228,204 @@ def check_hpa_status(spec: HpaSpec, inputs: Inputs, *, kube: KubeClient) -> None
         )
 
 
-def render(ex: Explanation) -> str:
+@dataclass(frozen=True)
+class MetricLine:
+    """One metric of the explanation, as the table and the JSON document show it."""
+
+    label: str
+    kind: str
+    target_type: str
+    target: float
+    current: float | None = None
+    utilization: int | None = None
+    with_value: tuple[int, int] | None = None
+    """Pods with a value / pods, for per-pod metrics."""
+    proposal: int | None = None
+    ratio: float | None = None
+    error: str = ""
+    notes: tuple[str, ...] = ()
+    summed: int = 0
+    """External metrics: how many series were summed (more than 1 is shown)."""
+
+
+def metric_lines(ex: Explanation) -> list[MetricLine]:
+    s, inp, d = ex.spec, ex.inputs, ex.decision
+    by_spec = {id(o.spec): o for o in d.outcomes}
+    names = {pod.name for pod in inp.pods}
+    out = []
+    for source, obs in zip(s.sources, inp.observations, strict=False):
+        m = source.spec
+        outcome = by_spec.get(id(m))
+        base = MetricLine(m.label, m.kind, m.target_type, m.target)
+        if outcome is None:
+            out.append(replace(base, error="not read"))
+            continue
+        with_value = (
+            (sum(1 for n in obs.per_pod if n in names), len(inp.pods)) if obs.per_pod is not None else None
+        )
+        p = outcome.proposal
+        if p is None:
+            out.append(replace(base, with_value=with_value, error=outcome.error or "failed"))
+            continue
+        notes = [p.note] if p.note else []
+        if p.missing:
+            notes.append("missing: " + ", ".join(p.missing[:5]) + (" …" if len(p.missing) > 5 else ""))
+        out.append(
+            replace(
+                base,
+                current=p.usage / 1000,
+                utilization=p.utilization,
+                with_value=with_value,
+                proposal=p.replicas,
+                ratio=p.ratio,
+                notes=tuple(notes),
+                summed=len(obs.values) if m.kind == "External" else 0,
+            )
+        )
+    return out
+
+
+def _pod_state(pod: PodState) -> str:
+    if pod.deleting:
+        return "deleting"
+    if pod.ready and pod.phase == "Running":
+        return "ready"
+    return pod.phase.lower() if pod.phase != "Running" else "unready"
+
+
+METRIC_COLUMNS = (
+    Column("METRIC"),
+    Column("TYPE"),
+    Column("TARGET"),
+    Column("CURRENT", right=True),
+    Column("WITH VALUE", right=True, drop=1),
+    Column("PROPOSAL"),
+)
+
+
+def render(ex: Explanation, *, wide: bool = False) -> str:
     s, inp, d = ex.spec, ex.inputs, ex.decision
     ready = sum(1 for p in inp.pods if p.ready and p.phase == "Running")
     tol = s.model.tolerances()
     tolerance = f"{tol.up:g}" if tol.up == tol.down else f"up {tol.up:g} / down {tol.down:g}"
     lines = [
         f"HPA {s.namespace}/{s.name} → {s.target_kind}/{s.target_name}  (decision as Kubernetes {hpa.KUBERNETES_RELEASE})",
-        f"  {len(inp.pods)} pod(s), {ready} ready; current replicas {inp.current}; "
+        f"  {plural(len(inp.pods), 'pod')}, {ready} ready; current replicas {inp.current}; "
         f"min {s.min_replicas}, max {s.max_replicas}; tolerance {tolerance}; "
         f"behavior {'as written' if s.model.behavior else 'absent (legacy rules)'}",
         "",
     ]
-    header = ("METRIC", "TYPE", "TARGET", "CURRENT", "WITH VALUE", "PROPOSAL")
-    rows = [header]
+    rows = []
     notes: list[str] = []
-    by_spec = {id(o.spec): o for o in d.outcomes}
-    for source, obs in zip(s.sources, inp.observations, strict=False):
-        m = source.spec
-        outcome = by_spec.get(id(m))
+    for m in metric_lines(ex):
         target = f"{m.target_type} {m.target:g}" + ("%" if m.target_type == "Utilization" else "")
-        if outcome is None:
-            rows.append((m.label, m.kind, target, "-", "-", "not read"))
+        with_value = f"{m.with_value[0]}/{m.with_value[1]}" if m.with_value is not None else "-"
+        if m.proposal is None:
+            rows.append(
+                (m.label, m.kind, target, "-", with_value, "failed" if m.error != "not read" else m.error)
+            )
+            if m.error != "not read":
+                notes.append(f"    {m.label}: {m.error}")
             continue
-        p = outcome.proposal
-        with_value = "-"
-        if obs.per_pod is not None:
-            names = {pod.name for pod in inp.pods}
-            with_value = f"{sum(1 for n in obs.per_pod if n in names)}/{len(inp.pods)}"
-        if p is None:
-            rows.append((m.label, m.kind, target, "-", with_value, "failed"))
-            notes.append(f"    {m.label}: {outcome.error}")
-            continue
-        current = f"{p.utilization}%" if p.utilization is not None else f"{p.usage / 1000:.6g}"
-        if m.kind == "External" and len(obs.values) > 1:
-            current += f" (sum of {len(obs.values)})"
-        rows.append((m.label, m.kind, target, current, with_value, f"{p.replicas}  (ratio {p.ratio:.3f})"))
-        extra = [p.note] if p.note else []
-        if p.missing:
-            extra.append("missing: " + ", ".join(p.missing[:5]) + (" …" if len(p.missing) > 5 else ""))
-        if extra:
-            notes.append(f"    {m.label}: " + "; ".join(extra))
-    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
-    lines += ["  " + "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(r)).rstrip() for r in rows]
+        current = f"{m.utilization}%" if m.utilization is not None else f"{m.current:.6g}"
+        if m.summed > 1:
+            current += f" (sum of {m.summed})"
+        rows.append((m.label, m.kind, target, current, with_value, f"{m.proposal}  (ratio {m.ratio:.3f})"))
+        if m.notes:
+            notes.append(f"    {m.label}: " + "; ".join(m.notes))
+    lines += [
+        "  " + line for line in render_table(METRIC_COLUMNS, rows, width=_width(), wide=wide).splitlines()
+    ]
     lines += notes
     pod_metrics = [
         (src, obs) for src, obs in zip(s.sources, inp.observations, strict=False) if obs.per_pod is not None
     ]
     if pod_metrics and inp.pods:
         lines += ["", "  per pod:"]
-        width = max(len(p.name) for p in inp.pods)
-        for pod in sorted(inp.pods, key=lambda p: p.name)[:50]:
-            state = (
-                "deleting"
-                if pod.deleting
-                else (
-                    "ready"
-                    if pod.ready and pod.phase == "Running"
-                    else pod.phase.lower()
-                    if pod.phase != "Running"
-                    else "unready"
-                )
-            )
-            cells = [f"{src.spec.name}={_fmt((obs.per_pod or {}).get(pod.name))}" for src, obs in pod_metrics]
-            lines.append(f"    {pod.name.ljust(width)}  {state:<8} " + "  ".join(cells))
+        columns = [Column("POD"), Column("STATE")] + [
+            Column(src.spec.name, right=True) for src, _ in pod_metrics
+        ]
+        pod_rows = [
+            [pod.name, _pod_state(pod)] + [_fmt((obs.per_pod or {}).get(pod.name)) for _, obs in pod_metrics]
+            for pod in sorted(inp.pods, key=lambda p: p.name)[:50]
+        ]
+        lines += [
+            "    " + line for line in render_table(columns, pod_rows, width=_width(2), wide=wide).splitlines()
+        ]
         if len(inp.pods) > 50:
             lines.append(f"    … {len(inp.pods) - 50} more")
     lines += ["", "  decision:"] + [f"    - {step}" for step in d.steps]
-    verb = "scale up" if d.final > d.current else "scale down" if d.final < d.current else "no change"
-    lines.append(f"  FINAL: {d.current} → {d.final} replicas ({verb})")
+    lines.append(f"  FINAL: {d.current} → {d.final} replicas ({_verb(d)})")
     if inp.sources or inp.caveats:
         lines.append("")
     lines += [f"  ({src})" for src in inp.sources]
     lines += [f"  caveat: {c}" for c in inp.caveats]
     return "\n".join(lines)
+
+
+def _width(indent: int = 1) -> int:
+    return max(40, terminal_width() - 2 * indent)
+
+
+def _verb(d: hpa.Decision) -> str:
+    return "scale up" if d.final > d.current else "scale down" if d.final < d.current else "no change"
+
+
+def document(ex: Explanation) -> dict[str, object]:
+    """What ``-o json``/``-o yaml`` print (schema: :data:`adapter.commands.explain_hpa.OUTPUT_SCHEMA`)."""
+    s, inp, d = ex.spec, ex.inputs, ex.decision
+    tol = s.model.tolerances()
+    pod_metrics = [
+        (src, obs) for src, obs in zip(s.sources, inp.observations, strict=False) if obs.per_pod is not None
+    ]
+    return {
+        "hpa": {"namespace": s.namespace, "name": s.name, "target": f"{s.target_kind}/{s.target_name}"},
+        "kubernetes": hpa.KUBERNETES_RELEASE,
+        "at": format_time(inp.now),
+        "current_replicas": inp.current,
+        "min_replicas": s.min_replicas,
+        "max_replicas": s.max_replicas,
+        "tolerance": {"up": tol.up, "down": tol.down},
+        "behavior": s.model.behavior is not None,
+        "pods": {
+            "total": len(inp.pods),
+            "ready": sum(1 for p in inp.pods if p.ready and p.phase == "Running"),
+        },
+        "metrics": [
+            {
+                "metric": m.label,
+                "type": m.kind,
+                "target": {"type": m.target_type, "value": m.target},
+                "current": m.current,
+                "utilization": m.utilization,
+                "pods_with_value": m.with_value[0] if m.with_value is not None else None,
+                "proposal": m.proposal,
+                "ratio": m.ratio,
+                "error": m.error,
+                "notes": list(m.notes),
+            }
+            for m in metric_lines(ex)
+        ],
+        "per_pod": [
+            {
+                "name": pod.name,
+                "state": _pod_state(pod),
+                "values": {src.spec.name: (obs.per_pod or {}).get(pod.name) for src, obs in pod_metrics},
+            }
+            for pod in sorted(inp.pods, key=lambda p: p.name)
+        ]
+        if pod_metrics
+        else [],
+        "decision": {
+            "recommended": d.recommended,
+            "final": d.final,
+            "change": _verb(d),
+            "failed": d.failed,
+            "steps": list(d.steps),
+        },
+        "sources": list(inp.sources),
+        "caveats": list(inp.caveats),
+    }
 
 
 def _fmt(v: float | None) -> str:

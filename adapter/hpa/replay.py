@@ -23,6 +23,8 @@ from adapter.hpa import decide as hpa
 from adapter.hpa.calc import PodState
 from adapter.hpa.spec import HpaSpec
 from adapter.hpa.timeline import Timeline, scale_events
+from gpupilot_common.table import Column, render
+from gpupilot_common.timefmt import format_time
 
 
 @dataclass
@@ -104,11 +106,13 @@ def replay(
     label: str,
     requests: Mapping[str, int] | None = None,
 ) -> ReplayResult:
-    """Run the controller every step from the first recorded size; ``requests`` (milli-units per
-    resource) gives replayed pods a request for Resource Utilization targets."""
+    """Run the controller every step from the first recorded size, as it is: recorded replicas
+    outside [min, max] (a what-if with other bounds) are clamped by the first step's decision, which
+    records that scale event as the controller does (``reconcileAutoscaler`` → ``storeScaleEvent``),
+    so it limits the next policy period. ``requests`` (milli-units per resource) gives replayed pods
+    a request for Resource Utilization targets."""
     result = ReplayResult(label)
-    first = next((r for r in timeline.recorded if r is not None), model.min_replicas)
-    replicas = min(max(first, model.min_replicas), model.max_replicas) if first else first
+    replicas = next((r for r in timeline.recorded if r is not None), model.min_replicas)
     history = hpa.History(started=False)
     tol = model.tolerances()
     for at, recorded, observations in zip(
@@ -166,30 +170,49 @@ def _above(
     return False
 
 
-def table(results: Sequence[ReplayResult], *, rows: int = 24) -> str:
-    """Replicas over time, one row per slice of the range: recorded mean and each replay's mean/max."""
+def slices(results: Sequence[ReplayResult], *, rows: int = 24) -> list[dict[str, object]]:
+    """Replicas over time in at most ``rows`` slices of the range: the recorded mean and each
+    replay's mean and max (what the table shows, as data)."""
     if not results or not results[0].steps:
-        return "  (no steps)"
+        return []
     steps = results[0].steps
     per = max(1, math.ceil(len(steps) / rows))
-    header = ["FROM (UTC)", "RECORDED"] + [f"{r.label} mean/max" for r in results]
-    body = []
+    out: list[dict[str, object]] = []
     for i in range(0, len(steps), per):
         chunk = slice(i, i + per)
         rec = [s.recorded for s in steps[chunk] if s.recorded is not None]
-        cells = [
-            datetime.fromtimestamp(steps[i].at, UTC).strftime("%Y-%m-%d %H:%M"),
-            f"{sum(rec) / len(rec):.1f}" if rec else "-",
-        ]
+        runs = []
         for r in results:
             part = [s.replicas for s in r.steps[chunk]]
-            cells.append(f"{sum(part) / len(part):.1f} / {max(part)}")
+            runs.append({"label": r.label, "mean": round(sum(part) / len(part), 3), "max": max(part)})
+        out.append(
+            {
+                "from": format_time(steps[i].at),
+                "recorded_mean": round(sum(rec) / len(rec), 3) if rec else None,
+                "runs": runs,
+            }
+        )
+    return out
+
+
+def table(results: Sequence[ReplayResult], *, rows: int = 24, wide: bool = False) -> str:
+    """Replicas over time, one row per slice of the range: recorded mean and each replay's mean/max."""
+    parts = slices(results, rows=rows)
+    if not parts:
+        return "  (no steps)"
+    columns = [Column("FROM (UTC)"), Column("RECORDED", right=True)]
+    columns += [Column(f"{r.label} mean/max", right=True) for r in results]
+    body = []
+    for part in parts:
+        rec = part["recorded_mean"]
+        cells = [str(part["from"]).replace("T", " ")[:16], f"{rec:.1f}" if isinstance(rec, float) else "-"]
+        cells += [f"{run['mean']:.1f} / {run['max']}" for run in part["runs"]]  # type: ignore[attr-defined]
         body.append(cells)
-    widths = [max(len(row[c]) for row in [header, *body]) for c in range(len(header))]
-    return "\n".join(
-        "  " + "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip()
-        for row in [header, *body]
-    )
+    return _indented(render(columns, body, wide=wide))
+
+
+def _indented(text: str) -> str:
+    return "\n".join(f"  {line}".rstrip() for line in text.splitlines())
 
 
 def recorded_history(
@@ -223,6 +246,16 @@ def history_window(model: hpa.HpaModel) -> int:
     return max([r.stabilization_seconds for r in rules] + periods + [15])
 
 
+def _recorded_summary(line: Timeline, *, step: float, gpus_per_pod: float) -> dict[str, float | None]:
+    recorded = [r for r in line.recorded if r is not None]
+    return {
+        "scale_ups": sum(1 for a, b in itertools.pairwise(recorded) if b > a),
+        "scale_downs": sum(1 for a, b in itertools.pairwise(recorded) if b < a),
+        "mean": sum(recorded) / len(recorded) if recorded else None,
+        "gpu_hours": sum(recorded) * step / 3600 * gpus_per_pod,
+    }
+
+
 def report(
     spec: HpaSpec,
     line: Timeline,
@@ -232,13 +265,13 @@ def report(
     gpus_per_pod: float,
     rows: int,
     origin: str,
+    wide: bool = False,
 ) -> str:
     """The text report: where the data came from, the load model, replicas over time, the summary."""
     if not line.times:
         return "  (no steps)"
     start = datetime.fromtimestamp(line.times[0], UTC).strftime("%Y-%m-%d %H:%M")
     end = datetime.fromtimestamp(line.times[-1], UTC).strftime("%Y-%m-%d %H:%M")
-    recorded = [r for r in line.recorded if r is not None]
     out = [
         f"replay-hpa {spec.namespace}/{spec.name} → {spec.target_kind}/{spec.target_name}: {start} → {end} UTC, "
         f"{len(line.times)} steps of {step:g}s (decision as Kubernetes {hpa.KUBERNETES_RELEASE})",
@@ -247,28 +280,81 @@ def report(
         "  load model: per-pod metrics = recorded per-pod mean × recorded replicas ÷ replayed replicas;",
         "  Object/External values as recorded; new pods ready at once (see docs/adapter.md for the limits)",
         "",
-        table(runs, rows=rows),
+        table(runs, rows=rows, wide=wide),
         "",
     ]
     summaries = [
         r.summary(max_replicas=spec.max_replicas, step=step, gpus_per_pod=gpus_per_pod) for r in runs
     ]
-    rec_hours = sum(recorded) * step / 3600 * gpus_per_pod
-    header = ["", "recorded"] + [r.label for r in runs]
-    rec_mean = f"{sum(recorded) / len(recorded):.2f}" if recorded else "-"
-    ups = sum(1 for a, b in itertools.pairwise(recorded) if b > a)
-    downs = sum(1 for a, b in itertools.pairwise(recorded) if b < a)
-    table_rows = [
-        header,
-        ["scale events (up/down)", f"{ups}/{downs}"]
+    rec = _recorded_summary(line, step=step, gpus_per_pod=gpus_per_pod)
+    columns = [Column(""), Column("recorded", right=True), *(Column(r.label, right=True) for r in runs)]
+    rec_mean = rec["mean"]
+    body = [
+        ["scale events (up/down)", f"{rec['scale_ups']:.0f}/{rec['scale_downs']:.0f}"]
         + [f"{s['scale_ups']:.0f}/{s['scale_downs']:.0f}" for s in summaries],
-        ["mean replicas", rec_mean] + [f"{s['mean']:.2f}" for s in summaries],
-        ["GPU-hours", f"{rec_hours:.1f}"] + [f"{s['gpu_hours']:.1f}" for s in summaries],
+        ["mean replicas", f"{rec_mean:.2f}" if rec_mean is not None else "-"]
+        + [f"{s['mean']:.2f}" for s in summaries],
+        ["GPU-hours", f"{rec['gpu_hours']:.1f}"] + [f"{s['gpu_hours']:.1f}" for s in summaries],
         ["time at maxReplicas", "-"] + [f"{s['at_max'] * 100:.1f} %" for s in summaries],
         ["time above target", "-"] + [f"{s['above'] * 100:.1f} %" for s in summaries],
     ]
-    widths = [max(len(row[c]) for row in table_rows) for c in range(len(header))]
-    out += [
-        "  " + "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in table_rows
-    ]
+    out.append(_indented(render(columns, body, wide=wide)))
     return "\n".join(out)
+
+
+def document(
+    spec: HpaSpec,
+    line: Timeline,
+    runs: Sequence[ReplayResult],
+    *,
+    step: float,
+    gpus_per_pod: float,
+    rows: int,
+    targets: Mapping[str, float],
+) -> dict[str, object]:
+    """What ``-o json``/``-o yaml`` print (schema: :data:`adapter.commands.replay_hpa.OUTPUT_SCHEMA`)."""
+    rec = _recorded_summary(line, step=step, gpus_per_pod=gpus_per_pod)
+    return {
+        "hpa": {
+            "namespace": spec.namespace,
+            "name": spec.name,
+            "target": f"{spec.target_kind}/{spec.target_name}",
+        },
+        "kubernetes": hpa.KUBERNETES_RELEASE,
+        "start": format_time(line.times[0]) if line.times else None,
+        "end": format_time(line.times[-1]) if line.times else None,
+        "step_seconds": step,
+        "steps": len(line.times),
+        "pods": len(line.pods),
+        "recorded_from": line.recorded_from,
+        "recorded": {
+            "scale_ups": rec["scale_ups"],
+            "scale_downs": rec["scale_downs"],
+            "mean_replicas": rec["mean"],
+            "gpu_hours": rec["gpu_hours"],
+        },
+        "runs": [
+            {
+                "label": r.label,
+                "targets": dict(targets) if i else {},
+                "scale_ups": s["scale_ups"],
+                "scale_downs": s["scale_downs"],
+                "mean_replicas": s["mean"],
+                "gpu_hours": s["gpu_hours"],
+                "time_at_max": s["at_max"],
+                "time_above_target": s["above"],
+                "first_replicas": r.steps[0].replicas if r.steps else None,
+            }
+            for i, (r, s) in enumerate(
+                zip(
+                    runs,
+                    [
+                        r.summary(max_replicas=spec.max_replicas, step=step, gpus_per_pod=gpus_per_pod)
+                        for r in runs
+                    ],
+                    strict=True,
+                )
+            )
+        ],
+        "slices": slices(runs, rows=rows),
+    }

@@ -23,6 +23,8 @@ from adapter.provider.values import MetricValues
 from adapter.serving.api import MetricsApi
 from adapter.serving.auth import Authenticator, Authorizer, RequestHeaderSettings, load_pem_certs
 from adapter.serving.certreload import FilesWatch
+from adapter.serving.keda.grpcserver import ScalerServer
+from adapter.serving.keda.scaler import Scaler
 from adapter.serving.selfmetrics import SelfMetrics
 from adapter.serving.server import AdapterHTTPServer, App
 from adapter.serving.tlsutil import certificate_expiry, self_signed_pair, server_context
@@ -115,6 +117,14 @@ class Adapter:
             external_enabled=settings.external_metrics,
             ready=self._ready_checks,
         )
+        self.scaler: ScalerServer | None = None  # before any socket is bound: its TLS files are read here
+        if settings.external_scaler is not None:
+            self.scaler = ScalerServer(
+                settings=settings.external_scaler,
+                scaler=Scaler(values=self.values),
+                stats=self.metrics.scaler_requests,
+                poll_interval=interval,
+            )
         self._published = self._published_cas()
         self.authenticator, ca_pems = self._authenticator()
         if auth.authorization_mode == "none":
@@ -250,8 +260,16 @@ class Adapter:
         self.tls_watch.start(self.settings.config_check_interval)
         self.server.start()
         log.info("serving on https://%s:%d", self.settings.bind_address, self.port)
+        if self.scaler is not None:
+            try:
+                self.scaler.start()
+            except BaseException:
+                self.stop()
+                raise
 
     def stop(self) -> None:
+        if self.scaler is not None:
+            self.scaler.stop()
         self.server.shutdown()
         self.server.server_close()
         self.tls_watch.stop()

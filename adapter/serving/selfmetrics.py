@@ -18,6 +18,16 @@ class SelfMetrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = RequestStats(r)
+        self.scaler_requests = RequestStats(
+            r,
+            name="gpupilot_adapter_external_scaler_requests",
+            duration_name="gpupilot_adapter_external_scaler_request_duration_seconds",
+            label="method",
+            what="KEDA external scaler (gRPC) calls answered, by method and gRPC status code; "
+            "StreamIsActive counted when the stream ends.",
+            duration_what="Time from a KEDA external scaler call received to its answer, by method "
+            "(unary calls only).",
+        )
         self.prometheus = PrometheusMetrics(r)
         self.discovery_age = Gauge(
             "gpupilot_adapter_discovery_age_seconds",
@@ -94,13 +104,23 @@ class RequestStats(Collector):
     request when the CPU's caches are cold, as they are between an HPA's requests; this is one
     dict update and one list update."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._counts: dict[tuple[str, int], int] = {}
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        name: str = "gpupilot_adapter_requests",
+        duration_name: str = "gpupilot_adapter_request_duration_seconds",
+        label: str = "kind",
+        what: str = "API requests answered, by kind (custom, external, discovery, other) and HTTP code.",
+        duration_what: str = "Time from request parsed to answer written, by kind.",
+    ) -> None:
+        self._names = (name, duration_name, label, what, duration_what)
+        self._counts: dict[tuple[str, int | str], int] = {}
         self._latency: dict[str, tuple[list[int], list[float]]] = {}
         """kind → (observations per bucket, the last one +Inf; [sum of seconds])."""
         registry.register(self)
 
-    def record(self, kind: str, code: int, seconds: float) -> None:
+    def record(self, kind: str, code: int | str, seconds: float) -> None:
         key = (kind, code)
         self._counts[key] = self._counts.get(key, 0) + 1
         found = self._latency.get(kind)
@@ -109,19 +129,17 @@ class RequestStats(Collector):
         found[0][bisect.bisect_left(REQUEST_BUCKETS, seconds)] += 1
         found[1][0] += seconds
 
+    def count(self, kind: str, code: int | str) -> None:
+        """Count without a duration (a stream, whose length says nothing about the server)."""
+        key = (kind, code)
+        self._counts[key] = self._counts.get(key, 0) + 1
+
     def collect(self) -> Iterator[Metric]:
-        counts = CounterMetricFamily(
-            "gpupilot_adapter_requests",
-            "API requests answered, by kind (custom, external, discovery, other) and HTTP code.",
-            labels=["kind", "code"],
-        )
-        for (kind, code), n in sorted(list(self._counts.items())):  # list(): one atomic copy
-            counts.add_metric([kind, str(code)], n)
-        latency = HistogramMetricFamily(
-            "gpupilot_adapter_request_duration_seconds",
-            "Time from request parsed to answer written, by kind.",
-            labels=["kind"],
-        )
+        name, duration_name, label, what, duration_what = self._names
+        counts = CounterMetricFamily(name, what, labels=[label, "code"])
+        for (kind, code), n in sorted(list(self._counts.items()), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+            counts.add_metric([kind, str(code)], n)  # list() above: one atomic copy
+        latency = HistogramMetricFamily(duration_name, duration_what, labels=[label])
         for kind, (per_bucket, total) in sorted(list(self._latency.items())):
             snapshot, cumulative, buckets = list(per_bucket), 0, []
             for le, n in zip(_LE, snapshot, strict=True):

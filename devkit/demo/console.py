@@ -8,6 +8,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
 
+from gpupilot_common.table import Column, render
+
 
 class StepFailed(Exception):
     """A demo step could not run; the message is one line saying why and what to do."""
@@ -50,17 +52,15 @@ class Console:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns, numbers right-aligned, two spaces apart."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
+    """The shared table writer (:mod:`gpupilot_common.table`): numbers right-aligned, the last column
+    wrapped to fit the terminal."""
 
-    def fmt(row: Sequence[str]) -> str:
-        cells = []
-        for i, cell in enumerate(row):
-            numeric = cell.replace(".", "", 1).replace("%", "").strip().isdigit()
-            cells.append(cell.rjust(widths[i]) if numeric else cell.ljust(widths[i]))
-        return "  ".join(cells).rstrip()
+    def numeric(i: int) -> bool:
+        cells = [r[i] for r in rows if r[i].strip()]
+        return bool(cells) and all(c.replace(".", "", 1).replace("%", "").strip().isdigit() for c in cells)
 
-    return [fmt(headers), fmt(["─" * w for w in widths]), *(fmt(r) for r in rows)]
+    columns = [
+        Column(h, right=numeric(i), wrap=i == len(headers) - 1 and len(headers) > 1)
+        for i, h in enumerate(headers)
+    ]
+    return render(columns, rows).split("\n")

@@ -17,6 +17,7 @@ IDLE_BELOW = 0.05
 """A device whose 5-minute mean activity is under 5 % counts as idle (as the rules' idle alert)."""
 
 ACTIVITY = "gpupilot:slice_activity:avg5m"
+IDLE_RULE = "gpupilot:device_idle:bool"
 ACTIVITY_RAW = (
     'max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_ID!=""}[5m]))'
     " or max by (Hostname, UUID, GPU_I_ID) (avg_over_time(DCGM_FI_DEV_GPU_UTIL[5m])) / 100"
@@ -33,11 +34,16 @@ class Device:
     activity: float | None = None
     processes: float | None = None
     """Compute processes on the device: the idle signal where there is no activity series."""
+    idle_rule: bool | None = None
+    """Whether ``gpupilot:device_idle:bool`` (the one definition of "allocated but idle" the report's
+    trend and the alerts count) names this device; None before the rule has a value."""
 
     @property
     def state(self) -> str:
         if not self.pods:
             return "free"
+        if self.idle_rule is not None and (self.activity is not None or self.processes is not None):
+            return "idle" if self.idle_rule else "busy"
         if self.activity is not None:
             return "busy" if self.activity >= IDLE_BELOW else "idle"
         if self.processes is not None:
@@ -57,6 +63,15 @@ class Gpu:
 
 def _key(labels: Mapping[str, str]) -> tuple[str, str, str]:
     return labels.get("Hostname", ""), labels.get("UUID", ""), labels.get("GPU_I_ID", "")
+
+
+def _mark_idle(url: str, devices: dict[tuple[str, str, str], Device]) -> None:
+    """The rule's own answer, so this view and the report count the same devices (none flagged:
+    the rule has no value yet, or nothing is idle; the device states then follow the same test)."""
+    flagged = {_key(s.labels) for s in promql.query(url, IDLE_RULE)}
+    if flagged:
+        for key, dev in devices.items():
+            dev.idle_rule = key in flagged
 
 
 def collect(url: str) -> tuple[list[Gpu], dict[str, str], str]:
@@ -118,6 +133,7 @@ def collect(url: str) -> tuple[list[Gpu], dict[str, str], str]:
         dev = devices.get(_key(s.labels))
         if dev is not None:
             dev.processes = s.value
+    _mark_idle(url, devices)
     configs = {
         s.labels.get("node", ""): s.labels.get("label_nvidia_com_mig_config", "")
         for s in promql.query(url, "kube_node_labels")
@@ -180,7 +196,11 @@ def render(url: str) -> list[str]:
     lines.append("")
     lines.append(
         f"{len(nodes)} nodes, {len(gpus)} GPUs ({sum(g.mig for g in gpus)} with MIG), {len(devices)} devices: "
-        f"{states.count('busy')} busy, {states.count('idle')} allocated but idle, {states.count('free')} unallocated"
+        f"{states.count('busy')} busy, {states.count('idle')} allocated but idle now, {states.count('free')} unallocated"
+    )
+    lines.append(
+        f"(allocated but idle now: the devices {IDLE_RULE} names, the count the report's trend ends on; "
+        "its first table lists the pods idle all week)"
     )
     lines.append(
         f"SLICES: █ busy  ▒ allocated, idle (< {IDLE_BELOW:.0%} activity over 5 min)  · unallocated  "

@@ -147,8 +147,8 @@ def show_sections(con: Console, settings: DemoSettings, ends: services.Endpoints
             raise StepFailed(f"{settings.store_name} is not running")
         for line in fleet.render(ends.prometheus):
             con.line(f"  {line}")
-    con.section("2. Autoscaling: the seed's ai-serving/llm-inference HPA")
-    with con.step("explain-hpa on the seed's HPA"):
+    con.section("2. Autoscaling: the example HPA ai-serving/llm-inference")
+    with con.step("explain-hpa on the example HPA"):
         sections.explain_hpa(con, settings, ends)
     with con.step("replay-hpa: the same HPA over the history, as written and with a 60 % GPU target"):
         sections.replay_hpa(con, settings, ends)

@@ -35,7 +35,7 @@ def _indent(con: Console, text: str, *, limit: int = 60) -> None:
 def explain_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> None:
     hpa = settings.root / HPA_FILE
     if not hpa.exists():
-        raise StepFailed(f"{HPA_FILE} is missing: it holds the seed's llm-inference HPA")
+        raise StepFailed(f"{HPA_FILE} is missing: it holds the example llm-inference HPA")
     if not ends.prometheus:
         raise StepFailed("Prometheus is not running")
     args = ["explain-hpa", "-f", str(hpa), "--prometheus-url", ends.prometheus, "--pod-source", "prometheus"]
@@ -45,7 +45,7 @@ def explain_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> None:
 
 
 def replay_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> Path:
-    """The seed's HPA replayed over the backfilled history, as written and with a lower GPU target."""
+    """The example HPA replayed over the backfilled history, as written and with a lower GPU target."""
     hpa = settings.root / HPA_FILE
     if not ends.prometheus:
         raise StepFailed("Prometheus is not running")

@@ -36,8 +36,9 @@ from exporter.nvml import fields as nvml_fields
 from exporter.nvml.fields import MIB, GpuLost, NvmlCalls, StaleHandle, mismatch_error, text
 from exporter.nvml.gpm import GpmSampler
 from exporter.nvml.mig import MigDevice, MigTopology
+from exporter.nvml.procs import ProcessSampler
 from exporter.nvml.xid import XidWatcher
-from exporter.snapshot import GpuInfo, GpuSnapshot, LostGpu, MigInstance, NodeSnapshot
+from exporter.snapshot import GpuInfo, GpuSnapshot, LostGpu, MigInstance, NodeSnapshot, ProcessUsage
 from exporter.visibility import ProcessVisibility, process_visibility
 
 
@@ -105,6 +106,7 @@ class NvmlBackend:
         self._calls = NvmlCalls(self.lib, clock=self._clock)
         self._gpm = GpmSampler(self._calls, min_interval_s=self._gpm_min_interval_s, clock=self._clock)
         self._xid = XidWatcher(self._calls, wall_clock=self._wall_clock)
+        self._procs = ProcessSampler(self._calls)
         self._gpus: list[_Gpu] = []
         self._lost_at_open: list[LostGpu] = []
         self._driver = ""
@@ -289,6 +291,7 @@ class NvmlBackend:
             gpu.mig.reset()
             calls.forget(key)
             self._gpm.forget(key)  # whole-GPU samples were refused in MIG mode; ask again
+            self._procs.forget(key)
         values: dict[str, float] = {}
         nvml_fields.read_gpu_level(calls, key, handle, values)
         gpm_values = self._gpm_whole(gpu) if gpu.info.gpm_supported else None
@@ -298,12 +301,18 @@ class NvmlBackend:
         if "DCGM_FI_PROF_PCIE_TX_BYTES" not in values:
             nvml_fields.read_pcie_throughput(calls, key, handle, values)
         processes: int | None = None
+        per_process: tuple[ProcessUsage, ...] | None = None
+        util_visible = True
         instances: tuple[MigInstance, ...] = ()
         if mig_enabled:
             instances = self._read_instances(gpu)
         else:
             nvml_fields.read_whole_gpu(calls, key, handle, values)
-            processes = nvml_fields.read_device(calls, key, handle, values, processes=self.visibility.visible)
+            running = nvml_fields.read_device(calls, key, handle, values, processes=self.visibility.visible)
+            if running is not None:
+                processes = len(running)
+                # Per-process accounting (per-pod figures on shared GPUs): only with the host's PID view.
+                per_process, util_visible = self._procs.read(key, handle, running)
         return GpuSnapshot(
             info=gpu.info,
             values=MappingProxyType(values),
@@ -311,6 +320,8 @@ class NvmlBackend:
             xid_counts=MappingProxyType(dict(self._xid.counts.get(key, {}))),
             last_xid=self._xid.last.get(key),
             compute_processes=processes,
+            processes=per_process,
+            process_util_visible=util_visible,
         )
 
     def _read_instances(self, gpu: _Gpu) -> tuple[MigInstance, ...]:
@@ -324,7 +335,7 @@ class NvmlBackend:
             values: dict[str, float] = {}
             owner = dev.uuid in owners
             try:
-                processes = nvml_fields.read_device(
+                running = nvml_fields.read_device(
                     self._calls,
                     dev.uuid,
                     dev.handle,
@@ -350,7 +361,7 @@ class NvmlBackend:
                     placement_size=ident.placement_size,
                     uuid=dev.uuid,
                     values=MappingProxyType(values),
-                    compute_processes=processes,
+                    compute_processes=None if running is None else len(running),
                 )
             )
         out.sort(key=lambda i: (i.placement_start, i.gpu_instance_id))

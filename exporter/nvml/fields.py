@@ -383,8 +383,8 @@ def read_device(
     mig: bool = False,
     memory: bool = True,
     processes: bool = True,
-) -> int | None:
-    """Framebuffer (MiB) of a whole GPU or MIG handle; returns the number of compute processes.
+) -> list[Any] | None:
+    """Framebuffer (MiB) of a whole GPU or MIG handle; returns NVML's compute-process list.
 
     ``memory=False`` skips the framebuffer (a second compute instance of a GPU instance: the memory
     belongs to the GPU instance and is published once). ``processes=False`` skips the process list
@@ -409,7 +409,7 @@ def read_device(
         procs = calls.call(
             key, "compute_processes_v2", ("compute_processes",), fallback, handle, stale_on_missing=mig
         )
-    return None if procs is None else len(procs)
+    return None if procs is None else list(procs)
 
 
 def _read_memory(calls: NvmlCalls, key: str, handle: Any, out: dict[str, float], *, mig: bool) -> None:

@@ -3,19 +3,20 @@
 One ``List`` call per collection (no cache: a finished pod disappears on the next call). Device ids
 of NVIDIA's device plugin are GPU UUIDs (``nvidia.com/gpu``) or MIG UUIDs (``nvidia.com/mig-*``),
 with a ``::N`` suffix when the device is shared (time-slicing); the suffix is stripped so the id
-matches the UUID NVML reports. Every failure becomes one :class:`PodResourcesError` with a one-line
+matches the UUID NVML reports. Devices from ResourceClaims (``dynamic_resources``) are read too
+when DRA is enabled and resolved against the snapshot (:mod:`exporter.podresources.dra`). Every failure becomes one :class:`PodResourcesError` with a one-line
 cause; the collector counts it and publishes series without pod labels.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import grpc
 
 from exporter.errors import ExporterError
-from exporter.podresources import api_pb2, api_pb2_grpc
+from exporter.podresources import api_pb2, api_pb2_grpc, dra
 from exporter.snapshot import Allocations, PodRef
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -66,11 +67,18 @@ def allocations_from_response(
     return {device: tuple(refs) for device, refs in out.items()}
 
 
+SliceSource = Callable[[], tuple[dra.SliceIndex | None, str]]
+"""The current ResourceSlice index and, when it is None, one line on why (API unreadable)."""
+
+
 class PodResourcesClient:
     """Asks the kubelet which containers hold which GPU/MIG devices.
 
     ``timeout`` is the deadline of one ``List`` call in seconds; ``max_message_bytes`` the largest
-    response accepted. The channel is opened on first use and reused; call :meth:`close` when done.
+    response accepted. ``dra_drivers``: DRA drivers whose claimed devices are attributed (empty: DRA
+    off, as dcgm-exporter without ``--kubernetes-enable-dra``); ``slices`` gives the ResourceSlice
+    index (None: canonical device names only). The channel is opened on first use and reused; call
+    :meth:`close` when done.
     """
 
     def __init__(
@@ -80,8 +88,12 @@ class PodResourcesClient:
         timeout: float = DEFAULT_TIMEOUT_S,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         resources: tuple[str, ...] = GPU_RESOURCES,
+        dra_drivers: tuple[str, ...] = (dra.NVIDIA_DRIVER,),
+        slices: SliceSource | None = None,
     ) -> None:
         self.socket_path = socket_path
+        self.dra_drivers = dra_drivers
+        self.slices = slices
         self.timeout = timeout
         self.max_message_bytes = max_message_bytes
         self.resources = resources
@@ -119,6 +131,16 @@ class PodResourcesClient:
     def allocations(self) -> Allocations:
         """Device id (GPU or MIG UUID, sharing suffix stripped) → containers holding it."""
         return allocations_from_response(self.list_pod_resources(), resources=self.resources)
+
+    def attribution(self) -> dra.Attribution:
+        """Device-plugin allocations plus the claimed devices (resolved later against the snapshot)."""
+        response = self.list_pod_resources()
+        devices = allocations_from_response(response, resources=self.resources)
+        claims = dra.claims_from_response(response, drivers=self.dra_drivers) if self.dra_drivers else ()
+        if not claims:
+            return dra.Attribution(devices)
+        index, note = self.slices() if self.slices is not None else (None, "ResourceSlices not watched")
+        return dra.Attribution(devices, claims, slices=index, slices_note=note)
 
     def close(self) -> None:
         if self._channel is not None:

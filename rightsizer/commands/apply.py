@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gpupilot_common import numbers
+from gpupilot_common.table import Column, render
 from gpupilot_common.timefmt import parse_duration
 from rightsizer.apply import dryrun
 from rightsizer.apply.applier import Applier, ApplyError, ApplyReport, ApplySettings
@@ -168,6 +169,9 @@ def confirm(plan: Plan, *, stdin: TextIO, stderr: TextIO) -> bool:
     return stdin.readline().strip().lower() in ("y", "yes")
 
 
+APPLY_COLUMNS = (Column("NODE"), Column("RESULT"), Column("SECONDS", right=True), Column("DETAIL", wrap=True))
+
+
 def print_report(report: ApplyReport, out: TextIO) -> None:
     print(
         f"plan {report.plan_id}: ConfigMap {report.configmap} "
@@ -175,11 +179,11 @@ def print_report(report: ApplyReport, out: TextIO) -> None:
         f"{', ClusterPolicy repointed' if report.cluster_policy_patched else ''}",
         file=out,
     )
-    width = max([4, *(len(o.node) for o in report.outcomes)])
-    print(f"{'NODE':<{width}}  {'RESULT':<15}  {'SECONDS':>7}  DETAIL", file=out)
-    for o in report.outcomes:
-        detail = o.reason or f"{o.previous} → {o.target}"
-        print(f"{o.node:<{width}}  {o.result:<15}  {o.seconds:7.1f}  {detail}", file=out)
+    rows = [
+        (o.node, o.result, f"{o.seconds:.1f}", o.reason or f"{o.previous} → {o.target}")
+        for o in report.outcomes
+    ]
+    print(render(APPLY_COLUMNS, rows), file=out)
     if report.configs_restored:
         print(f"undone: {report.configs_restored}", file=out)
 
@@ -216,4 +220,4 @@ def run(args: argparse.Namespace) -> int:
         if kube is not None:
             kube.close()
     print_report(report, sys.stdout)
-    return 0 if report.ok else 1
+    return 0 if report.ok and not report.interrupted else 1

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpupilot_common import atomicfile, numbers, promanswer, promauth, timefmt
+from gpupilot_common import atomicfile, numbers, output, promanswer, promauth, timefmt
 from gpupilot_common.urls import base_url
 from rightsizer.analysis.history import CLUSTER
 from rightsizer.clients import prometheus as prometheus_client
@@ -19,8 +19,27 @@ from rightsizer.migparted import manifest
 from rightsizer.migparted.config import MigPartedConfig, MigPartedError
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan import table
-from rightsizer.plan.model import dump_plan
+from rightsizer.plan.model import dump_plan, plan_to_dict
 from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, UnknownClusterError, make_plan
+
+OUTPUT_SCHEMA = """
+## Output with `-o json` / `-o yaml`
+
+The plan itself on stdout, the same document as the `--out` file (`plan.json`); `wrote FILE` and
+progress go to stderr. Its keys: `plan_id`, `window` (`start`, `end`, `duration`), `settings`,
+`solver` (`method`, `status`, `seconds`, `lower_bound_gpus`), `totals` (`nodes`, `nodes_changed`,
+`gpus`, `gpus_needed`, `gpus_freed`, `slices_freed`, `pods_disrupted`), `nodes` (one per node:
+`name`, `model`, `changed`, `current`/`proposed` layouts per GPU, `config_name`, `gpus_freed`,
+`slices_freed`, `current_utilisation`/`expected_utilisation` as 0-1 ratios of the GPUs in use,
+`pods_disrupted`, `evidence` per device), `time_slicing` and `notes`; a plan over several clusters
+adds `clusters`. [MIG rightsizing](../rightsizer.md) explains each field. Exit codes are those of the
+table output.
+
+```bash
+gpupilot-rightsizer plan --prometheus-url http://prometheus:9090 -o json \\
+  | jq -r '.nodes[] | select(.changed) | "\\(.name) frees \\(.gpus_freed) GPU(s)"'
+```
+"""
 
 # Prometheus keeps 15 days by default and long-term stores keep years; past a year a window is a typo.
 MAX_WINDOW = 366 * 86400.0
@@ -234,6 +253,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="shrink slices whose busy hours before the window recur weekly (the plan still names them)",
     )
     parser.add_argument("--all-nodes", action="store_true", help="list unchanged nodes in the table too")
+    output.add_argument(parser, what="the plan")
     add_cluster_arguments(parser, what="plan")
     parser.add_argument(
         "--timeout",
@@ -390,6 +410,10 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    print(table.plan_table(plan, all_nodes=args.all_nodes))
+    if output.structured(args):
+        output.emit(plan_to_dict(plan), args.output)
+        print(f"wrote {args.out}", file=sys.stderr)
+        return 0
+    print(table.plan_table(plan, all_nodes=args.all_nodes, wide=args.output == "wide"))
     print(f"\nwrote {args.out}")
     return 0

@@ -10,12 +10,35 @@ import argparse
 import sys
 from pathlib import Path
 
+from gpupilot_common import output
+from gpupilot_common.table import Column, render
 from mig_geometry.catalogue import by_device_id
 from rightsizer.clients.kube import Kube, KubeError, KubeSettings
 from rightsizer.migparted import applicability, manifest, nodeprofiles, timeslicing
 from rightsizer.migparted.config import MigPartedError
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+OUTPUT_SCHEMA = """
+## Output with `-o json` / `-o yaml`
+
+One document on stdout (error lines still go to stderr; the exit code is the same as with the table):
+
+| key | type | what |
+|---|---|---|
+| `file` | string | the file checked |
+| `ok` | boolean | nothing invalid (exit code 0) |
+| `results` | list | one entry per config × device: `config`, `device`, `verdict` (`valid`, `invalid`, `not for this device`, …), `reason` |
+| `notes` | list of strings | skipped objects, inferred models, node disagreements |
+| `errors` | list of strings | one line per error, as printed on stderr |
+| `summary` | string | the closing line (`…: OK: 2 mig-parted config(s) …`), empty on errors |
+
+```json
+{"file": "configs.yaml", "ok": true,
+ "results": [{"config": "all-1g.10gb", "device": "0x2330 H100 80GB", "verdict": "valid", "reason": ""}],
+ "notes": [], "errors": [], "summary": "configs.yaml: OK: 1 mig-parted config(s), 1 entry(ies) checked against …"}
+```
+"""
 
 
 def _device_id(text: str) -> int:
@@ -72,18 +95,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NS",
         help="namespace of the MIG Manager's per-node ConfigMap (default: gpu-operator)",
     )
+    output.add_argument(parser, what="the verdicts")
 
 
-def _table(rows: list[tuple[str, str, str, str]]) -> str:
-    head = ("CONFIG", "DEVICE", "VERDICT", "REASON")
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(3)]
-    lines = []
-    for r in [head, *rows]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)) + "  " + r[3])
-    return "\n".join(line.rstrip() for line in lines)
+COLUMNS = (Column("CONFIG"), Column("DEVICE"), Column("VERDICT"), Column("REASON", wrap=True))
 
 
-def run(args: argparse.Namespace) -> int:
+def _table(rows: list[tuple[str, str, str, str]], *, wide: bool = False) -> str:
+    return render(COLUMNS, rows, wide=wide)
+
+
+def _document(
+    path: Path, rows: list[tuple[str, str, str, str]], notes: list[str], errors: list[str], summary: str
+) -> dict[str, object]:
+    return {
+        "file": str(path),
+        "ok": not errors,
+        "results": [dict(zip(("config", "device", "verdict", "reason"), r, strict=True)) for r in rows],
+        "notes": notes,
+        "errors": errors,
+        "summary": summary,
+    }
+
+
+def run(args: argparse.Namespace) -> int:  # noqa: PLR0912 (one branch per exit path, in order)
     path: Path = args.file
     if not path.is_file():
         print(f"error: {path}: cannot read: no such file", file=sys.stderr)
@@ -107,26 +142,34 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     if not found.mig and not found.sharing:
-        for note in found.notes:
-            print(f"note: {note}")
-        print(
-            f"error: {path}: no mig-parted config found (expected 'version: v1' and 'mig-configs', "
-            "bare or in a ConfigMap's data)",
-            file=sys.stderr,
+        missing = (
+            f"{path}: no mig-parted config found (expected 'version: v1' and 'mig-configs', "
+            "bare or in a ConfigMap's data)"
         )
+        if output.structured(args):
+            output.emit(_document(path, [], list(found.notes), [missing], ""), args.output)
+        else:
+            for note in found.notes:
+                print(f"note: {note}")
+        print(f"error: {missing}", file=sys.stderr)
         return EXIT_INVALID
     result = applicability.validate(found.mig, device_id=args.device_id, node=node)
     errors = [issue.line() for issue in result.issues]
     for cfg in found.sharing:
         errors += timeslicing.check(cfg)
     rows = applicability.summarise(result.verdicts)
-    if rows:
-        print(_table(rows))
-    for note in [*found.notes, *node_notes, *_inferred_notes(result.verdicts)]:
-        print(f"note: {note}")
+    notes = [*found.notes, *node_notes, *_inferred_notes(result.verdicts)]
+    structured = output.structured(args)
+    if rows and not structured:
+        print(_table(rows, wide=args.output == "wide"))
+    if not structured:
+        for note in notes:
+            print(f"note: {note}")
     for line in errors:
         print(line, file=sys.stderr)
     if errors:
+        if structured:
+            output.emit(_document(path, rows, notes, errors, ""), args.output)
         print(f"{path}: {len(errors)} error(s)", file=sys.stderr)
         return EXIT_INVALID
     parts = []
@@ -138,7 +181,11 @@ def run(args: argparse.Namespace) -> int:
         parts.append(part)
     if found.sharing:
         parts.append(f"{len(found.sharing)} time-slicing config(s)")
-    print(f"{path}: OK: {'; '.join(parts)}")
+    summary = f"{path}: OK: {'; '.join(parts)}"
+    if structured:
+        output.emit(_document(path, rows, notes, [], summary), args.output)
+    else:
+        print(summary)
     return EXIT_OK
 
 

@@ -114,10 +114,17 @@ class NodeProposal:
         return max(0, self.slices_now - self.slices_after) if self.changed else 0
 
     def utilisation(self, *, after: bool) -> float:
-        """Busy share of what pods hold: p95 activity × size over allocated compute, 0-1."""
-        slices = (self.slices_after if after and self.changed else self.slices_now) + self.whole_units
+        """Busy share of the GPUs pods use, 0-1: p95 activity × size over the compute of the GPUs in
+        use (before: ``used_now``, after: ``used_after``), so a node that frees a GPU shows its
+        utilisation rise. Without one known model, over the allocated compute instead."""
         busy = self.busy_slices + self.whole_busy
-        return min(1.0, busy / slices) if slices else 0.0
+        later = after and self.changed
+        if self.model is not None:
+            per_gpu = self.model.compute_slices if self.model.mig_capable else 1
+            capacity = (self.used_after if later else self.used_now) * per_gpu
+        else:
+            capacity = (self.slices_after if later else self.slices_now) + self.whole_units
+        return min(1.0, busy / capacity) if capacity else 0.0
 
 
 @dataclass(frozen=True)

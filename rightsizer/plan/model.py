@@ -23,6 +23,7 @@ required keys are one-line :class:`PlanError`\\ s)::
       "notes": ["..."],
       "cluster_label": "cluster",                   # only when the series carry a cluster label
       "clusters": [{"name": "east", "totals": {...}}, ...]   # several clusters: each one's totals
+      "dra": {"nodes": [...], "claim_templates": [...]}      # DRA nodes: modes, claim advice (plan/dra.py)
     }
 
     NodePlan = {
@@ -290,6 +291,8 @@ class Plan:
     """The label that named the clusters; ``""`` in a plan of one cluster."""
     clusters: tuple[ClusterTotals, ...] = field(default=(), metadata=codec.OMIT_EMPTY)
     """Per-cluster totals of a plan over several clusters (``totals`` is then the fleet's)."""
+    dra: Mapping[str, Any] = field(default_factory=dict, metadata=codec.OMIT_EMPTY)
+    """DRA nodes' modes and ResourceClaimTemplate advice (:mod:`rightsizer.plan.dra`); empty without DRA."""
 
     def node(self, name: str, cluster: str | None = None) -> NodePlan | None:
         """The node ``name`` (of ``cluster``, when given: names are unique within one cluster only)."""

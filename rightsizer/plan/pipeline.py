@@ -16,7 +16,7 @@ from rightsizer.errors import RightsizerError
 from rightsizer.migparted.config import MigPartedConfig
 from rightsizer.optimise import fleet as optimiser
 from rightsizer.plan import build as planning
-from rightsizer.plan import clusters
+from rightsizer.plan import clusters, dra
 from rightsizer.plan.model import Plan
 
 WEEK_S = 7 * 86400.0
@@ -138,6 +138,17 @@ def make_plan(
                 f"inventory at {format_time(end)} (clusters: {known})"
             )
         names = (settings.cluster,)
+    # DRA nodes whose MIG devices are created per claim are never relabelled (the MIG Manager must
+    # not run there): they leave the analysis, and their workloads get claim-template advice.
+    advice = dra.detect(
+        client,
+        result,
+        end=end,
+        window_s=settings.window_s,
+        headroom=settings.headroom,
+        cluster_label=settings.cluster_label,
+    )
+    result = dra.without_nodes(result, advice.dynamic_nodes)
     parts = []
     for name in names:
         part = result.for_cluster(name)
@@ -156,7 +167,8 @@ def make_plan(
                 ),
             )
         )
-    return clusters.merge(parts)
+    plan = clusters.merge(parts)
+    return replace(plan, dra=dra.to_dict(advice)) if advice.nodes else plan
 
 
 def window_text(seconds: float) -> str:

@@ -1,31 +1,27 @@
-"""Plain-text tables with aligned columns (no terminal library needed; safe to pipe or log)."""
+"""The plan as text: a head line with the totals, then one table (:mod:`gpupilot_common.table`) of
+the changed nodes that fits the terminal (evidence and disrupted pods are left out first; ``wide``
+keeps them)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rightsizer.plan import clusters
+from gpupilot_common.table import Column, render
+from gpupilot_common.text import plural
+from rightsizer.plan import clusters, dra
 from rightsizer.plan.idle import activity_known
 from rightsizer.plan.model import Evidence, GpuLayout, NodePlan, Plan, Totals
 
-HEADERS = ("node", "model", "current", "proposed", "freed", "util", "disrupted", "evidence")
-
-
-def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns padded to their widest cell; multi-line cells spill onto continuation lines."""
-    split_rows = [[str(c).split("\n") for c in row] for row in rows]
-    widths = [len(h) for h in headers]
-    for row in split_rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], *(len(line) for line in cell))
-    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    out.append("  ".join("-" * w for w in widths))
-    for row in split_rows:
-        height = max(len(c) for c in row)
-        for k in range(height):
-            cells = [(c[k] if k < len(c) else "") for c in row]
-            out.append("  ".join(v.ljust(w) for v, w in zip(cells, widths, strict=True)).rstrip())
-    return "\n".join(out)
+COLUMNS = (
+    Column("node", wrap=True),
+    Column("model", drop=2),
+    Column("current", wrap=True),
+    Column("proposed", wrap=True),
+    Column("freed"),
+    Column("util"),
+    Column("disrupted", wrap=True, drop=1),
+    Column("evidence", wrap=True, drop=3),
+)
 
 
 def layout_text(g: GpuLayout) -> str:
@@ -59,9 +55,9 @@ def _evidence(node: NodePlan) -> str:
     if len(alloc) > 6:
         lines.append(f"… {len(alloc) - 6} more allocated")
     if idle_free:
-        lines.append(f"{len(idle_free)} unallocated device(s)")
+        lines.append(f"{plural(len(idle_free), 'unallocated device')}")
     if unknown:
-        lines.append(f"{len(unknown)} device(s) with activity unknown (no data)")
+        lines.append(f"{plural(len(unknown), 'device')} with activity unknown (no data)")
     return "\n".join(lines) or "-"
 
 
@@ -79,7 +75,7 @@ def _rows(nodes: Sequence[NodePlan], *, all_nodes: bool) -> list[list[str]]:
                 "\n".join(layout_text(g) for g in n.proposed)
                 + (f"\n[{n.config_name}]" if n.changed else "")
                 + "".join(f"\nadmits {a.namespace}/{a.name}" for a in n.pods_admitted),
-                f"{n.gpus_freed} GPU\n{n.slices_freed} slices",
+                f"{plural(n.gpus_freed, 'GPU')}\n{plural(n.slices_freed, 'slice')}",
                 "unknown"
                 if not activity_known(n)
                 else f"{n.current_utilisation:.0%} → {n.expected_utilisation:.0%}"
@@ -94,20 +90,20 @@ def _rows(nodes: Sequence[NodePlan], *, all_nodes: bool) -> list[list[str]]:
 
 def totals_text(t: Totals) -> str:
     return (
-        f"{t.nodes_changed}/{t.nodes} node(s) change; GPUs in use {t.gpus_needed + t.gpus_freed} → {t.gpus_needed} "
+        f"{t.nodes_changed}/{plural(t.nodes, 'node')} change; GPUs in use {t.gpus_needed + t.gpus_freed} → {t.gpus_needed} "
         f"of {t.gpus}"
     )
 
 
 def _freed_text(t: Totals) -> str:
-    admitted = f"; {t.pods_admitted} pending pod(s) admitted" if t.pods_admitted else ""
+    admitted = f"; {plural(t.pods_admitted, 'pending pod')} admitted" if t.pods_admitted else ""
     return (
-        f"{t.gpus_freed} GPU(s) and {t.slices_freed} allocated slice(s) freed; {t.pods_disrupted} pod(s) disrupted"
-        + admitted
+        f"{plural(t.gpus_freed, 'GPU')} and {plural(t.slices_freed, 'allocated slice')} freed; "
+        f"{plural(t.pods_disrupted, 'pod')} disrupted" + admitted
     )
 
 
-def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
+def plan_table(plan: Plan, *, all_nodes: bool = False, width: int | None = None, wide: bool = False) -> str:
     """The plan as text: a head line with the totals, the changed nodes (all with ``all_nodes``), then
     time-slicing advice and notes. A plan over several clusters has one table per cluster, each under
     a line with that cluster's totals, after the fleet's."""
@@ -115,19 +111,19 @@ def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
     head = (
         f"plan {plan.plan_id}  window {plan.window.start} → {plan.window.end} ({plan.window.duration})\n"
         + ("fleet: " if plan.clusters else "")
-        + f"{totals_text(t)} (lower bound {plan.solver.lower_bound_gpus}); {_freed_text(t)}; "
+        + f"{totals_text(t)} (lower bound {plan.solver.lower_bound_gpus})\n{_freed_text(t)}\n"
         f"solver {plan.solver.method} ({plan.solver.status}, {plan.solver.seconds:.2f} s)"
     )
     if not plan.clusters:
         rows = _rows(plan.nodes, all_nodes=all_nodes)
-        blocks = [render(HEADERS, rows) if rows else "No node needs a change."]
+        blocks = [render(COLUMNS, rows, width=width, wide=wide) if rows else "No node needs a change."]
     else:
         blocks = []
         for c in plan.clusters:
             rows = _rows([n for n in plan.nodes if n.cluster == c.name], all_nodes=all_nodes)
             blocks.append(
                 f"cluster {clusters.shown(c.name)}: {totals_text(c.totals)}; {_freed_text(c.totals)}\n"
-                + (render(HEADERS, rows) if rows else "No node needs a change.")
+                + (render(COLUMNS, rows, width=width, wide=wide) if rows else "No node needs a change.")
             )
     extra = []
     for ts in plan.time_slicing:
@@ -151,5 +147,6 @@ def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
                 f"gap: {where}{n.name} uses {n.gpus_in_use} GPU(s) after the plan, lower bound "
                 f"{n.lower_bound_gpus} ({n.gap} above){why}"
             )
+    extra += dra.table_lines(plan.dra)
     extra += [f"note: {n}" for n in plan.notes]
     return "\n\n".join([head, *blocks, *(["\n".join(extra)] if extra else [])])

@@ -5,22 +5,25 @@ Markdown file and the PNGs themselves."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gpupilot_common import atomicfile
+from gpupilot_common.text import plural
+from mig_geometry.catalogue import find_model
 from mig_geometry.placement import describe
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.plan import clusters, idle
 from rightsizer.plan.model import GpuLayout, NodePlan, Plan
 from rightsizer.plan.pipeline import PlanSettings, make_plan
-from rightsizer.report import charts
+from rightsizer.report import charts, namespaces, sections
 from rightsizer.report import data as report_data
 from rightsizer.report import render as report_render
-from rightsizer.report.data import ReportData
+from rightsizer.report.data import Heatmap, ReportData
 
 HOURS_PER_WEEK = 168.0
 TOP_IDLE = 15
+"""The idle-pods table and chart list the pods holding the most idle GPU-hours."""
 TOP_SAVINGS = 40
 """The savings chart shows the nodes that free the most GPU-hours; the table lists every change."""
 
@@ -50,6 +53,25 @@ class IdleSlice:
     idle_share: float
     peak_activity: float | None
     """Busiest rolling mean in the window (below the idle threshold, or the device would not be idle)."""
+    cluster: str = ""
+    allocated: bool = True
+    gpu_share: float = 1.0
+    """The device's share of a GPU: compute slices over the GPU's (``3g`` on a 7-slice GPU: 3/7)."""
+
+    @property
+    def idle_gpu_hours(self) -> float:
+        return self.idle_hours * self.gpu_share
+
+
+@dataclass(frozen=True)
+class Unallocated:
+    """One node's idle devices that no pod holds (capacity to hand out, not a pod to talk to)."""
+
+    node: str
+    model: str
+    devices: int
+    gpus: float
+    """The devices' GPU equivalent (sum of their shares of a GPU)."""
     cluster: str = ""
 
 
@@ -90,8 +112,14 @@ class Report:
     summary: Summary
     changes: tuple[Change, ...]
     idle: tuple[IdleSlice, ...]
+    """Allocated devices idle all window (pods to talk to), most idle GPU-hours first, at most :data:`TOP_IDLE`."""
     charts: Mapping[str, bytes]
     """File name (``trend.png``) → PNG bytes."""
+    unallocated: tuple[Unallocated, ...] = ()
+    idle_pods_total: int = 0
+    """Allocated devices idle all window, before the cut to :data:`TOP_IDLE` (the one idle count)."""
+    namespaces: tuple[namespaces.NamespaceUse, ...] = ()
+    namespaces_csv: str = ""
 
 
 def _layout(layouts: tuple[GpuLayout, ...]) -> str:
@@ -131,8 +159,19 @@ def _change(n: NodePlan, price: float | None) -> Change:
     )
 
 
-def _idle_slices(data: ReportData) -> tuple[IdleSlice, ...]:
-    """The devices idle by the plan's burst-aware rule (:mod:`rightsizer.plan.idle`), most idle hours first."""
+def gpu_share(model: str, profile: str) -> float:
+    """A device's share of its GPU: ``3g.40gb`` on a 7-slice model is 3/7; a whole GPU is 1."""
+    if not profile:
+        return 1.0
+    found = find_model(model)
+    head = profile.split("g.", 1)[0]
+    if found is None or not found.compute_slices or not head.isdigit():
+        return 1.0
+    return min(1.0, int(head) / found.compute_slices)
+
+
+def _idle_slices(data: ReportData) -> list[IdleSlice]:
+    """The devices idle by the plan's burst-aware rule (:mod:`rightsizer.plan.idle`), in plan order."""
     out = []
     many = data.plan.multi_cluster
     for n, e in idle.idle_devices(data.plan):
@@ -150,10 +189,60 @@ def _idle_slices(data: ReportData) -> tuple[IdleSlice, ...]:
                 idle_share=e.idle_hours / e.window_hours if e.window_hours else 0.0,
                 peak_activity=e.peak_activity,
                 cluster=n.cluster,
+                allocated=e.allocated,
+                gpu_share=gpu_share(n.model, e.profile),
             )
         )
-    out.sort(key=lambda s: (-s.idle_hours, s.label))
-    return tuple(out[:TOP_IDLE])
+    return out
+
+
+def _unallocated(found: list[IdleSlice], plan: Plan) -> tuple[Unallocated, ...]:
+    """The idle devices no pod holds, one line per node, most GPU equivalents first."""
+    models = {(n.cluster, n.name): n.model for n in plan.nodes}
+    per: dict[tuple[str, str], list[IdleSlice]] = {}
+    for s in found:
+        if not s.allocated:
+            per.setdefault((s.cluster, s.node), []).append(s)
+    lines = [
+        Unallocated(
+            node=node,
+            model=models.get((c, node), ""),
+            devices=len(v),
+            gpus=sum(s.gpu_share for s in v),
+            cluster=c,
+        )
+        for (c, node), v in per.items()
+    ]
+    return tuple(sorted(lines, key=lambda u: (-u.gpus, u.cluster, u.node)))
+
+
+def _device_uses(plan: Plan) -> list[namespaces.DeviceUse]:
+    return [
+        namespaces.DeviceUse(
+            pods=tuple(p.strip() for p in e.pod.split(",") if p.strip()),
+            gpu_share=gpu_share(n.model, e.profile),
+            hours=e.coverage_hours,
+            idle_hours=min(e.idle_hours, e.coverage_hours),
+        )
+        for n in plan.nodes
+        for e in n.evidence
+        if e.allocated
+    ]
+
+
+def with_every_node(heatmap: Heatmap, plan: Plan) -> Heatmap:
+    """The heatmap with a row (no data: drawn grey) for each plan node it lacks; a heatmap cut to
+    its least active nodes stays cut (the lead says how many nodes it leaves out)."""
+    if heatmap.nodes_total > len(heatmap.nodes) or not heatmap.hours:
+        return heatmap
+    labelled = any(" · " in k for k in heatmap.nodes) or plan.multi_cluster
+    rows = dict(zip(heatmap.nodes, heatmap.values, strict=True))
+    blank = tuple(None for _ in heatmap.hours)
+    for n in plan.nodes:
+        key = f"{n.cluster or '-'} · {n.name}" if labelled else n.name
+        rows.setdefault(key, blank)
+    keys = sorted(rows)
+    return replace(heatmap, nodes=tuple(keys), values=tuple(rows[k] for k in keys), nodes_total=len(keys))
 
 
 def _cluster_lines(plan: Plan, price: float | None) -> tuple[ClusterSummary, ...]:
@@ -178,8 +267,14 @@ def _cluster_lines(plan: Plan, price: float | None) -> tuple[ClusterSummary, ...
 
 def build_report(data: ReportData) -> Report:
     price = data.price_per_gpu_hour
+    data = replace(data, heatmap=with_every_node(data.heatmap, data.plan))
     changes = tuple(_change(n, price) for n in data.plan.changed_nodes)
-    idle = _idle_slices(data)
+    found = _idle_slices(data)
+    pods = sorted(
+        (s for s in found if s.allocated), key=lambda s: (-s.idle_gpu_hours, -s.idle_hours, s.label)
+    )
+    idle = tuple(pods[:TOP_IDLE])
+    per_namespace = namespaces.frame(_device_uses(data.plan), price=price)
     freed = sum(c.gpus_freed for c in changes)
     hours = freed * HOURS_PER_WEEK
     summary = Summary(
@@ -197,15 +292,16 @@ def build_report(data: ReportData) -> Report:
         clusters=_cluster_lines(data.plan, price),
     )
     images: dict[str, bytes] = {
-        "trend.png": charts.trend_chart(data.trend),
-        "heatmap.png": charts.heatmap_chart(data.heatmap),
+        "trend.png": charts.trend_chart(data.trend, title="Allocated but idle slices across the fleet"),
+        "heatmap.png": charts.heatmap_chart(data.heatmap, title="Mean slice activity per node and hour"),
     }
     if idle:
         images["top-idle.png"] = charts.barh_chart(
-            [charts.Bar(s.label, s.idle_hours, f"{s.idle_share:.0%} idle") for s in idle],
-            xlabel=f"idle hours in the {summary.window} window",
+            [charts.Bar(s.label, s.idle_gpu_hours, f"{s.idle_share:.0%} idle") for s in idle],
+            xlabel=f"idle GPU-hours in the {summary.window} window",
             color=charts.IDLE,
-            limit=max(s.idle_hours for s in idle) * 1.15,
+            limit=max(s.idle_gpu_hours for s in idle) * 1.3,
+            title="Pods holding idle GPUs (idle GPU-hours)",
         )
     if changes:
         top = (
@@ -218,16 +314,27 @@ def build_report(data: ReportData) -> Report:
                 charts.Bar(
                     f"{clusters.shown(c.cluster)} · {c.node}" if summary.clusters else c.node,
                     c.gpu_hours_per_week,
-                    f"{c.gpus_freed} GPU(s)",
+                    plural(c.gpus_freed, "GPU"),
                 )
                 for c in top
             ],
             xlabel="GPU-hours freed per week",
             color=charts.FREED,
+            title="GPU-hours freed per week by the plan, per node",
         )
     if data.alerts:
-        images["alerts.png"] = charts.alerts_chart(data.alerts)
-    return Report(data, summary, changes, idle, images)
+        images["alerts.png"] = charts.alerts_chart(data.alerts, title="Hours each alert fired")
+    return Report(
+        data,
+        summary,
+        changes,
+        idle,
+        images,
+        unallocated=_unallocated(found, data.plan),
+        idle_pods_total=len(pods),
+        namespaces=namespaces.lines(per_namespace),
+        namespaces_csv=namespaces.csv_text(per_namespace),
+    )
 
 
 @dataclass(frozen=True)
@@ -235,6 +342,7 @@ class Written:
     html: Path
     markdown: Path
     images: tuple[Path, ...]
+    csv: Path | None = None
 
 
 def _report_file(name: str) -> bool:
@@ -246,18 +354,20 @@ def write_report(report: Report, out_dir: Path) -> Written:
     """Write the report's files into ``out_dir``, replacing the directory as a whole: they are built
     in a directory beside it and swapped in, so a failed write (full disk) leaves the previous
     report as it was, never a new chart beside old pages (:class:`atomicfile.WriteFailed`)."""
-    html_text = report_render.html(report)
-    md_text = report_render.markdown(report)
+    doc = sections.document(report)
+    html_text = report_render.html(doc, report.charts)
+    md_text = report_render.markdown(doc)
 
     def build(staging: Path) -> None:
         for name, png in report.charts.items():
             (staging / name).write_bytes(png)
+        (staging / "namespaces.csv").write_text(report.namespaces_csv, encoding="utf-8")
         (staging / "report.html").write_text(html_text, encoding="utf-8")
         (staging / "report.md").write_text(md_text, encoding="utf-8")
 
     atomicfile.replace_dir(out_dir, build, owned=_report_file)
     images = tuple(out_dir / name for name in report.charts)
-    return Written(out_dir / "report.html", out_dir / "report.md", images)
+    return Written(out_dir / "report.html", out_dir / "report.md", images, out_dir / "namespaces.csv")
 
 
 def generate(

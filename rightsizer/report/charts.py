@@ -45,9 +45,16 @@ def _style(ax: object) -> None:
     ax.set_axisbelow(True)  # type: ignore[attr-defined]
 
 
+def _title(fig: Figure, title: str) -> None:
+    """The chart's title on the figure itself (a PNG opened on its own still says what it shows)."""
+    if title:
+        fig.suptitle(title, x=0.01, ha="left", fontsize=11, fontweight="bold", color=INK)
+
+
 def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", facecolor="white")
+    title = fig.get_suptitle()
+    fig.savefig(buf, format="png", facecolor="white", metadata={"Title": title} if title else None)
     return buf.getvalue()
 
 
@@ -65,8 +72,9 @@ def _nan(values: Sequence[float | None]) -> list[float]:
     return [math.nan if v is None else v for v in values]
 
 
-def trend_chart(trend: Trend) -> bytes:
-    fig = _figure(10, 3.4)
+def trend_chart(trend: Trend, *, title: str = "") -> bytes:
+    fig = _figure(10, 3.7)
+    _title(fig, title)
     ax = fig.add_subplot()
     x = _days(trend.times)
     ax.plot(x, _nan(trend.total), color=TOTAL, linewidth=1.4, label="slices (total)")
@@ -83,9 +91,10 @@ def trend_chart(trend: Trend) -> bytes:
     return _png(fig)
 
 
-def heatmap_chart(heatmap: Heatmap) -> bytes:
+def heatmap_chart(heatmap: Heatmap, *, title: str = "") -> bytes:
     rows = max(1, len(heatmap.nodes))
-    fig = _figure(10, 0.9 + 0.42 * rows)
+    fig = _figure(10, 1.2 + 0.42 * rows)
+    _title(fig, title)
     ax = fig.add_subplot()
     grid = [_nan(r) for r in heatmap.values] or [[math.nan]]
     days = _days(heatmap.hours) or [0.0, 1.0]
@@ -117,8 +126,11 @@ class Bar:
     note: str = ""
 
 
-def barh_chart(bars: Sequence[Bar], *, xlabel: str, color: str, limit: float | None = None) -> bytes:
-    fig = _figure(10, 1.0 + 0.3 * max(2, len(bars)))
+def barh_chart(
+    bars: Sequence[Bar], *, xlabel: str, color: str, limit: float | None = None, title: str = ""
+) -> bytes:
+    fig = _figure(10, 1.3 + 0.3 * max(2, len(bars)))
+    _title(fig, title)
     ax = fig.add_subplot()
     labels = [b.label for b in bars][::-1]
     values = [b.value for b in bars][::-1]
@@ -136,7 +148,7 @@ def barh_chart(bars: Sequence[Bar], *, xlabel: str, color: str, limit: float | N
     return _png(fig)
 
 
-def alerts_chart(alerts: Sequence[AlertSeen]) -> bytes:
+def alerts_chart(alerts: Sequence[AlertSeen], *, title: str = "") -> bytes:
     minutes: dict[str, float] = {}
     for a in alerts:
         minutes[a.name] = minutes.get(a.name, 0.0) + a.minutes
@@ -144,5 +156,8 @@ def alerts_chart(alerts: Sequence[AlertSeen]) -> bytes:
         Bar(name, m / 60.0, f"{m / 60.0:.1f} h") for name, m in sorted(minutes.items(), key=lambda kv: -kv[1])
     ]
     return barh_chart(
-        bars, xlabel="hours firing (summed over everything each alert fired for)", color="#c17d11"
+        bars,
+        xlabel="hours firing (summed over everything each alert fired for)",
+        color="#c17d11",
+        title=title,
     )

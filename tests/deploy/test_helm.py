@@ -134,7 +134,15 @@ def test_rendered_objects_pass_the_kustomize_checks(variant: str) -> None:
 def test_each_component_switches_off() -> None:
     full = kinds(template("everything"))
     only = kinds(template("exporter-only"))
-    assert {k for k, _ in only} == {"ServiceAccount", "Service", "DaemonSet", "PodMonitor", "NetworkPolicy"}
+    assert {k for k, _ in only} == {
+        "ServiceAccount",
+        "Service",
+        "DaemonSet",
+        "PodMonitor",
+        "NetworkPolicy",
+        "ClusterRole",  # DRA: the node's ResourceSlices, list/watch
+        "ClusterRoleBinding",
+    }
     assert ("PodMonitor", "gpupilot-exporter") in full and ("ServiceMonitor", "gpupilot-exporter") in full
     assert ("APIService", "v1beta1.external.metrics.k8s.io") in full
     assert {("Certificate", "gpupilot-adapter-tls"), ("Issuer", "gpupilot-adapter-selfsigned")} <= full
@@ -227,7 +235,7 @@ def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
             text = text.replace(AUTH_DIR, str(_auth_secret(tmp_path / "auth")))
         path.write_text(text)
         res = subprocess.run(
-            [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check"],
+            [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check", "--offline"],
             capture_output=True,
             text=True,
             check=False,
@@ -341,6 +349,7 @@ COMPONENTS = {
     "exporter/unprivileged": "exporter.unprivileged=true",
     "exporter/legacy-gpu-operator": "exporter.migPause=dcgm-exporter",
     "adapter/external": "adapter.externalMetrics=true",
+    "adapter/keda": "adapter.externalScaler.enabled=true",
     "rightsizer/auto-apply": "rightsizer.autoApply.enabled=true",
 }
 
@@ -423,3 +432,27 @@ def test_clusters_without_admission_policies_v1_are_refused() -> None:
     res = run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.29.0")
     assert res.returncode != 0 and "kubeVersion: >=1.30.0-0" in res.stderr, res.stderr
     assert run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.30.0").returncode == 0
+
+
+def test_dra_resourceslice_access_is_list_watch_and_switches_off() -> None:
+    on = template("defaults")
+    roles = [
+        o for o in on if o["kind"] == "ClusterRole" and o["metadata"]["name"].startswith("gpupilot-exporter")
+    ]
+    assert [r["rules"] for r in roles] == [
+        [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list", "watch"]}]
+    ]
+    ds = next(o for o in on if o["kind"] == "DaemonSet")
+    assert pod_spec(ds)["automountServiceAccountToken"] is True
+    off = template("defaults", "exporter.dra.readResourceSlices=false")
+    assert not [o for o in off if o["metadata"]["name"] == "gpupilot-exporter-resourceslice-reader"]
+    assert pod_spec(next(o for o in off if o["kind"] == "DaemonSet"))["automountServiceAccountToken"] is False
+    no_dra = template("defaults", "exporter.dra.enabled=false")
+    args = next(o for o in no_dra if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--kubernetes-enable-dra" not in args
+    on_args = next(o for o in on if o["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--kubernetes-enable-dra" in on_args

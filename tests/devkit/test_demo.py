@@ -104,7 +104,7 @@ def test_fleet_section_lists_every_node_gpu_and_slice_state(one_shot: DemoRun) -
     assert "research/notebook" in section(text, "Allocated but idle")
 
 
-def test_autoscaling_section_explains_the_seed_hpa_and_shows_the_raw_api(one_shot: DemoRun) -> None:
+def test_autoscaling_section_explains_the_example_hpa_and_shows_the_raw_api(one_shot: DemoRun) -> None:
     text = section(one_shot.out, "2. Autoscaling")
     assert "gpupilot-adapter explain-hpa -f examples/hpa-llm-inference.yaml" in text
     assert "DCGM_FI_DEV_GPU_UTIL" in text and "inference_queue_depth" in text

@@ -51,6 +51,20 @@ def test_once_prints_the_exposition_of_a_simulated_node() -> None:
     assert fams["gpupilot_exporter_backend_up"].samples[0].value == 1.0
 
 
+def test_once_warns_in_one_line_when_the_pod_resources_socket_is_missing(tmp_path: Path) -> None:
+    missing = tmp_path / "kubelet.sock"
+    res = run("--backend", "sim", "--scenario", str(SCENARIO), "--node", "gpu-h100-b", "--once",
+              "--pod-resources-socket", str(missing))  # fmt: skip
+    assert res.returncode == 0  # the metrics are still printed, without pods
+    assert res.stderr.count("\n") == 1
+    assert res.stderr.startswith(
+        f"gpupilot-exporter: warning: {missing}: kubelet pod-resources socket not found"
+    )
+    assert "DCGM_FI_DEV_GPU_TEMP" in res.stdout
+    present = run("--backend", "sim", "--scenario", str(SCENARIO), "--node", "gpu-h100-b", "--once")
+    assert "warning" not in present.stderr  # the simulator's own pods: nothing to warn about
+
+
 # An exporter-only install (the exporter image: no numpy, no simulator extra), imitated by hiding numpy
 # from the import system before the exporter starts.
 WITHOUT_NUMPY = (
@@ -273,3 +287,11 @@ def test_simulator_subcommands_are_dispatched(command: str, capsys: pytest.Captu
     assert info.value.code == 0
     out, _ = capsys.readouterr()
     assert "usage:" in out and command in out
+
+
+def test_dra_flag_and_the_in_cluster_api_address() -> None:
+    env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"}
+    on = cli.parse_settings(["--kubernetes", "--kubernetes-enable-dra"], environ=env)
+    assert on.enable_dra is True and on.kube_api_url == "https://[fd00::1]:6443"
+    off = cli.parse_settings(["--kubernetes"], environ={})
+    assert off.enable_dra is False and off.kube_api_url == ""

@@ -12,6 +12,7 @@ from exporter import cli, counters, fields
 from exporter.errors import ConfigError
 from exporter.exposition import device_families
 from exporter.layout import SeriesLayout
+from exporter.snapshot import NodeSnapshot
 from tests.support.exporter import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,3 +192,34 @@ def test_bad_counters_file_stops_the_exporter_with_one_line(
     assert out == ""
     assert err.startswith(f"gpupilot-exporter: {bad}:3: DCGM_FI_DEV_NOPE: unknown DCGM field")
     assert err.count("\n") == 1
+
+
+def test_names_dcgm_4_6_renamed_publish_the_old_fields_value_under_the_files_name():
+    text = (
+        "DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, GPU temperature (in C).\n"
+        "DCGM_FI_DEV_BOARD_POWER_WATTS, gauge, Power draw (in W).\n"
+        "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO, gauge, Graphics engine.\n"
+        "DCGM_FI_DEV_XID_ERROR, gauge, Last Xid.\n"
+        "DCGM_FI_SYSTEM_DRIVER_VERSION, label, Driver version\n"
+    )
+    sel = counters.select(counters.parse(text, source="4.6.csv"))
+    assert sel.unreadable == ()
+    assert sel.labels == frozenset({"DCGM_FI_DRIVER_VERSION"})
+    snap = NodeSnapshot(taken_at=1.0, gpus=(fakes.whole_gpu(0),))
+    fams = device_families(snap, hostname="n", layout=SeriesLayout(selection=sel))
+    by_name = {f.name: f for f in fams}
+    assert by_name["DCGM_FI_DEV_GPU_TEMP_CELSIUS"].samples[0][1] == fakes.GPU_VALUES["DCGM_FI_DEV_GPU_TEMP"]
+    assert by_name["DCGM_FI_DEV_BOARD_POWER_WATTS"].samples[0][1] == 312.5
+    assert by_name["DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO"].samples[0][1] == 0.85
+    assert "DCGM_FI_DEV_GPU_TEMP" not in by_name and "DCGM_FI_DEV_POWER_USAGE" not in by_name
+    labels = dict(by_name["DCGM_FI_DEV_GPU_TEMP_CELSIUS"].samples[0][0])
+    assert labels["DCGM_FI_DRIVER_VERSION"] == fakes.DRIVER
+
+
+def test_a_field_under_both_its_names_is_one_line_too_many():
+    text = "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, t\n"
+    with pytest.raises(
+        ConfigError,
+        match=r"x\.csv:2: DCGM_FI_DEV_GPU_TEMP_CELSIUS: the same DCGM field as DCGM_FI_DEV_GPU_TEMP on line 1",
+    ):
+        counters.parse(text, source="x.csv")

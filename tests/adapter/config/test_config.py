@@ -177,3 +177,15 @@ def test_cli_requires_tls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     )
     assert code == 2
     assert "TLS is required" in capsys.readouterr().err
+
+
+def test_default_config_serves_per_pod_figures_of_shared_gpus() -> None:
+    cfg = load_config(None)
+    util = cfg.metric("gpu_shared_utilization_ratio")
+    mem = cfg.metric("gpu_shared_memory_used_bytes")
+    assert util is not None and mem is not None
+    assert util.series == "gpupilot_pod_gpu_utilization_ratio"
+    assert mem.series == "gpupilot_pod_gpu_memory_used_bytes"
+    assert util.label_for(resources.PODS) == "pod" and util.label_for(resources.NAMESPACES) == "namespace"
+    # several GPUs (or processes) of one pod add up: its own share, never averaged away
+    assert util.query.startswith("sum by (<<by>>) (gpupilot_pod_gpu_utilization_ratio{<<matchers>>})")

@@ -18,9 +18,7 @@ def test_seed_hpa(prom: PromEnv, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert code == 0, out
     assert "HPA ai-serving/llm-inference-hpa → Deployment/llm-inference" in out
-    assert "3 pod(s), 3 ready; current replicas 3; min 2, max 8; tolerance 0.1; behavior as written" in out, (
-        out
-    )
+    assert "3 pods, 3 ready; current replicas 3; min 2, max 8; tolerance 0.1; behavior as written" in out, out
     lines = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("pods/")}
     # DCGM_FI_DEV_GPU_UTIL: mean of 90, 80, 70 = 80 vs 75 → ratio 1.067, inside tolerance → 3
     util = lines["pods/DCGM_FI_DEV_GPU_UTIL"].split()
@@ -30,7 +28,8 @@ def test_seed_hpa(prom: PromEnv, capsys: pytest.CaptureFixture[str]) -> None:
     assert queue[4] == "12" and queue[6] == "4" and "(ratio 1.200)" in lines["pods/inference_queue_depth"], (
         out
     )
-    assert "llm-inference-7d9f-a  ready" in out and "DCGM_FI_DEV_GPU_UTIL=90" in out
+    pod_a = next(line.split() for line in out.splitlines() if line.strip().startswith("llm-inference-7d9f-a"))
+    assert pod_a == ["llm-inference-7d9f-a", "ready", "90", "14"], out  # DCGM_FI_DEV_GPU_UTIL, queue
     # the last 300 s are rebuilt from range queries: steady at 4 (3 pods, queue 12 vs 10), so the
     # 60 s scale-up window does not hold it back
     assert "recommendation(s) of the last 300s recomputed from Prometheus range queries" in out, out
@@ -139,7 +138,17 @@ spec:
 """
     )
     code = main(
-        ["explain-hpa", "-f", str(hpa), "--prometheus-url", prom.url, "--selector", "app=llm-inference"]
+        [
+            "explain-hpa",
+            "-f",
+            str(hpa),
+            "--prometheus-url",
+            prom.url,
+            "--selector",
+            "app=llm-inference",
+            "-o",
+            "wide",  # every column, whatever the terminal's width
+        ]
     )
     out = capsys.readouterr().out
     assert code == 0, out

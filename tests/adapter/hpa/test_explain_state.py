@@ -3,9 +3,11 @@ bad state files in one line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from adapter.cli import main
 
@@ -30,7 +32,10 @@ def test_example_state(capsys: pytest.CaptureFixture[str]) -> None:
     assert "8  (ratio 3.800)" in out
     # history: the 4 recommended 70 s ago is outside the 60 s scale-up window; one pod was added 90 s
     # ago, inside the 120 s period of the "2 pods" policy: (4 - 1) + 2 = 5
-    assert "limited by scaleUp policies (Max) allow 5 now" in out
+    assert (
+        "limited by scaleUp policy Pods 2 per 120s (its only policy), which allows 5 now: it counts from 3 "
+        "(current 4, less 1 added by the scale event(s) of its period: +1 90s ago)"
+    ) in out
     assert "FINAL: 4 → 5 replicas (scale up)" in out
     assert f"(history from {EXAMPLE_STATE})" in out
     assert "caveat" not in out
@@ -101,6 +106,8 @@ metrics:
     new = text + "history: {new: true}\n"
     code, out, _ = run(_hpa(tmp_path), _state(tmp_path, new), capsys)
     assert "FINAL: 6 → 6 replicas (no change)" in out
+    # the reason is named: a new HPA's first recommendation is its current size
+    assert "new HPA: the controller's first recommendation is the current size, 6" in out
 
 
 def test_per_hpa_tolerance_from_behavior(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -177,3 +184,26 @@ metrics:
     assert code == 0, err
     # 3.2 cores of 2 requested = 160 % vs 80 % → ratio 2 → 4
     assert "resource/cpu" in out and "160%" in out and "FINAL: 2 → 4 replicas (scale up)" in out
+
+
+def test_json_and_yaml_output_parse_with_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(SEED_HPA, EXAMPLE_STATE, capsys, "-o", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert list(doc) == [
+        "hpa", "kubernetes", "at", "current_replicas", "min_replicas", "max_replicas", "tolerance",
+        "behavior", "pods", "metrics", "per_pod", "decision", "sources", "caveats",
+    ]  # fmt: skip
+    assert doc["hpa"] == {
+        "namespace": "ai-serving",
+        "name": "llm-inference-hpa",
+        "target": "Deployment/llm-inference",
+    }
+    queue = next(m for m in doc["metrics"] if m["metric"] == "pods/inference_queue_depth")
+    assert queue["proposal"] == 8 and queue["current"] == 38 and queue["pods_with_value"] == 2
+    assert doc["decision"]["final"] == 5 and doc["decision"]["change"] == "scale up"
+    assert any("policy Pods 2 per 120s" in step for step in doc["decision"]["steps"])
+    pending = next(p for p in doc["per_pod"] if p["name"] == "llm-inference-d")
+    assert pending["state"] == "pending" and pending["values"]["inference_queue_depth"] is None
+    code, out, _ = run(SEED_HPA, EXAMPLE_STATE, capsys, "-o", "yaml")
+    assert code == 0 and yaml.safe_load(out) == doc

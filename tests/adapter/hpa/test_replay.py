@@ -4,6 +4,8 @@ PNG chart; bad flags in one line."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import requests
 from adapter.cli import main
 from adapter.hpa import decide as hpa
 from adapter.hpa import replay
+from adapter.hpa import spec as hpaspec
 from adapter.hpa.timeline import Timeline
 from tests.adapter.conftest import PromEnv
 
@@ -100,3 +103,43 @@ def test_bad_flags_are_one_line(flags: list[str], message: str, capsys: pytest.C
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert message in err and "\n" not in err
+
+
+def test_replay_starts_from_the_recorded_count_and_the_first_sync_records_the_clamp() -> None:
+    """Recorded 10 with maxReplicas 8 (a what-if with a lower bound): the controller's first sync sets
+    8 and stores a scale-down event of 2; under a 'Pods 1 per 60 s' scale-down policy that event keeps
+    the count at 8 for the next 60 s, although the load asks for fewer pods at once."""
+    down = hpa.scale_down_rules(stabilization_seconds=0, policies=(hpa.Policy("Pods", 1, 60),))
+    model = hpa.HpaModel(
+        1, 8, (hpa.MetricSpec("Pods", "q", "AverageValue", 10),), hpa.Behavior(scale_down=down)
+    )
+    times = [1_800_000_000.0 + 15 * i for i in range(9)]
+    observations = [[hpa.Observation(per_pod={f"p{j}": 2.0 for j in range(10)})] for _ in times]
+    line = Timeline(times, observations, [10] * len(times), "test", [f"p{j}" for j in range(10)])
+    result = replay.replay(model, line, label="x")
+    replicas = [s.replicas for s in result.steps]
+    assert replicas[0] == 8  # clamped by the first sync, not before it
+    # 60 s after the clamp's event (step 4) the policy allows one pod less, then one per 60 s
+    assert replicas[1:4] == [8, 8, 8] and replicas[4] == 7 and replicas[8] == 6
+    # starting from the clamped count without the event (what replay did before) drops at once
+    clamped = Timeline(times, observations, [8] * len(times), "test", [f"p{j}" for j in range(8)])
+    assert replay.replay(model, clamped, label="x").steps[0].replicas == 7
+
+
+def test_replay_json_document_has_the_documented_keys() -> None:
+    model = hpa.HpaModel(1, 10, (hpa.MetricSpec("Pods", "q", "AverageValue", 10),), hpa.Behavior())
+    times = [1_800_000_000.0 + 15 * i for i in range(41)]
+    observations = [[hpa.Observation(per_pod={f"p{j}": 2.5 for j in range(8)})] for _ in times]
+    line = Timeline(times, observations, [8] * len(times), "test", [f"p{j}" for j in range(8)])
+    runs = [replay.replay(model, line, label="as written"), replay.replay(model, line, label="q=5")]
+    spec = replace(hpaspec.load_hpa(SEED_HPA), model=model)
+    doc = replay.document(spec, line, runs, step=15, gpus_per_pod=1, rows=4, targets={"q": 5.0})
+    assert list(doc) == [
+        "hpa", "kubernetes", "start", "end", "step_seconds", "steps", "pods", "recorded_from", "recorded",
+        "runs", "slices",
+    ]  # fmt: skip
+    assert doc["steps"] == 41 and doc["recorded"]["mean_replicas"] == 8  # type: ignore[index]
+    assert [r["label"] for r in doc["runs"]] == ["as written", "q=5"]  # type: ignore[attr-defined]
+    assert doc["runs"][1]["targets"] == {"q": 5.0} and doc["runs"][0]["first_replicas"] == 8  # type: ignore[index]
+    assert len(doc["slices"]) == 4  # type: ignore[arg-type]
+    json.dumps(doc, allow_nan=False)  # plain JSON

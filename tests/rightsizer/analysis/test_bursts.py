@@ -161,7 +161,10 @@ def test_evidence_names_the_peak_and_its_hour(history: History) -> None:
     assert job.peak_at.endswith("T03:00:00Z")  # the burst runs from 03:00 to 04:00 UTC every day
     assert job.p95_activity is not None and job.p95_activity < 0.2  # p95 alone would have missed it
     text = "\n".join(plan.notes)
-    assert "only GPUs whose layout changes are re-created" in text
+    # idle-2g needs a 1g: a free 1g.10gb on GPU 1 takes it, so no GPU is re-created (one eviction).
+    assert "ml/idle-2g moves from nvidia.com/mig-2g.20gb (GPU 0) to nvidia.com/mig-1g.10gb (GPU 1)" in text
+    assert node.proposed == node.current and "re-created" not in text
+    assert [p.name for p in node.pods_disrupted] == ["idle-2g"]
 
 
 def test_peak_does_not_depend_on_the_cut(history: History) -> None:

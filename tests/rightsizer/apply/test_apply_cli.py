@@ -79,6 +79,8 @@ def test_dry_run_changes_nothing_and_prints_runnable_kubectl_commands(setup, cap
     assert kube.annotations("gpu-a")[proto.ANN_STEP] == "done"
     assert not kube.node("gpu-a")["spec"].get("unschedulable")
     assert [a.name for a in kube.actions(verb="evict")] == ["gpu-a-infer-0", "gpu-a-infer-1"]
+    # stamped with the time of its cordon, as apply does (serve's daily budget counts it)
+    assert proto.cordoned_at(proto.view(kube.node("gpu-a"))) is not None
 
 
 def test_refuses_without_yes_when_stdin_is_not_a_terminal(setup, capsys, monkeypatch):
@@ -109,7 +111,7 @@ def test_yes_applies_with_progress_on_stderr_and_a_table_on_stdout(setup, capsys
     out, err = capsys.readouterr()
     assert "[gpu-a] cordoned" in err and "[gpu-a] evicted ml/gpu-a-infer-0" in err
     assert "[gpu-a] nvidia.com/mig.config.state=success" in err
-    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:]}
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:] if not line.startswith(" ")}
     assert rows == {"gpu-a": "applied", "gpu-b": "skipped"}
     assert f"plan {plan.plan_id}" in out
     assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == plan.nodes[0].config_name

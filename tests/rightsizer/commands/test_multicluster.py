@@ -26,6 +26,7 @@ import pytest
 
 from devkit.prometheus import PrometheusServer, backfill_openmetrics
 from devkit.victoriametrics import VictoriaMetricsServer
+from gpupilot_common.text import plural
 from rightsizer.analysis import history as analysis
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.plancheck import check_plan
@@ -244,10 +245,10 @@ def test_plan_cli_groups_tables_per_cluster_and_restricts(
     out = capsys.readouterr().out
     fleet = load_plan(tmp_path / "fleet.json")
     east, west = fleet.clusters
-    assert f"fleet: {fleet.totals.nodes_changed}/{fleet.totals.nodes} node(s) change" in out
+    assert f"fleet: {fleet.totals.nodes_changed}/{plural(fleet.totals.nodes, 'node')} change" in out
     assert out.index("cluster east: ") < out.index("cluster west: ")
-    assert f"cluster east: {east.totals.nodes_changed}/{east.totals.nodes} node(s) change" in out
-    assert f"cluster west: {west.totals.nodes_changed}/{west.totals.nodes} node(s) change" in out
+    assert f"cluster east: {east.totals.nodes_changed}/{plural(east.totals.nodes, 'node')} change" in out
+    assert f"cluster west: {west.totals.nodes_changed}/{plural(west.totals.nodes, 'node')} change" in out
     raw = json.loads((tmp_path / "fleet.json").read_text())
     assert {n["cluster"] for n in raw["nodes"]} == {"east", "west"}
     assert [c["name"] for c in raw["clusters"]] == ["east", "west"]
@@ -357,7 +358,7 @@ def test_apply_acts_on_the_selected_cluster_only(tmp_path: Path, capsys: pytest.
         assert written
         text = json.dumps([kube.configmap(n) for n in {a.name for a in written}])
         assert west.config_name in text and east.config_name not in text
-        rows = {line.split()[0] for line in out.splitlines()[2:] if line.strip()}
+        rows = {line.split()[0] for line in out.splitlines()[3:] if line.strip() and not line.startswith(" ")}
         assert rows == {"gpu-a"}  # east's gpu-b is not this cluster's: not even skipped
 
 

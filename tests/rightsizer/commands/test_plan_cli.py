@@ -3,6 +3,7 @@ a valid plan.json from Prometheus alone, the recording rule used, evidence for i
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,9 @@ import pytest
 
 from rightsizer.apply.plancheck import check_plan
 from rightsizer.cli import main
+from rightsizer.plan import table
 from rightsizer.plan.model import load_plan
+from tests.support.rightsizer.report_support import plan_with_evidence
 
 pytestmark = pytest.mark.prometheus
 ROOT = Path(__file__).resolve().parents[3]
@@ -99,3 +102,31 @@ def test_bad_flags_are_usage_errors(
         main(["plan", "--prometheus-url", "http://127.0.0.1:1", *args])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_plan_json_output_is_the_plan_file(
+    metrics_history, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "plan.json"
+    argv = [
+        "plan",
+        "--prometheus-url",
+        metrics_history.url,
+        "--at",
+        str(metrics_history.end),
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "-o", "json", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == json.loads(out.read_text())
+    assert captured.err.strip() == f"wrote {out}"
+
+
+def test_plan_table_fits_100_columns_unless_wide() -> None:
+    plan = plan_with_evidence()
+    text = table.plan_table(plan)
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    assert "-o wide shows every column" in text
+    wide = table.plan_table(plan, wide=True)
+    assert "evidence" in wide and max(len(line) for line in wide.splitlines()) > 100

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rightsizer.cli import main
 
@@ -123,3 +125,24 @@ def test_console_script_help_mentions_default_device() -> None:
     assert "every catalogued MIG GPU" in text
     for flag in ("--device-id", "--node", "--kubeconfig", "--namespace"):
         assert flag in text
+
+
+def test_json_and_yaml_output_parse_with_the_documented_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed = sorted(EXAMPLES.glob("mig-configs/*.yaml"))[0]
+    assert main(["validate", str(seed), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc) == ["file", "ok", "results", "notes", "errors", "summary"]
+    assert doc["ok"] is True and doc["errors"] == [] and ": OK: " in doc["summary"]
+    assert doc["results"] and set(doc["results"][0]) == {"config", "device", "verdict", "reason"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "version: v1\nmig-configs:\n  big:\n    - devices: all\n      mig-enabled: true\n"
+        '      mig-devices: {"3g.40gb": 2, "1g.10gb": 1}\n'
+    )
+    assert main(["validate", str(bad), "--device-id", "0x2330", "-o", "yaml"]) == 1  # exit code unchanged
+    out, err = capsys.readouterr()
+    doc = yaml.safe_load(out)
+    assert doc["ok"] is False and len(doc["errors"]) == 1 and "no valid placement" in doc["errors"][0]
+    assert doc["errors"][0] in err  # still on stderr too

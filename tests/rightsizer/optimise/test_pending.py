@@ -100,7 +100,20 @@ def test_plan_serves_pending_pods_published_by_the_simulator(
     url, end = pending_history
     out = tmp_path / "plan.json"
     code = cli.main(
-        ["plan", "--prometheus-url", url, "--at", str(end), "--window", "2h", "--out", str(out), "--quiet"]
+        [
+            "plan",
+            "--prometheus-url",
+            url,
+            "--at",
+            str(end),
+            "--window",
+            "2h",
+            "--out",
+            str(out),
+            "--quiet",
+            "-o",
+            "wide",
+        ]
     )
     text = capsys.readouterr().out
     assert code == 0, text
@@ -113,5 +126,5 @@ def test_plan_serves_pending_pods_published_by_the_simulator(
     gpu = admitted["wants-4g"]["gpus"][0]
     assert next(g for g in node["proposed"] if g["index"] == gpu)["mig_devices"].get("4g.40gb") == 1
     assert plan["totals"]["pods_admitted"] == 2
-    assert "admits ml/wants-4g" in text and "2 pending pod(s) admitted" in text
+    assert "admits ml/wants-4g" in text and "2 pending pods admitted" in text
     assert any("ml/wants-4g-too" in n and "no capacity" in n for n in plan["notes"])

@@ -3,23 +3,28 @@ appear in the HTML and Markdown, alerts from ALERTS are listed; plus its command
 
 from __future__ import annotations
 
+import csv
 import errno
 import io
 import os
 import re
 import time
+from dataclasses import replace
 
 import pytest
 from PIL import Image
 
 from gpupilot_common import atomicfile
+from gpupilot_common.text import plural
 from rightsizer.cli import main
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.plan.model import load_plan
 from rightsizer.plan.pipeline import PlanSettings
+from rightsizer.report import charts
 from rightsizer.report import data as data_api
 from rightsizer.report.build import build_report, generate, write_report
 from rightsizer.serve.scheduler import idle_slices
+from tests.support.rightsizer.apply_support import Change, make_plan
 from tests.support.rightsizer.report_support import plan_with_evidence, report_data
 
 PRICE = 2.5
@@ -85,7 +90,7 @@ def test_plan_numbers_appear_in_html_and_markdown(weekly):
     hours = freed * 168
     for text in (html, md):
         assert (
-            f"free {freed} GPU(s): {hours:,.0f} GPU-hours a week" in text
+            f"free {plural(freed, 'GPU')}: {hours:,.0f} GPU-hours a week" in text
             if freed
             else "No node needs a change" in text
         )
@@ -152,12 +157,14 @@ def test_synthetic_week_renders_every_section_with_the_plan_numbers(tmp_path):
     html, md = written.html.read_text(), written.markdown.read_text()
     # gpu-node-1 frees 2 GPUs, gpu-node-2 one: 3 GPUs, 504 GPU-hours a week, 1,260 at 2.5 per GPU-hour
     for text in (html, md):
-        assert "free 3 GPU(s): 504 GPU-hours a week, worth 1,260 a week and 65,520 a year" in text
+        assert "free 3 GPUs: 504 GPU-hours a week, worth 1,260 a week and 65,520 a year" in text
         assert "MIGSliceIdle24h" in text and "GPUXidError" in text and "86.7 h" in text
-        changes = text.split("Proposed layout changes")[1].split("Top idle slices")[0]
+        changes = text.split("Proposed layout changes", 1)[1].split("GPU use per namespace")[0]
         assert "gpu-node-1" in changes and "gpu-node-3" not in changes
+        assert "GPU(s)" not in text and "node(s)" not in text and "1 GPUs" not in text
     assert "| gpu-node-1 | H100 80GB |" in md and "| 2 | 336 | 840 |" in md
-    assert "ml/infer-0-0" in html and ">168<" in html
+    # ml/infer-0-0: a 1g slice (1/7 of an H100) idle 168 h → 24 idle GPU-hours
+    assert "<td class='k'>ml/infer-0-0</td><td>gpu-node-1</td>" in html and ">24.0<" in html
 
 
 def test_without_price_or_alerts_the_report_says_so(tmp_path):
@@ -180,7 +187,7 @@ def test_backfilled_history_with_a_plan_that_changes_nodes(metrics_history, tmp_
             plan=plan,
         )
     html = written.html.read_text()
-    assert "free 3 GPU(s): 504 GPU-hours a week, worth 1,260 a week" in html
+    assert "free 3 GPUs: 504 GPU-hours a week, worth 1,260 a week" in html
     assert all(pixel_spread(p.read_bytes()) > 10 for p in written.images)
     assert {"trend.png", "heatmap.png", "savings.png", "top-idle.png"} <= {p.name for p in written.images}
 
@@ -207,7 +214,85 @@ def test_top_idle_slices_leave_out_a_slice_that_bursts():
     labels = [s.label for s in report.idle]
     assert labels and not any("GPU 1 " in label for label in labels)
     assert {s.node for s in report.idle} == {"gpu-node-1", "gpu-node-2"}
-    assert len(labels) == 6 == idle_slices(report.data.plan)  # GPUs 0, 2, 3 on both nodes
+    # GPUs 0, 2, 3 on both nodes are idle; 0 and 2 are held by pods, 3 by none
+    assert len(labels) == report.idle_pods_total == 4
+    assert sum(u.devices for u in report.unallocated) == 2
+    assert report.idle_pods_total + sum(u.devices for u in report.unallocated) == idle_slices(
+        report.data.plan
+    )
+
+
+def test_the_first_table_lists_the_pods_holding_idle_gpus_by_idle_gpu_hours(tmp_path):
+    written = write_report(build_report(report_data()), tmp_path)
+    md = written.markdown.read_text()
+    sections = [line[3:] for line in md.splitlines() if line.startswith("## ")]
+    assert sections[:4] == [
+        "Pods holding idle GPUs",
+        "Unallocated capacity",
+        "Proposed layout changes",
+        "GPU use per namespace",
+    ]
+    first = md.split("## Pods holding idle GPUs")[1].split("## ")[0]
+    rows = [line.split(" | ") for line in first.splitlines() if line.startswith("| ml/")]
+    hours = [float(r[3]) for r in rows]
+    assert next(r[0].lstrip("| ") for r in rows) == "ml/infer-0-0"  # 168 idle hours, the most
+    assert hours == sorted(hours, reverse=True) and len(rows) == 4
+    assert "unallocated" not in first  # capacity no pod holds has its own section
+    unallocated = md.split("## Unallocated capacity")[1].split("## ")[0]
+    assert "| gpu-node-1 | H100 80GB | 1 | 0.14 |" in unallocated
+
+
+def test_per_namespace_table_and_csv_agree():
+    report = build_report(report_data(price=2.0))
+    rows = list(csv.DictReader(io.StringIO(report.namespaces_csv)))
+    assert [r["namespace"] for r in rows] == ["ml"]
+    (ml,) = report.namespaces
+    # 4 allocated 1g slices (1/7 GPU each) with data for 168 h: 96 GPU-hours allocated;
+    # idle hours 168, 128 (node 1, GPUs 0 and 2), 161, 121 (node 2) → 578/7 = 82.57 idle GPU-hours
+    assert ml.devices == 4 and round(ml.gpu_hours_allocated, 2) == 96.0
+    assert round(ml.gpu_hours_idle, 2) == 82.57 and ml.cost == 192.0
+    assert float(rows[0]["gpu_hours_idle"]) == 82.57 and float(rows[0]["cost"]) == 192.0
+    assert list(rows[0]) == [
+        "namespace",
+        "devices",
+        "gpu_hours_allocated",
+        "gpu_hours_idle",
+        "idle_share",
+        "cost",
+        "idle_cost",
+    ]
+
+
+def test_written_report_has_the_csv_beside_it(tmp_path):
+    written = write_report(build_report(report_data()), tmp_path)
+    assert written.csv == tmp_path / "namespaces.csv"
+    assert written.csv.read_text().startswith("namespace,devices,gpu_hours_allocated")
+    assert "namespaces.csv" in written.html.read_text()
+
+
+def test_every_plan_node_has_a_heatmap_row_grey_without_data():
+    data = report_data()
+    no_node3 = replace(
+        data.heatmap, nodes=data.heatmap.nodes[:2], values=data.heatmap.values[:2], nodes_total=2
+    )
+    report = build_report(replace(data, heatmap=no_node3))
+    heat = report.data.heatmap
+    assert heat.nodes == ("gpu-node-1", "gpu-node-2", "gpu-node-3")
+    assert all(v is None for v in heat.values[2])
+
+
+def test_charts_carry_titles():
+    """Each chart's title is drawn above it (the top band differs from the same chart untitled) and
+    stored as the PNG's Title."""
+    report = build_report(report_data())
+    untitled = charts.heatmap_chart(report.data.heatmap)
+    for name, png in report.charts.items():
+        image = Image.open(io.BytesIO(png))
+        assert image.info.get("Title"), name
+    titled = Image.open(io.BytesIO(report.charts["heatmap.png"])).convert("L")
+    plain = Image.open(io.BytesIO(untitled)).convert("L")
+    assert titled.crop((0, 0, 400, 24)).getextrema()[0] < 100 < plain.crop((0, 0, 400, 24)).getextrema()[0]
+    assert "Title" not in plain.info
 
 
 @pytest.mark.prometheus
@@ -256,3 +341,13 @@ def test_a_plan_beside_the_report_is_kept_when_the_report_is_replaced(tmp_path):
     write_report(build_report(report_data(price=None, alerts=False)), tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert "plan.json" in names and "old-chart.png" not in names and "report.html" in names
+
+
+def test_one_change_reads_in_the_singular(tmp_path):
+    data = report_data()
+    one = make_plan([Change("gpu-node-1", "all-1g.10gb", {"7g.80gb": 1}, gpus_freed=1)])
+    report = build_report(replace(data, plan=one))
+    md = write_report(report, tmp_path).markdown.read_text()
+    assert "1 node changes and frees 1 GPU: 168 GPU-hours a week" in md
+    assert "GPUs freed by the plan (1 node changes)" in md
+    assert "1 GPUs" not in md and "(s)" not in md

@@ -177,6 +177,10 @@ class FakeGpu:
     gpm_metrics: dict[int, float] = field(default_factory=dict)
     gpm_whole_in_mig: bool = True
     processes: int = 0
+    process_list: list[tuple[int, int, list[tuple[int, int]]]] | None = None
+    """Per-process accounting: (pid, used MiB, [(timestamp µs, SM %) samples]); replaces
+    ``processes`` when set. ``fail["nvmlDeviceGetProcessUtilization"] = NVML_ERROR_NOT_SUPPORTED``
+    models MPS clients on older drivers."""
     profiles: dict[int, tuple[int, str, int]] = field(default_factory=dict)
     migs: list[FakeMig] = field(default_factory=list)
     fail: dict[str, int] = field(default_factory=dict)
@@ -544,8 +548,26 @@ class FakeNvml:
 
     def _processes(self, handle: Any) -> list[SimpleNamespace]:
         # Other containers' processes are invisible from another PID namespace.
-        count = handle.processes if self.host_pid else 0
-        return [SimpleNamespace(pid=1000 + i, usedGpuMemory=MIB) for i in range(count)]
+        if not self.host_pid:
+            return []
+        listed = getattr(handle, "process_list", None)
+        if listed is not None:
+            return [SimpleNamespace(pid=pid, usedGpuMemory=mib * MIB) for pid, mib, _ in listed]
+        return [SimpleNamespace(pid=1000 + i, usedGpuMemory=MIB) for i in range(handle.processes)]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[SimpleNamespace]:
+        """Samples newer than ``timeStamp``; NOT_FOUND when there are none (as NVML)."""
+        self._enter("nvmlDeviceGetProcessUtilization", handle)
+        gpu = self._whole_only(handle)
+        out = [
+            SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+            for pid, _, samples in (gpu.process_list or [])
+            for ts, sm in samples
+            if ts > timeStamp
+        ]
+        if not out:
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return out
 
     # GPU-level fields
     def nvmlDeviceGetClockInfo(self, handle: Any, type: int) -> int:

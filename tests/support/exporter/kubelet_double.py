@@ -28,8 +28,10 @@ def container(
     gpu: Sequence[str] = (),
     mig: dict[str, Sequence[str]] | None = None,
     other: dict[str, Sequence[str]] | None = None,
+    claims: Sequence[api_pb2.DynamicResource] = (),
 ) -> api_pb2.ContainerResources:
-    """A container holding GPUs (``nvidia.com/gpu``), MIG devices by profile, or other devices."""
+    """A container holding GPUs (``nvidia.com/gpu``), MIG devices by profile, other devices, or
+    devices from ResourceClaims (``claims``, see :func:`claim`)."""
     devices = []
     if gpu:
         devices.append(api_pb2.ContainerDevices(resource_name="nvidia.com/gpu", device_ids=list(gpu)))
@@ -39,7 +41,31 @@ def container(
         )
     for resource, ids in (other or {}).items():
         devices.append(api_pb2.ContainerDevices(resource_name=resource, device_ids=list(ids)))
-    return api_pb2.ContainerResources(name=name, devices=devices)
+    return api_pb2.ContainerResources(name=name, devices=devices, dynamic_resources=list(claims))
+
+
+def claim(
+    name: str,
+    namespace: str,
+    devices: Sequence[str],
+    *,
+    pool: str = "node-a",
+    driver: str = "gpu.nvidia.com",
+) -> api_pb2.DynamicResource:
+    """A ResourceClaim's allocation as the kubelet reports it: ``devices`` by name in ``pool``."""
+    return api_pb2.DynamicResource(
+        claim_name=name,
+        claim_namespace=namespace,
+        claim_resources=[
+            api_pb2.ClaimResource(
+                driver_name=driver,
+                pool_name=pool,
+                device_name=d,
+                cdi_devices=[api_pb2.CDIDevice(name=f"k8s.{driver}/claim={name}-{d}")],
+            )
+            for d in devices
+        ],
+    )
 
 
 def pod(namespace: str, name: str, containers: Iterable[api_pb2.ContainerResources]) -> api_pb2.PodResources:

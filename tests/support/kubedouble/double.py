@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -53,6 +54,7 @@ class KubeDouble:
         cluster_policy: bool = True,
         default_mig_configmap: bool = True,
         daemonset_delete_delay_s: float = 0.0,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.store = Store(history_limit=history_limit)
         self.disruption = DisruptionController(self.store)
@@ -73,6 +75,12 @@ class KubeDouble:
         self._run_mig_manager = run_mig_manager
         self.daemonsets = DaemonSetController(self.store, delete_delay_s=daemonset_delete_delay_s)
         self._server = Server(("127.0.0.1", 0), make_handler(self.api))
+        self._scheme = "http"
+        if tls is not None:  # (certificate, key): serve HTTPS, as a real API server does
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(str(tls[0]), str(tls[1]))
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="kubedouble-http", daemon=True
         )
@@ -105,7 +113,7 @@ class KubeDouble:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self._scheme}://{host!s}:{port}"
 
     def start(self) -> KubeDouble:
         self._thread.start()

@@ -92,6 +92,7 @@ FIELD_PATHS: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "metadata.name": lambda o: o.get("metadata", {}).get("name", ""),
     "metadata.namespace": lambda o: o.get("metadata", {}).get("namespace", ""),
     "spec.nodeName": lambda o: o.get("spec", {}).get("nodeName", "") or "",
+    "spec.driver": lambda o: o.get("spec", {}).get("driver", "") or "",
     "status.phase": lambda o: o.get("status", {}).get("phase", "") or "",
     "spec.unschedulable": lambda o: str(bool(o.get("spec", {}).get("unschedulable", False))).lower(),
     "involvedObject.name": lambda o: o.get("involvedObject", {}).get("name", ""),

@@ -58,6 +58,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True),
     Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True),
     Kind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", namespaced=True),
+    Kind("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False),
     Kind("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False, storable=False),
     Kind(
         "authorization.k8s.io",

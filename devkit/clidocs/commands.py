@@ -1,0 +1,68 @@
+"""Every command's parser, by reference page: ``gpupilot-rightsizer-plan.md`` is ``gpupilot-rightsizer
+plan``. A command module's ``OUTPUT_SCHEMA`` (Markdown: what ``-o json`` prints) is added to its page."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from devkit.clidocs import parsers
+
+
+@dataclass(frozen=True)
+class Command:
+    page: str
+    """File name under docs/reference/, without ``.md``."""
+    title: str
+    parser: argparse.ArgumentParser
+    schema: str = ""
+    see: str = ""
+    """Prefix of the subcommand pages' names (the top page links to them)."""
+
+
+def _schema(module: str) -> str:
+    try:
+        return str(getattr(importlib.import_module(module), "OUTPUT_SCHEMA", ""))
+    except ImportError:
+        return ""
+
+
+def _exporter() -> Iterator[Command]:
+    cli = importlib.import_module("exporter.cli")
+    yield Command("gpupilot-exporter", "gpupilot-exporter", cli.build_parser())
+    sim = importlib.import_module("simulator.cli")
+    yield Command("gpupilot-exporter-backfill", "gpupilot-exporter backfill", sim.backfill_parser())
+    yield Command("gpupilot-exporter-cluster", "gpupilot-exporter cluster", sim.cluster_parser())
+
+
+def _adapter() -> Iterator[Command]:
+    top: argparse.ArgumentParser = importlib.import_module("adapter.cli").build_parser()
+    yield Command("gpupilot-adapter", "gpupilot-adapter", top, see="gpupilot-adapter-")
+    schemas = getattr(importlib.import_module("adapter.cli"), "OUTPUT_SCHEMAS", {})
+    for name, (_, sub) in parsers.subcommands(top).items():
+        yield Command(
+            f"gpupilot-adapter-{name}", f"gpupilot-adapter {name}", sub, schema=schemas.get(name, "")
+        )
+
+
+def _rightsizer() -> Iterator[Command]:
+    cli = importlib.import_module("rightsizer.cli")
+    top: argparse.ArgumentParser = cli.build_parser([])
+    yield Command("gpupilot-rightsizer", "gpupilot-rightsizer", top, see="gpupilot-rightsizer-")
+    for name in cli.COMMANDS:
+        _, sub = parsers.subcommands(cli.build_parser([name]))[name]
+        schema = _schema(f"rightsizer.commands.{name}")
+        yield Command(f"gpupilot-rightsizer-{name}", f"gpupilot-rightsizer {name}", sub, schema=schema)
+
+
+SOURCES: tuple[Callable[[], Iterator[Command]], ...] = (_exporter, _adapter, _rightsizer)
+
+
+def all_commands() -> list[Command]:
+    return [c for source in SOURCES for c in source()]
+
+
+def render(c: Command) -> str:
+    return parsers.page(c.parser, title=c.title, extra=c.schema, see=c.see)

@@ -1,0 +1,21 @@
+"""The demo's fleet view counts "allocated but idle" with the recording rule the report's trend
+counts (gpupilot:device_idle:bool), so the two give one number."""
+
+from __future__ import annotations
+
+import pytest
+
+from devkit.demo import fleet, promql
+
+pytestmark = pytest.mark.prometheus
+
+
+def test_fleet_view_idle_count_is_the_rules(prometheus_history) -> None:  # type: ignore[no-untyped-def]
+    url = prometheus_history.url
+    gpus, _, _ = fleet.collect(url)
+    devices = [d for g in gpus for d in g.devices]
+    idle = sum(1 for d in devices if d.state == "idle")
+    # the instant the report's trend ends on: sum of gpupilot:node_slices:idle
+    (total,) = promql.query(url, "sum(gpupilot:node_slices:idle)")
+    assert idle == int(total.value) > 0
+    assert all(d.idle_rule is not None for d in devices if d.pods)  # the rule's answer, not a re-derivation
