@@ -140,9 +140,9 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test(name: str) -> None:
     assert quiet.get(name, 0) >= 1, f"{name}: no unit test where it stays quiet"
 
 
-def test_seed_comparison_table_names_all_six_seed_rules() -> None:
+def test_comparison_table_names_all_six_example_rules() -> None:
     text = RULES_GUIDE.read_text()
-    table = text[text.index("## The seed's rules") :]
+    table = text[text.index("## Typical hand-written rules") :]
     for seed_rule in (
         "GPUHighTemperature",
         "GPUMemoryPressure",

@@ -230,7 +230,7 @@ def test_explain_hpa_with_the_kubernetes_pod_source(
     )
     out = capsys.readouterr().out
     assert code == 0
-    assert "4 pod(s)" in out and "llm-inference-7d9f-new  pending" in out
+    assert "4 pods, 3 ready" in out and "llm-inference-7d9f-new  pending" in out
     # queue: ready mean 12 → ratio 1.2 > 1 with one pending pod counted as 0: (36 + 0) / 4 = 9 → 0.9:
     # the direction flips, so the HPA keeps 4; utilisation 80 → inside tolerance: 4
     assert "FINAL: 4 → 4 replicas (no change)" in out
