@@ -120,11 +120,11 @@ def test_server_serves_the_series_at_its_clock(demo: scenario.Scenario) -> None:
 
 
 def test_cluster_command_rejects_bad_listen(capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        cluster_main(["--scenario", str(REPO / "examples" / "fleet-demo.yaml"), "--listen", "nowhere"]) == 2
-    )
+    with pytest.raises(SystemExit) as exit_info:
+        cluster_main(["--scenario", str(REPO / "examples" / "fleet-demo.yaml"), "--listen", "nowhere"])
+    assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "--listen: 'nowhere' is not HOST:PORT" in err
+    assert err.count("\n") == 0 and "argument --listen: 'nowhere': expected HOST:PORT" in err
 
 
 def test_resource_series_for_every_pod(demo: scenario.Scenario) -> None:

@@ -88,7 +88,7 @@ def test_plan_help_explains_every_flag() -> None:
         (["--max-nodes", "0"], "must be between 1 and 1000000"),
         (["--at", "yesterday"], "is not a time"),
         (["--min-busy", "2m"], "must be between 5m and 6h"),
-        (["--headroom", "nan"], "must be between 0 and 4"),
+        (["--headroom", "nan"], "is not a finite number (must be between 0 and 4)"),
         (["--idle-threshold", "1.5"], "must be between 0 and 1"),
     ],
 )
