@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.collector import AllocationsSource, Collector
 from exporter.errors import BackendError, BackendUnavailable
 from exporter.settings import CollectorSettings
-from exporter.snapshot import Allocations, NodeSnapshot, PodRef
+from exporter.snapshot import Allocations, GpuSnapshot, NodeSnapshot, PodRef
 from tests.support.exporter import fakes
 
 
@@ -156,7 +156,7 @@ def test_field_errors_are_counted_by_kind_and_only_that_series_is_missing() -> N
     values = {k: v for k, v in gpu.values.items() if k != "DCGM_FI_DEV_POWER_USAGE"}
     snap = NodeSnapshot(
         taken_at=1.0,
-        gpus=(fakes.GpuSnapshot(info=gpu.info, values=MappingProxyType(values)),),
+        gpus=(GpuSnapshot(info=gpu.info, values=MappingProxyType(values)),),
         field_errors=MappingProxyType({"field:DCGM_FI_DEV_POWER_USAGE": 1}),
     )
     c = make(fakes.FakeBackend(snap))

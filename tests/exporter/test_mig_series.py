@@ -139,7 +139,9 @@ def query(prom: PrometheusServer, promql: str) -> list[dict[str, object]]:
 
 
 def labels(series: dict[str, object]) -> dict[str, str]:
-    return dict(series["metric"])  # type: ignore[call-overload]
+    metric = series["metric"]
+    assert isinstance(metric, dict)
+    return {str(k): str(v) for k, v in metric.items()}
 
 
 @pytest.mark.prometheus

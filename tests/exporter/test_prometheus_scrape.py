@@ -20,6 +20,7 @@ from exporter.settings import CollectorSettings
 from simulator import scenario as scenario_mod
 from simulator.backend import SimBackend
 from tests.support.exporter import pki as pki_mod
+from tests.support.exporter.allocations import plugin_allocations
 
 pytestmark = pytest.mark.prometheus
 
@@ -78,7 +79,7 @@ def test_every_device_series_reaches_prometheus_with_the_snapshot_value(
     snapshot = collector.snapshot
     assert snapshot is not None
     expected: dict[Key, float] = {}
-    for fam in device_families(snapshot, hostname=NODE, allocations=backend.allocations()):
+    for fam in device_families(snapshot, hostname=NODE, allocations=plugin_allocations(backend)):
         for labels, value in fam.samples:
             expected[(fam.name, tuple(sorted(labels)))] = value
     got: dict[Key, float] = {}

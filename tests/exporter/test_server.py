@@ -285,13 +285,13 @@ def test_bcrypt_paid_once_per_credential(
 ) -> None:
     cfg = web_config(tmp_path, f"basic_auth_users:\n  prometheus: {PASSWORD_HASH}\n")
     calls: list[bytes] = []
-    real = webconfig.bcrypt.checkpw
+    real = bcrypt.checkpw  # the module exporter.webconfig checks passwords with
 
     def counting(password: bytes, hashed: bytes) -> bool:
         calls.append(password)
-        return real(password, hashed)
+        return bool(real(password, hashed))
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting)
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
     collector.collect_once()
     with MetricsServer(collector, host="127.0.0.1", port=0, web_config=cfg) as srv:
         good = base64.b64encode(b"prometheus:scrape-me").decode()

@@ -16,7 +16,8 @@ from tests.rules.test_rules import ALERTS
 
 
 def _query(url: str, expr: str, at: float) -> list[dict[str, Any]]:
-    body = requests.get(f"{url}/api/v1/query", params={"query": expr, "time": at}, timeout=30).json()
+    params: dict[str, str | float] = {"query": expr, "time": at}
+    body = requests.get(f"{url}/api/v1/query", params=params, timeout=30).json()
     assert body["status"] == "success", f"{expr}: {body.get('error')}"
     result: list[dict[str, Any]] = body["data"]["result"]
     return result
@@ -65,7 +66,7 @@ def test_slice_counts_match_the_scenario(metrics_history: Any) -> None:
 
 
 def _alert_expr(name: str) -> str:
-    return next(a["expr"] for a in ALERTS if a["alert"] == name)
+    return str(next(a["expr"] for a in ALERTS if a["alert"] == name))
 
 
 def test_idle_notebook_slice_is_flagged_over_real_history(metrics_history: Any) -> None:

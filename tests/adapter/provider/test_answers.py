@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sized
+from typing import cast
 
 import orjson
 import pytest
@@ -22,6 +23,7 @@ from adapter.clients.prometheus import Sample
 from adapter.config.mapping import AdapterConfig, load_config, parse_config
 from adapter.provider import nowait
 from adapter.provider.answers import POD_BYTES, AnswerCache
+from adapter.provider.discovery import Listing
 from adapter.provider.podsource import KubernetesPodSource
 from adapter.provider.refresh import RefreshingCache
 from adapter.provider.values import MetricValues
@@ -85,6 +87,10 @@ class Clock:
         return self.now
 
 
+EMPTY_LISTING = Listing(custom=(), external=(), refreshed=0.0)
+"""Discovery is not what these tests read."""
+
+
 class World:
     def __init__(self, *, config: AdapterConfig | None = None, answers: AnswerCache | None = None) -> None:
         self.prom = Prometheus()
@@ -105,8 +111,12 @@ class World:
             cache=self.cache,
         )
         self.api = MetricsApi(
-            values=values, listing=lambda: None, external_enabled=False, ready=lambda: [], answers=answers
-        )  # type: ignore[arg-type]
+            values=values,
+            listing=lambda: EMPTY_LISTING,
+            external_enabled=False,
+            ready=lambda: [],
+            answers=answers,
+        )
 
     def get(self, path: str, **query: str) -> bytes:
         code, body = self.api.answer(path, query)
@@ -131,9 +141,9 @@ class World:
 
 
 @pytest.fixture
-def world() -> World:
+def world() -> Iterator[World]:
     w = World()
-    yield w  # type: ignore[misc]
+    yield w
     w.close()
 
 
@@ -226,7 +236,7 @@ def test_the_store_is_bounded_by_entries_and_bytes() -> None:
     assert store.bytes <= 1000 and store.get("sel", generation=1, pods=selected) == b"s"
     assert store.get("sel", generation=1, pods=list(selected)) is None  # another selection
     assert store.get("sel", generation=2, pods=selected) is None  # another evaluation
-    assert store.bytes == sum(len(e[2]) + POD_BYTES * len(e[1]) for e in store._data.values())  # type: ignore[arg-type]
+    assert store.bytes == sum(len(e[2]) + POD_BYTES * len(cast("Sized", e[1])) for e in store._data.values())
 
 
 def test_many_selectors_stay_within_the_bound_and_answer_correctly() -> None:

@@ -4,6 +4,7 @@ flat whatever the request rate and the served value follows the live one within 
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -196,9 +197,14 @@ def test_the_default_refresh_interval_is_prometheus_scrape_interval(
 
 
 def test_past_max_keys_a_new_query_is_answered_but_not_kept() -> None:
-    clock, calls = Clock(), []
+    clock, calls = Clock(), list[str]()
     c: RefreshingCache[int] = RefreshingCache(interval=10, idle_drop=100, max_age=60, max_keys=2, clock=clock)
+
+    def load(key: str) -> int:
+        calls.append(key)
+        return len(calls)
+
     for key in ("a", "b", "c", "c"):
-        assert c.get(key, lambda key=key: calls.append(key) or len(calls), wait=1).value == len(calls)
+        assert c.get(key, functools.partial(load, key), wait=1).value == len(calls)
     assert set(c._slots) == {"a", "b"}
     assert calls == ["a", "b", "c", "c"]  # "c" is evaluated per request, never refreshed

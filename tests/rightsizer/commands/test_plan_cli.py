@@ -17,7 +17,7 @@ pytestmark = pytest.mark.prometheus
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_plan_on_simulated_week(metrics_history, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+def test_plan_on_simulated_week(metrics_history, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "plan.json"
     code = main(
         [

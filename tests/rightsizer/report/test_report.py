@@ -27,7 +27,7 @@ def pixel_spread(png: bytes) -> float:
     hist = Image.open(io.BytesIO(png)).convert("L").histogram()
     n = sum(hist)
     mean = sum(i * c for i, c in enumerate(hist)) / n
-    return (sum(c * (i - mean) ** 2 for i, c in enumerate(hist)) / n) ** 0.5
+    return float((sum(c * (i - mean) ** 2 for i, c in enumerate(hist)) / n) ** 0.5)
 
 
 @pytest.fixture(scope="module")
