@@ -31,6 +31,7 @@ from adapter.serving.api import MetricsApi, rfc3339
 from adapter.serving.auth import Authenticator, Authorizer
 from adapter.serving.selfmetrics import SelfMetrics
 from adapter.serving.server import App
+from tests.support.clocks import ManualClock
 
 NS = "ai-serving"
 V2 = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -79,14 +80,6 @@ class PodWatch:
         stop.wait()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 EMPTY_LISTING = Listing(custom=(), external=(), refreshed=0.0)
 """Discovery is not what these tests read."""
 
@@ -98,7 +91,7 @@ class World:
         self.watch = PodWatch({"llm-0": "llm", "llm-1": "llm", "emb-0": "embedder"})
         self.pods = KubernetesPodSource(self.watch)  # type: ignore[arg-type]
         assert self.pods.wait_synced(5)
-        self.clock = Clock()
+        self.clock = ManualClock()
         self.cache: RefreshingCache[object] = RefreshingCache(
             interval=15, idle_drop=600, max_age=0, clock=self.clock
         )

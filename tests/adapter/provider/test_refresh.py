@@ -20,20 +20,13 @@ from adapter.provider.refresh import RefreshingCache
 from adapter.serving.app import Adapter
 from tests.adapter.conftest import Client, PromEnv, base_settings
 from tests.support.adapter.pki import Pki
+from tests.support.clocks import ManualClock
 
 V2 = "/apis/custom.metrics.k8s.io/v1beta2"
 LLM = {"labelSelector": "app=llm-inference"}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def cache(clock: Clock, *, max_age: float = 60.0) -> RefreshingCache[int]:
+def cache(clock: ManualClock, *, max_age: float = 60.0) -> RefreshingCache[int]:
     return RefreshingCache(interval=10.0, idle_drop=100.0, max_age=max_age, clock=clock)
 
 
@@ -44,7 +37,7 @@ def drain(c: RefreshingCache[int]) -> None:
 
 
 def test_first_ask_evaluates_then_refreshes_once_per_interval() -> None:
-    clock, calls = Clock(), []
+    clock, calls = ManualClock(), []
 
     def load() -> int:
         calls.append(clock.now)
@@ -63,7 +56,7 @@ def test_first_ask_evaluates_then_refreshes_once_per_interval() -> None:
 
 
 def test_concurrent_first_asks_share_one_evaluation() -> None:
-    clock, calls = Clock(), []
+    clock, calls = ManualClock(), []
     gate = threading.Event()
 
     def load() -> int:
@@ -87,7 +80,7 @@ def test_concurrent_first_asks_share_one_evaluation() -> None:
 
 
 def test_failed_refresh_serves_the_last_value_until_max_age_then_the_error() -> None:
-    clock = Clock()
+    clock = ManualClock()
     state = {"fail": False}
 
     def load() -> int:
@@ -110,7 +103,7 @@ def test_failed_refresh_serves_the_last_value_until_max_age_then_the_error() -> 
 
 
 def test_keys_nobody_asks_for_are_dropped() -> None:
-    clock = Clock()
+    clock = ManualClock()
     c = cache(clock)
     c.get("a", lambda: 1, wait=1)
     c.get("b", lambda: 2, wait=1)
@@ -197,7 +190,7 @@ def test_the_default_refresh_interval_is_prometheus_scrape_interval(
 
 
 def test_past_max_keys_a_new_query_is_answered_but_not_kept() -> None:
-    clock, calls = Clock(), list[str]()
+    clock, calls = ManualClock(), list[str]()
     c: RefreshingCache[int] = RefreshingCache(interval=10, idle_drop=100, max_age=60, max_keys=2, clock=clock)
 
     def load(key: str) -> int:
