@@ -52,11 +52,6 @@ def server(collector: Collector, clock: ManualClock) -> Iterator[MetricsServer]:
         yield srv
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> pki_mod.Pki:
-    return pki_mod.mint(tmp_path_factory.mktemp("pki"))
-
-
 def test_metrics_text_by_default_and_ready_after_first_collection(
     server: MetricsServer, collector: Collector, clock: ManualClock
 ) -> None:

@@ -20,12 +20,6 @@ from tests.support.kubedouble import IN_USE, KubeDouble, MigManagerSettings
 STATE = "nvidia.com/mig.config.state"
 
 
-@pytest.fixture
-def kube():
-    with KubeDouble() as k:
-        yield k
-
-
 def core(kube: KubeDouble) -> client.CoreV1Api:
     return client.CoreV1Api(kube.api_client())
 

@@ -19,12 +19,6 @@ from tests.support.kubedouble import KubeDouble
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 
 
-@pytest.fixture
-def kube():
-    with KubeDouble() as k:
-        yield k
-
-
 def core(kube: KubeDouble, token: str | None = None) -> client.CoreV1Api:
     return client.CoreV1Api(kube.api_client(token) if token else kube.api_client())
 
