@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from devkit.scale_history import MIXED_LAYOUTS, MODELS, SINGLE_LAYOUTS
 from gpupilot_common.table import Column, render
-from mig_geometry.catalogue import GpuModel, find_model
+from mig_geometry.catalogue import GpuModel, Profile, find_model
 from mig_geometry.placement import place
 from rightsizer.analysis.history import build_workloads
 from rightsizer.analysis.types import Analysis, DeviceStats, GpuInventory, InstanceInfo, NodeInventory, PodKey
@@ -50,6 +50,18 @@ NOS_GEOMETRIES = (
     (2, 1, 1, 1, 1, 1),
     (1,) * 7,
 )
+
+
+def _model(key: str) -> GpuModel:
+    model = find_model(key)
+    assert model is not None, key
+    return model
+
+
+def _profile(model: GpuModel, name: str) -> Profile:
+    profile = model.profile(name)
+    assert profile is not None, name
+    return profile
 
 
 def _by_compute(model: GpuModel, compute: int) -> str:
@@ -98,7 +110,7 @@ def synthesise(nodes: int, seed: int) -> Analysis:
                     InstanceInfo(pl.profile.name, str(gi), pl.start, pl.size, f"MIG-{n}-{g}-{gi}")
                 )
                 pods: tuple[PodKey, ...] = ()
-                p95: float | None = 0.0
+                p95_or_unknown: float | None = 0.0
                 fb = 0.0
                 if rng.random() < 0.6:
                     if rng.random() < 0.5:
@@ -107,7 +119,7 @@ def synthesise(nodes: int, seed: int) -> Analysis:
                     owners[pod] = f"serve/Deployment/{name}-d{deployment}"
                     pods = (pod,)
                     kind = rng.random()
-                    p95 = (
+                    p95_or_unknown = (
                         rng.uniform(0.01, 0.2)
                         if kind < 0.5
                         else rng.uniform(0.2, 0.6)
@@ -116,8 +128,8 @@ def synthesise(nodes: int, seed: int) -> Analysis:
                     )
                     fb = pl.profile.memory_mib * rng.uniform(0.1, 0.75)
                     if rng.random() < 0.02:
-                        p95 = None  # no data: unknown
-                devices.append(_stats(name, g, uuid, pl.profile.name, str(gi), pods, p95, fb))
+                        p95_or_unknown = None  # no data: unknown
+                devices.append(_stats(name, g, uuid, pl.profile.name, str(gi), pods, p95_or_unknown, fb))
             gpus.append(
                 GpuInventory(
                     name, g, uuid, model.key, model.device_id, True, model.memory_mib, tuple(instances)
@@ -209,8 +221,9 @@ def baseline_nos(model: GpuModel, klasses: list[str], gpus: int) -> tuple[int, i
                 options = [
                     q
                     for q in slots
-                    if slots[q] > 0 and (q == k or (k not in geo and packing.dominates(model.profile(q), kp)))
-                ]  # type: ignore[arg-type]
+                    if slots[q] > 0
+                    and (q == k or (k not in geo and packing.dominates(_profile(model, q), kp)))
+                ]
                 if options:
                     q = min(options, key=lambda q: packing.size(model, q))
                     slots[q] -= 1
@@ -303,10 +316,7 @@ def main(argv: list[str]) -> int:
         for g in p.proposed:
             for it in g.items:
                 demand[it.klass] += 1
-    fleet_bound = fixed + sum(
-        packing.lp_lower_bound(find_model(k), d)  # type: ignore[arg-type]
-        for k, d in pooled.items()
-    )
+    fleet_bound = fixed + sum(packing.lp_lower_bound(_model(k), d) for k, d in pooled.items())
 
     gap = (ours - bound) / bound * 100 if bound else 0.0
     # Single-strategy nodes report the true bound for their pods: a repack (drain, let the device

@@ -7,7 +7,6 @@ process with one line on stderr and exit status 2; a failed ``--once`` collectio
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import os
@@ -19,7 +18,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
 
 from exporter import counters, dcgmflags, kubeapi, procs, webconfig, windows
 from exporter.backend import Backend
@@ -34,8 +32,8 @@ from exporter.settings import (
     ListenAddress,
     Settings,
 )
-from gpupilot_common import numbers
-from gpupilot_common.cli import add_version
+from gpupilot_common import argtypes, numbers
+from gpupilot_common.cli import OneLineParser, add_version
 
 PROG = "gpupilot-exporter"
 MIN_INTERVAL_S = 0.1
@@ -48,13 +46,8 @@ SIMULATOR_NEEDS = frozenset({"simulator", "numpy", "aiohttp"})
 log = logging.getLogger("exporter")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def build_parser() -> _Parser:
-    p = _Parser(
+def build_parser() -> OneLineParser:
+    p = OneLineParser(
         prog=PROG,
         description=(
             "DCGM-compatible GPU and MIG metrics for Prometheus, from NVML/GPM or the simulator. "
@@ -85,6 +78,7 @@ def build_parser() -> _Parser:
     p.add_argument(
         "--listen",
         default=":9400",
+        type=argtypes.listen_address,
         metavar="HOST:PORT",
         help="HOST:PORT to serve /metrics, /health and /ready on; ':PORT' = every interface; "
         "port 0 picks a free one (default :9400)",
@@ -191,13 +185,6 @@ def build_parser() -> _Parser:
     return p
 
 
-def parse_listen(text: str) -> ListenAddress:
-    host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or int(port_text) > 65535:
-        raise ConfigError(f"--listen {text!r}: expected HOST:PORT or :PORT, e.g. :9400 or 127.0.0.1:9400")
-    return ListenAddress(host=host.strip("[]"), port=int(port_text))
-
-
 def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None) -> Settings:
     """Flags → Settings; raises ConfigError (one line) for values argparse cannot check."""
     env = os.environ if environ is None else environ
@@ -250,7 +237,7 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
         web_config=args.web_config,
         once=args.once,
         log_level=args.log_level,
-        listen=parse_listen(args.listen),
+        listen=ListenAddress(*args.listen),
         collector=CollectorSettings(interval=args.interval, collect_timeout=timeout),
         layout=layout,
     )

@@ -19,14 +19,6 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "…")
 
 
-def duration_text(seconds: float) -> str:
-    """``86400`` → ``1d``, ``5400`` → ``90m``: a bound in the unit people write durations in."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
-
-
 def _range_text(
     low: float | None, high: float | None, *, low_open: bool, unit: str, show: Callable[[float], str]
 ) -> str:
@@ -57,9 +49,14 @@ def check_range(
     show: Callable[[float], str] = _g,
 ) -> float:
     """``value`` if finite and within [low, high] (or (low, high] with ``low_open``); ``show``
-    writes the bounds in the message (e.g. :func:`duration_text`)."""
+    writes the bounds in the message (e.g. :func:`gpupilot_common.timefmt.format_duration`)."""
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a finite number")
+        bounds = (
+            ""
+            if low is None and high is None
+            else f" (must be {_range_text(low, high, low_open=low_open, unit=unit, show=show)})"
+        )
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a finite number{bounds}")
     below = low is not None and (value <= low if low_open else value < low)
     if below or (high is not None and value > high):
         wanted = _range_text(low, high, low_open=low_open, unit=unit, show=show)

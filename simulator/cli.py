@@ -15,7 +15,7 @@ from pathlib import Path
 from exporter import counters
 from exporter.errors import ConfigError
 from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
-from gpupilot_common import numbers
+from gpupilot_common import argtypes, numbers
 from gpupilot_common import timefmt as timespec
 from gpupilot_common.cli import OneLineParser, add_version
 from simulator import backfill, cluster_server
@@ -183,23 +183,19 @@ def cluster_parser() -> argparse.ArgumentParser:
         "--scenario", required=True, type=Path, help="fleet scenario YAML (e.g. examples/fleet-demo.yaml)"
     )
     p.add_argument(
-        "--listen", default=":9401", help="HOST:PORT to listen on (default :9401; empty host = all)"
+        "--listen",
+        default=":9401",
+        type=argtypes.listen_address,
+        help="HOST:PORT to listen on (default :9401; empty host = all; port 0 picks a free one)",
     )
     return p
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"--listen: {text!r} is not HOST:PORT (e.g. 127.0.0.1:9401 or :9401)")
-    return host.strip("[]"), int(port)
 
 
 def cluster_main(argv: Sequence[str]) -> int:
     prog = "gpupilot-exporter cluster"
     args = cluster_parser().parse_args(list(argv))
     try:
-        host, port = parse_listen(args.listen)
+        host, port = args.listen
         scenario = scenario_mod.load(args.scenario)
         server = cluster_server.ClusterServer(scenario, host=host, port=port)
     except (ConfigError, OSError) as e:

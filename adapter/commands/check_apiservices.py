@@ -14,6 +14,7 @@ from typing import Protocol
 
 from adapter.config import apiservices
 from adapter.errors import ConfigError, KubernetesUnavailable
+from gpupilot_common import argtypes
 
 log = logging.getLogger("adapter")
 
@@ -22,13 +23,7 @@ class ApiServiceReader(Protocol):
     def apiservices(self, names: list[str]) -> dict[str, dict[str, object] | None]: ...
 
 
-def owner_arg(text: str) -> tuple[str, str]:
-    namespace, sep, service = text.partition("/")
-    if not sep or not namespace or not service or "/" in service:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected NAMESPACE/SERVICE, e.g. gpupilot/gpupilot-adapter"
-        )
-    return namespace, service
+owner_arg = argtypes.namespaced_name(kind="SERVICE", example="gpupilot/gpupilot-adapter")
 
 
 def add_owner_flag(p: argparse.ArgumentParser) -> None:

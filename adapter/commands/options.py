@@ -8,38 +8,15 @@ from pathlib import Path
 
 from adapter.clients.prometheus import DEFAULT_LIMITS, PrometheusClient
 from adapter.errors import ConfigError, PrometheusDenied
-from gpupilot_common import numbers, promanswer, promauth, timefmt
+from gpupilot_common import argtypes, numbers, promanswer, promauth
 from gpupilot_common.urls import base_url
 
-
-def seconds(text: str) -> float:
-    """A duration (``90``, ``30s``, ``1m30s``), finite and > 0 (``--discovery-interval 0`` would spin)."""
-    try:
-        return timefmt.parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def seconds_or_zero(text: str) -> float:
-    """A duration, finite and >= 0 (0 = no limit)."""
-    try:
-        return timefmt.parse_duration(text, allow_zero=True)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
-    return value
-
-
-def csv_list(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.split(",") if p.strip())
+seconds = argtypes.duration()
+"""A duration (``90``, ``30s``, ``1m30s``), finite and > 0 (``--discovery-interval 0`` would spin)."""
+seconds_or_zero = argtypes.duration(allow_zero=True)
+"""A duration, finite and >= 0 (0 = no limit)."""
+positive_int = argtypes.whole(low=1)
+csv_list = argtypes.csv_list
 
 
 def add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> None:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.apply import protocol as proto
@@ -34,7 +34,7 @@ from rightsizer.apply import takeover
 from rightsizer.apply.configs import resolve_config_target, restore_configs, write_configs
 from rightsizer.apply.lease import ApplyLease
 from rightsizer.apply.plancheck import check_plan
-from rightsizer.apply.retry import Retrier
+from rightsizer.apply.retry import Clock, Retrier
 from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
 from rightsizer.clients.kube import (
     ConflictError,
@@ -54,12 +54,6 @@ from rightsizer.plan.model import NodePlan, Plan
 log = logging.getLogger(__name__)
 
 __all__ = ["Applier", "ApplyError", "ApplyReport", "ApplySettings", "NodeOutcome", "write_configs"]
-
-
-class Clock(Protocol):
-    def monotonic(self) -> float: ...
-
-    def sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:

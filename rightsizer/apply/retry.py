@@ -20,6 +20,8 @@ T = TypeVar("T")
 
 
 class Clock(Protocol):
+    """Time for the apply loop: the system's in a run, a fake one in tests (no real waits)."""
+
     def monotonic(self) -> float: ...
 
     def sleep(self, seconds: float) -> None: ...

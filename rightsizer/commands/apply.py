@@ -7,9 +7,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from gpupilot_common import numbers
+from gpupilot_common import argtypes
 from gpupilot_common.table import Column, render
-from gpupilot_common.timefmt import parse_duration
 from rightsizer.apply import dryrun
 from rightsizer.apply.applier import Applier, ApplyError, ApplyReport, ApplySettings
 from rightsizer.apply.plancheck import check_plan
@@ -17,29 +16,9 @@ from rightsizer.clients.kube import Kube, KubeError, KubeSettings
 from rightsizer.plan import clusters
 from rightsizer.plan.model import Plan, PlanError, load_plan
 
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text, maximum=86400.0)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _duration_or_zero(text: str) -> float:
-    try:
-        return parse_duration(text, maximum=86400.0, allow_zero=True)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 1")
-    return int(numbers.check_range(value, text=text, high=1000))
+_duration = argtypes.duration(maximum=86400.0)
+_duration_or_zero = argtypes.duration(maximum=86400.0, allow_zero=True)
+_positive = argtypes.whole(low=1, high=1000)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpupilot_common import atomicfile, numbers, output, promanswer, promauth, timefmt
+from gpupilot_common import argtypes, atomicfile, numbers, output, promanswer, promauth, timefmt
 from gpupilot_common.urls import base_url
 from rightsizer.analysis.history import CLUSTER
 from rightsizer.clients import prometheus as prometheus_client
@@ -47,65 +46,14 @@ MAX_UNIX_S = 253402300799.0
 """9999-12-31T23:59:59Z, the last time ISO 8601 and Python's datetime can write."""
 
 
-def parse_duration(text: str) -> float:
-    """``--window``: Prometheus' duration grammar (``7d``, ``36h``, ``1h30m``), positive, at most 366 days."""
-    try:
-        return timefmt.parse_duration(text, maximum=MAX_WINDOW)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def parse_time(text: str) -> float:
-    """Unix seconds, or an RFC 3339 / ISO 8601 time (``2026-11-29T12:00:00Z``; no zone means UTC)."""
-    try:
-        return timefmt.parse_time(text, now=time.time())
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def fraction_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
-
-
-def headroom_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 4:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be between 0 and 4")
-    return value
-
-
-def min_busy_arg(text: str) -> float:
-    value = parse_duration(text)
-    if not 300 <= value <= 6 * 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be between 5m and 6h")
-    return value
-
-
-LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-
-
-def label_name_arg(text: str) -> str:
-    """``--cluster-label``: a Prometheus label name."""
-    if not LABEL_NAME.fullmatch(text) or text.startswith("__"):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a Prometheus label name (letters, digits, '_'; not starting with a digit or '__')"
-        )
-    return text
-
-
-def cluster_name_arg(text: str) -> str:
-    if not text or len(text) > 253 or not text.isprintable():
-        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a cluster name (1-253 printable characters)")
-    return text
+parse_duration = argtypes.duration(maximum=MAX_WINDOW)
+"""``--window``: Prometheus' duration grammar (``7d``, ``36h``, ``1h30m``), positive, at most 366 days."""
+parse_time = argtypes.moment
+fraction_arg = argtypes.real(low=0, high=1)
+headroom_arg = argtypes.real(low=0, high=4)
+min_busy_arg = argtypes.bounded(timefmt.parse_duration, low=300, high=6 * 3600, show=timefmt.format_duration)
+label_name_arg = argtypes.label_name
+cluster_name_arg = argtypes.cluster_name
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser, *, what: str) -> None:

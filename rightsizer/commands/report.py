@@ -7,8 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpupilot_common import atomicfile, numbers, promauth
-from gpupilot_common.timefmt import parse_duration
+from gpupilot_common import argtypes, atomicfile, numbers, promauth, timefmt
 from gpupilot_common.urls import base_url
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.commands import plan as plan_cmd
@@ -16,25 +15,8 @@ from rightsizer.plan.model import PlanError, load_plan
 from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, UnknownClusterError
 from rightsizer.report import build as report
 
-
-def _window(text: str) -> float:
-    try:
-        value = parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if value < 3600:
-        raise argparse.ArgumentTypeError(f"{text!r}: the window must be at least 1h")
-    return numbers.check_range(value, text=text, high=366 * 86400.0, show=numbers.duration_text)
-
-
-def _price(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"{text!r} is not a price >= 0")
-    return numbers.check_range(value, text=text, high=1e6)
+_window = argtypes.bounded(timefmt.parse_duration, low=3600, high=366 * 86400.0, show=timefmt.format_duration)
+_price = argtypes.real(low=0, high=1e6)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

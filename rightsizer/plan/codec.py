@@ -63,14 +63,14 @@ def _encode(value: Any, meta: Mapping[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------------------- read
 
 
-class Reader:
-    """Typed access to one JSON object of a :class:`checked.Document`, raising one-line errors in
-    the project's shape, ``file:line: field.path: problem``."""
+class Reader(checked.Section):
+    """A :class:`checked.Section` over one JSON object, with the look-up by Python type the codec
+    needs; errors in the project's shape, ``file:line: field.path: problem``."""
 
     def __init__(self, doc: checked.Document, data: object, path: FieldPath) -> None:
         if not isinstance(data, dict):
             raise doc.fail(path, f"must be an object, got {type(data).__name__}")
-        self.doc, self.data, self.path = doc, data, path
+        super().__init__(doc, data, path)
 
     def get(self, key: str, kinds: type | tuple[type, ...], kind_name: str, default: object = ...) -> Any:
         if key not in self.data:

@@ -40,7 +40,7 @@ class PromEnv:
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromEnv]:
     root = tmp_path_factory.mktemp("adapter-prom")
     registry = CollectorRegistry()
-    registry.register(data.LiveCluster())  # type: ignore[arg-type]
+    registry.register(data.LiveCluster())
     port = free_port()
     target = {"job": "live", "instance": f"127.0.0.1:{port}"}
     source = data.write_openmetrics(root / "cluster.om.txt", now=time.time(), target=target)

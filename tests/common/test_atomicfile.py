@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ def _full_disk(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     def fail(*_a: object, **_k: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(atomicfile.os, name, fail)
+    monkeypatch.setattr(os, name, fail)
 
 
 @pytest.mark.parametrize("step", ["write", "fsync"])
@@ -55,7 +56,7 @@ def test_a_directory_without_write_permission_is_one_line(
     def refuse(*_a: object, **_k: object) -> None:
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
 
-    monkeypatch.setattr(atomicfile.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
     with pytest.raises(atomicfile.WriteFailed) as err:
         atomicfile.write_text(target, "new")
     assert str(err.value) == f"cannot write {target}: Permission denied; the previous one is left intact"

@@ -32,7 +32,7 @@ def _root(text: str = DOC) -> checked.Section:
     return checked.parse_yaml(text, source="cfg.yaml", error=MyError).root()
 
 
-def _fails(call, message: str) -> None:  # type: ignore[no-untyped-def]
+def _fails(call, message: str) -> None:
     with pytest.raises(MyError) as err:
         call()
     assert str(err.value) == message

@@ -10,7 +10,7 @@ import pytest
 
 from adapter import cli as adapter_cli
 from exporter import cli as exporter_cli
-from gpupilot_common import numbers
+from gpupilot_common import numbers, timefmt
 from gpupilot_common.cli import OneLineParser
 from rightsizer import cli as rightsizer_cli
 
@@ -47,7 +47,7 @@ def test_bounded_wraps_other_parsers_and_durations_read_as_durations() -> None:
             raise ValueError(f"{text!r} is not a duration")
         return float(text[:-1])
 
-    parse = numbers.bounded(seconds, low=0, high=86400, show=numbers.duration_text)
+    parse = numbers.bounded(seconds, low=0, high=86400, show=timefmt.format_duration)
     assert parse("90s") == 90
     with pytest.raises(argparse.ArgumentTypeError, match=r"^'7x' is not a duration$"):
         parse("7x")
@@ -55,7 +55,6 @@ def test_bounded_wraps_other_parsers_and_durations_read_as_durations() -> None:
         parse("99999999999999999999s")
     with pytest.raises(argparse.ArgumentTypeError, match="is not a finite number"):
         parse("nans")
-    assert [numbers.duration_text(v) for v in (86400 * 400, 5400, 90, 1.5)] == ["400d", "90m", "90s", "1.5s"]
 
 
 def test_one_line_parser_and_its_subparsers() -> None:
@@ -101,7 +100,7 @@ CASES: list[tuple[Callable[[list[str]], int], list[str], str]] = [
     (
         rightsizer_cli.main,
         ["plan", "--prometheus-url", "http://p", "--headroom", "nan"],
-        "argument --headroom: 'nan': must be between 0 and 4",
+        "argument --headroom: 'nan' is not a finite number (must be between 0 and 4)",
     ),
     (
         rightsizer_cli.main,
@@ -126,7 +125,7 @@ CASES: list[tuple[Callable[[list[str]], int], list[str], str]] = [
     (
         rightsizer_cli.main,
         ["report", "--prometheus-url", "http://p", "--out", "d", "--price-per-gpu-hour", "nan"],
-        "argument --price-per-gpu-hour: 'nan' is not a price >= 0",
+        "argument --price-per-gpu-hour: 'nan' is not a finite number",
     ),
     (
         rightsizer_cli.main,

@@ -203,7 +203,7 @@ def _auth_help(parser: argparse.ArgumentParser, command: str) -> str:
     start = out.index("Prometheus tenant, credentials and TLS:")
     rest = out[start:]
     end = re.search(r"\n\n(?! )", rest)
-    return rest[: end.start()] if end else rest
+    return str(rest[: end.start()] if end else rest)
 
 
 def test_adapter_and_rightsizer_have_the_same_flags_and_help(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,7 +28,8 @@ class Query:
 
 
 def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
+    dashboard: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return dashboard
 
 
 def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:

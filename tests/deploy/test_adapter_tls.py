@@ -7,6 +7,7 @@ import base64
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -16,7 +17,7 @@ from devkit import adapter_tls
 from tests.deploy.test_manifests import DEPLOY, OVERLAY, pod_spec
 
 
-def render_with(tmp_path: Path, components: list[Path]) -> list[dict]:
+def render_with(tmp_path: Path, components: list[Path]) -> list[dict[str, Any]]:
     top = tmp_path / "overlay"
     top.mkdir()
     (top / "kustomization.yaml").write_text(
@@ -59,9 +60,9 @@ def test_generated_component_serves_the_apiservices(tmp_path: Path) -> None:
             "the aggregator dials <service>.<namespace>.svc"
         )
         ca = x509.load_pem_x509_certificate(base64.b64decode(api["spec"]["caBundle"]))
-        ca.public_key().verify(
-            leaf.signature, leaf.tbs_certificate_bytes, ec.ECDSA(leaf.signature_hash_algorithm)
-        )
+        ca_key, digest = ca.public_key(), leaf.signature_hash_algorithm
+        assert isinstance(ca_key, ec.EllipticCurvePublicKey) and digest is not None
+        ca_key.verify(leaf.signature, leaf.tbs_certificate_bytes, ec.ECDSA(digest))
         assert "cert-manager.io/inject-ca-from" not in (api["metadata"].get("annotations") or {})
         assert api["spec"]["insecureSkipTLSVerify"] is False
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,8 @@ from tests.deploy.test_manifests import DEPLOY, OVERLAY, ROOT, find, pod_spec, r
 
 
 def build(
-    tmp_path: Path, *, resources: list[str], components: list[str], extra: dict | None = None
-) -> list[dict]:
+    tmp_path: Path, *, resources: list[str], components: list[str], extra: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     doc: dict[str, Any] = {
         "resources": [r if r.endswith(".yaml") else os.path.relpath(DEPLOY / r, tmp_path) for r in resources],
         "components": [os.path.relpath(DEPLOY / c, tmp_path) for c in components],
@@ -30,13 +31,14 @@ def build(
     return [d for d in yaml.safe_load_all(res.stdout) if d]
 
 
-def one(objs: list[dict], kind: str, name: str) -> dict:
+def one(objs: Sequence[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     (obj,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
     return obj
 
 
-def exporter_container(ds: dict) -> dict:
-    (c,) = pod_spec(ds)["containers"]
+def exporter_container(ds: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = pod_spec(ds)["containers"]
+    (c,) = containers
     return c
 
 

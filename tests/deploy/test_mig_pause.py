@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -26,7 +27,7 @@ NODE_LABELS = {
 }
 
 
-def legacy_daemonset(tmp_path: Path) -> dict:
+def legacy_daemonset(tmp_path: Path) -> dict[str, Any]:
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
@@ -39,7 +40,7 @@ def legacy_daemonset(tmp_path: Path) -> dict:
     return next(d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "DaemonSet")
 
 
-def run_reconfiguration(daemonset: dict) -> tuple[list[tuple[str, str, dict]], list[str]]:
+def run_reconfiguration(daemonset: dict[str, Any]) -> tuple[list[tuple[str, str, dict[str, Any]]], list[str]]:
     settings = MigManagerSettings(pending_s=0.01, apply_s=0.01, client_wait_s=5.0)
     with KubeDouble(mig_manager=settings, daemonset_delete_delay_s=0.3) as kube:
         kube.add_node("gpu-a", model="H100 80GB", gpus=1, mig_config="all-disabled")
@@ -64,7 +65,7 @@ def run_reconfiguration(daemonset: dict) -> tuple[list[tuple[str, str, dict]], l
         return journal, kube.mig_manager.states("gpu-a")
 
 
-def order(journal: list[tuple[str, str, dict]]) -> list[str]:
+def order(journal: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
     steps = []
     for verb, _name, detail in journal:
         if verb == "mig-manager" and "state" in detail:

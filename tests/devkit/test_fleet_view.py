@@ -10,7 +10,7 @@ from devkit.demo import fleet, promql
 pytestmark = pytest.mark.prometheus
 
 
-def test_fleet_view_idle_count_is_the_rules(prometheus_history) -> None:  # type: ignore[no-untyped-def]
+def test_fleet_view_idle_count_is_the_rules(prometheus_history) -> None:
     url = prometheus_history.url
     gpus, _, _ = fleet.collect(url)
     devices = [d for g in gpus for d in g.devices]

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-import requests
 
 from devkit import victoriametrics as vmkit
 from devkit.history import build_history
 from simulator import scenario as scenario_mod
+from tests.support.promquery import instant
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "tests" / "data" / "fleet-small.yaml"
 STEP = 60.0
-
-
-def _query(url: str, expr: str, **params: Any) -> list[dict[str, Any]]:
-    body = requests.get(f"{url}/api/v1/query", params={"query": expr, **params}, timeout=30).json()
-    assert body["status"] == "success", body
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
 
 
 def _window() -> tuple[float, float]:
@@ -42,13 +34,13 @@ def test_import_api_and_vmctl_give_the_same_samples(tmp_path: Path) -> None:
     counts = []
     with vmkit.VictoriaMetricsServer(tmp_path / "a" / "data") as vm:
         stats = vmkit.import_history(vm, scen, start=start, end=end, step=STEP)
-        counts.append(_query(vm.url, "sum(count_over_time({__name__!=''}[4h]))", time=end)[0]["value"][1])
-        series_a = {r["metric"]["Hostname"] for r in _query(vm.url, "DCGM_FI_DEV_GPU_TEMP", time=end)}
-        temp_a = _query(vm.url, 'sum(DCGM_FI_DEV_GPU_TEMP{Hostname="sim-a100"})', time=end - 600)
+        counts.append(instant(vm.url, "sum(count_over_time({__name__!=''}[4h]))", time=end)[0]["value"][1])
+        series_a = {r["metric"]["Hostname"] for r in instant(vm.url, "DCGM_FI_DEV_GPU_TEMP", time=end)}
+        temp_a = instant(vm.url, 'sum(DCGM_FI_DEV_GPU_TEMP{Hostname="sim-a100"})', time=end - 600)
     with vmkit.VictoriaMetricsServer(tmp_path / "b" / "data") as vm:
         vmkit.vmctl_import(vm, tmp_path / "blocks")
-        counts.append(_query(vm.url, "sum(count_over_time({__name__!=''}[4h]))", time=end)[0]["value"][1])
-        temp_b = _query(vm.url, 'sum(DCGM_FI_DEV_GPU_TEMP{Hostname="sim-a100"})', time=end - 600)
+        counts.append(instant(vm.url, "sum(count_over_time({__name__!=''}[4h]))", time=end)[0]["value"][1])
+        temp_b = instant(vm.url, 'sum(DCGM_FI_DEV_GPU_TEMP{Hostname="sim-a100"})', time=end - 600)
     assert stats.samples == history.samples
     assert (stats.samples, float(counts[0])) == (history.samples, history.samples), counts
     # vmctl 1.79's prometheus mode drops a few leading samples of some constant series (documented).
@@ -63,12 +55,12 @@ def test_latency_offset_hides_fresh_samples_unless_lowered(tmp_path: Path) -> No
     with vmkit.VictoriaMetricsServer(tmp_path / "default" / "data", latency_offset="30s") as vm:
         vm.import_prometheus(body)
         vm.force_flush()
-        assert _query(vm.url, "gpupilot_probe") == []
-        assert len(_query(vm.url, "gpupilot_old")) == 1
+        assert instant(vm.url, "gpupilot_probe") == []
+        assert len(instant(vm.url, "gpupilot_old")) == 1
     with vmkit.VictoriaMetricsServer(tmp_path / "low" / "data") as vm:
         vm.import_prometheus(body)
         vm.force_flush()
-        assert [r["metric"] for r in _query(vm.url, "gpupilot_probe")] == [
+        assert [r["metric"] for r in instant(vm.url, "gpupilot_probe")] == [
             {"__name__": "gpupilot_probe", "k": "v"}
         ]
 

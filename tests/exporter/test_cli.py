@@ -122,7 +122,7 @@ def test_once_failure_is_one_line_and_exit_1(
             ["--interval", "5", "--collect-timeout", "9"],
             "--collect-timeout 9: must be positive and at most --interval (5)",
         ),
-        (["--listen", "nowhere"], "--listen 'nowhere': expected HOST:PORT"),
+        (["--listen", "nowhere"], "argument --listen: 'nowhere': expected HOST:PORT"),
         (["--backend", "sim"], "--backend sim needs --scenario FILE"),
         (["--scenario", "x.yaml"], "--scenario and --node only apply to --backend sim"),
         (

@@ -12,28 +12,21 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.collector import AllocationsSource, Collector
 from exporter.errors import BackendError, BackendUnavailable
 from exporter.settings import CollectorSettings
-from exporter.snapshot import Allocations, NodeSnapshot, PodRef
+from exporter.snapshot import Allocations, GpuSnapshot, NodeSnapshot, PodRef
+from tests.support.clocks import ManualClock
 from tests.support.exporter import fakes
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make(
     backend: fakes.FakeBackend,
     *,
-    clock: Clock | None = None,
+    clock: ManualClock | None = None,
     allocations: AllocationsSource | None = None,
     timeout: float = 1.0,
 ) -> Collector:
     settings = CollectorSettings(interval=10.0, collect_timeout=timeout, backoff_initial=1.0, backoff_max=8.0)
     return Collector(
-        backend, hostname="node-a", settings=settings, allocations=allocations, clock=clock or Clock()
+        backend, hostname="node-a", settings=settings, allocations=allocations, clock=clock or ManualClock()
     )
 
 
@@ -53,7 +46,7 @@ def value(series: dict[str, list[tuple[dict[str, str], float]]], name: str, **la
 
 
 def test_success_serves_snapshot_and_self_metrics() -> None:
-    clock = Clock()
+    clock = ManualClock()
     c = make(fakes.FakeBackend(fakes.node(fakes.whole_gpu(0))), clock=clock)
     assert c.collect_once()
     clock.now += 4
@@ -70,7 +63,7 @@ def test_success_serves_snapshot_and_self_metrics() -> None:
 
 
 def test_init_failure_backs_off_exponentially_then_recovers() -> None:
-    clock = Clock()
+    clock = ManualClock()
     backend = fakes.FakeBackend(fakes.node(fakes.whole_gpu(0)), open_failures=3)
     c = make(backend, clock=clock)
     assert not c.collect_once()
@@ -97,7 +90,7 @@ def test_init_failure_backs_off_exponentially_then_recovers() -> None:
 
 
 def test_backoff_is_capped() -> None:
-    clock = Clock()
+    clock = ManualClock()
     backend = fakes.FakeBackend(fakes.node(), open_failures=100)
     c = make(backend, clock=clock)
     for _ in range(200):
@@ -137,7 +130,7 @@ def test_hung_read_times_out_keeps_last_snapshot_with_growing_age_without_piling
 
 
 def test_ready_turns_false_after_three_intervals() -> None:
-    clock = Clock()
+    clock = ManualClock()
     backend = fakes.FakeBackend(fakes.node(fakes.whole_gpu(0)))
     c = make(backend, clock=clock)
     c.collect_once()
@@ -156,7 +149,7 @@ def test_field_errors_are_counted_by_kind_and_only_that_series_is_missing() -> N
     values = {k: v for k, v in gpu.values.items() if k != "DCGM_FI_DEV_POWER_USAGE"}
     snap = NodeSnapshot(
         taken_at=1.0,
-        gpus=(fakes.GpuSnapshot(info=gpu.info, values=MappingProxyType(values)),),
+        gpus=(GpuSnapshot(info=gpu.info, values=MappingProxyType(values)),),
         field_errors=MappingProxyType({"field:DCGM_FI_DEV_POWER_USAGE": 1}),
     )
     c = make(fakes.FakeBackend(snap))
@@ -206,7 +199,7 @@ def test_read_error_keeps_last_snapshot_and_counts() -> None:
 
 
 def test_backend_unavailable_during_read_reopens() -> None:
-    clock = Clock()
+    clock = ManualClock()
     backend = fakes.FakeBackend(fakes.node(fakes.whole_gpu(0)))
     c = make(backend, clock=clock)
     c.collect_once()
@@ -278,7 +271,7 @@ def test_background_loop_collects_every_interval_and_stops() -> None:
 
 
 def test_hung_open_counts_a_timeout_and_retries_later() -> None:
-    clock = Clock()
+    clock = ManualClock()
     backend = fakes.FakeBackend(fakes.node(fakes.whole_gpu(0)))
     backend.open_hang = threading.Event()
     c = make(backend, clock=clock, timeout=0.1)

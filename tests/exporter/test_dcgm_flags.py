@@ -16,7 +16,7 @@ from exporter.settings import DEFAULT_POD_RESOURCES_SOCKET
 COUNTERS = "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %).\n"
 
 
-def settings(*argv: str, **env: str):  # type: ignore[no-untyped-def]
+def settings(*argv: str, **env: str):
     return cli.parse_settings(list(argv), environ=dict(env))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,13 +83,15 @@ def test_canonical_names_resolve_whole_gpus_and_mig_placements():
     mig = snap.gpus[1].instances[3]
     assert set(got.allocations) == {gpu0, mig.uuid}
     (ref,) = got.allocations[mig.uuid]
+    whole = got.allocations[gpu0][0].dra
+    assert ref.dra is not None and whole is not None
     assert (ref.pod, ref.dra.device_name, ref.dra.mig_profile, ref.dra.mig_device_uuid) == (
         "b",
         f"gpu-1-mig-{H100_1G_ID}-3-1",
         "1g.10gb",
         mig.uuid,
     )
-    assert got.allocations[gpu0][0].dra.mig_device_uuid == ""
+    assert whole.mig_device_uuid == ""
     assert [c.pod for c in got.unresolved] == ["x", "y"]
 
 
@@ -96,7 +99,7 @@ def test_slices_win_over_canonical_names():
     """A driver that names devices by index (older releases): only the slices know the UUID."""
     snap = node_snapshot()
     mig = snap.gpus[1].instances[5]
-    items = [
+    items: list[dict[str, Any]] = [
         {
             "metadata": {"name": "node-a-gpu.nvidia.com-x"},
             "spec": {
@@ -129,7 +132,8 @@ def test_slices_win_over_canonical_names():
     got = dra.resolve({}, claims, snap, slices=index).allocations
     # gpu-0 in the slices is GPU 1 here (not /dev/nvidia0): the slice decides
     assert got[snap.gpus[1].info.uuid][0].pod == "a"
-    assert got[mig.uuid][0].dra.mig_profile == "1g.10gb"
+    mig_ref = got[mig.uuid][0].dra
+    assert mig_ref is not None and mig_ref.mig_profile == "1g.10gb"
 
 
 def test_collector_serves_pod_and_dra_labels_over_grpc(kubelet):
@@ -189,7 +193,7 @@ def test_dra_off_ignores_claims(kubelet):
         assert client.attribution().claims == ()
 
 
-def _slice(node: str, devices: dict[str, str]) -> dict:
+def _slice(node: str, devices: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -228,7 +232,8 @@ def test_slice_watcher_lists_and_follows_the_api_over_http(kube):
         kube.store.put(SLICES, obj, event="MODIFIED")
         while ("node-a", "gpu-1") not in (watcher.current()[0] or {}) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert watcher.current()[0][("node-a", "gpu-1")].uuid == gpu1
+        now_index = watcher.current()[0]
+        assert now_index is not None and now_index[("node-a", "gpu-1")].uuid == gpu1
         assert watcher.lists == lists
     finally:
         watcher.stop()
@@ -248,7 +253,8 @@ def test_an_expired_watch_is_relisted_and_the_index_kept_current(kube):
         kube.store.put(SLICES, _slice("node-x", {"gpu-0": "GPU-x0", "gpu-1": "GPU-x1"}), event="MODIFIED")
         while ("node-x", "gpu-1") not in (watcher.current()[0] or {}) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert watcher.current()[0][("node-x", "gpu-1")].uuid == "GPU-x1"
+        now_index = watcher.current()[0]
+        assert now_index is not None and now_index[("node-x", "gpu-1")].uuid == "GPU-x1"
     finally:
         watcher.stop()
 

@@ -23,6 +23,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"
 def load_script():
     loader = importlib.machinery.SourceFileLoader("gpu_check", str(SCRIPT))
     spec = importlib.util.spec_from_loader("gpu_check", loader)
+    assert spec is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["gpu_check"] = module  # dataclasses look their module up there
     loader.exec_module(module)

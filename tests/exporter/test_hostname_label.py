@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -27,9 +28,9 @@ MODES = {"gpu-h100-a": "Hostname", "gpu-h100-b": "hostname", "gpu-a100-b": "none
 _KEYS = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
 
 
-def service_monitor_endpoint() -> dict[str, object]:
+def service_monitor_endpoint() -> dict[str, Any]:
     docs = yaml.safe_load((ROOT / "deploy" / "exporter" / "servicemonitor.yaml").read_text())
-    endpoint: dict[str, object] = docs["spec"]["endpoints"][0]
+    endpoint: dict[str, Any] = docs["spec"]["endpoints"][0]
     return endpoint
 
 
@@ -43,14 +44,10 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]
     scenario = scenario_mod.load(SCENARIO)
     frozen = scenario.epoch + 15 * 3600
     endpoint = service_monitor_endpoint()
-    metric_relabel = [as_prometheus(r) for r in endpoint["metricRelabelings"]]  # type: ignore[union-attr]
+    metric_relabel = [as_prometheus(r) for r in endpoint["metricRelabelings"]]
     # the target-level relabelling fills Hostname from the pod's node (__meta_kubernetes_pod_node_name);
     # static targets here carry that value as a target label
-    target_rule = [
-        r
-        for r in endpoint["relabelings"]  # type: ignore[union-attr]
-        if r.get("targetLabel") == "Hostname"
-    ]
+    target_rule = [r for r in endpoint["relabelings"] if r.get("targetLabel") == "Hostname"]
     assert target_rule == [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "Hostname"}]
     servers, collectors, jobs = [], [], []
     for node, label in MODES.items():
@@ -101,11 +98,11 @@ def wait_for(
     """The query's result once it has ``count`` series and a ``Hostname`` for each of ``hosts``
     (rule evaluations for different targets land in different ticks on a busy machine)."""
     deadline = time.monotonic() + timeout
-    result: list[dict[str, object]] = []
+    result: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         r = requests.get(f"{prom.url}/api/v1/query", params={"query": promql}, timeout=10)
         result = r.json()["data"]["result"]
-        seen = {s["metric"].get("Hostname") for s in result}  # type: ignore[union-attr]
+        seen = {s["metric"].get("Hostname") for s in result}
         if len(result) >= count and hosts <= seen:
             return result
         time.sleep(0.5)

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
 from devkit.prometheus import PrometheusServer, ScrapeJob
 from exporter import cli
@@ -21,6 +20,7 @@ from exporter.snapshot import PodRef
 from simulator import scenario as scenario_mod
 from simulator.backend import SimBackend
 from tests.support.exporter import fakes
+from tests.support.promquery import instant
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "fleet-demo.yaml"
@@ -121,7 +121,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]
             tmp_path_factory.mktemp("prom") / "data", scrape_jobs=jobs, scrape_interval="1s"
         ) as p:
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and len(query(p, "up == 1")) < 3:
+            while time.monotonic() < deadline and len(instant(p.url, "up == 1")) < 3:
                 time.sleep(0.3)
             yield p
     finally:
@@ -131,33 +131,28 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]
             collector.stop()
 
 
-def query(prom: PrometheusServer, promql: str) -> list[dict[str, object]]:
-    r = requests.get(f"{prom.url}/api/v1/query", params={"query": promql}, timeout=10)
-    r.raise_for_status()
-    result: list[dict[str, object]] = r.json()["data"]["result"]
-    return result
-
-
 def labels(series: dict[str, object]) -> dict[str, str]:
-    return dict(series["metric"])  # type: ignore[call-overload]
+    metric = series["metric"]
+    assert isinstance(metric, dict)
+    return {str(k): str(v) for k, v in metric.items()}
 
 
 @pytest.mark.prometheus
 def test_nvidia_dashboard_panels_answer_for_mig_nodes_in_per_instance_mode(prom: PrometheusServer) -> None:
     for title, promql in NVIDIA_PANELS.items():
         only_instance_mode = promql.replace('instance=~".*"', 'job="per-instance"')
-        assert query(prom, only_instance_mode), f"panel {title!r} has no data"
+        assert instant(prom.url, only_instance_mode), f"panel {title!r} has no data"
     # the all-MIG A100 node: one temperature series per instance (2 GPUs × 2 × 3g.20gb), as upstream
-    temps = query(prom, 'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-a100-a"}')
+    temps = instant(prom.url, 'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-a100-a"}')
     assert len(temps) == 4
     assert {labels(t)["GPU_I_PROFILE"] for t in temps} == {"3g.20gb"}
     # MIG instances held by pods carry them on GPU-level series too (dcgm-exporter's layout)
-    held = query(prom, 'DCGM_FI_DEV_POWER_USAGE{Hostname="gpu-h100-b", GPU_I_ID!="", pod!=""}')
+    held = instant(prom.url, 'DCGM_FI_DEV_POWER_USAGE{Hostname="gpu-h100-b", GPU_I_ID!="", pod!=""}')
     assert len(held) >= 4
     # gpupilot's own rules and dashboards take max by GPU first, so they stay right in this mode:
     # one power series per physical GPU (gpu-h100-b: 3, gpu-a100-a: 2)
     fleet_power = 'max by (Hostname, UUID) (DCGM_FI_DEV_POWER_USAGE{job="per-instance"})'
-    assert len(query(prom, fleet_power)) == 5
+    assert len(instant(prom.url, fleet_power)) == 5
 
 
 @pytest.mark.prometheus
@@ -167,15 +162,15 @@ def test_gpu_level_series_reach_the_pods_of_a_mig_gpu_in_per_gpu_mode(prom: Prom
         'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"} * on (Hostname, UUID) group_right () '
         'gpupilot_device_pod_info{job="per-gpu", GPU_I_ID!=""}'
     )
-    result = query(prom, join)
+    result = instant(prom.url, join)
     assert result
     power = {
-        labels(s)["UUID"]: float(s["value"][1])  # type: ignore[index]
-        for s in query(prom, 'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"}')
+        labels(s)["UUID"]: float(s["value"][1])
+        for s in instant(prom.url, 'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"}')
     }
     for series in result:
         lb = labels(series)
         assert lb["pod"] and lb["GPU_I_ID"]
-        assert float(series["value"][1]) == power[lb["UUID"]]  # type: ignore[index]
+        assert float(series["value"][1]) == power[lb["UUID"]]
     # power once per physical GPU there: the node's sum is the sum over its 4 GPUs
-    assert len(query(prom, 'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"}')) == 4
+    assert len(instant(prom.url, 'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"}')) == 4

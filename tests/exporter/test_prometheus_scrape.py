@@ -20,6 +20,8 @@ from exporter.settings import CollectorSettings
 from simulator import scenario as scenario_mod
 from simulator.backend import SimBackend
 from tests.support.exporter import pki as pki_mod
+from tests.support.exporter.allocations import plugin_allocations
+from tests.support.promquery import instant
 
 pytestmark = pytest.mark.prometheus
 
@@ -52,17 +54,10 @@ def scraped(
     collector.stop()
 
 
-def query(prom: PrometheusServer, promql: str) -> list[dict[str, object]]:
-    r = requests.get(f"{prom.url}/api/v1/query", params={"query": promql}, timeout=10)
-    r.raise_for_status()
-    result: list[dict[str, object]] = r.json()["data"]["result"]
-    return result
-
-
 def wait_for(prom: PrometheusServer, promql: str, timeout: float = 30.0) -> list[dict[str, object]]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        result = query(prom, promql)
+        result = instant(prom.url, promql)
         if result:
             return result
         time.sleep(0.3)
@@ -78,22 +73,22 @@ def test_every_device_series_reaches_prometheus_with_the_snapshot_value(
     snapshot = collector.snapshot
     assert snapshot is not None
     expected: dict[Key, float] = {}
-    for fam in device_families(snapshot, hostname=NODE, allocations=backend.allocations()):
+    for fam in device_families(snapshot, hostname=NODE, allocations=plugin_allocations(backend)):
         for labels, value in fam.samples:
             expected[(fam.name, tuple(sorted(labels)))] = value
     got: dict[Key, float] = {}
-    for series in query(
-        prom, '{job="gpupilot-exporter", __name__=~"DCGM_.*|gpupilot_(gpu|mig|device|xid).*"}'
+    for series in instant(
+        prom.url, '{job="gpupilot-exporter", __name__=~"DCGM_.*|gpupilot_(gpu|mig|device|xid).*"}'
     ):
-        metric = dict(series["metric"])  # type: ignore[call-overload]
+        metric = dict(series["metric"])
         name = metric.pop("__name__")
         metric.pop("job"), metric.pop("instance")
-        got[(name, tuple(sorted(metric.items())))] = float(series["value"][1])  # type: ignore[index]
+        got[(name, tuple(sorted(metric.items())))] = float(series["value"][1])
     assert got == expected
     assert len(got) > 100
     # names as dcgm-exporter's: counters without _total, MIG series with GPU_I_PROFILE
-    assert query(prom, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
-    assert query(prom, 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_PROFILE="1g.10gb"}')
+    assert instant(prom.url, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+    assert instant(prom.url, 'DCGM_FI_PROF_GR_ENGINE_ACTIVE{GPU_I_PROFILE="1g.10gb"}')
 
 
 def test_scrape_is_clean_and_self_metrics_arrive(
@@ -104,12 +99,12 @@ def test_scrape_is_clean_and_self_metrics_arrive(
     targets = requests.get(f"{prom.url}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
     ours = [t for t in targets if t["labels"]["job"] == "gpupilot-exporter"]
     assert ours and ours[0]["health"] == "up" and ours[0]["lastError"] == ""
-    up = query(prom, 'gpupilot_exporter_backend_up{backend="sim"}')
-    assert float(up[0]["value"][1]) == 1.0  # type: ignore[index]
-    age = float(query(prom, "gpupilot_exporter_snapshot_age_seconds")[0]["value"][1])  # type: ignore[index]
+    up = instant(prom.url, 'gpupilot_exporter_backend_up{backend="sim"}')
+    assert float(up[0]["value"][1]) == 1.0
+    age = float(instant(prom.url, "gpupilot_exporter_snapshot_age_seconds")[0]["value"][1])
     assert 0.0 <= age < 5.0
-    errors = query(prom, 'gpupilot_exporter_collection_errors_total{kind="timeout"}')
-    assert float(errors[0]["value"][1]) == 0.0  # type: ignore[index]
+    errors = instant(prom.url, 'gpupilot_exporter_collection_errors_total{kind="timeout"}')
+    assert float(errors[0]["value"][1]) == 0.0
     # Prometheus prefers OpenMetrics; the DCGM counters (no _total) keep name and type because the
     # exporter answers in text 0.0.4 then, as dcgm-exporter does. Every DCGM counter, as published:
     meta = requests.get(f"{prom.url}/api/v1/metadata", timeout=10).json()["data"]

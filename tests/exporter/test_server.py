@@ -22,6 +22,7 @@ from exporter.errors import ConfigError
 from exporter.layout import SeriesLayout
 from exporter.server import MetricsServer, accepts_gzip, wants_openmetrics
 from exporter.settings import CollectorSettings
+from tests.support.clocks import ManualClock
 from tests.support.exporter import fakes
 from tests.support.exporter import pki as pki_mod
 
@@ -32,21 +33,13 @@ PROMETHEUS_ACCEPT = (
 PASSWORD_HASH = bcrypt.hashpw(b"scrape-me", bcrypt.gensalt(4)).decode()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 500.0
-
-    def __call__(self) -> float:
-        return self.now
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(500.0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def collector(clock: Clock) -> Collector:
+def collector(clock: ManualClock) -> Collector:
     backend = fakes.FakeBackend(fakes.node(fakes.mig_gpu(0), fakes.whole_gpu(1)))
     return Collector(
         backend, hostname="node-a", settings=CollectorSettings(interval=10, collect_timeout=1), clock=clock
@@ -54,18 +47,13 @@ def collector(clock: Clock) -> Collector:
 
 
 @pytest.fixture
-def server(collector: Collector, clock: Clock) -> Iterator[MetricsServer]:
+def server(collector: Collector, clock: ManualClock) -> Iterator[MetricsServer]:
     with MetricsServer(collector, host="127.0.0.1", port=0, clock=clock) as srv:
         yield srv
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> pki_mod.Pki:
-    return pki_mod.mint(tmp_path_factory.mktemp("pki"))
-
-
 def test_metrics_text_by_default_and_ready_after_first_collection(
-    server: MetricsServer, collector: Collector, clock: Clock
+    server: MetricsServer, collector: Collector, clock: ManualClock
 ) -> None:
     r = requests.get(server.url + "/ready", timeout=5)
     assert r.status_code == 503
@@ -96,7 +84,7 @@ def test_text_even_when_openmetrics_is_preferred_while_dcgm_counters_lack_total(
     assert not r.text.endswith("# EOF\n")
 
 
-def test_openmetrics_when_asked_and_every_counter_ends_in_total(clock: Clock) -> None:
+def test_openmetrics_when_asked_and_every_counter_ends_in_total(clock: ManualClock) -> None:
     only_gauges = counters.select(counters.parse("DCGM_FI_DEV_GPU_TEMP, gauge, t\n", source="x"))
     collector = Collector(
         fakes.FakeBackend(fakes.node(fakes.whole_gpu(0))),
@@ -285,13 +273,13 @@ def test_bcrypt_paid_once_per_credential(
 ) -> None:
     cfg = web_config(tmp_path, f"basic_auth_users:\n  prometheus: {PASSWORD_HASH}\n")
     calls: list[bytes] = []
-    real = webconfig.bcrypt.checkpw
+    real = bcrypt.checkpw  # the module exporter.webconfig checks passwords with
 
     def counting(password: bytes, hashed: bytes) -> bool:
         calls.append(password)
-        return real(password, hashed)
+        return bool(real(password, hashed))
 
-    monkeypatch.setattr(webconfig.bcrypt, "checkpw", counting)
+    monkeypatch.setattr(bcrypt, "checkpw", counting)
     collector.collect_once()
     with MetricsServer(collector, host="127.0.0.1", port=0, web_config=cfg) as srv:
         good = base64.b64encode(b"prometheus:scrape-me").decode()

@@ -16,11 +16,6 @@ from tests.support.exporter import pki as pki_mod
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> pki_mod.Pki:
-    return pki_mod.mint(tmp_path_factory.mktemp("pki"))
-
-
 def write(tmp_path: Path, text: str) -> Path:
     p = tmp_path / "web.yml"
     p.write_text(text)

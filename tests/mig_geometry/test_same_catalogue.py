@@ -10,7 +10,7 @@ from rightsizer.optimise.packing import class_for
 from simulator.migconfigs import resolve_builtin
 
 
-def model(key: str):  # type: ignore[no-untyped-def]
+def model(key: str):
     m = find_model(key)
     assert m is not None
     return m

@@ -13,13 +13,7 @@ import yaml
 
 from tests.rules import recorded
 from tests.rules.test_rules import ALERTS
-
-
-def _query(url: str, expr: str, at: float) -> list[dict[str, Any]]:
-    body = requests.get(f"{url}/api/v1/query", params={"query": expr, "time": at}, timeout=30).json()
-    assert body["status"] == "success", f"{expr}: {body.get('error')}"
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
+from tests.support.promquery import instant
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,19 +47,19 @@ def test_slice_counts_match_the_scenario(metrics_history: Any) -> None:
     assert {n["name"] for n in scen["nodes"]} == {"sim-h100-a", "sim-h100-b", "sim-a100", "sim-h200"}
     total = {
         r["metric"]["Hostname"]: float(r["value"][1])
-        for r in _query(metrics_history.url, "gpupilot:node_slices:total", at)
+        for r in instant(metrics_history.url, "gpupilot:node_slices:total", at)
     }
     # 2 whole H100s; 1 whole H100 + 3g.40gb + 4 × 1g.10gb; all-2g.10gb on an A100 40GB = 3; 1 whole H200.
     assert total == {"sim-h100-a": 2, "sim-h100-b": 6, "sim-a100": 3, "sim-h200": 1}
     allocated = {
         r["metric"]["Hostname"]: float(r["value"][1])
-        for r in _query(metrics_history.url, "gpupilot:node_slices:allocated", at)
+        for r in instant(metrics_history.url, "gpupilot:node_slices:allocated", at)
     }
     assert allocated == {"sim-h100-a": 2, "sim-h100-b": 4, "sim-a100": 2, "sim-h200": 1}
 
 
 def _alert_expr(name: str) -> str:
-    return next(a["expr"] for a in ALERTS if a["alert"] == name)
+    return str(next(a["expr"] for a in ALERTS if a["alert"] == name))
 
 
 def _without_coverage_clause(expr: str) -> str:
@@ -81,12 +75,12 @@ def test_a_fresh_rule_over_old_raw_history_does_not_call_a_slice_idle_for_24h(me
     must stay silent until the rule's own series covers 24 h."""
     at = time.time()
     expr = _alert_expr("MIGSliceIdle24h")
-    assert _query(metrics_history.url, expr, at) == []
-    idle = _query(metrics_history.url, _without_coverage_clause(expr), at)
+    assert instant(metrics_history.url, expr, at) == []
+    idle = instant(metrics_history.url, _without_coverage_clause(expr), at)
     assert [
         (r["metric"]["Hostname"], r["metric"]["GPU_I_PROFILE"], r["metric"]["pod"][:9]) for r in idle
     ] == [("sim-h100-b", "1g.10gb", "notebook-")]
-    low = {r["metric"]["pod"][:9] for r in _query(metrics_history.url, _alert_expr("GPULowUtilization"), at)}
+    low = {r["metric"]["pod"][:9] for r in instant(metrics_history.url, _alert_expr("GPULowUtilization"), at)}
     assert "notebook-" in low
     assert not low & {"llm-infer", "pretrain-"}
 
@@ -99,15 +93,15 @@ def test_healthy_history_raises_no_hardware_alert(metrics_history: Any) -> None:
         "GPUDriverVersionMismatch",
         "GPUMemoryPressure",
     ):
-        assert _query(metrics_history.url, _alert_expr(name), at) == [], name
+        assert instant(metrics_history.url, _alert_expr(name), at) == [], name
 
 
 def test_hpa_join_reaches_the_seed_deployment(metrics_history: Any) -> None:
     at = time.time()
-    pods = _query(
+    pods = instant(
         metrics_history.url, 'gpupilot:pod_hpa:info{horizontalpodautoscaler="llm-inference-hpa"}', at
     )
     assert len(pods) == 3
     assert all(r["metric"]["pod"].startswith("llm-inference-") for r in pods)
-    util = _query(metrics_history.url, "gpupilot:hpa_gpu_utilization:percent", at)
+    util = instant(metrics_history.url, "gpupilot:hpa_gpu_utilization:percent", at)
     assert len(util) == 1 and 0 < float(util[0]["value"][1]) <= 100

@@ -12,6 +12,8 @@ from exporter.errors import BackendUnavailable, ScenarioError
 from exporter.exposition import device_families
 from simulator import scenario
 from simulator.backend import SimBackend
+from simulator.model import Scenario
+from tests.support.exporter.allocations import plugin_allocations
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "fleet-demo.yaml"
@@ -20,11 +22,11 @@ T = EPOCH + 300 * 86400 + 15 * 3600  # a weekday afternoon
 
 
 @pytest.fixture(scope="module")
-def demo() -> scenario.Scenario:
+def demo() -> Scenario:
     return scenario.load(DEMO)
 
 
-def test_same_time_same_snapshot_across_backends(demo: scenario.Scenario) -> None:
+def test_same_time_same_snapshot_across_backends(demo: Scenario) -> None:
     a = SimBackend(demo, node="gpu-h100-a")
     b = SimBackend.from_file(DEMO, node="gpu-h100-a")
     assert a.snapshot_at(T) == a.snapshot_at(T) == b.snapshot_at(T)
@@ -32,19 +34,19 @@ def test_same_time_same_snapshot_across_backends(demo: scenario.Scenario) -> Non
     assert a.allocations() == b.allocations()
 
 
-def test_read_uses_the_clock_and_equals_snapshot_at(demo: scenario.Scenario) -> None:
+def test_read_uses_the_clock_and_equals_snapshot_at(demo: Scenario) -> None:
     backend = SimBackend(demo, node="gpu-h200-a", clock=lambda: T)
     backend.open()
     assert backend.read() == backend.snapshot_at(T)
     backend.close()
 
 
-def test_unknown_node_is_one_line(demo: scenario.Scenario) -> None:
+def test_unknown_node_is_one_line(demo: Scenario) -> None:
     with pytest.raises(ScenarioError, match="no node 'nope' in the scenario"):
         SimBackend(demo, node="nope")
 
 
-def test_whole_gpu_fields_are_consistent(demo: scenario.Scenario) -> None:
+def test_whole_gpu_fields_are_consistent(demo: Scenario) -> None:
     snap = SimBackend(demo, node="gpu-h100-a").snapshot_at(T)
     gpu = snap.gpus[0]
     assert not gpu.info.mig_enabled and gpu.info.gpm_supported
@@ -61,7 +63,7 @@ def test_whole_gpu_fields_are_consistent(demo: scenario.Scenario) -> None:
     assert gpu.compute_processes == 1
 
 
-def test_power_and_temperature_follow_utilisation(demo: scenario.Scenario) -> None:
+def test_power_and_temperature_follow_utilisation(demo: Scenario) -> None:
     backend = SimBackend(demo, node="gpu-h100-a")
     busy = backend.snapshot_at(EPOCH + 300 * 86400 + 15 * 3600).gpus[0].values  # llm peak hour
     quiet = backend.snapshot_at(EPOCH + 300 * 86400 + 3 * 3600).gpus[0].values
@@ -70,7 +72,7 @@ def test_power_and_temperature_follow_utilisation(demo: scenario.Scenario) -> No
     assert busy["DCGM_FI_DEV_GPU_TEMP"] > quiet["DCGM_FI_DEV_GPU_TEMP"]
 
 
-def test_energy_counter_integrates_power(demo: scenario.Scenario) -> None:
+def test_energy_counter_integrates_power(demo: Scenario) -> None:
     backend = SimBackend(demo, node="gpu-h100-a")
     samples = [backend.snapshot_at(T + i * 60.0).gpus[0].values for i in range(61)]
     energy = [s["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"] for s in samples]
@@ -80,7 +82,7 @@ def test_energy_counter_integrates_power(demo: scenario.Scenario) -> None:
     assert joules / 3600 == pytest.approx(mean_power, rel=0.03)
 
 
-def test_mig_instances_have_device_fields_and_gpu_level_fields_once(demo: scenario.Scenario) -> None:
+def test_mig_instances_have_device_fields_and_gpu_level_fields_once(demo: Scenario) -> None:
     snap = SimBackend(demo, node="gpu-h100-a").snapshot_at(T)
     gpu = snap.gpus[3]  # inference-mix
     assert gpu.info.mig_enabled
@@ -91,13 +93,13 @@ def test_mig_instances_have_device_fields_and_gpu_level_fields_once(demo: scenar
         assert v["DCGM_FI_DEV_FB_FREE"] + v["DCGM_FI_DEV_FB_USED"] + v["DCGM_FI_DEV_FB_RESERVED"] > 0
         assert 0 <= v["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] <= 1
         assert "DCGM_FI_DEV_POWER_USAGE" not in v
-    allocs = SimBackend(demo, node="gpu-h100-a").allocations()
+    allocs = plugin_allocations(SimBackend(demo, node="gpu-h100-a"))
     free = [i for i in gpu.instances if i.uuid not in allocs]
     assert free and all(i.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"] == 0 for i in free)
     assert all(i.compute_processes == 0 for i in free)
 
 
-def test_ampere_mig_has_no_invented_activity(demo: scenario.Scenario) -> None:
+def test_ampere_mig_has_no_invented_activity(demo: Scenario) -> None:
     snap = SimBackend(demo, node="gpu-a100-a").snapshot_at(T)
     for gpu in snap.gpus:
         assert not gpu.info.gpm_supported
@@ -106,9 +108,9 @@ def test_ampere_mig_has_no_invented_activity(demo: scenario.Scenario) -> None:
             assert "DCGM_FI_DEV_FB_USED" in inst.values and inst.compute_processes is not None
 
 
-def test_allocations_map_devices_to_pods_with_resource_names(demo: scenario.Scenario) -> None:
+def test_allocations_map_devices_to_pods_with_resource_names(demo: Scenario) -> None:
     backend = SimBackend(demo, node="gpu-h100-b")
-    allocs = backend.allocations()
+    allocs = plugin_allocations(backend)
     node = demo.node("gpu-h100-b")
     whole = allocs[node.gpus[0].uuid]
     assert [(r.namespace, r.container, r.resource) for r in whole] == [
@@ -117,7 +119,7 @@ def test_allocations_map_devices_to_pods_with_resource_names(demo: scenario.Scen
     assert whole[0].pod.startswith("llm-inference-")
     mig_refs = [refs[0] for uuid, refs in allocs.items() if uuid.startswith("MIG-")]
     assert {r.resource for r in mig_refs} == {"nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb"}
-    single = SimBackend(demo, node="gpu-a100-a").allocations()
+    single = plugin_allocations(SimBackend(demo, node="gpu-a100-a"))
     assert {refs[0].resource for refs in single.values()} == {"nvidia.com/gpu"}  # single strategy
     fams = {
         f.name: f for f in device_families(backend.snapshot_at(T), hostname="gpu-h100-b", allocations=allocs)
@@ -141,11 +143,11 @@ faults:
 
 
 @pytest.fixture
-def faulty() -> scenario.Scenario:
+def faulty() -> Scenario:
     return scenario.loads(FAULTS, name="faults.yaml")
 
 
-def test_gpu_lost_only_during_its_window(faulty: scenario.Scenario) -> None:
+def test_gpu_lost_only_during_its_window(faulty: Scenario) -> None:
     b = SimBackend(faulty, node="n")
     before, during, after = (b.snapshot_at(EPOCH + s) for s in (3599, 3600 + 300, 3600 + 600))
     assert [g.info.index for g in during.gpus] == [0]
@@ -155,7 +157,7 @@ def test_gpu_lost_only_during_its_window(faulty: scenario.Scenario) -> None:
     assert [x.index for x in nxt.lost] == [1]  # every: 1d
 
 
-def test_xid_counts_and_last_xid(faulty: scenario.Scenario) -> None:
+def test_xid_counts_and_last_xid(faulty: Scenario) -> None:
     b = SimBackend(faulty, node="n")
     assert b.snapshot_at(EPOCH + 7000).gpus[0].last_xid is None
     s = b.snapshot_at(EPOCH + 3 * 3600 + 1)
@@ -174,14 +176,14 @@ def test_xid_counts_and_last_xid(faulty: scenario.Scenario) -> None:
     assert fams["DCGM_FI_DEV_XID_ERRORS"].samples[0][1] == 13.0
 
 
-def test_nvml_error_drops_one_field_and_counts_it(faulty: scenario.Scenario) -> None:
+def test_nvml_error_drops_one_field_and_counts_it(faulty: Scenario) -> None:
     s = SimBackend(faulty, node="n").snapshot_at(EPOCH + 4 * 3600 + 10)
     assert "DCGM_FI_DEV_POWER_USAGE" not in s.gpus[0].values
     assert "DCGM_FI_DEV_GPU_TEMP" in s.gpus[0].values and "DCGM_FI_DEV_POWER_USAGE" in s.gpus[1].values
     assert dict(s.field_errors) == {"field:DCGM_FI_DEV_POWER_USAGE": 1}
 
 
-def test_hung_read_blocks_but_snapshot_at_does_not(faulty: scenario.Scenario) -> None:
+def test_hung_read_blocks_but_snapshot_at_does_not(faulty: Scenario) -> None:
     now = [EPOCH + 5 * 3600 + 10]
     slept: list[float] = []
 
@@ -200,7 +202,7 @@ def test_hung_read_blocks_but_snapshot_at_does_not(faulty: scenario.Scenario) ->
     assert slept == [30.0, 10.0]
 
 
-def test_init_error_fails_open_on_schedule(faulty: scenario.Scenario) -> None:
+def test_init_error_fails_open_on_schedule(faulty: Scenario) -> None:
     now = [EPOCH + 6.5 * 3600 + 5]
     b = SimBackend(faulty, node="n", clock=lambda: now[0])
     with pytest.raises(BackendUnavailable, match="init"):

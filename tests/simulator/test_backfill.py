@@ -19,6 +19,8 @@ from simulator import backfill, cluster, scenario
 from simulator import cli as sim_cli
 from simulator.backend import SimBackend
 from simulator.cli import backfill_main
+from simulator.model import Scenario
+from tests.support.exporter.allocations import plugin_allocations
 
 EPOCH = 1_767_225_600.0
 SMALL = """
@@ -49,7 +51,7 @@ WINDOW_START = EPOCH + 300 * 86400 + 2 * 3600  # a 2-hour block holding every fa
 
 
 @pytest.fixture(scope="module")
-def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, scenario.Scenario]:
+def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Scenario]:
     path = tmp_path_factory.mktemp("scenario") / "small.yaml"
     path.write_text(SMALL)
     return path, scenario.load(path)
@@ -66,12 +68,12 @@ def _parse(text: str) -> dict[float, dict[str, float]]:
     return out
 
 
-def _expected(s: scenario.Scenario, t: float) -> dict[str, float]:
+def _expected(s: Scenario, t: float) -> dict[str, float]:
     fmt = backfill._Formatter()
     want: dict[str, float] = {}
     for node in s.nodes:
         b = SimBackend(s, node=node.name)
-        for fam in device_families(b.snapshot_at(t), hostname=node.name, allocations=b.allocations()):
+        for fam in device_families(b.snapshot_at(t), hostname=node.name, allocations=plugin_allocations(b)):
             for labels, v in fam.samples:
                 want[fmt.prefix(fam.name, labels).rstrip()] = v
     for fam in cluster.families(s, t):
@@ -80,7 +82,7 @@ def _expected(s: scenario.Scenario, t: float) -> dict[str, float]:
     return want
 
 
-def test_window_equals_live_snapshots_at_every_timestamp(small: tuple[Path, scenario.Scenario]) -> None:
+def test_window_equals_live_snapshots_at_every_timestamp(small: tuple[Path, Scenario]) -> None:
     _, s = small
     ts = backfill.timestamps(WINDOW_START, WINDOW_START + 7199, 60.0)
     buf = io.StringIO()
@@ -98,9 +100,7 @@ def test_window_equals_live_snapshots_at_every_timestamp(small: tuple[Path, scen
 
 
 @pytest.mark.prometheus
-def test_cli_backfill_blocks_read_by_real_prometheus(
-    small: tuple[Path, scenario.Scenario], tmp_path: Path
-) -> None:
+def test_cli_backfill_blocks_read_by_real_prometheus(small: tuple[Path, Scenario], tmp_path: Path) -> None:
     path, s = small
     out = tmp_path / "data"
     start, end = WINDOW_START - 3600, WINDOW_START + 7170  # end is inclusive
@@ -158,7 +158,7 @@ def test_cli_backfill_blocks_read_by_real_prometheus(
     ],
 )
 def test_bad_ranges_are_refused_in_one_line(
-    small: tuple[Path, scenario.Scenario],
+    small: tuple[Path, Scenario],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     args: list[str],
@@ -189,7 +189,7 @@ class _DoneProcess:
 
 
 def test_memory_stays_flat_as_days_grow(
-    small: tuple[Path, scenario.Scenario], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small: tuple[Path, Scenario], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, s = small
     monkeypatch.setattr(backfill, "_start_promtool", lambda *a: _DoneProcess())
@@ -221,9 +221,7 @@ def test_progress_reports_percent_rate_and_eta() -> None:
     assert " 25.0%" in text and "100.0%" in text and "samples/s" in text and "ETA" in text
 
 
-def test_window_follows_the_live_exporters_layout(
-    small: tuple[Path, scenario.Scenario], tmp_path: Path
-) -> None:
+def test_window_follows_the_live_exporters_layout(small: tuple[Path, Scenario], tmp_path: Path) -> None:
     _, s = small
     mine = tmp_path / "c.csv"
     mine.write_text("DCGM_FI_DEV_POWER_USAGE, gauge, p\nDCGM_EXP_GPU_HEALTH_STATUS, gauge, h\n")
@@ -255,7 +253,9 @@ def test_window_follows_the_live_exporters_layout(
     for node in s.nodes:
         b = SimBackend(s, node=node.name)
         snap = b.snapshot_at(float(ts[0]))
-        for fam in device_families(snap, hostname=node.name, allocations=b.allocations(), layout=layout):
+        for fam in device_families(
+            snap, hostname=node.name, allocations=plugin_allocations(b), layout=layout
+        ):
             for labels, v in fam.samples:
                 want[fmt.prefix(fam.name, labels).rstrip()] = v
     devices = {k: v for k, v in got.items() if k.startswith(("DCGM_", "gpupilot_"))}

@@ -13,6 +13,7 @@ from simulator import cluster, scenario
 from simulator.backend import SimBackend
 from simulator.cli import cluster_main
 from simulator.cluster_server import ClusterServer
+from simulator.model import Scenario
 from tests.support.common.httpclients import get, oversized_header_status, slow_client_is_closed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,15 +21,15 @@ T = 1_767_225_600.0 + 300 * 86400 + 15 * 3600
 
 
 @pytest.fixture(scope="module")
-def demo() -> scenario.Scenario:
+def demo() -> Scenario:
     return scenario.load(REPO / "examples" / "fleet-demo.yaml")
 
 
-def _by_name(s: scenario.Scenario, t: float) -> dict[str, list[tuple[dict[str, str], float]]]:
+def _by_name(s: Scenario, t: float) -> dict[str, list[tuple[dict[str, str], float]]]:
     return {f.name: [(dict(lab), v) for lab, v in f.samples] for f in cluster.families(s, t)}
 
 
-def test_pod_series_match_the_scenario(demo: scenario.Scenario) -> None:
+def test_pod_series_match_the_scenario(demo: Scenario) -> None:
     fams = _by_name(demo, T)
     pods = {(p.namespace, p.name) for p in demo.pods}
     assert {(lab["namespace"], lab["pod"]) for lab, _ in fams["kube_pod_info"]} == pods
@@ -50,7 +51,7 @@ def test_pod_series_match_the_scenario(demo: scenario.Scenario) -> None:
     assert all(nodes[p.name] == p.node for p in demo.pods)
 
 
-def test_node_labels_carry_mig_labels(demo: scenario.Scenario) -> None:
+def test_node_labels_carry_mig_labels(demo: Scenario) -> None:
     labels = {lab["node"]: lab for lab, _ in _by_name(demo, T)["kube_node_labels"]}
     assert set(labels) == {n.name for n in demo.nodes}
     a100 = labels["gpu-a100-a"]
@@ -63,7 +64,7 @@ def test_node_labels_carry_mig_labels(demo: scenario.Scenario) -> None:
     assert cap[("gpu-h100-b", "nvidia_com_mig_1g_10gb")] == 9 and cap[("gpu-a100-a", "nvidia_com_gpu")] == 4
 
 
-def test_hpa_series_and_desired_replicas_follow_the_metrics(demo: scenario.Scenario) -> None:
+def test_hpa_series_and_desired_replicas_follow_the_metrics(demo: Scenario) -> None:
     fams = _by_name(demo, T)
     one = {
         name: fams[name][0][1]
@@ -96,14 +97,14 @@ def test_hpa_series_and_desired_replicas_follow_the_metrics(demo: scenario.Scena
     assert one["kube_horizontalpodautoscaler_status_desired_replicas"] == expected
 
 
-def test_queue_depth_follows_its_daily_pattern(demo: scenario.Scenario) -> None:
+def test_queue_depth_follows_its_daily_pattern(demo: Scenario) -> None:
     day = 1_767_225_600.0 + 300 * 86400
     peak = sum(v for _, v in _by_name(demo, day + 15 * 3600)["inference_queue_depth"])
     night = sum(v for _, v in _by_name(demo, day + 3 * 3600)["inference_queue_depth"])
     assert peak > night + 20
 
 
-def test_server_serves_the_series_at_its_clock(demo: scenario.Scenario) -> None:
+def test_server_serves_the_series_at_its_clock(demo: Scenario) -> None:
     server = ClusterServer(demo, port=0, clock=lambda: T).start()
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=10) as r:
@@ -120,14 +121,14 @@ def test_server_serves_the_series_at_its_clock(demo: scenario.Scenario) -> None:
 
 
 def test_cluster_command_rejects_bad_listen(capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        cluster_main(["--scenario", str(REPO / "examples" / "fleet-demo.yaml"), "--listen", "nowhere"]) == 2
-    )
+    with pytest.raises(SystemExit) as exit_info:
+        cluster_main(["--scenario", str(REPO / "examples" / "fleet-demo.yaml"), "--listen", "nowhere"])
+    assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "--listen: 'nowhere' is not HOST:PORT" in err
+    assert err.count("\n") == 0 and "argument --listen: 'nowhere': expected HOST:PORT" in err
 
 
-def test_resource_series_for_every_pod(demo: scenario.Scenario) -> None:
+def test_resource_series_for_every_pod(demo: Scenario) -> None:
     """cAdvisor CPU/memory and kube-state-metrics requests, for HPA Resource metrics."""
     now, later = _by_name(demo, T), _by_name(demo, T + 60)
     pods = {(p.namespace, p.name) for p in demo.pods}
@@ -155,7 +156,7 @@ def test_resource_series_for_every_pod(demo: scenario.Scenario) -> None:
     assert requests[(demo.pods[0].name, "memory", "byte")] == 32 * 2**30
 
 
-def test_server_closes_slow_and_refuses_oversized_clients(demo: scenario.Scenario) -> None:
+def test_server_closes_slow_and_refuses_oversized_clients(demo: Scenario) -> None:
     limits = Limits(idle_timeout=0.5, max_header_bytes=2048)
     server = ClusterServer(demo, port=0, clock=lambda: T, limits=limits).start()
     try:

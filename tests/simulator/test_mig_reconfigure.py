@@ -79,7 +79,8 @@ def test_series_follow_a_reconfiguration_within_one_interval():
 
         def scrape() -> str:
             with urllib.request.urlopen(f"{server.url}/metrics", timeout=5) as resp:
-                return resp.read().decode()
+                body: bytes = resp.read()
+                return body.decode()
 
         deadline = time.monotonic() + 10
         while not instances(text := scrape()) and time.monotonic() < deadline:

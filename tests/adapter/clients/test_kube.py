@@ -9,6 +9,7 @@ import gc
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -45,7 +46,7 @@ def kube_settings(prom: PromEnv, pki: Pki, kube: KubeDouble, tmp_path: Path, **a
     kube.load_rbac(DEPLOY / "adapter", only=[ADAPTER_SA])
     token = kube.add_service_account("gpupilot", "gpupilot-adapter")
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig", token=token)
-    fields = {
+    fields: dict[str, Any] = {
         "client_ca_file": pki.client_ca.path,
         "requestheader_client_ca_file": pki.front_proxy_ca.path,
         "requestheader_allowed_names": ("front-proxy-client",),
@@ -55,10 +56,10 @@ def kube_settings(prom: PromEnv, pki: Pki, kube: KubeDouble, tmp_path: Path, **a
     }
     return ServeSettings(
         **{**settings.__dict__, "kubeconfig": str(kubeconfig), "auth": AuthSettings(**fields)}
-    )  # type: ignore[arg-type]
+    )
 
 
-def names(r) -> set[str]:  # type: ignore[no-untyped-def]
+def names(r) -> set[str]:
     return {i["describedObject"]["name"] for i in r.json()["items"]}
 
 

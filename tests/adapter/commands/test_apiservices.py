@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,9 +16,11 @@ from adapter.config import apiservices
 from tests.support.kubedouble import KubeDouble
 
 
-def apiservice(name: str, *, namespace: str | None, service: str | None, priority: int = 100) -> dict:
+def apiservice(
+    name: str, *, namespace: str | None, service: str | None, priority: int = 100
+) -> dict[str, Any]:
     version, group = name.split(".", 1)
-    spec: dict = {
+    spec: dict[str, Any] = {
         "group": group,
         "version": version,
         "groupPriorityMinimum": 100,

@@ -39,7 +39,7 @@ def objects() -> dict[tuple[str, str], dict[str, Any]]:
     return {(d["kind"], d["metadata"]["name"]): d for d in render(BASE)}
 
 
-def test_deployment_is_hardened_and_probed_over_https(objects: dict) -> None:
+def test_deployment_is_hardened_and_probed_over_https(objects: dict[tuple[str, str], Any]) -> None:
     dep = objects[("Deployment", "gpupilot-adapter")]
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
@@ -59,7 +59,7 @@ def test_deployment_is_hardened_and_probed_over_https(objects: dict) -> None:
     assert str(args.config.parent) in mounts and "/var/run/serving-cert" in mounts
 
 
-def test_service_and_apiservices(objects: dict) -> None:
+def test_service_and_apiservices(objects: dict[tuple[str, str], Any]) -> None:
     svc = objects[("Service", "gpupilot-adapter")]
     assert svc["spec"]["ports"][0]["port"] == 443
     v2, v1 = (
@@ -74,7 +74,7 @@ def test_service_and_apiservices(objects: dict) -> None:
     assert not any(k == "APIService" and "external" in n for k, n in objects)  # optional component only
 
 
-def test_rbac(objects: dict) -> None:
+def test_rbac(objects: dict[tuple[str, str], Any]) -> None:
     sa = {"kind": "ServiceAccount", "name": "gpupilot-adapter", "namespace": "gpupilot"}
     delegator = objects[("ClusterRoleBinding", "gpupilot-adapter:system:auth-delegator")]
     assert delegator["roleRef"]["name"] == "system:auth-delegator" and delegator["subjects"] == [sa]
@@ -103,7 +103,9 @@ def test_rbac(objects: dict) -> None:
     assert "custom.metrics.k8s.io" in role["rules"][0]["apiGroups"] and "get" in role["rules"][0]["verbs"]
 
 
-def test_configmap_holds_a_valid_config_equal_to_the_packaged_default(objects: dict) -> None:
+def test_configmap_holds_a_valid_config_equal_to_the_packaged_default(
+    objects: dict[tuple[str, str], Any],
+) -> None:
     cm = objects[("ConfigMap", "gpupilot-adapter-config")]
     text = cm["data"]["config.yaml"]
     cfg = parse_config(yaml.safe_load(text), source="ConfigMap gpupilot-adapter-config")

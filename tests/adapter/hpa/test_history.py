@@ -10,21 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from adapter.cli import main
 from adapter.config.settings import ServeSettings
 from adapter.serving.app import Adapter
 from tests.adapter.conftest import Client, base_settings
 from tests.support.adapter.pki import Pki
+from tests.support.promquery import instant
 
 SEED_HPA = Path(__file__).resolve().parents[3] / "examples" / "hpa-llm-inference.yaml"
 V2 = "/apis/custom.metrics.k8s.io/v1beta2"
-
-
-def prom_query(url: str, query: str) -> list[dict[str, Any]]:
-    body = requests.get(f"{url}/api/v1/query", params={"query": query}, timeout=10).json()
-    return list(body["data"]["result"])
 
 
 @pytest.fixture
@@ -36,16 +31,14 @@ def history_client(
 
 
 def test_selector_values_match_prometheus(metrics_history: Any, history_client: Client) -> None:
-    labelled = prom_query(
+    labelled = instant(
         metrics_history.url, 'kube_pod_labels{namespace="ai-serving",label_app="llm-inference"}'
     )
     pods = {r["metric"]["pod"] for r in labelled}
     assert pods, "the simulated fleet should run ai-serving/llm-inference"
     truth = {
         r["metric"]["pod"]: float(r["value"][1])
-        for r in prom_query(
-            metrics_history.url, 'avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ai-serving"})'
-        )
+        for r in instant(metrics_history.url, 'avg by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ai-serving"})')
         if r["metric"]["pod"] in pods
     }
     r = history_client.as_hpa(
@@ -60,7 +53,7 @@ def test_selector_values_match_prometheus(metrics_history: Any, history_client: 
 
 
 def test_mig_aware_utilisation_for_every_allocated_pod(metrics_history: Any, history_client: Client) -> None:
-    rule = prom_query(metrics_history.url, "gpupilot:pod_gpu_utilization:percent")
+    rule = instant(metrics_history.url, "gpupilot:pod_gpu_utilization:percent")
     by_ns: dict[str, set[str]] = {}
     for row in rule:
         by_ns.setdefault(row["metric"]["namespace"], set()).add(row["metric"]["pod"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -470,26 +471,31 @@ def test_computed_tolerance_regression() -> None:
 
 def test_group_pods_cases() -> None:
     # TestGroupPods: CPU readiness during and after the initialisation period (testing: 2 min / 10 s)
-    kw = {"resource": "cpu", "now": NOW, "cpu_initialization_period": 120.0, "initial_readiness_delay": 10.0}
+    kw: dict[str, Any] = {
+        "resource": "cpu",
+        "now": NOW,
+        "cpu_initialization_period": 120.0,
+        "initial_readiness_delay": 10.0,
+    }
     no_condition = PodState("lucretius", has_ready_condition=False, start_time=NOW)
-    assert hpa_calc.group_pods([no_condition], {"lucretius": 1}, **kw)[1] == {"lucretius"}  # type: ignore[arg-type]
+    assert hpa_calc.group_pods([no_condition], {"lucretius": 1}, **kw)[1] == {"lucretius"}
     fresh = PodState("bentham", start_time=NOW - 60, ready_transition=NOW - 30)
-    assert hpa_calc.group_pods([fresh], {"bentham": 1}, metric_time=NOW, metric_window=30, **kw)[0] == 1  # type: ignore[arg-type]
+    assert hpa_calc.group_pods([fresh], {"bentham": 1}, metric_time=NOW, metric_window=30, **kw)[0] == 1
     assert hpa_calc.group_pods([fresh], {"bentham": 1}, metric_time=NOW, metric_window=60, **kw)[1] == {
         "bentham"
-    }  # type: ignore[arg-type]
+    }
     unready_init = PodState("lucretius", ready=False, start_time=NOW - 600, ready_transition=NOW - 594)
-    assert hpa_calc.group_pods([unready_init], {"lucretius": 1}, **kw)[1] == {"lucretius"}  # type: ignore[arg-type]
+    assert hpa_calc.group_pods([unready_init], {"lucretius": 1}, **kw)[1] == {"lucretius"}
     after = PodState("bentham", start_time=NOW - 180, ready_transition=NOW - 180)
-    assert hpa_calc.group_pods([after], {"bentham": 1}, metric_time=NOW - 120, **kw)[0] == 1  # type: ignore[arg-type]
+    assert hpa_calc.group_pods([after], {"bentham": 1}, metric_time=NOW - 120, **kw)[0] == 1
     was_ready = PodState("lucretius", ready=False, start_time=NOW - 600, ready_transition=NOW - 540)
-    assert hpa_calc.group_pods([was_ready], {"lucretius": 1}, **kw)[0] == 1  # type: ignore[arg-type]
+    assert hpa_calc.group_pods([was_ready], {"lucretius": 1}, **kw)[0] == 1
     never_ready_long_ago = PodState(
         "lucretius", ready=False, start_time=NOW - 600, ready_transition=NOW - 590
     )
-    assert hpa_calc.group_pods([never_ready_long_ago], {"lucretius": 1}, **kw)[0] == 1  # type: ignore[arg-type]
+    assert hpa_calc.group_pods([never_ready_long_ago], {"lucretius": 1}, **kw)[0] == 1
     missing = PodState("epicurus", start_time=NOW - 180)
-    assert hpa_calc.group_pods([missing], {}, **kw)[2] == {"epicurus"}  # type: ignore[arg-type]
+    assert hpa_calc.group_pods([missing], {}, **kw)[2] == {"epicurus"}
     memory_pod = PodState("bentham", phase="Succeeded", has_ready_condition=False)
     assert hpa_calc.group_pods([memory_pod], {"bentham": 1}, resource="memory")[0] == 1
     failed = PodState("f", phase="Failed")

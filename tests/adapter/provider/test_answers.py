@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sized
+from typing import cast
 
 import orjson
 import pytest
@@ -22,6 +23,7 @@ from adapter.clients.prometheus import Sample
 from adapter.config.mapping import AdapterConfig, load_config, parse_config
 from adapter.provider import nowait
 from adapter.provider.answers import POD_BYTES, AnswerCache
+from adapter.provider.discovery import Listing
 from adapter.provider.podsource import KubernetesPodSource
 from adapter.provider.refresh import RefreshingCache
 from adapter.provider.values import MetricValues
@@ -29,6 +31,7 @@ from adapter.serving.api import MetricsApi, rfc3339
 from adapter.serving.auth import Authenticator, Authorizer
 from adapter.serving.selfmetrics import SelfMetrics
 from adapter.serving.server import App
+from tests.support.clocks import ManualClock
 
 NS = "ai-serving"
 V2 = "/apis/custom.metrics.k8s.io/v1beta2"
@@ -77,12 +80,8 @@ class PodWatch:
         stop.wait()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+EMPTY_LISTING = Listing(custom=(), external=(), refreshed=0.0)
+"""Discovery is not what these tests read."""
 
 
 class World:
@@ -92,7 +91,7 @@ class World:
         self.watch = PodWatch({"llm-0": "llm", "llm-1": "llm", "emb-0": "embedder"})
         self.pods = KubernetesPodSource(self.watch)  # type: ignore[arg-type]
         assert self.pods.wait_synced(5)
-        self.clock = Clock()
+        self.clock = ManualClock()
         self.cache: RefreshingCache[object] = RefreshingCache(
             interval=15, idle_drop=600, max_age=0, clock=self.clock
         )
@@ -105,8 +104,12 @@ class World:
             cache=self.cache,
         )
         self.api = MetricsApi(
-            values=values, listing=lambda: None, external_enabled=False, ready=lambda: [], answers=answers
-        )  # type: ignore[arg-type]
+            values=values,
+            listing=lambda: EMPTY_LISTING,
+            external_enabled=False,
+            ready=lambda: [],
+            answers=answers,
+        )
 
     def get(self, path: str, **query: str) -> bytes:
         code, body = self.api.answer(path, query)
@@ -131,9 +134,9 @@ class World:
 
 
 @pytest.fixture
-def world() -> World:
+def world() -> Iterator[World]:
     w = World()
-    yield w  # type: ignore[misc]
+    yield w
     w.close()
 
 
@@ -226,7 +229,7 @@ def test_the_store_is_bounded_by_entries_and_bytes() -> None:
     assert store.bytes <= 1000 and store.get("sel", generation=1, pods=selected) == b"s"
     assert store.get("sel", generation=1, pods=list(selected)) is None  # another selection
     assert store.get("sel", generation=2, pods=selected) is None  # another evaluation
-    assert store.bytes == sum(len(e[2]) + POD_BYTES * len(e[1]) for e in store._data.values())  # type: ignore[arg-type]
+    assert store.bytes == sum(len(e[2]) + POD_BYTES * len(cast("Sized", e[1])) for e in store._data.values())
 
 
 def test_many_selectors_stay_within_the_bound_and_answer_correctly() -> None:

@@ -76,7 +76,7 @@ def lists(kube: KubeDouble) -> int:
     )
 
 
-def test_repeated_410_backs_off_instead_of_relisting_in_a_loop(watcher_of) -> None:  # type: ignore[no-untyped-def]
+def test_repeated_410_backs_off_instead_of_relisting_in_a_loop(watcher_of) -> None:
     with KubeDouble() as kube:
         kube.add_pod("a", node="n")
         w = watcher_of(kube)
@@ -92,7 +92,7 @@ def test_repeated_410_backs_off_instead_of_relisting_in_a_loop(watcher_of) -> No
         kube.wait_for(lambda: "b" in w.pods, timeout=10)
 
 
-def test_a_single_expiry_relists_at_once(watcher_of) -> None:  # type: ignore[no-untyped-def]
+def test_a_single_expiry_relists_at_once(watcher_of) -> None:
     with KubeDouble() as kube:
         kube.add_pod("a", node="n")
         w = watcher_of(kube, timeout_seconds=1)
@@ -105,7 +105,7 @@ def test_a_single_expiry_relists_at_once(watcher_of) -> None:  # type: ignore[no
         kube.wait_for(lambda: w.resets == 2, timeout=5)
 
 
-def test_bookmarks_keep_a_quiet_watch_resumable(watcher_of) -> None:  # type: ignore[no-untyped-def]
+def test_bookmarks_keep_a_quiet_watch_resumable(watcher_of) -> None:
     with KubeDouble(bookmark_interval_s=0.1) as kube:
         kube.add_pod("a", node="n")
         kube.add_node("gpu-a")
@@ -124,7 +124,7 @@ def test_bookmarks_keep_a_quiet_watch_resumable(watcher_of) -> None:  # type: ig
         kube.wait_for(lambda: "b" in w.pods, timeout=5)
 
 
-def test_the_adapter_service_account_can_list_and_watch_pods(watcher_of, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_adapter_service_account_can_list_and_watch_pods(watcher_of, tmp_path: Path) -> None:
     with KubeDouble() as kube:
         kube.load_rbac(DEPLOY / "adapter")
         token = kube.add_service_account("gpupilot", "gpupilot-adapter")

@@ -4,6 +4,7 @@ flat whatever the request rate and the served value follows the live one within 
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -19,20 +20,13 @@ from adapter.provider.refresh import RefreshingCache
 from adapter.serving.app import Adapter
 from tests.adapter.conftest import Client, PromEnv, base_settings
 from tests.support.adapter.pki import Pki
+from tests.support.clocks import ManualClock
 
 V2 = "/apis/custom.metrics.k8s.io/v1beta2"
 LLM = {"labelSelector": "app=llm-inference"}
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def cache(clock: Clock, *, max_age: float = 60.0) -> RefreshingCache[int]:
+def cache(clock: ManualClock, *, max_age: float = 60.0) -> RefreshingCache[int]:
     return RefreshingCache(interval=10.0, idle_drop=100.0, max_age=max_age, clock=clock)
 
 
@@ -43,7 +37,7 @@ def drain(c: RefreshingCache[int]) -> None:
 
 
 def test_first_ask_evaluates_then_refreshes_once_per_interval() -> None:
-    clock, calls = Clock(), []
+    clock, calls = ManualClock(), []
 
     def load() -> int:
         calls.append(clock.now)
@@ -62,7 +56,7 @@ def test_first_ask_evaluates_then_refreshes_once_per_interval() -> None:
 
 
 def test_concurrent_first_asks_share_one_evaluation() -> None:
-    clock, calls = Clock(), []
+    clock, calls = ManualClock(), []
     gate = threading.Event()
 
     def load() -> int:
@@ -86,7 +80,7 @@ def test_concurrent_first_asks_share_one_evaluation() -> None:
 
 
 def test_failed_refresh_serves_the_last_value_until_max_age_then_the_error() -> None:
-    clock = Clock()
+    clock = ManualClock()
     state = {"fail": False}
 
     def load() -> int:
@@ -111,7 +105,7 @@ def test_failed_refresh_serves_the_last_value_until_max_age_then_the_error() -> 
 def test_a_refresh_that_hangs_past_max_age_says_so() -> None:
     """A refresh still running when the value passes --max-value-age: the error names the refresh
     and the age, not a first evaluation."""
-    clock, gate = Clock(), threading.Event()
+    clock, gate = ManualClock(), threading.Event()
     state = {"hang": False}
 
     def load() -> int:
@@ -138,7 +132,7 @@ def test_a_refresh_that_hangs_past_max_age_says_so() -> None:
 
 
 def test_keys_nobody_asks_for_are_dropped() -> None:
-    clock = Clock()
+    clock = ManualClock()
     c = cache(clock)
     c.get("a", lambda: 1, wait=1)
     c.get("b", lambda: 2, wait=1)
@@ -225,9 +219,14 @@ def test_the_default_refresh_interval_is_prometheus_scrape_interval(
 
 
 def test_past_max_keys_a_new_query_is_answered_but_not_kept() -> None:
-    clock, calls = Clock(), []
+    clock, calls = ManualClock(), list[str]()
     c: RefreshingCache[int] = RefreshingCache(interval=10, idle_drop=100, max_age=60, max_keys=2, clock=clock)
+
+    def load(key: str) -> int:
+        calls.append(key)
+        return len(calls)
+
     for key in ("a", "b", "c", "c"):
-        assert c.get(key, lambda key=key: calls.append(key) or len(calls), wait=1).value == len(calls)
+        assert c.get(key, functools.partial(load, key), wait=1).value == len(calls)
     assert set(c._slots) == {"a", "b"}
     assert calls == ["a", "b", "c", "c"]  # "c" is evaluated per request, never refreshed

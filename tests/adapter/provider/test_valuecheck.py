@@ -6,6 +6,7 @@ objects of the same answer are served."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 import pytest
@@ -52,12 +53,13 @@ def answer(
         cache=cache,
         checks=ValueCheck(registry),
     )
-    api = MetricsApi(values=values, listing=lambda: None, external_enabled=True, ready=lambda: [])  # type: ignore[arg-type]
+    api = MetricsApi(values=values, listing=lambda: None, external_enabled=True, ready=lambda: [])  # type: ignore[arg-type,return-value]
     code, body = api.answer(PODS + metric, {})
     assert code == 200, body
     if cache is not None:
         cache.stop()
-    items = (orjson.loads(body) if isinstance(body, bytes) else body)["items"]  # served from memory: bytes
+    decoded: Any = orjson.loads(body) if isinstance(body, bytes) else body  # served from memory: bytes
+    items = decoded["items"]
     return {i["describedObject"]["name"]: i["value"] for i in items}, registry
 
 

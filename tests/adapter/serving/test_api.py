@@ -7,7 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 import orjson
@@ -31,7 +31,7 @@ EXT = "/apis/external.metrics.k8s.io/v1beta1"
 LLM = {"labelSelector": "app=llm-inference"}
 
 
-def values(body: dict) -> dict[str, str]:
+def values(body: dict[str, Any]) -> dict[str, str]:
     return {i["describedObject"]["name"]: i["value"] for i in body["items"]}
 
 
@@ -182,7 +182,7 @@ def test_stale_values_are_served_when_the_age_limit_allows(
     ],
 )
 def test_errors_are_status_objects(
-    adapter_client: Client, path: str, params: dict | None, code: int, text: str
+    adapter_client: Client, path: str, params: dict[str, Any] | None, code: int, text: str
 ) -> None:
     r = adapter_client.as_hpa(path, params)
     assert r.status_code == code
@@ -339,9 +339,10 @@ def test_items_encoded_from_memory_equal_the_plain_encoding(version: str, msel: 
     ]
     selector = parse_selector(msel)
     plain = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, None)
-    memo: dict = {}
+    assert isinstance(plain, dict)
+    memo: dict[Hashable, bytes] = {}
     cold = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
     hot = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
     assert isinstance(cold, bytes) and cold == hot
     assert orjson.loads(cold) == plain
-    assert [i["value"] for i in plain["items"]] == ["1500m", "3G", "250m"]  # type: ignore[index]
+    assert [i["value"] for i in plain["items"]] == ["1500m", "3G", "250m"]

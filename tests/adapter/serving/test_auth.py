@@ -82,7 +82,7 @@ def test_server_certificate_verifies_against_the_serving_ca(adapter_client: Clie
 
 
 def test_authenticator_unit_paths(pki: Pki) -> None:
-    def cert(issued) -> x509.Certificate:  # type: ignore[no-untyped-def]
+    def cert(issued) -> x509.Certificate:
         return x509.load_pem_x509_certificate(issued.cert.read_bytes())
 
     rh = RequestHeaderSettings(
@@ -137,7 +137,7 @@ class _CountingKube:
     def __init__(self) -> None:
         self.reviews: list[tuple[str, tuple[str, ...], dict[str, str] | None]] = []
 
-    def subject_access_review(self, *, user: str, groups: tuple[str, ...], resource, **_: object):  # type: ignore[no-untyped-def]
+    def subject_access_review(self, *, user: str, groups: tuple[str, ...], resource, **_: object):
         self.reviews.append((user, groups, resource))
         return user != "mallory", "" if user != "mallory" else "not in the bench group"
 

@@ -77,7 +77,7 @@ def test_serving_certificate_and_request_header_ca_are_reloaded(
                 authorization_mode="none",
             ),
         }
-    )  # type: ignore[arg-type]
+    )
     adapter = start_adapter(settings)
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     old_proxy = (pki.front_proxy.cert, pki.front_proxy.key)

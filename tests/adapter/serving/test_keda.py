@@ -7,6 +7,7 @@ change, the gRPC self-metrics and the command-line flags."""
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import signal
 import subprocess
@@ -77,7 +78,8 @@ def ref(namespace: str = "ai-serving", **metadata: str) -> pb.ScaledObjectRef:
 def metrics(stub: pb_grpc.ExternalScalerStub, r: pb.ScaledObjectRef) -> pb.MetricValue:
     answer = stub.GetMetrics(pb.GetMetricsRequest(scaledObjectRef=r, metricName="s0-queue"), timeout=10)
     assert len(answer.metricValues) == 1
-    return answer.metricValues[0]
+    value: pb.MetricValue = answer.metricValues[0]
+    return value
 
 
 def rpc_error(call: Callable[[], object]) -> grpc.RpcError:
@@ -309,7 +311,7 @@ def test_tls_with_client_ca(
             certificate_chain=pki.rogue.cert.read_bytes(),
         ),
     ):
-        assert rpc_error(lambda c=creds: ask(c)).code() == grpc.StatusCode.UNAVAILABLE
+        assert rpc_error(functools.partial(ask, creds)).code() == grpc.StatusCode.UNAVAILABLE
     with grpc.insecure_channel(target) as channel:  # plaintext to a TLS port
         err = rpc_error(lambda: metrics(pb_grpc.ExternalScalerStub(channel), r))
     assert err.code() == grpc.StatusCode.UNAVAILABLE

@@ -314,7 +314,7 @@ def test_mig_mode_read_failing_once_keeps_the_known_mode(h100):
     assert snap.field_errors["mig:mode"] == 1
 
 
-def test_gpu_without_nvlink_stops_being_asked_for_links():
+def test_gpu_without_nvlink_stops_being_asked_for_links(monkeypatch: pytest.MonkeyPatch):
     backend, lib = backend_for(fk.l4())
     requested: list[int] = []
     real = lib.nvmlDeviceGetFieldValues
@@ -323,7 +323,7 @@ def test_gpu_without_nvlink_stops_being_asked_for_links():
         requested.append(len(fieldIds))
         return real(handle, fieldIds)
 
-    lib.nvmlDeviceGetFieldValues = spy
+    monkeypatch.setattr(lib, "nvmlDeviceGetFieldValues", spy)
     backend.open()
     for _ in range(3):
         lib.advance(10)

@@ -137,7 +137,7 @@ def test_library_mismatch_on_process_list_falls_back_to_v2_and_keeps_collecting(
     assert lib.calls["nvmlDeviceGetComputeRunningProcesses"] == 5
 
 
-def test_library_mismatch_outside_the_field_calls_drops_only_that_gpu():
+def test_library_mismatch_outside_the_field_calls_drops_only_that_gpu(monkeypatch: pytest.MonkeyPatch):
     backend, lib = backend_for(fk.l4(0), fk.l4(1))
     backend.open()
 
@@ -146,7 +146,7 @@ def test_library_mismatch_outside_the_field_calls_drops_only_that_gpu():
             raise fk.NVMLLibraryMismatchError("versioned symbol missing")
         return fk.FakeNvml.nvmlDeviceGetMigMode(lib, device)
 
-    lib.nvmlDeviceGetMigMode = mismatched
+    monkeypatch.setattr(lib, "nvmlDeviceGetMigMode", mismatched)
     try:
         snap = backend.read()
     finally:

@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,19 +34,19 @@ def weekly(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, floa
 
 def run_plan(
     url: str, end: float, out: Path, *extra: str, capsys: pytest.CaptureFixture[str]
-) -> tuple[dict, str]:
+) -> tuple[dict[str, Any], str]:
     code = cli.main(["plan", "--prometheus-url", url, "--at", str(end), "--out", str(out), "--quiet", *extra])
     text = capsys.readouterr().out
     assert code == 0, text
     return json.loads(out.read_text()), text
 
 
-def after(node: dict, pod: str) -> str:
+def after(node: dict[str, Any], pod: str) -> str:
     """The profile ``pod`` holds after the plan: its target when disrupted, else its own."""
     for p in node["pods_disrupted"]:
         if p["name"] == pod:
-            return p["targets"][0]["profile"]
-    return next(p for p in node["pods_kept"] if p["name"] == pod)["devices"][0]["profile"]
+            return str(p["targets"][0]["profile"])
+    return str(next(p for p in node["pods_kept"] if p["name"] == pod)["devices"][0]["profile"])
 
 
 def test_weekly_burst_beyond_a_short_window_is_kept(

@@ -12,7 +12,7 @@ LABELS = {"Hostname": "node-a", "gpu": "0", "UUID": "GPU-a", "GPU_I_ID": "9", "G
 
 
 def test_non_finite_samples_are_left_out_of_the_fold() -> None:
-    stats: dict[tuple[str, ...], dict[str, float]] = {}
+    stats: dict[history.Ident, dict[str, float]] = {}
     for column, value in (("peak", 0.4), ("peak_hour", math.inf), ("peak", math.nan), ("p95", -math.inf)):
         history._fold(stats, [Sample(LABELS, value, 0.0)], column, "cluster")
     (row,) = stats.values()

@@ -22,7 +22,7 @@ SCENARIOS = {
 }
 
 
-def scenario_run(broken, *, fault=None):  # type: ignore[no-untyped-def]
+def scenario_run(broken, *, fault=None):
     """One apply on a fresh double; ``fault`` = (status, method, path, skip) fails that one call."""
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a")
@@ -73,7 +73,7 @@ def test_one_transient_error_on_any_call_changes_nothing_in_the_outcome():
     cases = matrix()
     assert len(cases) >= 100  # every read, patch, list, eviction, watch, Lease and event, both scenarios
 
-    def one(case: tuple[str, int, str, str, int]):  # type: ignore[no-untyped-def]
+    def one(case: tuple[str, int, str, str, int]):
         name, status, method, path, skip = case
         return scenario_run(SCENARIOS[name][0], fault=(status, method, path, skip))
 

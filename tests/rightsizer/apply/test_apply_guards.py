@@ -35,23 +35,23 @@ def writes(kube: KubeDouble) -> list[str]:
     return [f"{a.verb} {a.resource}/{a.name}" for a in kube.actions() if a.verb in WRITES]
 
 
-def apply(kube: KubeDouble, plan, settings=FAST):  # type: ignore[no-untyped-def]
+def apply(kube: KubeDouble, plan, settings=FAST):
     return Applier(Kube(kube.api_client()), plan, settings, progress=lambda n, m: None).run()
 
 
-def edited(plan, change):  # type: ignore[no-untyped-def]
+def edited(plan, change):
     doc = plan_to_dict(plan)
     change(doc)
     return plan_from_dict(doc, source="edited")
 
 
-def _swap_layout(doc):  # type: ignore[no-untyped-def]
+def _swap_layout(doc):
     name = doc["nodes"][0]["config_name"]
     for where in (doc["mig_parted_config"]["mig-configs"], doc["nodes"][0]["config_document"]["mig-configs"]):
         where[name][0]["mig-devices"] = {"7g.80gb": 1}
 
 
-def _shared_name(doc):  # type: ignore[no-untyped-def]
+def _shared_name(doc):
     old = doc["nodes"][0]["config_name"]
     for where in (doc["mig_parted_config"]["mig-configs"], doc["nodes"][0]["config_document"]["mig-configs"]):
         where["all-1g.10gb"] = where.pop(old)

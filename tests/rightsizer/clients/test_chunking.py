@@ -9,11 +9,13 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from devkit.prometheus import PrometheusServer
 from rightsizer.analysis import history as analysis
+from rightsizer.analysis.types import Analysis
 from rightsizer.cli import main
 from rightsizer.clients.chunks import QueryLimits, matcher, node_groups, scoped
 from rightsizer.clients.prometheus import PrometheusClient
@@ -93,7 +95,7 @@ def test_analysis_is_the_same_however_the_fleet_is_cut(small_history: tuple[str,
     assert any(d.peak is not None for d in cut.devices)  # not trivially equal: real statistics
 
 
-def _sizing(result: analysis.Analysis) -> list[tuple[object, ...]]:
+def _sizing(result: Analysis) -> list[tuple[object, ...]]:
     """What sizing and idleness read of each device (p50/p95 are per piece, for information)."""
     return [
         (
@@ -219,7 +221,7 @@ def test_victoriametrics_series_limit_refuses_whole_fleet_queries_not_cut_ones(
         # the heatmap of a large fleet keeps its least active nodes, read per node group
         with PrometheusClient(vm.url) as client:
             groups = [tuple(f"node-{i:05d}" for i in range(k, k + 3)) for k in range(0, 12, 3)]
-            args = {"start": end - 2 * 86400, "end": end}
+            args: dict[str, Any] = {"start": end - 2 * 86400, "end": end}
             whole = report_data.fetch_heatmap(client, **args, groups=[None], rows=100)
             few = report_data.fetch_heatmap(client, **args, groups=list(groups), rows=5)
     # (nodes of A100s only have no activity series: 9 of the 12 have a row)

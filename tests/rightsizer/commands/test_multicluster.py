@@ -226,7 +226,7 @@ def test_node_groups_match_a_name_in_both_clusters_and_keep_them_apart(stores: S
     }
     assert comparable(plan_of(url, stores.end, cut)) == comparable(plan_of(url, stores.end))
     with PrometheusClient(url) as client:
-        span = {"start": stores.end - WINDOW_S, "end": stores.end, "named": True}
+        span: dict[str, Any] = {"start": stores.end - WINDOW_S, "end": stores.end, "named": True}
         heat_whole = report_data.fetch_heatmap(client, **span)
         heat_cut = report_data.fetch_heatmap(client, **span, groups=[(n,) for n in names])
     assert "east · node-a" in heat_cut.nodes and "west · node-a" in heat_cut.nodes

@@ -201,7 +201,7 @@ def test_config_names_that_cannot_be_printed_are_quoted_and_cut(
     """A config key holding a newline (found by the property test) or a huge key keeps every
     message and table row on one short line."""
     for mig_enabled in ("true", "'maybe'"):
-        doc = {
+        doc: dict[str, Any] = {
             "version": "v1",
             "mig-configs": {name: [{"devices": "all", "mig-enabled": mig_enabled == "true"}]},
         }

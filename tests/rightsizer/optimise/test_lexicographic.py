@@ -58,11 +58,13 @@ def measured(plan: NodePlan, analysis: Analysis) -> tuple[int, int, int, int]:
     holding = {d.gpu for d in analysis.devices_on(plan.name) if d.pods and d.gpu not in pinned}
     used_now = len(holding)
     assert H100 is not None
-    slices_now = sum(
-        H100.profile(d.profile).compute_slices  # type: ignore[union-attr]
+    profiles = [
+        H100.profile(d.profile)
         for d in analysis.devices_on(plan.name)
         if d.pods and d.gpu not in pinned and d.profile
-    )
+    ]
+    assert None not in profiles
+    slices_now = sum(p.compute_slices for p in profiles if p is not None)
     return (
         used_now - plan.gpus_freed,
         slices_now - plan.slices_freed,

@@ -8,14 +8,21 @@ from collections import Counter
 
 import pytest
 
-from mig_geometry.catalogue import find_model
+from mig_geometry.catalogue import GpuModel, find_model
 from mig_geometry.placement import fits
 from rightsizer.optimise import packing
 from rightsizer.optimise.fleet import OptimiserSettings, optimise
 from tests.support.rightsizer.fleetspec import Dev, Node, build
 
-H100 = find_model("H100 80GB")
-A100 = find_model("A100 40GB")
+
+def _model(name: str) -> GpuModel:
+    found = find_model(name)
+    assert found is not None, name
+    return found
+
+
+H100 = _model("H100 80GB")
+A100 = _model("A100 40GB")
 assert H100 is not None and A100 is not None
 
 
@@ -41,7 +48,7 @@ def test_pack_known_optima(demand: dict[str, int], gpus: int, expected: list[dic
     assert res.gpus == gpus
     assert res.lower_bound == gpus
     assert all(fits(H100, dict(lay)) for lay in res.layouts)
-    served = Counter()
+    served: Counter[str] = Counter()
     for (k, _q), n in res.serve.items():
         served[k] += n
     assert served == Counter(demand)

@@ -10,6 +10,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.prometheus
 
 
 @pytest.fixture(scope="module")
-def planned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict, str, Path]]:
+def planned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any], str, Path]]:
     """``plan`` run once over the history: (plan.json, the table it printed, the plan's path)."""
     base = tmp_path_factory.mktemp("dra-history")
     now = time.time()

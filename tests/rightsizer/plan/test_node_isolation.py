@@ -28,7 +28,7 @@ def test_a_node_failing_the_pods_fit_check_is_left_alone() -> None:
     assert all(p.changed for p in fleet.nodes)
 
     # Break 'bad': its proposed layouts lose the 1g slots its pods are given.
-    def broken(p):  # type: ignore[no-untyped-def]
+    def broken(p):
         gpus = tuple(
             GpuPlan(g.index, g.mig_enabled, {"7g.80gb": 1} if g.items else {}, g.items) for g in p.proposed
         )
@@ -49,7 +49,7 @@ def test_a_node_failing_the_pods_fit_check_is_left_alone() -> None:
 def test_a_node_failing_the_optimisers_check_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     real = fleet_mod.propose_node
 
-    def failing(node, analysis, **kw):  # type: ignore[no-untyped-def]
+    def failing(node, analysis, **kw):
         if node.name == "bad":
             raise NodeInconsistency("bad GPU 0: proposed layout has no placement: test")
         return real(node, analysis, **kw)

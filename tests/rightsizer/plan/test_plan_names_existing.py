@@ -59,7 +59,7 @@ def test_disabled_and_gb200_aliases_resolve() -> None:
     assert got is not None and got[0] == "all-balanced"
 
 
-def test_plan_refuses_an_unreadable_mig_config_in_one_line(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_plan_refuses_an_unreadable_mig_config_in_one_line(tmp_path, capsys) -> None:
     code = main(
         ["plan", "--prometheus-url", "http://127.0.0.1:9", "--mig-config", str(tmp_path / "none.yaml")]
     )

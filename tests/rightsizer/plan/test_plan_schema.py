@@ -166,7 +166,7 @@ def test_a_failed_write_keeps_the_previous_plan(tmp_path: Path, monkeypatch: pyt
     def full(*_a: object) -> int:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(atomicfile.os, "write", full)
+    monkeypatch.setattr(os, "write", full)
     with pytest.raises(
         atomicfile.WriteFailed, match="No space left on device; the previous one is left intact"
     ):

@@ -35,7 +35,7 @@ def pixel_spread(png: bytes) -> float:
     hist = Image.open(io.BytesIO(png)).convert("L").histogram()
     n = sum(hist)
     mean = sum(i * c for i, c in enumerate(hist)) / n
-    return (sum(c * (i - mean) ** 2 for i, c in enumerate(hist)) / n) ** 0.5
+    return float((sum(c * (i - mean) ** 2 for i, c in enumerate(hist)) / n) ** 0.5)
 
 
 @pytest.fixture(scope="module")
@@ -266,6 +266,7 @@ def test_per_namespace_table_and_csv_agree():
 def test_written_report_has_the_csv_beside_it(tmp_path):
     written = write_report(build_report(report_data()), tmp_path)
     assert written.csv == tmp_path / "namespaces.csv"
+    assert written.csv is not None
     assert written.csv.read_text().startswith("namespace,devices,gpu_hours_allocated")
     assert "namespaces.csv" in written.html.read_text()
 
@@ -291,7 +292,10 @@ def test_charts_carry_titles():
         assert image.info.get("Title"), name
     titled = Image.open(io.BytesIO(report.charts["heatmap.png"])).convert("L")
     plain = Image.open(io.BytesIO(untitled)).convert("L")
-    assert titled.crop((0, 0, 400, 24)).getextrema()[0] < 100 < plain.crop((0, 0, 400, 24)).getextrema()[0]
+    titled_darkest = titled.crop((0, 0, 400, 24)).getextrema()[0]  # greyscale: (darkest, lightest)
+    plain_darkest = plain.crop((0, 0, 400, 24)).getextrema()[0]
+    assert isinstance(titled_darkest, int) and isinstance(plain_darkest, int)
+    assert titled_darkest < 100 < plain_darkest
     assert "Title" not in plain.info
 
 
@@ -324,7 +328,7 @@ def test_a_failed_write_leaves_the_previous_report_whole(tmp_path, monkeypatch):
     def full(_fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(atomicfile.os, "fsync", full)
+    monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(atomicfile.WriteFailed) as err:
         write_report(build_report(report_data(price=2.5)), out)
     assert str(err.value) == f"cannot write {out}: No space left on device; the previous one is left intact"

@@ -82,7 +82,7 @@ class FakeJobs:
         )
         self.fail_plan = fail_plan
         self.apply_error = apply_error
-        self.calls: list[tuple[str, datetime, object]] = []
+        self.calls: list[tuple[str, datetime | None, object]] = []
         self.clock: Clock | None = None
 
     def make_plan(self, *, end, job):
@@ -498,6 +498,7 @@ def test_serve_process_answers_health_and_metrics_and_stops_on_sigterm(tmp_path)
         assert f"check prometheus_url in {cfg}" in health["failing"]["plan"]["message"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+        assert proc.stdout is not None
         assert b"received SIGTERM" in proc.stdout.read()
     finally:
         if proc.poll() is None:

@@ -98,7 +98,7 @@ VALUES = st.recursive(
 
 
 def with_value(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    doc = yaml.safe_load(yaml.safe_dump(BASE))  # a deep copy
+    doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(BASE))  # a deep copy
     node = doc
     for key in path[:-1]:
         if not isinstance(node.get(key), dict):

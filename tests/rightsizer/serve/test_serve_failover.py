@@ -313,9 +313,9 @@ def test_sigkill_of_the_leading_serve_process_after_its_cordon(
                 timeout=60,
                 what="the leader's first cordon",
             )
-            holder = kube.store.get("coordination.k8s.io/leases", NAMESPACE, LEASE_NAME)["spec"][
-                "holderIdentity"
-            ]
+            lease = kube.store.get("coordination.k8s.io/leases", NAMESPACE, LEASE_NAME)
+            assert lease is not None
+            holder = lease["spec"]["holderIdentity"]
             procs[holder].send_signal(signal.SIGKILL)
             assert procs[holder].wait(timeout=10) == -signal.SIGKILL
             in_flight = [

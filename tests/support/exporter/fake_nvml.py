@@ -376,6 +376,11 @@ class c_nvmlGpmMetricsGet_t:
         self.metrics = _MetricArray()
 
 
+GpmMetricsGet = c_nvmlGpmMetricsGet_t
+"""The GPM request type under a name the fake's methods can annotate with (the class attribute of
+the same name, like pynvml's, shadows it inside :class:`FakeNvml`)."""
+
+
 class _EventSet:
     def __init__(self) -> None:
         self.registered: set[str] = set()
@@ -451,7 +456,8 @@ class FakeNvml:
     def _whole_only(handle: Any) -> FakeGpu:
         if isinstance(handle, FakeMig):
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
-        return handle
+        gpu: FakeGpu = handle
+        return gpu
 
     def inject_xid(self, gpu: FakeGpu, code: int) -> None:
         for es in self.event_sets:
@@ -493,14 +499,16 @@ class FakeNvml:
     # identity
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
         self._enter("nvmlDeviceGetUUID", handle)
-        return handle.uuid
+        uuid: str = handle.uuid
+        return uuid
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
         self._enter("nvmlDeviceGetName", handle)
         if isinstance(handle, FakeMig):
             assert handle.parent is not None
             return f"{handle.parent.name} MIG {handle.profile}"
-        return handle.name
+        name: str = handle.name
+        return name
 
     def nvmlDeviceGetPciInfo(self, handle: Any) -> SimpleNamespace:
         gpu = self._whole_only(handle)
@@ -771,7 +779,7 @@ class FakeNvml:
                 return gpmSample
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
 
-    def nvmlGpmMetricsGet(self, metricsGet: c_nvmlGpmMetricsGet_t) -> c_nvmlGpmMetricsGet_t:
+    def nvmlGpmMetricsGet(self, metricsGet: GpmMetricsGet) -> GpmMetricsGet:
         self._enter("nvmlGpmMetricsGet")
         s1, s2 = metricsGet.sample1, metricsGet.sample2
         if (

@@ -97,7 +97,7 @@ class DaemonSetController:
     def _create(self, ds: dict[str, Any], node: str) -> None:
         meta = ds["metadata"]
         template = ds["spec"]["template"]
-        pod = {
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {

@@ -297,7 +297,7 @@ class ReplicaSetController:
         template = (rs.get("spec") or {}).get("template") or {}
         self._serial += 1
         name = f"{meta['name']}-r{self._serial}"
-        pod = {
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {

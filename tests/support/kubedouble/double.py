@@ -573,7 +573,7 @@ class KubeDouble:
             time.sleep(0.005)
         raise TimeoutError(f"kubedouble: timed out after {timeout}s waiting for {what}")
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[tuple[str, str, str], dict[str, Any]]:
         """Every stored object (for 'dry-run changed nothing' assertions); resourceVersions included."""
         with self.store.lock:
             return copy.deepcopy(self.store._objects)

@@ -781,10 +781,10 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                 grace = (opts.get("gracePeriodSeconds") if isinstance(opts, dict) else None) or query.get(
                     "gracePeriodSeconds"
                 )
-                gone = api.delete_pod(
+                deleted = api.delete_pod(
                     ns, name, verb="delete", grace_s=None if grace is None else float(grace)
                 )
-                self._send(200, api.decorate(kind, gone))
+                self._send(200, api.decorate(kind, deleted))
                 return
             with api.store.lock:
                 self._existing(kind, ns, name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from tests.support.kubedouble import KubeDouble
 from tests.support.kubedouble.disruption import MULTIPLE_PDBS
@@ -23,7 +23,9 @@ def evict(kube: KubeDouble, name: str, namespace: str = "default") -> int:
 
 def pdb_status(kube: KubeDouble, name: str) -> client.V1PodDisruptionBudgetStatus:
     api = client.PolicyV1Api(kube.api_client())
-    return api.read_namespaced_pod_disruption_budget(name, "default").status
+    status = api.read_namespaced_pod_disruption_budget(name, "default").status
+    assert status is not None
+    return status
 
 
 def test_max_unavailable_one_over_three_replicas_allows_one_eviction_until_a_replacement_is_ready():
@@ -108,7 +110,7 @@ def test_a_pod_under_two_budgets_gets_500():
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name="a", namespace="default"))
         with pytest.raises(ApiException) as err:
             client.CoreV1Api(kube.api_client()).create_namespaced_pod_eviction("a", "default", body)
-        assert err.value.status == 500 and MULTIPLE_PDBS in err.value.body
+        assert err.value.status == 500 and MULTIPLE_PDBS in str(err.value.body)
         assert len(kube.pods()) == 2
 
 
@@ -130,4 +132,4 @@ def test_eviction_name_must_match_the_url():
         with pytest.raises(ApiException) as err:
             client.CoreV1Api(kube.api_client()).create_namespaced_pod_eviction("a", "default", body)
         assert err.value.status == 400
-        assert "name in URL does not match name in Eviction object" in err.value.body
+        assert "name in URL does not match name in Eviction object" in str(err.value.body)

@@ -3,24 +3,21 @@ evictions, conflicts, reviews, and the simulated MIG Manager's label protocol.""
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
+from tests.support.common.present import present
 from tests.support.kubedouble import IN_USE, KubeDouble, MigManagerSettings
 
 STATE = "nvidia.com/mig.config.state"
-
-
-@pytest.fixture
-def kube():
-    with KubeDouble() as k:
-        yield k
 
 
 def core(kube: KubeDouble) -> client.CoreV1Api:
@@ -32,18 +29,18 @@ def test_nodes_get_list_patch_with_all_three_patch_types(kube):
     kube.add_node("cpu-b", model="L4", gpus=1, mig_config=None)
     v1 = core(kube)
     listed = v1.list_node(label_selector="nvidia.com/mig.capable=true")
-    assert [n.metadata.name for n in listed.items] == ["gpu-a"]
-    rv0 = v1.read_node("gpu-a").metadata.resource_version
+    assert [present(n.metadata).name for n in listed.items] == ["gpu-a"]
+    rv0 = present(present(v1.read_node("gpu-a").metadata).resource_version)
     v1.patch_node("gpu-a", {"spec": {"unschedulable": True}, "metadata": {"annotations": {"a": "1"}}})
     v1.patch_node(
         "gpu-a", {"metadata": {"labels": {"team": "ml"}}}, _content_type="application/merge-patch+json"
     )
     v1.patch_node("gpu-a", [{"op": "remove", "path": "/metadata/annotations/a"}])
     node = v1.read_node("gpu-a")
-    assert node.spec.unschedulable is True
-    assert node.metadata.labels["team"] == "ml"
-    assert "a" not in (node.metadata.annotations or {})
-    assert int(node.metadata.resource_version) > int(rv0)
+    assert present(node.spec).unschedulable is True
+    assert present(present(node.metadata).labels)["team"] == "ml"
+    assert "a" not in (present(node.metadata).annotations or {})
+    assert int(present(present(node.metadata).resource_version)) > int(rv0)
     v1.patch_node("gpu-a", {"metadata": {"labels": {"team": None}}})
     assert "team" not in kube.labels("gpu-a")
 
@@ -51,7 +48,7 @@ def test_nodes_get_list_patch_with_all_three_patch_types(kube):
 def test_stale_resource_version_conflicts_and_injected_conflicts(kube):
     kube.add_node("gpu-a")
     v1 = core(kube)
-    stale = v1.read_node("gpu-a").metadata.resource_version
+    stale = present(v1.read_node("gpu-a").metadata).resource_version
     v1.patch_node("gpu-a", {"metadata": {"labels": {"x": "1"}}})
     with pytest.raises(ApiException) as err:
         v1.patch_node("gpu-a", {"metadata": {"resourceVersion": stale, "labels": {"x": "2"}}})
@@ -68,7 +65,7 @@ def test_status_errors_not_found_invalid_and_injected(kube):
     v1 = core(kube)
     with pytest.raises(ApiException) as err:
         v1.read_node("missing")
-    assert err.value.status == 404 and '"reason": "NotFound"' in err.value.body.replace("'", '"')
+    assert err.value.status == 404 and '"reason": "NotFound"' in str(err.value.body).replace("'", '"')
     kube.add_node("gpu-a")
     with pytest.raises(ApiException) as err:
         v1.patch_node("gpu-a", {"metadata": {"labels": {"bad": "has spaces"}}})
@@ -86,7 +83,7 @@ def test_pod_list_by_node_watch_and_delete(kube):
     kube.add_pod("p2", node="other")
     v1 = core(kube)
     on_a = v1.list_pod_for_all_namespaces(field_selector="spec.nodeName=gpu-a")
-    assert [p.metadata.name for p in on_a.items] == ["p1"]
+    assert [present(p.metadata).name for p in on_a.items] == ["p1"]
     seen: list[tuple[str, str]] = []
     w = watch.Watch()
 
@@ -110,7 +107,7 @@ def test_pod_list_by_node_watch_and_delete(kube):
 def test_watch_replays_from_resource_version(kube):
     kube.add_node("gpu-a")
     v1 = core(kube)
-    rv = v1.list_node().metadata.resource_version
+    rv = present(v1.list_node().metadata).resource_version
     v1.patch_node("gpu-a", {"metadata": {"labels": {"step": "1"}}})
     v1.patch_node("gpu-a", {"metadata": {"labels": {"step": "2"}}})
     steps = [
@@ -127,7 +124,7 @@ def test_eviction_respects_pod_disruption_budget(kube):
     v1 = core(kube)
     body = client.V1Eviction(metadata=client.V1ObjectMeta(name="a", namespace="default"))
     pdb = client.PolicyV1Api(kube.api_client()).read_namespaced_pod_disruption_budget("infer", "default")
-    assert pdb.status.disruptions_allowed == 1
+    assert present(pdb.status).disruptions_allowed == 1
     v1.create_namespaced_pod_eviction("a", "default", body)
     with pytest.raises(ApiException) as err:
         v1.create_namespaced_pod_eviction(
@@ -155,9 +152,10 @@ def test_configmaps_events_and_cluster_policy(kube):
         v1.create_namespaced_config_map("gpu-operator", cm)
     assert err.value.status == 409
     got = v1.read_namespaced_config_map("c", "gpu-operator")
-    got.data["config.yaml"] = "y"
+    data = present(got.data)
+    data["config.yaml"] = "y"
     v1.replace_namespaced_config_map("c", "gpu-operator", got)
-    got.data["config.yaml"] = "z"  # stale resourceVersion now
+    data["config.yaml"] = "z"  # stale resourceVersion now
     with pytest.raises(ApiException) as err:
         v1.replace_namespaced_config_map("c", "gpu-operator", got)
     assert err.value.status == 409
@@ -174,7 +172,7 @@ def test_configmaps_events_and_cluster_policy(kube):
         "default",
         client.EventsV1Event(
             metadata=client.V1ObjectMeta(generate_name="gpu-a."),
-            event_time="2026-01-01T00:00:00.000000Z",
+            event_time=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
             regarding=client.V1ObjectReference(kind="Node", name="gpu-a"),
             reason="R",
             action="A",
@@ -202,7 +200,7 @@ def test_configmaps_events_and_cluster_policy(kube):
         "cluster-policy",
         {"spec": {"migManager": {"config": {"name": "custom"}}}},
     )
-    cp = crd.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
+    cp: Any = crd.get_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", "cluster-policy")
     assert cp["spec"]["migManager"]["config"] == {"name": "custom", "default": "all-disabled"}
 
 
@@ -215,8 +213,9 @@ def test_token_and_subject_access_reviews():
         authn = client.AuthenticationV1Api(kube.api_client())
         ok = authn.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token="t-hpa")))
         bad = authn.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token="nope")))
-        assert ok.status.authenticated and ok.status.user.username.endswith("horizontal-pod-autoscaler")
-        assert not bad.status.authenticated
+        assert present(ok.status).authenticated
+        assert present(present(present(ok.status).user).username).endswith("horizontal-pod-autoscaler")
+        assert not present(bad.status).authenticated
         authz = client.AuthorizationV1Api(kube.api_client())
 
         def sar(verb: str, resource: str) -> bool:
@@ -228,7 +227,9 @@ def test_token_and_subject_access_reviews():
                 ),
             )
             return bool(
-                authz.create_subject_access_review(client.V1SubjectAccessReview(spec=spec)).status.allowed
+                present(
+                    authz.create_subject_access_review(client.V1SubjectAccessReview(spec=spec)).status
+                ).allowed
             )
 
         assert sar("get", "pods") and not sar("delete", "pods")

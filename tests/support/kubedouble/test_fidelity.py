@@ -11,17 +11,12 @@ from pathlib import Path
 import pytest
 import requests
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
+from tests.support.common.present import present
 from tests.support.kubedouble import KubeDouble
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
-
-
-@pytest.fixture
-def kube():
-    with KubeDouble() as k:
-        yield k
 
 
 def core(kube: KubeDouble, token: str | None = None) -> client.CoreV1Api:
@@ -46,7 +41,7 @@ def test_faults_once_repeatedly_after_a_skip_and_with_retry_after(kube):
     for _ in range(3):
         with pytest.raises(ApiException) as err:
             v1.list_pod_for_all_namespaces()
-        assert err.value.status == 503 and '"ServiceUnavailable"' in err.value.body
+        assert err.value.status == 503 and '"ServiceUnavailable"' in str(err.value.body)
     kube.clear_faults()
     v1.list_pod_for_all_namespaces()
 
@@ -54,7 +49,7 @@ def test_faults_once_repeatedly_after_a_skip_and_with_retry_after(kube):
 def test_watch_from_a_compacted_version_gets_an_in_stream_410(kube):
     kube.add_node("gpu-a")
     v1 = core(kube)
-    rv = v1.list_node().metadata.resource_version
+    rv = present(v1.list_node().metadata).resource_version
     v1.patch_node("gpu-a", {"metadata": {"labels": {"x": "1"}}})
     kube.compact()
     raw = requests.get(
@@ -77,7 +72,7 @@ def test_history_is_bounded():
     with KubeDouble(history_limit=10) as kube:
         kube.add_node("gpu-a")
         v1 = core(kube)
-        rv = v1.list_node().metadata.resource_version
+        rv = present(v1.list_node().metadata).resource_version
         for i in range(20):
             v1.patch_node("gpu-a", {"metadata": {"labels": {"i": str(i)}}})
         assert len(kube.store.history) == 10
@@ -91,9 +86,9 @@ def test_bookmarks_carry_the_latest_resource_version():
         kube.add_node("gpu-a")
         kube.add_pod("p", node="gpu-a")
         v1 = core(kube)
-        rv = v1.list_pod_for_all_namespaces().metadata.resource_version
+        rv = present(v1.list_pod_for_all_namespaces().metadata).resource_version
         v1.patch_node("gpu-a", {"metadata": {"labels": {"x": "1"}}})  # not a pod: not sent, but counted
-        after = v1.read_node("gpu-a").metadata.resource_version
+        after = present(v1.read_node("gpu-a").metadata).resource_version
         w = watch.Watch()
         seen = []
         for ev in w.stream(
@@ -113,10 +108,10 @@ def test_writes_that_change_nothing_keep_the_resource_version(kube):
     kube.add_node("gpu-a")
     v1 = core(kube)
     v1.patch_node("gpu-a", {"metadata": {"labels": {"x": "1"}}})
-    rv = v1.read_node("gpu-a").metadata.resource_version
+    rv = present(v1.read_node("gpu-a").metadata).resource_version
     events_before = len(kube.store.history)
     same = v1.patch_node("gpu-a", {"metadata": {"labels": {"x": "1"}}})
-    assert same.metadata.resource_version == rv
+    assert present(same.metadata).resource_version == rv
     assert len(kube.store.history) == events_before
 
 
@@ -145,8 +140,9 @@ def test_token_review_extra_and_subject_access_review_validation(kube):
     token = kube.add_service_account("gpupilot", "gpupilot-adapter")
     authn = client.AuthenticationV1Api(kube.api_client())
     review = authn.create_token_review(client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token)))
-    assert review.status.user.username == "system:serviceaccount:gpupilot:gpupilot-adapter"
-    assert review.status.user.extra["authentication.kubernetes.io/pod-name"] == ["gpupilot-adapter-0"]
+    user = present(present(review.status).user)
+    assert user.username == "system:serviceaccount:gpupilot:gpupilot-adapter"
+    assert present(user.extra)["authentication.kubernetes.io/pod-name"] == ["gpupilot-adapter-0"]
     authz = client.AuthorizationV1Api(kube.api_client())
     for spec in (
         client.V1SubjectAccessReviewSpec(user="u"),  # neither attributes
@@ -171,7 +167,7 @@ def test_rbac_from_deploy_is_enforced_for_the_rightsizer_and_the_adapter(kube):
     body = client.V1Eviction(metadata=client.V1ObjectMeta(name="p", namespace="default"))
     v1.create_namespaced_pod_eviction("p", "default", body)
 
-    def forbidden(call, *args) -> None:  # type: ignore[no-untyped-def]
+    def forbidden(call, *args) -> None:
         with pytest.raises(ApiException) as err:
             call(*args)
         assert err.value.status == 403, call
@@ -186,8 +182,10 @@ def test_rbac_from_deploy_is_enforced_for_the_rightsizer_and_the_adapter(kube):
     kube.add_configmap("extension-apiserver-authentication", namespace="kube-system", data={})
     a1.read_namespaced_config_map("extension-apiserver-authentication", "kube-system")
     forbidden(a1.read_namespaced_config_map, "other", "kube-system")
-    review = client.AuthenticationV1Api(kube.api_client(ad)).create_token_review({"spec": {"token": rs}})
-    assert review.status.authenticated
+    review = client.AuthenticationV1Api(kube.api_client(ad)).create_token_review(
+        client.V1TokenReview(spec=client.V1TokenReviewSpec(token=rs))
+    )
+    assert present(review.status).authenticated
 
 
 def test_graceful_deletion_is_on_by_default(kube):

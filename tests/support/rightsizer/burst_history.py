@@ -127,13 +127,13 @@ def write_history(path: Path, *, end: float) -> float:
                 t,
                 1,
             )
-            job = jobs.get((inst.node, inst.gpu, inst.gi))
+            holder = jobs.get((inst.node, inst.gpu, inst.gi))
             dl = dict(il)
-            if job is not None:
-                dl |= {"pod": job.pod, "namespace": NAMESPACE, "container": "main"}
+            if holder is not None:
+                dl |= {"pod": holder.pod, "namespace": NAMESPACE, "container": "main"}
                 add("gpupilot_device_pod_info", dl, t, 1)
-            add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", dl, t, job.activity(t) if job else 0.0)
-            add("DCGM_FI_DEV_FB_USED", dl, t, job.fb_mib if job else 0.0)
+            add("DCGM_FI_PROF_GR_ENGINE_ACTIVE", dl, t, holder.activity(t) if holder else 0.0)
+            add("DCGM_FI_DEV_FB_USED", dl, t, holder.fb_mib if holder else 0.0)
         for node in ("burst-a", "tight"):
             add("kube_node_labels", {"node": node, "label_nvidia_com_mig_config": "custom"}, t, 1)
     with path.open("w") as f:

@@ -146,8 +146,8 @@ def solve(
     values = []
     for obj in objectives:
         c = np.zeros(n)
-        for j, v in obj.items():
-            c[j] += v
+        for column, weight in obj.items():
+            c[column] += weight
         res = milp(
             c,
             constraints=[LinearConstraint(np.array(rows), np.array(lo), np.array(hi))],

@@ -53,15 +53,17 @@ def build(nodes: Sequence[Node], *, headroom: float = 0.2) -> Analysis:
                     starts.setdefault(pl.profile.name, []).append(pl.start)
                 for gi, d in enumerate(devs, 1):
                     start = starts[d.profile].pop(0)
+                    profile = model.profile(d.profile)
+                    assert profile is not None, d.profile
                     instances.append(
                         InstanceInfo(
                             d.profile,
                             str(gi),
                             start,
-                            model.profile(d.profile).memory_slices,
+                            profile.memory_slices,
                             f"MIG-{node.name}-{idx}-{gi}",
                         )
-                    )  # type: ignore[union-attr]
+                    )
             gpus.append(
                 GpuInventory(
                     node.name,

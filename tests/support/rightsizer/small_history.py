@@ -317,12 +317,12 @@ def write_history(path: Path, *, end: float) -> float:
             t,
             1,
         )
-        for pod in ("infer-a-5d8f7c9b6-abcde", "infer-a-5d8f7c9b6-fghij"):
+        for replica in ("infer-a-5d8f7c9b6-abcde", "infer-a-5d8f7c9b6-fghij"):
             add(
                 "kube_pod_owner",
                 {
                     "namespace": "ml",
-                    "pod": pod,
+                    "pod": replica,
                     "owner_kind": "ReplicaSet",
                     "owner_name": "infer-a-5d8f7c9b6",
                 },
@@ -335,10 +335,10 @@ def write_history(path: Path, *, end: float) -> float:
             t,
             1,
         )
-        for pod in ("svc-b-6c9d8-00", "svc-b-6c9d8-01", "svc-b-6c9d8-10"):
+        for replica in ("svc-b-6c9d8-00", "svc-b-6c9d8-01", "svc-b-6c9d8-10"):
             add(
                 "kube_pod_owner",
-                {"namespace": "ml", "pod": pod, "owner_kind": "ReplicaSet", "owner_name": "svc-b-6c9d8"},
+                {"namespace": "ml", "pod": replica, "owner_kind": "ReplicaSet", "owner_name": "svc-b-6c9d8"},
                 t,
                 1,
             )

@@ -103,7 +103,7 @@ def write(path: Path, *, end: float) -> float:
     with path.open("w") as f:
         for name, by_labels in series.items():
             f.write(f"# TYPE {name} gauge\n")
-            for labels, points in by_labels.items():
-                f.writelines(f"{name}{labels} {p}\n" for p in points)
+            for label_text, points in by_labels.items():
+                f.writelines(f"{name}{label_text} {p}\n" for p in points)
         f.write("# EOF\n")
     return raw_start
