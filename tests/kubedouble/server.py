@@ -736,6 +736,14 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             prune_unknown(obj, kind)
             validate_labels(obj, kind)
             validate_size(obj, kind)
+            if kind.kind == "Job" and (obj.get("spec") or {}).get("template") != (
+                current.get("spec") or {}
+            ).get("template"):  # pkg/apis/batch/validation: the pod template of a Job is immutable
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f'Job.batch "{name}" is invalid: spec.template: Invalid value: field is immutable',
+                )
             if query.get("dryRun") == "All":
                 self._send(200, api.decorate(kind, obj))
                 return
