@@ -36,13 +36,11 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
 WORKLOAD_KINDS = {
-    "ReplicaSet": "replica_set",
-    "Deployment": "deployment",
-    "StatefulSet": "stateful_set",
-    "Job": "job",
-    "CronJob": "cron_job",
+    "ReplicaSet": ("apps", "read_namespaced_replica_set", "patch_namespaced_replica_set"),
+    "Deployment": ("apps", "read_namespaced_deployment", "patch_namespaced_deployment"),
+    "StatefulSet": ("apps", "read_namespaced_stateful_set", "patch_namespaced_stateful_set"),
 }
-"""Owner kinds apply reads (and patches the pod template of), by the client's method suffix."""
+"""Owner kinds apply reads and patches the pod template of: (API group, read method, patch method)."""
 
 
 class KubeError(RightsizerError):
@@ -157,7 +155,7 @@ class Kube:
         self._custom = client.CustomObjectsApi(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
         self._apps = client.AppsV1Api(api_client)
-        self._batch = client.BatchV1Api(api_client)
+        self._batch = client.BatchV1Api(api_client)  # CronJobs and Jobs, when a workload kind needs them
         self._timeout = request_timeout_s
 
     @classmethod
@@ -271,16 +269,17 @@ class Kube:
 
     # -- workloads (apps/v1, batch/v1) ------------------------------------------------------------
     def _workload_api(self, kind: str, verb: str) -> Any:
-        plural = WORKLOAD_KINDS.get(kind)
-        if plural is None:
+        known = WORKLOAD_KINDS.get(kind)
+        if known is None:
             raise PermanentKubeError(
-                f"{kind} is not a workload kind apply knows ({', '.join(WORKLOAD_KINDS)})"
+                f"{kind} is not a workload kind apply changes ({', '.join(WORKLOAD_KINDS)})"
             )
-        api = self._batch if kind in ("Job", "CronJob") else self._apps
-        return getattr(api, f"{verb}_namespaced_{plural}")
+        group, read, patch = known
+        api = self._apps if group == "apps" else self._batch
+        return getattr(api, read if verb == "read" else patch)
 
     def get_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
-        """A ReplicaSet, Deployment, StatefulSet, Job or CronJob."""
+        """A ReplicaSet, Deployment or StatefulSet."""
         return self._call(
             f"{kind.lower()} {namespace}/{name}", self._workload_api(kind, "read"), name, namespace
         )

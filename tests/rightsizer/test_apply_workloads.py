@@ -360,6 +360,7 @@ def test_a_transient_error_on_any_new_call_changes_nothing_in_the_outcome():
     for method, path in dict.fromkeys(calls):
         if path.startswith(NEW_CALLS) and not path.endswith("/eviction"):
             cases += [(status, method, path, 0) for status in (503, 429)]
+    assert len(cases) >= 10
     assert any("/deployments/reports" in c[2] and c[1] == "PATCH" for c in cases)
     assert any(c[2] == "/api/v1/namespaces/ml/pods" for c in cases)
     failures = []
