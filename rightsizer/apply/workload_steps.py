@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rightsizer.apply import fit, gitops
-from rightsizer.apply import settle as postcondition
 from rightsizer.apply import protocol as proto
+from rightsizer.apply import settle as postcondition
 from rightsizer.apply import workloads as wl
 from rightsizer.apply.retry import Retrier
 from rightsizer.apply.settings import ApplySettings
