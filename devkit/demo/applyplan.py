@@ -50,7 +50,7 @@ def show(con: Console, settings: DemoSettings, sup: Supervisor, plan: Path) -> N
         raise StepFailed(f"no {plan}: the plan step did not write one")
     kubeconfig = start_cluster(sup, settings, plan)
     con.note((settings.logs / "cluster.log").read_text().strip().splitlines()[-1])
-    base = ["apply", "--plan", str(plan), "--kubeconfig", str(kubeconfig)]
+    base = ["apply", "--plan", str(plan), "--kubeconfig", str(kubeconfig), "--repoint-cluster-policy"]
     dry = commands.run("gpupilot-rightsizer", [*base, "--dry-run"], root=settings.root, timeout=60)
     con.line(f"$ {dry.shown}")
     lines = dry.stdout.splitlines()
@@ -62,7 +62,7 @@ def show(con: Console, settings: DemoSettings, sup: Supervisor, plan: Path) -> N
     for ln in (patches or [ln for ln in lines if ln.startswith("# node")])[:2]:
         con.line(f"    {ln[:150]}{'…' if len(ln) > 150 else ''}")
     width = max(1, min(changed_nodes(plan), 4))
-    args = [*base, "--yes", "--configmap-sync", "0", "--repoint-cluster-policy", "--max-parallel", str(width)]
+    args = [*base, "--yes", "--configmap-sync", "0", "--max-parallel", str(width)]
     res = commands.run("gpupilot-rightsizer", args, root=settings.root, timeout=300, ok_codes=(0, 1))
     con.line(f"$ {res.shown}")
     for ln in res.stdout.rstrip().splitlines():

@@ -44,10 +44,12 @@ def _requests(pod: dict[str, Any], strategy: str) -> dict[str, str]:
     return {k: str(v) for k, v in sorted(out.items())}
 
 
-def _entries(current: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _entries(current: list[dict[str, Any]], pci_device_id: str) -> list[dict[str, Any]]:
     out = []
     for g in current:
         entry: dict[str, Any] = {"devices": [int(g["index"])], "mig-enabled": bool(g.get("mig_enabled"))}
+        if pci_device_id:  # one config name may hold several models' layouts (mig-parted's device-filter)
+            entry["device-filter"] = f"{pci_device_id}10DE"
         if g.get("mig_enabled"):
             entry["mig-devices"] = {k: int(v) for k, v in (g.get("mig_devices") or {}).items()}
         out.append(entry)
@@ -62,7 +64,10 @@ def seed(kube: KubeDouble, plan: dict[str, Any]) -> dict[str, int]:
     for n in nodes:
         name = n.get("current_config_name") or f"observed-{n['name']}"
         names[n["name"]] = name
-        configs.setdefault(name, _entries(n["current"]))
+        entries = _entries(n["current"], str(n.get("pci_device_id") or ""))
+        known = configs.setdefault(name, [])
+        if not any(e.get("device-filter") == entries[0].get("device-filter") for e in known):
+            known.extend(entries)  # a second node of the same model keeps the first's layout
     cm_name = kube.mig_settings.default_configmap
 
     def add_configs(obj: dict[str, Any]) -> None:
