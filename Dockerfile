@@ -18,7 +18,7 @@ COPY gpupilot_common/ gpupilot_common/
 COPY exporter/ exporter/
 COPY adapter/ adapter/
 COPY rightsizer/ rightsizer/
-COPY devkit/ devkit/
+COPY simulator/ simulator/
 RUN python -m pip wheel --wheel-dir /wheels '.[exporter,simulator,adapter,rightsizer]'
 
 # --- the runtime every service starts from ----------------------------------------------------

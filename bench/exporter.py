@@ -58,8 +58,8 @@ copyreg.pickle(MappingProxyType, lambda m: (_proxy, (dict(m),)))
 # -- shared data --------------------------------------------------------------------------------
 def make_data(path: Path, count: int = 30) -> None:
     """Read ``count`` snapshots 10 s apart from the simulator, plus its allocations; pickle them."""
-    from exporter.sim import scenario as scenario_mod  # noqa: PLC0415
-    from exporter.sim.backend import SimBackend  # noqa: PLC0415
+    from simulator import scenario as scenario_mod  # noqa: PLC0415
+    from simulator.backend import SimBackend  # noqa: PLC0415
 
     scenario = scenario_mod.load(SCENARIO)
     backend = SimBackend(scenario, node=NODE)

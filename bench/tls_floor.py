@@ -1,5 +1,5 @@
 """The floor under the adapter's benchmark: aiohttp's low-level web server over asyncio's TLS, with
-the adapter's TLS settings (its own ``adapter.tlsutil.server_context``), answering every request with one fixed body (the adapter's own
+the adapter's TLS settings (its own ``adapter.serving.tlsutil.server_context``), answering every request with one fixed body (the adapter's own
 gzip-encoded 500-pod answer) and the adapter's response headers, and doing nothing else.
 
 Run beside the adapter in the same benchmark, it shows what HTTP/1.1 + TLS + keep-alive cost on
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from adapter.tlsutil import server_context
+from adapter.serving.tlsutil import server_context
 
 
 def main(argv: list[str]) -> int:

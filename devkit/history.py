@@ -30,11 +30,11 @@ import yaml
 from devkit.prometheus import PrometheusError, PrometheusServer, ScrapeJob, require_binaries
 from exporter import render
 from exporter.exposition import device_families
-from exporter.sim import backfill
-from exporter.sim import scenario as scenario_mod
-from exporter.sim.backend import SimBackend
-from exporter.sim.cluster_server import ClusterServer, SeriesServer
-from exporter.sim.model import Scenario
+from simulator import backfill
+from simulator import scenario as scenario_mod
+from simulator.backend import SimBackend
+from simulator.cluster_server import ClusterServer, SeriesServer
+from simulator.model import Scenario
 
 DROP_TARGET_LABELS: tuple[dict[str, object], ...] = ({"action": "labeldrop", "regex": "job|instance"},)
 """Backfilled series carry no ``job``/``instance``; live samples drop them to continue those series."""

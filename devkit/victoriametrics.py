@@ -40,9 +40,9 @@ import yaml
 
 from devkit.process import LoopbackServer
 from devkit.prometheus import ScrapeJob, free_port, scrape_configs
-from exporter.sim import backfill
-from exporter.sim.model import Scenario
 from gpupilot_common.timefmt import format_time
+from simulator import backfill
+from simulator.model import Scenario
 
 
 class VictoriaMetricsError(RuntimeError):
@@ -338,7 +338,7 @@ def replay_rules(
 def compare_imports(scenario_path: Path, *, days: float, step: float, work: Path, out: TextIO) -> None:
     """Import the same history both ways into fresh servers and print the time of each."""
     from devkit.history import build_history  # noqa: PLC0415
-    from exporter.sim import scenario as scenario_mod  # noqa: PLC0415
+    from simulator import scenario as scenario_mod  # noqa: PLC0415
 
     scen = scenario_mod.load(scenario_path)
     now = time.time()

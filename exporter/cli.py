@@ -1,7 +1,7 @@
 """``gpupilot-exporter``: flags → :class:`~exporter.settings.Settings` → backend, collector, server.
 
 ``gpupilot-exporter backfill …`` and ``gpupilot-exporter cluster …`` are the simulator's own
-commands (:mod:`exporter.sim.cli`), dispatched before any flag parsing. Bad flags or files end the
+commands (:mod:`simulator.cli`), dispatched before any flag parsing. Bad flags or files end the
 process with one line on stderr and exit status 2; a failed ``--once`` collection with status 1.
 """
 
@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 from exporter import counters, webconfig, windows
@@ -40,6 +41,8 @@ MIN_INTERVAL_S = 0.1
 MAX_INTERVAL_S = 3600.0
 """Longer periods make every scrape an hour stale; a scrape interval is 10-60 s."""
 SUBCOMMANDS = ("backfill", "cluster")
+# the top-level modules of the simulator extra: missing, --backend sim and the simulator's commands say so
+SIMULATOR_NEEDS = frozenset({"simulator", "numpy", "aiohttp"})
 log = logging.getLogger("exporter")
 
 
@@ -249,11 +252,25 @@ def unreadable_line(layout: SeriesLayout) -> str:
     )
 
 
+def simulator_module(name: str, *, wanted_by: str) -> ModuleType:
+    """``simulator.<name>``, loaded by name: the simulator is a separate package with its own extra
+    (numpy, aiohttp), absent from an exporter-only install. Missing, it is one line naming the extra."""
+    try:
+        return importlib.import_module(f"simulator.{name}")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] in SIMULATOR_NEEDS:
+            raise ConfigError(
+                f"{wanted_by} needs the simulator (missing module {exc.name!r}): "
+                "pip install 'gpupilot[simulator]'"
+            ) from None
+        raise
+
+
 def build_backend(settings: Settings) -> Backend:
-    """The configured backend (imported lazily: nvml needs the driver library, sim needs numpy)."""
+    """The configured backend (imported lazily: nvml needs the driver library, sim the simulator)."""
     if settings.backend == "sim":
-        from exporter.sim import scenario as scenario_mod  # noqa: PLC0415
-        from exporter.sim.backend import SimBackend  # noqa: PLC0415
+        scenario_mod = simulator_module("scenario", wanted_by="--backend sim")
+        sim_backend = simulator_module("backend", wanted_by="--backend sim")
 
         assert settings.scenario is not None
         if not settings.scenario.is_file():
@@ -262,8 +279,9 @@ def build_backend(settings: Settings) -> Backend:
         if not scenario.nodes:
             raise ConfigError(f"{settings.scenario}: the scenario has no nodes; add one under nodes:")
         node = settings.sim_node or scenario.nodes[0].name
-        return SimBackend(scenario, node=node)
-    from exporter.nvml import NvmlBackend  # noqa: PLC0415
+        backend: Backend = sim_backend.SimBackend(scenario, node=node)
+        return backend
+    from exporter.nvml.backend import NvmlBackend  # noqa: PLC0415
 
     return NvmlBackend()
 
@@ -322,8 +340,12 @@ def serve(collector: Collector, server: MetricsServer) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
-        # the simulator's own commands (exporter/sim/cli.py), loaded only when asked for
-        sim_cli = importlib.import_module("exporter.sim.cli")
+        # the simulator's own commands (simulator/cli.py), loaded only when asked for
+        try:
+            sim_cli = simulator_module("cli", wanted_by=f"{PROG} {argv[0]}")
+        except ConfigError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
+            return 2
         command = sim_cli.backfill_main if argv[0] == "backfill" else sim_cli.cluster_main
         return int(command(argv[1:]))
     try:

@@ -107,7 +107,7 @@ def victoriametrics_history(tmp_path_factory: pytest.TempPathFactory) -> Iterato
     vmagent (remote write), with vmalert evaluating rules/ and writing recording rules back."""
     from devkit.history import LiveFleet  # noqa: PLC0415
     from devkit.victoriametrics import VictoriaMetricsServer, VMAgent, VMAlert, import_history  # noqa: PLC0415
-    from exporter.sim import scenario as scenario_mod  # noqa: PLC0415
+    from simulator import scenario as scenario_mod  # noqa: PLC0415
 
     base = tmp_path_factory.mktemp("victoriametrics-history")
     data = base / "data"

@@ -1,5 +1,5 @@
 """The demo applies its plan: to a simulated cluster built from the plan (the Kubernetes API double with
-its MIG Manager, device plugin, scheduler and controllers, ``python -m tests.kubedouble``, on
+its MIG Manager, device plugin, scheduler and controllers, ``python -m tests.support.kubedouble``, on
 127.0.0.1), first ``apply --dry-run`` and then ``apply --yes``, whose table ends with every resized
 workload Running on the new layout; then a check that no pod is left Pending."""
 
@@ -25,7 +25,15 @@ def start_cluster(sup: Supervisor, settings: DemoSettings, plan: Path) -> Path:
     kubeconfig = settings.work / "cluster" / "kubeconfig"
     kubeconfig.parent.mkdir(parents=True, exist_ok=True)
     kubeconfig.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "tests.kubedouble", "--plan", str(plan), "--kubeconfig", str(kubeconfig)]
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.support.kubedouble",
+        "--plan",
+        str(plan),
+        "--kubeconfig",
+        str(kubeconfig),
+    ]
     path = os.pathsep.join(p for p in (str(settings.root), os.environ.get("PYTHONPATH", "")) if p)
     service = sup.start("cluster", argv, env={**os.environ, "PYTHONPATH": path})
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -22,7 +22,7 @@ from devkit.demo.settings import DemoSettings
 from devkit.history import DROP_TARGET_LABELS
 from devkit.prometheus import ScrapeJob
 from exporter.errors import ScenarioError
-from exporter.sim import scenario as scenario_mod
+from simulator import scenario as scenario_mod
 
 
 def preflight_error() -> str | None:

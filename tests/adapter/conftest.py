@@ -12,11 +12,11 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, start_http_server
 
-from adapter.app import Adapter
-from adapter.settings import AuthSettings, PrometheusSettings, ServeSettings, TlsSettings
+from adapter.config.settings import AuthSettings, PrometheusSettings, ServeSettings, TlsSettings
+from adapter.serving.app import Adapter
 from devkit.prometheus import PrometheusServer, ScrapeJob, backfill_openmetrics, free_port
-from tests.adapter import data
-from tests.adapter.pki import Pki, make_pki
+from tests.support.adapter import data
+from tests.support.adapter.pki import Pki, make_pki
 
 
 @dataclass

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 import pytest
 
 from gpupilot_common.httpserve import HTTPServer, Limits, Reply
-from tests.common.httpclients import get, oversized_header_status, slow_client_is_closed
+from tests.support.common.httpclients import get, oversized_header_status, slow_client_is_closed
 
 
 def _answer(path: str, query: Mapping[str, str]) -> Reply:

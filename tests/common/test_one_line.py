@@ -17,9 +17,9 @@ import pytest
 from kubernetes import client
 
 from adapter import cli as adapter_cli
+from adapter.clients.kube import KubeClient
+from adapter.clients.prometheus import PrometheusClient as AdapterPrometheus
 from adapter.errors import KubernetesUnavailable, PrometheusUnavailable
-from adapter.kube import KubeClient
-from adapter.prometheus import PrometheusClient as AdapterPrometheus
 from exporter import cli as exporter_cli
 from rightsizer.clients.kube import Kube, PermanentKubeError
 from rightsizer.clients.prometheus import PrometheusClient as RightsizerPrometheus

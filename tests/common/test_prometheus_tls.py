@@ -15,10 +15,10 @@ import pytest
 import requests
 import yaml
 
+from adapter.clients.prometheus import PrometheusClient as AdapterClient
 from adapter.errors import ConfigError as AdapterConfigError
 from adapter.errors import PrometheusDenied as AdapterDenied
 from adapter.errors import PrometheusUnavailable as AdapterUnavailable
-from adapter.prometheus import PrometheusClient as AdapterClient
 from devkit.pki import CA, Issued, make_ca
 from devkit.process import stop_process
 from devkit.prometheus import free_port, require_binaries

@@ -16,16 +16,16 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapter import config as adapter_config
-from adapter import hpaspec
+from adapter.config import mapping as adapter_config
 from adapter.errors import AdapterError
+from adapter.hpa import spec as hpaspec
 from exporter import webconfig
 from exporter.errors import ExporterError
-from exporter.sim import scenario
 from rightsizer.errors import RightsizerError
 from rightsizer.migparted import manifest
 from rightsizer.plan.model import load_plan
 from rightsizer.serve import config as serve_config
+from simulator import scenario
 from tests.common.test_yamlsafe import alias_bomb
 
 Reader = Callable[[Path], object]

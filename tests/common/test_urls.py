@@ -15,8 +15,8 @@ from typing import ClassVar
 import pytest
 
 from adapter import cli as adapter_cli
+from adapter.clients.prometheus import PrometheusClient as AdapterPrometheus
 from adapter.errors import PrometheusUnavailable
-from adapter.prometheus import PrometheusClient as AdapterPrometheus
 from gpupilot_common.urls import redact, split_userinfo
 from rightsizer import cli as rightsizer_cli
 from rightsizer.clients.prometheus import PrometheusClient as RightsizerPrometheus

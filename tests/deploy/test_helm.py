@@ -194,7 +194,7 @@ def test_prometheus_auth_reaches_both_services() -> None:
 @pytest.mark.slow  # a rightsizer process per variant
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
-    from adapter.config import load_config  # noqa: PLC0415
+    from adapter.config.mapping import load_config  # noqa: PLC0415
 
     objs = {(o["kind"], o["metadata"]["name"]): o for o in template(variant)}
     if ("ConfigMap", "gpupilot-adapter-config") in objs:

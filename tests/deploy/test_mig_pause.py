@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.deploy.test_manifests import DEPLOY, find
-from tests.kubedouble import KubeDouble, MigManagerSettings
+from tests.support.kubedouble import KubeDouble, MigManagerSettings
 
 NODE_LABELS = {
     "nvidia.com/gpu.present": "true",

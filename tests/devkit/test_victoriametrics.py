@@ -12,7 +12,7 @@ import requests
 
 from devkit import victoriametrics as vmkit
 from devkit.history import build_history
-from exporter.sim import scenario as scenario_mod
+from simulator import scenario as scenario_mod
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIO = REPO / "tests" / "data" / "fleet-small.yaml"

@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from devkit.prometheus import free_port
 from exporter import cli
 from exporter.settings import DEFAULT_POD_RESOURCES_SOCKET
-from exporter.sim.backend import SimBackend
-from tests.exporter import fakes
-from tests.exporter import kubelet_double as kd
-from tests.exporter.kubelet_double import KubeletDouble
+from simulator.backend import SimBackend
+from tests.support.exporter import fakes
+from tests.support.exporter import kubelet_double as kd
+from tests.support.exporter.kubelet_double import KubeletDouble
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "fleet-demo.yaml"
@@ -49,6 +49,37 @@ def test_once_prints_the_exposition_of_a_simulated_node() -> None:
     assert any(s.labels.get("namespace") == "ai-serving" for s in temps)
     assert len(fams["DCGM_FI_PROF_GR_ENGINE_ACTIVE"].samples) >= 7
     assert fams["gpupilot_exporter_backend_up"].samples[0].value == 1.0
+
+
+# An exporter-only install (the exporter image: no numpy, no simulator extra), imitated by hiding numpy
+# from the import system before the exporter starts.
+WITHOUT_NUMPY = (
+    "import sys; sys.modules['numpy'] = None; from exporter.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "wanted_by"),
+    [
+        (["--backend", "sim", "--scenario", str(SCENARIO), "--once"], "--backend sim"),
+        (["backfill", "--scenario", str(SCENARIO)], "gpupilot-exporter backfill"),
+    ],
+)
+def test_sim_without_the_simulator_extra_is_one_line_naming_it(args: list[str], wanted_by: str) -> None:
+    res = subprocess.run(
+        [sys.executable, "-c", WITHOUT_NUMPY, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == [
+        f"gpupilot-exporter: {wanted_by} needs the simulator (missing module 'numpy'): "
+        "pip install 'gpupilot[simulator]'"
+    ]
+    assert res.stdout == ""
 
 
 def test_once_failure_is_one_line_and_exit_1(

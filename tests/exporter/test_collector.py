@@ -13,7 +13,7 @@ from exporter.collector import AllocationsSource, Collector
 from exporter.errors import BackendError, BackendUnavailable
 from exporter.settings import CollectorSettings
 from exporter.snapshot import Allocations, NodeSnapshot, PodRef
-from tests.exporter import fakes
+from tests.support.exporter import fakes
 
 
 class Clock:

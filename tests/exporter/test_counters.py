@@ -12,7 +12,7 @@ from exporter import cli, counters, fields
 from exporter.errors import ConfigError
 from exporter.exposition import device_families
 from exporter.layout import SeriesLayout
-from tests.exporter import fakes
+from tests.support.exporter import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "fleet-demo.yaml"

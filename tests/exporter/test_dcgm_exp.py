@@ -12,11 +12,11 @@ from exporter import cli, counters, health, xid_catalogue
 from exporter import windows as windows_mod
 from exporter.exposition import Family, device_families
 from exporter.layout import SeriesLayout
-from exporter.sim import scenario as scenario_mod
-from exporter.sim.backend import SimBackend
 from exporter.snapshot import GpuSnapshot, PodRef
 from exporter.windows import EventWindows
-from tests.exporter import fakes
+from simulator import scenario as scenario_mod
+from simulator.backend import SimBackend
+from tests.support.exporter import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1767225600.0

@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 from exporter.exposition import Family, device_families
 from exporter.snapshot import GpuSnapshot, PodRef
-from tests.exporter import fakes
+from tests.support.exporter import fakes
 
 HOST = "node-a"
 

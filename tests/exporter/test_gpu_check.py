@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from exporter.exposition import device_families
-from exporter.nvml import NvmlBackend
+from exporter.nvml.backend import NvmlBackend
 from exporter.render import render_text
 from exporter.visibility import ProcessVisibility
-from tests.exporter import fake_nvml as fk
+from tests.support.exporter import fake_nvml as fk
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"
 

@@ -16,8 +16,8 @@ from exporter.collector import Collector
 from exporter.layout import SeriesLayout
 from exporter.server import MetricsServer
 from exporter.settings import CollectorSettings
-from exporter.sim import scenario as scenario_mod
-from exporter.sim.backend import SimBackend
+from simulator import scenario as scenario_mod
+from simulator.backend import SimBackend
 
 pytestmark = pytest.mark.prometheus
 

@@ -17,10 +17,10 @@ from exporter.exposition import Family, device_families
 from exporter.layout import SeriesLayout
 from exporter.server import MetricsServer
 from exporter.settings import CollectorSettings
-from exporter.sim import scenario as scenario_mod
-from exporter.sim.backend import SimBackend
 from exporter.snapshot import PodRef
-from tests.exporter import fakes
+from simulator import scenario as scenario_mod
+from simulator.backend import SimBackend
+from tests.support.exporter import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "fleet-demo.yaml"

@@ -16,7 +16,7 @@ from exporter.podresources.client import (
     strip_sharing_suffix,
 )
 from exporter.snapshot import PodRef
-from tests.exporter.kubelet_double import KubeletDouble, container, pod
+from tests.support.exporter.kubelet_double import KubeletDouble, container, pod
 
 GPU0 = "GPU-0f2c1a7e-8d61-4bb8-9f0a-1c2d3e4f5a60"
 GPU1 = "GPU-7b1e2d3c-4a5b-6c7d-8e9f-0a1b2c3d4e5f"
@@ -174,9 +174,9 @@ def test_pure_mapping_ignores_other_resources():
 def test_nvml_uuids_and_kubelet_ids_join_on_the_series(kubelet, client):
     """End to end: fake NVML H100 (MIG) + kubelet double → pod labels on that instance's series."""
     from exporter.exposition import device_families  # noqa: PLC0415
-    from exporter.nvml import NvmlBackend  # noqa: PLC0415
+    from exporter.nvml.backend import NvmlBackend  # noqa: PLC0415
     from exporter.visibility import ProcessVisibility  # noqa: PLC0415
-    from tests.exporter import fake_nvml as fk  # noqa: PLC0415
+    from tests.support.exporter import fake_nvml as fk  # noqa: PLC0415
 
     lib = fk.FakeNvml([fk.h100_mig(0)])
     backend = NvmlBackend(

@@ -17,9 +17,9 @@ from exporter.collector import Collector
 from exporter.exposition import device_families
 from exporter.server import MetricsServer
 from exporter.settings import CollectorSettings
-from exporter.sim import scenario as scenario_mod
-from exporter.sim.backend import SimBackend
-from tests.exporter import pki as pki_mod
+from simulator import scenario as scenario_mod
+from simulator.backend import SimBackend
+from tests.support.exporter import pki as pki_mod
 
 pytestmark = pytest.mark.prometheus
 

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from exporter.exposition import Family, device_families
 from exporter.render import AGE_NAME, format_value, render_openmetrics, render_page, render_text
-from tests.exporter import fakes
+from tests.support.exporter import fakes
 
 COUNTER = Family(
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",

@@ -17,7 +17,7 @@ import requests
 from exporter.collector import Collector
 from exporter.server import MetricsServer
 from exporter.settings import CollectorSettings
-from tests.exporter import fakes
+from tests.support.exporter import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "tests" / "data" / "fleet-small.yaml"

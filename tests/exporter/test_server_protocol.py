@@ -20,7 +20,7 @@ from exporter import webconfig
 from exporter.collector import Collector
 from exporter.server import MetricsServer
 from exporter.settings import CollectorSettings
-from tests.exporter import fakes
+from tests.support.exporter import fakes
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from exporter import webconfig
 from exporter.errors import ConfigError
-from tests.exporter import pki as pki_mod
+from tests.support.exporter import pki as pki_mod
 
 HASH = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.sim.migconfigs import resolve_builtin
 from mig_geometry.catalogue import find_model
 from mig_geometry.placement import fits
 from rightsizer.optimise.packing import class_for
+from simulator.migconfigs import resolve_builtin
 
 
 def model(key: str):  # type: ignore[no-untyped-def]

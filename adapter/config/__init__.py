@@ -1,0 +1,1 @@
+"""What the adapter is told: the metric mapping file (``mapping``), its conversion from prometheus-adapter's format (``convert``), reloading it (``reload``), the serve settings, the Kubernetes resources a metric can describe, and the APIServices it would install."""

@@ -1,0 +1,1 @@
+"""The HorizontalPodAutoscaler's decision (``decide``, ``calc``), the HPA file it is read from (``spec``) or an offline state file (``state``), and what ``explain-hpa`` and ``replay-hpa`` build on it (``explain``, ``timeline``, ``replay``, ``replay_chart``)."""

@@ -1,0 +1,274 @@
+"""``replay-hpa``: the decision function (:func:`adapter.hpa.decide.decide`) run over a past time range, with
+the HPA as written or with other targets, and what it would have cost.
+
+Load model when the replayed replica count differs from the recorded one: a Pods or Resource metric
+is taken as a per-pod average of a total load, so each replayed pod sees
+``mean(recorded per-pod values) × recorded replicas ÷ replayed replicas``; Object and External values
+are totals and stay as recorded (AverageValue targets divide them by the replayed count). Limits:
+new pods are ready at once (no start-up or image pull time), load splits evenly, and metrics that do
+not scale inversely with replicas (latency, queue time, utilisation capped at 100 %) are only
+approximated; a replay shows the controller's arithmetic on the recorded demand, not a simulation of
+the application.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from adapter.hpa import decide as hpa
+from adapter.hpa.calc import PodState
+from adapter.hpa.spec import HpaSpec
+from adapter.hpa.timeline import Timeline, scale_events
+
+
+@dataclass
+class ReplayStep:
+    at: float
+    recorded: int | None
+    replicas: int
+    recommended: int
+    above_target: bool
+    """Some metric's replayed per-pod value (or total) was above target + tolerance after scaling."""
+
+
+@dataclass
+class ReplayResult:
+    label: str
+    steps: list[ReplayStep] = field(default_factory=list)
+
+    def summary(self, *, max_replicas: int, step: float, gpus_per_pod: float) -> dict[str, float]:
+        n = len(self.steps)
+        if not n:
+            return {
+                "scale_ups": 0,
+                "scale_downs": 0,
+                "at_max": 0.0,
+                "mean": 0.0,
+                "gpu_hours": 0.0,
+                "above": 0.0,
+            }
+        ups = sum(1 for a, b in zip(self.steps, self.steps[1:], strict=False) if b.replicas > a.replicas)
+        downs = sum(1 for a, b in zip(self.steps, self.steps[1:], strict=False) if b.replicas < a.replicas)
+        mean = sum(s.replicas for s in self.steps) / n
+        return {
+            "scale_ups": ups,
+            "scale_downs": downs,
+            "at_max": sum(1 for s in self.steps if s.replicas >= max_replicas) / n,
+            "mean": mean,
+            "gpu_hours": sum(s.replicas for s in self.steps) * step / 3600 * gpus_per_pod,
+            "above": sum(1 for s in self.steps if s.above_target) / n,
+        }
+
+
+def with_targets(model: hpa.HpaModel, targets: Mapping[str, float]) -> hpa.HpaModel:
+    """``model`` with the named metrics' targets replaced (``--set NAME=TARGET``)."""
+    metrics = tuple(replace(m, target=targets[m.name]) if m.name in targets else m for m in model.metrics)
+    return replace(model, metrics=metrics)
+
+
+def rescale(
+    obs: hpa.Observation, *, recorded: int | None, replicas: int
+) -> tuple[hpa.Observation, float | None]:
+    """The observation as ``replicas`` pods would see it (see the module's load model), and the
+    per-pod mean used (None for totals)."""
+    if obs.error or obs.per_pod is None:
+        return obs, None
+    if not obs.per_pod:
+        return replace(obs, error="no values"), None
+    mean = sum(obs.per_pod.values()) / len(obs.per_pod)
+    base = recorded if recorded else len(obs.per_pod)
+    scaled = mean * base / replicas if replicas else mean
+    names = _names(replicas)
+    return hpa.Observation(dict.fromkeys(names, scaled), (), "", obs.timestamp, obs.window_seconds), scaled
+
+
+_NAMES: dict[int, tuple[str, ...]] = {}
+
+
+def _names(replicas: int) -> tuple[str, ...]:
+    """Replayed pod names, built once per count (a replay asks for the same few counts ~40,000 times)."""
+    names = _NAMES.get(replicas)
+    if names is None:
+        names = _NAMES[replicas] = tuple(f"replay-{i}" for i in range(replicas))
+    return names
+
+
+def replay(
+    model: hpa.HpaModel,
+    timeline: Timeline,
+    *,
+    label: str,
+    requests: Mapping[str, int] | None = None,
+) -> ReplayResult:
+    """Run the controller every step from the first recorded size; ``requests`` (milli-units per
+    resource) gives replayed pods a request for Resource Utilization targets."""
+    result = ReplayResult(label)
+    first = next((r for r in timeline.recorded if r is not None), model.min_replicas)
+    replicas = min(max(first, model.min_replicas), model.max_replicas) if first else first
+    history = hpa.History(started=False)
+    tol = model.tolerances()
+    for at, recorded, observations in zip(
+        timeline.times, timeline.recorded, timeline.observations, strict=False
+    ):
+        scaled = [rescale(o, recorded=recorded, replicas=replicas) for o in observations]
+        pods = [PodState(name, requests=dict(requests or {})) for name in _names(replicas)]
+        decision = hpa.decide(
+            model,
+            spec_replicas=replicas,
+            pods=pods,
+            observations=[o for o, _ in scaled],
+            history=history,
+            now=at,
+        )
+        above = _above(
+            model,
+            [o for o, _ in scaled],
+            [m for _, m in scaled],
+            replicas=replicas,
+            tol_up=tol.up,
+            requests=requests,
+        )
+        result.steps.append(ReplayStep(at, recorded, decision.final, decision.recommended, above))
+        replicas, history = decision.final, decision.history
+    return result
+
+
+def _above(
+    model: hpa.HpaModel,
+    observations: Sequence[hpa.Observation],
+    means: Sequence[float | None],
+    *,
+    replicas: int,
+    tol_up: float,
+    requests: Mapping[str, int] | None,
+) -> bool:
+    for spec, obs, mean in zip(model.metrics, observations, means, strict=False):
+        if obs.error:
+            continue
+        if mean is not None:
+            value = mean
+            if spec.target_type == "Utilization":
+                request = (requests or {}).get(spec.name, 0) / 1000
+                if not request:
+                    continue
+                value = mean / request * 100
+        elif obs.values:
+            total = obs.values[0] if spec.kind == "Object" else sum(obs.values)
+            value = total / replicas if spec.target_type == "AverageValue" and replicas else total
+        else:
+            continue
+        if value > spec.target * (1 + tol_up):
+            return True
+    return False
+
+
+def table(results: Sequence[ReplayResult], *, rows: int = 24) -> str:
+    """Replicas over time, one row per slice of the range: recorded mean and each replay's mean/max."""
+    if not results or not results[0].steps:
+        return "  (no steps)"
+    steps = results[0].steps
+    per = max(1, math.ceil(len(steps) / rows))
+    header = ["FROM (UTC)", "RECORDED"] + [f"{r.label} mean/max" for r in results]
+    body = []
+    for i in range(0, len(steps), per):
+        chunk = slice(i, i + per)
+        rec = [s.recorded for s in steps[chunk] if s.recorded is not None]
+        cells = [
+            datetime.fromtimestamp(steps[i].at, UTC).strftime("%Y-%m-%d %H:%M"),
+            f"{sum(rec) / len(rec):.1f}" if rec else "-",
+        ]
+        for r in results:
+            part = [s.replicas for s in r.steps[chunk]]
+            cells.append(f"{sum(part) / len(part):.1f} / {max(part)}")
+        body.append(cells)
+    widths = [max(len(row[c]) for row in [header, *body]) for c in range(len(header))]
+    return "\n".join(
+        "  " + "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip()
+        for row in [header, *body]
+    )
+
+
+def recorded_history(
+    model: hpa.HpaModel, timeline: Timeline, *, pods: Sequence[PodState], now: float
+) -> tuple[hpa.History, int]:
+    """The controller's memory at ``now`` rebuilt from the timeline: the recommendation it would have
+    made at each step (with the recorded replica count as current) and the recorded scale events.
+    Returns the history and how many recommendations it holds."""
+    recs: list[hpa.Recommendation] = []
+    history = hpa.History(started=True)
+    for at, recorded, observations in zip(
+        timeline.times, timeline.recorded, timeline.observations, strict=False
+    ):
+        if recorded is None or at >= now:
+            continue
+        d = hpa.decide(
+            model, spec_replicas=recorded, pods=pods, observations=observations, history=history, now=at
+        )
+        if not d.failed and d.outcomes:
+            recs.append(hpa.Recommendation(at, d.recommended))
+    up, down = scale_events(timeline.times, timeline.recorded)
+    return hpa.History(tuple(recs), tuple(up), tuple(down), started=True), len(recs)
+
+
+def history_window(model: hpa.HpaModel) -> int:
+    """Seconds of the past the controller's decision at one moment depends on."""
+    if model.behavior is None:
+        return hpa.DOWNSCALE_STABILISATION
+    rules = (model.behavior.scale_up, model.behavior.scale_down)
+    periods = [p.period_seconds for r in rules for p in r.policies]
+    return max([r.stabilization_seconds for r in rules] + periods + [15])
+
+
+def report(
+    spec: HpaSpec,
+    line: Timeline,
+    runs: Sequence[ReplayResult],
+    *,
+    step: float,
+    gpus_per_pod: float,
+    rows: int,
+    origin: str,
+) -> str:
+    """The text report: where the data came from, the load model, replicas over time, the summary."""
+    if not line.times:
+        return "  (no steps)"
+    start = datetime.fromtimestamp(line.times[0], UTC).strftime("%Y-%m-%d %H:%M")
+    end = datetime.fromtimestamp(line.times[-1], UTC).strftime("%Y-%m-%d %H:%M")
+    recorded = [r for r in line.recorded if r is not None]
+    out = [
+        f"replay-hpa {spec.namespace}/{spec.name} → {spec.target_kind}/{spec.target_name}: {start} → {end} UTC, "
+        f"{len(line.times)} steps of {step:g}s (decision as Kubernetes {hpa.KUBERNETES_RELEASE})",
+        f"  pods: {len(line.pods)} matched the selector ({origin}) in the range; recorded replicas from "
+        f"{line.recorded_from}",
+        "  load model: per-pod metrics = recorded per-pod mean × recorded replicas ÷ replayed replicas;",
+        "  Object/External values as recorded; new pods ready at once (see docs/adapter.md for the limits)",
+        "",
+        table(runs, rows=rows),
+        "",
+    ]
+    summaries = [
+        r.summary(max_replicas=spec.max_replicas, step=step, gpus_per_pod=gpus_per_pod) for r in runs
+    ]
+    rec_hours = sum(recorded) * step / 3600 * gpus_per_pod
+    header = ["", "recorded"] + [r.label for r in runs]
+    rec_mean = f"{sum(recorded) / len(recorded):.2f}" if recorded else "-"
+    ups = sum(1 for a, b in itertools.pairwise(recorded) if b > a)
+    downs = sum(1 for a, b in itertools.pairwise(recorded) if b < a)
+    table_rows = [
+        header,
+        ["scale events (up/down)", f"{ups}/{downs}"]
+        + [f"{s['scale_ups']:.0f}/{s['scale_downs']:.0f}" for s in summaries],
+        ["mean replicas", rec_mean] + [f"{s['mean']:.2f}" for s in summaries],
+        ["GPU-hours", f"{rec_hours:.1f}"] + [f"{s['gpu_hours']:.1f}" for s in summaries],
+        ["time at maxReplicas", "-"] + [f"{s['at_max'] * 100:.1f} %" for s in summaries],
+        ["time above target", "-"] + [f"{s['above'] * 100:.1f} %" for s in summaries],
+    ]
+    widths = [max(len(row[c]) for row in table_rows) for c in range(len(header))]
+    out += [
+        "  " + "  ".join(cell.ljust(widths[c]) for c, cell in enumerate(row)).rstrip() for row in table_rows
+    ]
+    return "\n".join(out)

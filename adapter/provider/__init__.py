@@ -1,0 +1,1 @@
+"""What the adapter answers with: metric values refreshed from Prometheus (``values``, ``refresh``), the pods a selector picks (``podsource``, ``selectors``), discovery of the listed metrics, resource metrics, and stored encoded answers."""

@@ -1,0 +1,1 @@
+"""The HTTPS metrics API server: the aggregated API (``api``), authentication and authorisation (``auth``), the HTTP server and its limits (``server``), TLS and certificate reloading, self-metrics, and the application that wires them (``app``)."""

@@ -1,0 +1,321 @@
+"""History backfill: the simulator's values over a time range → OpenMetrics → TSDB blocks (promtool).
+
+Streams: the range is cut into windows aligned on Prometheus' 2-hour block boundaries; each window's
+samples are computed at once (NumPy over the window's timestamps), written to a temporary
+OpenMetrics file grouped by family, and handed to ``promtool tsdb create-blocks-from openmetrics``
+while the next window is computed. Memory depends on the window and the fleet, not on the number of
+days. The device series go through :func:`exporter.exposition.device_families` on a snapshot whose
+values are tags, so names and labels are exactly the live exporter's; the tags are then replaced by
+the window's value arrays. This is the only module of the simulator that runs ``promtool``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TextIO
+
+import numpy as np
+
+from exporter import counters, fields
+from exporter.errors import ConfigError
+from exporter.exposition import LabelPairs, device_families
+from exporter.layout import SeriesLayout
+from gpupilot_common.timefmt import format_time
+from simulator import cluster
+from simulator.backend import SimBackend
+from simulator.model import Scenario
+from simulator.patterns import Array
+
+BLOCK_S = 7200
+"""Prometheus' block duration: windows never straddle a block boundary."""
+_TAG_BASE = float(2**52)
+"""Device values are replaced by ``_TAG_BASE + i`` to find which array feeds which series."""
+
+
+class BackfillError(ConfigError):
+    """promtool is missing or failed; one line."""
+
+
+@dataclass(frozen=True)
+class BackfillSettings:
+    start: float
+    """First timestamp (Unix seconds), rounded up to a multiple of ``step``."""
+    end: float
+    """Last timestamp (inclusive)."""
+    step: float
+    """Seconds between samples (a scrape interval)."""
+    out_dir: Path
+    keep_openmetrics: bool = False
+    """Keep the OpenMetrics files in ``out_dir/openmetrics`` (Prometheus ignores that folder)."""
+    jobs: int = 2
+    """promtool processes running at once (promtool's parser is the bottleneck: ~170k samples/s each)."""
+    layout: SeriesLayout | None = None
+    """Fields, MIG series and host label, as the live exporter's flags; None = its defaults."""
+
+
+WINDOWED = frozenset(f.name for f in fields.EXP_FIELDS)
+"""dcgm-exporter's own series are computed across collections; history is not backfilled for them."""
+
+
+def backfill_layout(layout: SeriesLayout) -> SeriesLayout:
+    """``layout`` without the ``DCGM_EXP_*`` series (see :data:`WINDOWED`)."""
+    sel = layout.selection
+    kept = tuple(m for m in sel.metrics if m.name not in WINDOWED)
+    if len(kept) == len(sel.metrics):
+        return layout
+    dropped = tuple(m.name for m in sel.metrics if m.name in WINDOWED)
+    selection = counters.Selection(kept, sel.labels, (*sel.unreadable, *dropped), sel.source)
+    return SeriesLayout(
+        selection=selection,
+        mig_series=layout.mig_series,
+        hostname_label=layout.hostname_label,
+        xid_window_s=layout.xid_window_s,
+        clock_events_window_s=layout.clock_events_window_s,
+    )
+
+
+@dataclass(frozen=True)
+class BackfillStats:
+    samples: int
+    series: int
+    windows: int
+    seconds: float
+
+
+@dataclass
+class _Run:
+    """One family's chunk output: prefix (``name{labels} ``) → (value array or constant, index range)."""
+
+    kind: str
+    help: str
+    series: list[tuple[str, Array | float, int, int]]
+
+
+def timestamps(start: float, end: float, step: float) -> Array:
+    first = math.ceil(start / step) * step
+    count = math.floor((end - first) / step + 1e-9) + 1
+    return first + step * np.arange(max(count, 0), dtype=np.float64)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class _Formatter:
+    def __init__(self) -> None:
+        self._labels: dict[LabelPairs, str] = {}
+
+    def prefix(self, name: str, labels: LabelPairs) -> str:
+        text = self._labels.get(labels)
+        if text is None:
+            text = self._labels[labels] = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+        return f"{name}{{{text}}} " if text else f"{name} "
+
+
+class Backfiller:
+    """Computes windows of samples for every node of a scenario plus its cluster series."""
+
+    def __init__(self, scenario: Scenario, *, layout: SeriesLayout | None = None) -> None:
+        self.scenario = scenario
+        self.layout = backfill_layout(layout or SeriesLayout())
+        self.backends = [SimBackend(scenario, node=n.name) for n in scenario.nodes]
+        self.allocations = [b.allocations() for b in self.backends]
+        self.cluster_series = cluster.series(scenario)
+        self._fmt = _Formatter()
+
+    def window(self, ts: Array) -> dict[str, _Run]:
+        runs: dict[str, _Run] = {}
+        for backend, allocs in zip(self.backends, self.allocations, strict=True):
+            self._node_window(backend, allocs, ts, runs)
+        for s in self.cluster_series:
+            run = runs.setdefault(s.family, _Run(s.kind, s.help, []))
+            value: Array | float = s.value if isinstance(s.value, float) else s.value(ts)
+            run.series.append((self._fmt.prefix(s.family, s.labels), value, 0, len(ts)))
+        return runs
+
+    def _node_window(self, backend: SimBackend, allocs: object, ts: Array, runs: dict[str, _Run]) -> None:
+        model = backend.model
+        values = model.continuous(ts)
+        keys = list(values.keys())
+        tag_of = {k: _TAG_BASE + i for i, k in enumerate(keys)}
+        cuts = [0]
+        for edge in model.edges(float(ts[0]) - 1e-6, float(ts[-1])):
+            i = int(np.searchsorted(ts, edge, side="left"))
+            if cuts[-1] < i < len(ts):
+                cuts.append(i)
+        cuts.append(len(ts))
+        for i0, i1 in itertools.pairwise(cuts):
+            t0 = float(ts[i0])
+            snap = model.build(t0, model.state(t0), tag_of.__getitem__, keys)
+            fams = device_families(
+                snap,
+                hostname=backend.hostname,
+                allocations=allocs,  # type: ignore[arg-type]
+                layout=self.layout,
+            )
+            for fam in fams:
+                run = runs.setdefault(fam.name, _Run(fam.kind, fam.help, []))
+                for labels, v in fam.samples:
+                    src: Array | float = values[keys[int(v - _TAG_BASE)]] if v >= _TAG_BASE else v
+                    run.series.append((self._fmt.prefix(fam.name, labels), src, i0, i1))
+
+
+def _type_line(name: str, kind: str) -> str:
+    if kind == "counter" and name.endswith("_total"):
+        return f"# TYPE {name.removesuffix('_total')} counter\n"
+    return f"# TYPE {name} {'gauge' if kind != 'counter' else 'unknown'}\n"
+
+
+def write_window(out: IO[str], runs: dict[str, _Run], ts: Array) -> int:
+    """Write one window as OpenMetrics (families grouped, timestamps in seconds); returns samples."""
+    integral = bool(np.all(ts == np.floor(ts)))
+    stamps = [f" {int(t)}\n" for t in ts] if integral else [f" {t!r}\n" for t in ts.tolist()]
+    samples = 0
+    for name, run in runs.items():
+        base = name.removesuffix("_total") if run.kind == "counter" and name.endswith("_total") else name
+        out.write(f"# HELP {base} {run.help}\n")
+        out.write(_type_line(name, run.kind))
+        for prefix, src, i0, i1 in run.series:
+            if isinstance(src, float):
+                head = prefix + repr(src)
+                out.write("".join([head + s for s in stamps[i0:i1]]))
+            else:
+                vals = src[i0:i1].tolist()
+                out.write("".join([prefix + repr(v) + s for v, s in zip(vals, stamps[i0:i1], strict=True)]))
+            samples += i1 - i0
+    return samples
+
+
+def _promtool() -> str:
+    tool = shutil.which("promtool")
+    if tool is None:
+        raise BackfillError(
+            "promtool not found: install Debian's prometheus package ('sudo apt-get install prometheus') or run 'make test'"
+        )
+    return tool
+
+
+class _Progress:
+    def __init__(self, stream: TextIO | None, total: int) -> None:
+        self.stream, self.total, self.started = stream, max(total, 1), time.monotonic()
+        self._last = 0.0
+        self._tty = bool(stream is not None and stream.isatty())
+
+    def update(self, done: int, samples: int, *, final: bool = False) -> None:
+        if self.stream is None:
+            return
+        now = time.monotonic()
+        if not final and not self._tty and now - self._last < 5.0:
+            return
+        self._last = now
+        elapsed = max(now - self.started, 1e-9)
+        frac = done / self.total
+        eta = elapsed * (1 - frac) / frac if frac > 0 else 0.0
+        line = (
+            f"backfill: {100 * frac:5.1f}%  {samples / 1e6:8.2f}M samples  "
+            f"{samples / elapsed / 1e3:7.0f}k samples/s  ETA {int(eta) // 60}:{int(eta) % 60:02d}"
+        )
+        end = "\n" if final or not self._tty else ""
+        self.stream.write(("\r" if self._tty else "") + line + end)
+        self.stream.flush()
+
+
+def run(
+    scenario: Scenario,
+    settings: BackfillSettings,
+    *,
+    progress: TextIO | None = sys.stderr,
+    on_window: Callable[[float], None] | None = None,
+) -> BackfillStats:
+    """Backfill ``settings.start``..``settings.end`` into ``settings.out_dir``."""
+    tool = _promtool()
+    ts_all_first = math.ceil(settings.start / settings.step) * settings.step
+    if ts_all_first > settings.end:
+        raise BackfillError(
+            f"no sample between {format_time(settings.start)} and {format_time(settings.end)}"
+        )
+    existing = _blocks_in(settings.out_dir)
+    if existing:
+        raise BackfillError(
+            f"{settings.out_dir} already holds {existing} TSDB blocks; remove it or choose another --out "
+            "(a second backfill would duplicate every sample)"
+        )
+    keep_dir = settings.out_dir / "openmetrics"
+    try:
+        settings.out_dir.mkdir(parents=True, exist_ok=True)
+        if settings.keep_openmetrics:
+            keep_dir.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise BackfillError(
+            f"--out {settings.out_dir}: cannot create the data directory "
+            f"({exc.strerror or exc}); give a directory path"
+        ) from None
+    filler = Backfiller(scenario, layout=settings.layout)
+    first_block = math.floor(ts_all_first / BLOCK_S) * BLOCK_S
+    windows = list(range(int(first_block), int(settings.end) + 1, BLOCK_S))
+    bar = _Progress(progress, len(windows))
+    started = time.monotonic()
+    total = 0
+    series_names: set[str] = set()
+    pending: deque[tuple[subprocess.Popen[bytes], Path]] = deque()
+    with tempfile.TemporaryDirectory(prefix="gpupilot-backfill-") as tmp:
+        try:
+            for n, w in enumerate(windows):
+                ts = timestamps(
+                    max(float(w), settings.start), min(float(w + BLOCK_S) - 1e-3, settings.end), settings.step
+                )
+                if len(ts):
+                    runs = filler.window(ts)
+                    if not series_names:
+                        series_names = {p for r in runs.values() for p, *_ in r.series}
+                    target = (keep_dir if settings.keep_openmetrics else Path(tmp)) / f"window-{w}.om"
+                    with target.open("w", buffering=1 << 20) as fh:
+                        total += write_window(fh, runs, ts)
+                        fh.write("# EOF\n")
+                    while len(pending) >= max(settings.jobs, 1):
+                        _finish(pending.popleft(), settings.keep_openmetrics)
+                    pending.append((_start_promtool(tool, target, settings.out_dir), target))
+                if on_window is not None:
+                    on_window(float(w))
+                bar.update(n + 1, total)
+            while pending:
+                _finish(pending.popleft(), settings.keep_openmetrics)
+        finally:
+            for proc, _ in pending:
+                proc.kill()
+                proc.wait()
+    bar.update(len(windows), total, final=True)
+    return BackfillStats(total, len(series_names), len(windows), time.monotonic() - started)
+
+
+def _blocks_in(directory: Path) -> int:
+    if not directory.is_dir():
+        return 0
+    return sum(
+        1 for p in directory.iterdir() if p.is_dir() and len(p.name) == 26 and (p / "meta.json").exists()
+    )
+
+
+def _start_promtool(tool: str, source: Path, out_dir: Path) -> subprocess.Popen[bytes]:
+    cmd = [tool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(out_dir)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def _finish(pending: tuple[subprocess.Popen[bytes], Path], keep: bool) -> None:
+    proc, source = pending
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        tail = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise BackfillError(f"promtool create-blocks-from openmetrics {source.name} failed: {tail}")
+    if not keep:
+        source.unlink(missing_ok=True)

@@ -1,0 +1,154 @@
+"""The scenario's data model: frozen dataclasses built by :mod:`simulator.scenario`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from exporter.errors import ScenarioError
+from mig_geometry.catalogue import GpuModel, Profile
+from simulator.patterns import Pattern
+
+DEFAULT_EPOCH = 1767225600.0
+"""2026-01-01T00:00:00Z: fault times are offsets from here unless the scenario sets ``epoch``."""
+DEFAULT_DRIVER = "550.127.05"
+
+FaultKind = Literal["gpu_lost", "xid", "nvml_error", "hung", "init_error"]
+
+
+@dataclass(frozen=True)
+class Instance:
+    profile: Profile
+    start: int
+    gi_id: int
+    uuid: str
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    model: GpuModel
+    mig_config: str | None
+    """Built-in config name it was given (``all-1g.10gb``), or ``None`` for explicit counts / no MIG."""
+    mig_counts: Mapping[str, int] | None
+    """``None`` when MIG is disabled."""
+    instances: tuple[Instance, ...]
+    uuid: str
+    pci_bus_id: str
+    driver_version: str
+
+    @property
+    def mig_enabled(self) -> bool:
+        return self.mig_counts is not None
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: Mapping[str, str]
+    """Kubernetes node labels, defaults for the MIG/GFD labels filled in."""
+    gpus: tuple[Gpu, ...]
+
+    @property
+    def mig_strategy(self) -> str:
+        return self.labels["nvidia.com/mig.strategy"]
+
+
+@dataclass(frozen=True)
+class DeviceRef:
+    node: str
+    gpu: int
+    gi_id: int | None
+    """``None`` for a whole GPU."""
+    uuid: str
+    profile: str = ""
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    container: str
+    labels: Mapping[str, str]
+    node: str
+    devices: tuple[DeviceRef, ...]
+    utilization: Pattern
+    """Percent 0–100 of the devices it holds."""
+    memory_mib: Pattern
+    app_metrics: Mapping[str, Pattern]
+    owner_kind: str = ""
+    """``ReplicaSet`` for a Deployment's pods, empty for a bare pod."""
+    owner_name: str = ""
+    deployment: str = ""
+
+
+@dataclass(frozen=True)
+class Workload:
+    namespace: str
+    name: str
+    kind: Literal["Pod", "Deployment"]
+    replicas: int
+    pods: tuple[Pod, ...]
+
+
+@dataclass(frozen=True)
+class HpaMetric:
+    name: str
+    target_type: str
+    """``AverageValue``, ``Value`` or ``Utilization``."""
+    value: float
+
+
+@dataclass(frozen=True)
+class Hpa:
+    namespace: str
+    name: str
+    target_kind: str
+    target_name: str
+    min_replicas: int
+    max_replicas: int
+    metrics: tuple[HpaMetric, ...]
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    node: str
+    gpu: int | None
+    at: float
+    """First occurrence, seconds after the epoch."""
+    every: float | None
+    duration: float
+    code: int = 0
+    field: str = ""
+    block: float = 0.0
+    """``hung``: how long a read blocks (default: the rest of the window)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    path: str
+    seed: int
+    epoch: float
+    nodes: tuple[Node, ...]
+    workloads: tuple[Workload, ...]
+    hpas: tuple[Hpa, ...]
+    faults: tuple[Fault, ...]
+
+    @property
+    def pods(self) -> tuple[Pod, ...]:
+        return tuple(p for w in self.workloads for p in w.pods)
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        known = ", ".join(n.name for n in self.nodes)
+        raise ScenarioError(f"{self.path}: no node {name!r} in the scenario (nodes: {known})")
+
+    def pods_on(self, node: str) -> tuple[Pod, ...]:
+        return tuple(p for p in self.pods if p.node == node)
+
+    def faults_on(self, node: str) -> tuple[Fault, ...]:
+        return tuple(f for f in self.faults if f.node == node)

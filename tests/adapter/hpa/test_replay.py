@@ -1,0 +1,102 @@
+"""replay-hpa against a real Prometheus holding 20 minutes of the seed workload: the decision function
+over history, as written and with another target, the load model, the table, the summary and the
+PNG chart; bad flags in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import requests
+
+from adapter.cli import main
+from adapter.hpa import decide as hpa
+from adapter.hpa import replay
+from adapter.hpa.timeline import Timeline
+from tests.adapter.conftest import PromEnv
+
+SEED_HPA = Path(__file__).resolve().parents[3] / "examples" / "hpa-llm-inference.yaml"
+
+
+def test_replay_as_written_and_with_another_target(
+    prom: PromEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chart = tmp_path / "replay.png"
+    code = main(
+        [
+            "replay-hpa",
+            "-f",
+            str(SEED_HPA),
+            "--prometheus-url",
+            prom.url,
+            "--since",
+            "15m",
+            "--until",
+            str(int(prom_now(prom)) - 120),
+            "--set",
+            "inference_queue_depth=6",
+            "--chart",
+            str(chart),
+            "--rows",
+            "5",
+        ]
+    )
+    captured = capsys.readouterr()
+    out = captured.out
+    assert code == 0, captured.err
+    assert "fetching 2 metric(s) over 15m" in captured.err
+    assert "61 steps of 15s" in out
+    assert "recorded replicas from pods with a value" in out
+    # as written: queue 12 vs 10 → 4 pods; then 12 × 3 / 4 = 9 per pod is inside the tolerance: 4
+    # with target 6: 2 × 3 → 6 via 5 (+2 pods per 120 s after the 60 s scale-up window); 36 / 6 = 6
+    assert "inference_queue_depth=6" in out
+    means = next(line for line in out.splitlines() if line.strip().startswith("mean replicas")).split()
+    assert means[2] == "3.00"  # recorded
+    assert 3.9 < float(means[3]) <= 4.0  # as written
+    assert 5.5 < float(means[4]) <= 6.0  # target 6
+    events = next(line for line in out.splitlines() if line.strip().startswith("scale events")).split()
+    assert events[-2:] == ["1/0", "2/0"]
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
+
+
+def prom_now(prom: PromEnv) -> float:
+    data = requests.get(f"{prom.url}/api/v1/query", params={"query": "time()"}, timeout=5).json()
+    return float(data["data"]["result"][0])
+
+
+def test_load_model_rescales_per_pod_means() -> None:
+    obs = hpa.Observation(per_pod={"a": 90.0, "b": 80.0, "c": 70.0})
+    scaled, mean = replay.rescale(obs, recorded=3, replicas=4)
+    assert mean == pytest.approx(60.0)  # 80 × 3 / 4
+    assert scaled.per_pod is not None and len(scaled.per_pod) == 4
+    total = hpa.Observation(values=(36.0,))
+    assert replay.rescale(total, recorded=3, replicas=6) == (total, None)
+
+
+def test_replay_holds_scale_down_for_the_window() -> None:
+    # one metric at 1/4 of target for 10 minutes from 8 replicas: the default 300 s scale-down
+    # window of a behavior section keeps 8 for 5 minutes, then the controller drops to 2 at once
+    model = hpa.HpaModel(1, 10, (hpa.MetricSpec("Pods", "q", "AverageValue", 10),), hpa.Behavior())
+    times = [1_800_000_000.0 + 15 * i for i in range(41)]
+    observations = [[hpa.Observation(per_pod={f"p{j}": 2.5 for j in range(8)})] for _ in times]
+    line = Timeline(times, observations, [8] * len(times), "test", [f"p{j}" for j in range(8)])
+    result = replay.replay(model, line, label="x")
+    replicas = [s.replicas for s in result.steps]
+    assert replicas[0] == 8 and replicas[19] == 8  # t = 285 s
+    assert replicas[21] == 2  # 315 s: past the window; 2.5 × 8 / 2 = 10 per pod, on target
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--set", "nosuch=5"], "--set 'nosuch=5': expected METRIC=TARGET with METRIC one of"),
+        (["--set", "inference_queue_depth=-1"], "the target must be a positive number"),
+        (["--since", "forever"], "--since: 'forever' is not a duration"),
+        (["--step", "0s"], "--step 0s: must be at least 1s"),
+    ],
+)
+def test_bad_flags_are_one_line(flags: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["replay-hpa", "-f", str(SEED_HPA), "--prometheus-url", "http://127.0.0.1:9", *flags])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert message in err and "\n" not in err

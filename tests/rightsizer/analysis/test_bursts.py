@@ -1,0 +1,232 @@
+"""Daily bursts against a real Prometheus: plans at every hour of a day (``--at``) over windows of
+1, 2 and 7 days never size a burst below what its peak needs, never change an already optimal node,
+and say exactly which pods ``apply`` evicts (checked against the Kubernetes API double).
+
+Each plan is checked by an independent reading of the fleet in :mod:`tests.support.rightsizer.burst_history`
+(burst levels and profile sizes, not the code's numbers).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import yaml
+
+from devkit.prometheus import PrometheusServer, backfill_openmetrics
+from rightsizer.apply import dryrun
+from rightsizer.apply.applier import Applier
+from rightsizer.clients.kube import Kube
+from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.optimise.proposal import OptimiserSettings
+from rightsizer.plan.model import NodePlan, Plan
+from rightsizer.plan.pipeline import PlanSettings, make_plan
+from tests.support.kubedouble import KubeDouble
+from tests.support.rightsizer.apply_support import FAST
+from tests.support.rightsizer.burst_history import BURSTS, JOBS, NAMESPACE, Job, write_history
+
+pytestmark = pytest.mark.prometheus
+
+WINDOWS = {"1d": 86400.0, "2d": 2 * 86400.0, "7d": 7 * 86400.0}
+
+
+@dataclass(frozen=True)
+class History:
+    url: str
+    start: float
+    end: float
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    base = tmp_path_factory.mktemp("bursts")
+    now = time.time()
+    end = now - now % 3600 - 3600
+    start = write_history(base / "history.om", end=end)
+    backfill_openmetrics(base / "history.om", base / "data", block_duration="96h")
+    with PrometheusServer(base / "data", log_file=base / "prometheus.log") as server:
+        yield History(server.url, start, end)
+
+
+def _slices(profile: str) -> int:
+    return int(profile.split("g.", maxsplit=1)[0])
+
+
+def sweep_times(end: float, *, every_h: int = 1) -> list[float]:
+    """Every ``every_h`` hours of the last day, every other one 17 minutes past (cuts inside a burst)."""
+    return [end - 86400 + k * 3600 + (k // every_h % 2) * 1020 for k in range(0, 24, every_h)]
+
+
+def plan_at(client: PrometheusClient, at: float, window_s: float) -> Plan:
+    return make_plan(
+        client, end=at, settings=PlanSettings(window_s=window_s, optimiser=OptimiserSettings(time_limit_s=5))
+    )
+
+
+def profile_after(node: NodePlan, job: Job) -> str:
+    """The profile ``job``'s pod holds once the plan is applied: its target if evicted, else its own."""
+    for p in node.pods_disrupted:
+        if (p.namespace, p.name) == (NAMESPACE, job.pod):
+            assert len(p.targets) == 1, p
+            return p.targets[0].profile
+    return job.profile
+
+
+def check_plan(plan: Plan, label: str) -> list[str]:
+    """Everything one plan must satisfy; returns the failures (empty when it is right)."""
+    bad: list[str] = []
+    for job in BURSTS:
+        node = plan.node(job.node)
+        assert node is not None
+        got = profile_after(node, job)
+        need = math.ceil(job.level * _slices(job.profile) - 1e-9)
+        if _slices(got) < need:
+            bad.append(f"{label}: {job.pod} ({job.level:.0%} of {job.profile}) shrunk to {got}")
+    tight = plan.node("tight")
+    if tight is None or tight.changed:
+        bad.append(f"{label}: the optimal node 'tight' changes")
+    if any("tight" in n for n in plan.notes):
+        bad.append(f"{label}: a note about 'tight': {[n for n in plan.notes if 'tight' in n]}")
+    burst = plan.node("burst-a")
+    assert burst is not None
+    # The 2g pod at 1 % needs only a 1g slice: every plan shrinks it, so the plans do change something.
+    if not burst.changed or profile_after(burst, JOBS[2]) != "1g.10gb":
+        bad.append(f"{label}: idle-2g is not shrunk to 1g.10gb")
+    bad += check_disruption(burst, plan.notes, label)
+    return bad
+
+
+def check_disruption(node: NodePlan, notes: tuple[str, ...], label: str) -> list[str]:
+    """Independent reading: pods on GPUs whose layout changes are evicted, nobody else unless moved;
+    after the plan every pod's request is a slot of the proposed layout; one note per resize."""
+    bad: list[str] = []
+    jobs = {j.pod: j for j in JOBS if j.node == node.name}
+    gone = {(p.namespace, p.name) for p in node.pods_disrupted}
+    kept = {(p.namespace, p.name) for p in node.pods_kept}
+    if gone & kept or gone | kept != {(NAMESPACE, pod) for pod in jobs}:
+        bad.append(f"{label}: disrupted {sorted(gone)} and kept {sorted(kept)} do not split the node's pods")
+    now = {g.index: g for g in node.current}
+    changed_gpus = {
+        g.index
+        for g in node.proposed
+        if (g.mig_enabled, dict(g.mig_devices)) != (now[g.index].mig_enabled, dict(now[g.index].mig_devices))
+    }
+    mode_flip = any(g.mig_enabled != now[g.index].mig_enabled for g in node.proposed)
+    use: Counter[tuple[int, str]] = Counter()
+    for pod, job in jobs.items():
+        evicted = (NAMESPACE, pod) in gone
+        if (job.gpu in changed_gpus or mode_flip) and not evicted:
+            bad.append(f"{label}: {pod} stays on GPU {job.gpu} whose layout changes")
+        if not job.profile:
+            continue
+        if evicted:
+            target = next(p for p in node.pods_disrupted if p.name == pod).targets[0]
+            use[(target.gpu, target.profile)] += 1
+        else:
+            use[(job.gpu, job.profile)] += 1
+    for (gpu, profile), n in use.items():
+        have = next(g for g in node.proposed if g.index == gpu).mig_devices.get(profile, 0)
+        if n > have:
+            bad.append(f"{label}: {n} pod(s) want {profile} on GPU {gpu}, the layout has {have}")
+    resized = {p.name for p in node.pods_disrupted for t in p.targets if t.profile != jobs[p.name].profile}
+    noted = {n.split("pod ml/")[1].split(" ")[0] for n in notes if " moves from nvidia.com/mig-" in n}
+    if resized != noted:
+        bad.append(f"{label}: resize notes for {sorted(noted)}, resized pods {sorted(resized)}")
+    return bad
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("window", list(WINDOWS))
+def test_no_burst_is_shrunk_at_any_hour(history: History, window: str) -> None:
+    failures: list[str] = []
+    with PrometheusClient(history.url) as client:
+        # 7-day plans cost 7 daily chunks each: every other hour keeps the sweep near a minute.
+        for at in sweep_times(history.end, every_h=2 if window == "7d" else 1):
+            plan = plan_at(client, at, WINDOWS[window])
+            failures += check_plan(plan, f"--window {window} --at {time.strftime('%H:%M', time.gmtime(at))}")
+    assert not failures, "\n".join(failures[:20])
+
+
+def test_evidence_names_the_peak_and_its_hour(history: History) -> None:
+    with PrometheusClient(history.url) as client:
+        plan = plan_at(client, history.end, WINDOWS["2d"])
+    node = plan.node("burst-a")
+    assert node is not None
+    job = next(e for e in node.evidence if e.pod == "ml/job-1h")
+    assert job.peak_activity == pytest.approx(0.75, abs=0.01) and job.busy_minutes == 15
+    assert job.peak_at.endswith("T03:00:00Z")  # the burst runs from 03:00 to 04:00 UTC every day
+    assert job.p95_activity is not None and job.p95_activity < 0.2  # p95 alone would have missed it
+    text = "\n".join(plan.notes)
+    assert "only GPUs whose layout changes are re-created" in text
+
+
+def test_peak_does_not_depend_on_the_cut(history: History) -> None:
+    """The 2 h burst straddles midnight; a window ending inside it still sees a full 15-min mean."""
+    with PrometheusClient(history.url) as client:
+        inside = plan_at(client, history.end - (history.end % 86400) + 1800, WINDOWS["1d"])
+    node = inside.node("burst-a")
+    assert node is not None
+    two_h = next(e for e in node.evidence if e.pod == "ml/job-2h")
+    assert two_h.peak_activity == pytest.approx(0.80, abs=0.01)
+
+
+def _seed(kube: KubeDouble, node: NodePlan) -> None:
+    """The node and its GPU pods as the cluster has them, with the node's current layout as a config."""
+    name = "current-layout"
+    cm = kube.configmap("default-mig-parted-config")
+    assert cm is not None
+    doc = yaml.safe_load(cm["data"]["config.yaml"])
+    doc["mig-configs"][name] = [
+        {"devices": [g.index], "mig-enabled": g.mig_enabled, "mig-devices": dict(g.mig_devices)}
+        for g in node.current
+    ]
+    kube.add_configmap("default-mig-parted-config", data={"config.yaml": yaml.safe_dump(doc)})
+    kube.add_node(node.name, gpus=len(node.current), mig_config=name)
+    for job in JOBS:
+        if job.node != node.name:
+            continue
+        resource = f"nvidia.com/mig-{job.profile}" if job.profile else "nvidia.com/gpu"
+        kube.add_pod(
+            job.pod, namespace=NAMESPACE, node=node.name, resources={resource: 1}, gpu_indices=[job.gpu]
+        )
+    kube.add_pod("cpu-only", namespace=NAMESPACE, node=node.name, resources={"cpu": 1})
+
+
+def test_plan_dry_run_and_apply_evict_the_same_pods(history: History) -> None:
+    with PrometheusClient(history.url) as client:
+        plan = plan_at(client, history.end - 5 * 3600, WINDOWS["2d"])
+    node = plan.node("burst-a")
+    assert node is not None and node.changed
+    # Plans name "custom" as the current config (from kube_node_labels); the double knows it by its layout.
+    plan = _with_current_config(plan, "current-layout")
+    node = plan.node("burst-a")
+    assert node is not None
+    listed = {(p.namespace, p.name) for p in node.pods_disrupted}
+    assert listed and node.pods_kept  # some pods keep running: their GPUs keep their layout
+    with KubeDouble() as kube:
+        _seed(kube, node)
+        k = Kube(kube.api_client())
+        script = dryrun.dry_run_script(k, plan, FAST)
+        in_script = {
+            (line.split("/namespaces/")[1].split("/")[0], line.split("/pods/")[1].split("/")[0])
+            for line in script.splitlines()
+            if line.startswith("kubectl create --raw") and "/eviction" in line
+        }
+        report = Applier(k, plan, FAST).run()
+        assert [o.result for o in report.outcomes] == ["applied"], report.outcomes
+        evicted = {(a.namespace, a.name) for a in kube.actions(verb="evict", resource="pods")}
+        left = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in kube.pods(node=node.name)}
+    assert in_script == listed
+    assert evicted == listed
+    assert {(p.namespace, p.name) for p in node.pods_kept} | {(NAMESPACE, "cpu-only")} == left
+
+
+def _with_current_config(plan: Plan, name: str) -> Plan:
+    import dataclasses  # noqa: PLC0415
+
+    nodes = tuple(dataclasses.replace(n, current_config_name=name) if n.changed else n for n in plan.nodes)
+    return dataclasses.replace(plan, nodes=nodes)

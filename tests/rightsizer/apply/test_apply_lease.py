@@ -1,0 +1,108 @@
+"""One apply at a time through a coordination.k8s.io Lease, and apply under the RBAC of deploy/."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from pathlib import Path
+
+import pytest
+
+from rightsizer.apply.applier import Applier, ApplyError
+from rightsizer.apply.lease import LEASE_NAME
+from rightsizer.clients.kube import Kube
+from tests.rightsizer.apply.test_apply import GOOD
+from tests.support.kubedouble import KubeDouble, MigManagerSettings
+from tests.support.rightsizer.apply_support import FAST, Change, make_plan, seed_node
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
+LEASED = dataclasses.replace(FAST, lease_duration_s=3)
+
+
+def lease(kube: KubeDouble) -> dict:  # type: ignore[type-arg]
+    found = kube.store.get("coordination.k8s.io/leases", "gpu-operator", LEASE_NAME)
+    assert found is not None
+    return found
+
+
+def test_a_second_run_refuses_while_the_first_holds_the_lease():
+    with KubeDouble(mig_manager=MigManagerSettings(apply_s=1.0)) as kube:
+        seed_node(kube, "gpu-a")
+        plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD)])
+        first: list = []  # type: ignore[type-arg]
+        t = threading.Thread(
+            target=lambda: first.append(Applier(Kube(kube.api_client()), plan, LEASED).run()), daemon=True
+        )
+        t.start()
+        kube.wait_for(lambda: bool(kube.actions(verb="evict")), timeout=10, what="the first run evicting")
+        holder = lease(kube)["spec"]["holderIdentity"]
+        with pytest.raises(ApplyError) as err:
+            Applier(Kube(kube.api_client()), plan, LEASED).run()
+        assert f"another apply is running: Lease gpu-operator/{LEASE_NAME} is held by {holder}" in str(
+            err.value
+        )
+        t.join(timeout=30)
+        assert [o.result for o in first[0].outcomes] == ["applied"]
+        assert len(kube.actions(verb="evict")) == 2  # each pod once: the second run touched nothing
+        assert lease(kube)["spec"].get("holderIdentity") is None  # given back
+        again = Applier(Kube(kube.api_client()), plan, LEASED).run()
+        assert [o.result for o in again.outcomes] == ["already-applied"]
+
+
+def test_a_lease_not_renewed_in_time_is_taken_over():
+    with KubeDouble() as kube:
+        seed_node(kube, "gpu-a")
+        kube.store.put(
+            "coordination.k8s.io/leases",
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": LEASE_NAME, "namespace": "gpu-operator"},
+                "spec": {
+                    "holderIdentity": "killed-run",
+                    "leaseDurationSeconds": 60,
+                    "renewTime": "2026-01-01T00:00:00.000000Z",
+                    "leaseTransitions": 4,
+                },
+            },
+            event="ADDED",
+        )
+        report = Applier(
+            Kube(kube.api_client()), make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]), LEASED
+        ).run()
+        assert report.ok
+        assert lease(kube)["spec"]["leaseTransitions"] == 5
+
+
+def test_the_lease_is_renewed_during_a_long_run():
+    with KubeDouble(mig_manager=MigManagerSettings(apply_s=2.5)) as kube:
+        seed_node(kube, "gpu-a", pods=0)
+        settings = dataclasses.replace(LEASED, lease_duration_s=1)
+        report = Applier(
+            Kube(kube.api_client()), make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]), settings
+        ).run()
+        assert report.ok
+        renewals = [a for a in kube.actions(verb="update", resource="leases")]
+        assert len(renewals) >= 4  # every ~0.33 s during 2.5 s, then the release
+
+
+def test_apply_runs_with_nothing_but_the_rightsizer_rbac_of_deploy():
+    with KubeDouble() as kube:
+        assert kube.load_rbac(DEPLOY / "rightsizer") > 0
+        token = kube.add_service_account("gpupilot", "gpupilot-rightsizer")
+        seed_node(kube, "gpu-a")
+        plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD)])
+        lines: list[str] = []
+        report = Applier(
+            Kube(kube.api_client(token)), plan, LEASED, progress=lambda n, m: lines.append(m)
+        ).run()
+        assert [o.result for o in report.outcomes] == ["applied"]
+        # the Role pins ConfigMaps by name, so the node's own MIG profile list cannot be read: said once
+        assert any("ConfigMap gpu-operator/gpu-a-mig-config (HTTP 403)" in m for m in lines)
+        assert kube.configmap("gpupilot-mig-parted-config") is not None
+        assert any(e["reason"] == "MigReconfigured" for e in kube.events(involving="gpu-a"))
+        # and it is enforced: the same token cannot delete a pod or touch ConfigMaps elsewhere
+        other = Kube(kube.api_client(token))
+        with pytest.raises(Exception) as err:
+            other.create_configmap("default", "x", {"a": "b"})
+        assert "HTTP 403" in str(err.value)

@@ -1,0 +1,368 @@
+"""serve: the YAML config's one-line errors, the jobs firing on a controlled clock through the real
+APScheduler triggers (cron in an explicit zone, intervals, coalescing, misfires), the auto-apply
+guard, the service's metrics, and /health, /metrics and SIGTERM on a running process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import apscheduler.executors.base
+import apscheduler.schedulers.base
+import pytest
+import yaml
+from apscheduler.executors.debug import DebugExecutor
+from apscheduler.schedulers.base import BaseScheduler
+
+from devkit.prometheus import free_port
+from gpupilot_common.httpserve import Limits
+from rightsizer.apply.applier import ApplyReport, NodeOutcome
+from rightsizer.cli import main
+from rightsizer.commands.serve import http_server
+from rightsizer.serve.config import ServeConfigError, load, parse
+from rightsizer.serve.scheduler import Service
+from tests.support.common.httpclients import get, oversized_header_status, slow_client_is_closed
+from tests.support.rightsizer.apply_support import Change, make_plan
+
+BERLIN = ZoneInfo("Europe/Berlin")
+REPO = Path(__file__).resolve().parents[3]
+
+
+class ManualScheduler(BaseScheduler):
+    """APScheduler's own job processing, ticked by the test instead of a timer thread."""
+
+    def wakeup(self) -> None:
+        pass
+
+    def shutdown(self, wait: bool = True) -> None:
+        super().shutdown(wait)
+
+
+class Clock:
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock(datetime(2026, 11, 28, 20, 0, tzinfo=BERLIN))  # a Saturday evening
+
+    class FakeDatetime(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return c.now.astimezone(tz) if tz else c.now.replace(tzinfo=None)
+
+    monkeypatch.setattr(apscheduler.schedulers.base, "datetime", FakeDatetime)
+    monkeypatch.setattr(apscheduler.executors.base, "datetime", FakeDatetime)
+    return c
+
+
+class FakeJobs:
+    def __init__(self, plan=None, *, fail_plan=False) -> None:
+        self.plan = plan or make_plan(
+            [
+                Change("gpu-a", "all-1g.10gb", {"7g.80gb": 1}, gpus_freed=2),
+                Change("gpu-b", "all-1g.10gb", {"7g.80gb": 1}),
+            ]
+        )
+        self.fail_plan = fail_plan
+        self.calls: list[tuple[str, datetime, object]] = []
+        self.clock: Clock | None = None
+
+    def make_plan(self, *, end, job):
+        self.calls.append(("plan", datetime.fromtimestamp(end, UTC), None))
+        if self.fail_plan:
+            raise RuntimeError("prometheus down")
+        return self.plan
+
+    def write_report(self, *, end, job, plan, out_dir):
+        self.calls.append(("report", datetime.fromtimestamp(end, UTC), out_dir))
+        return out_dir / "report.html"
+
+    def apply(self, plan, *, settings):
+        nodes = [n.name for n in plan.changed_nodes]
+        self.calls.append(("apply", self.clock.now if self.clock else None, nodes))
+        return ApplyReport(plan.plan_id, "cm", False, False, tuple(NodeOutcome(n, "applied") for n in nodes))
+
+    def fired(self, kind):
+        return [c for c in self.calls if c[0] == kind]
+
+
+def config(tmp_path, **extra):
+    doc = {
+        "prometheus_url": "http://prometheus:9090",
+        "timezone": "Europe/Berlin",
+        "state_dir": str(tmp_path / "state"),
+        "report": {"schedule": "mon 06:00", "price_per_gpu_hour": 2.5},
+        "plan": {"every": "6h"},
+        **extra,
+    }
+    return parse(doc, source="serve.yaml")
+
+
+def start(cfg, jobs, clock):
+    jobs.clock = clock
+    service = Service(cfg, jobs=jobs, clock=clock)
+    sched = ManualScheduler(timezone=cfg.timezone, executors={"default": DebugExecutor()})
+    service.add_jobs(sched)
+    sched.start()
+    return service, sched
+
+
+def tick(sched, clock, until, step=timedelta(minutes=30)):
+    sched._process_jobs()
+    while clock.now < until:
+        clock.now = min(until, clock.now + step)
+        sched._process_jobs()
+
+
+def test_weekly_report_and_plans_fire_at_their_local_times(tmp_path, clock):
+    jobs = FakeJobs()
+    service, sched = start(config(tmp_path), jobs, clock)
+    tick(sched, clock, datetime(2026, 11, 30, 12, 0, tzinfo=BERLIN))
+    reports = jobs.fired("report")
+    assert [r[1] for r in reports] == [
+        datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
+    ]  # Mon 06:00 Berlin = 05:00 UTC
+    assert reports[0][2] == tmp_path / "state" / "reports" / "2026-11-30"
+    plans = [p[1].astimezone(BERLIN).strftime("%a %H:%M") for p in jobs.fired("plan")]
+    assert plans == [
+        "Sat 20:00",
+        "Sun 02:00",
+        "Sun 08:00",
+        "Sun 14:00",
+        "Sun 20:00",
+        "Mon 02:00",
+        "Mon 08:00",
+    ]
+    reg = service.registry()
+    assert reg.get_sample_value("gpupilot_rightsizer_last_plan_success") == 1.0
+    assert reg.get_sample_value("gpupilot_rightsizer_freeable_gpus") == 3.0
+    assert (
+        reg.get_sample_value("gpupilot_rightsizer_last_plan_timestamp_seconds")
+        == datetime(2026, 11, 30, 8, 0, tzinfo=BERLIN).timestamp()
+    )
+    sched.shutdown()
+
+
+def test_missed_runs_are_coalesced_and_stale_reports_skipped(tmp_path, clock):
+    jobs = FakeJobs()
+    _, sched = start(config(tmp_path), jobs, clock)
+    sched._process_jobs()  # the start-up plan
+    clock.now += timedelta(days=2, hours=1)  # asleep from Saturday 20:00 to Monday 21:00
+    sched._process_jobs()
+    assert len(jobs.fired("plan")) == 2  # 8 missed plans → one run, not a burst
+    assert jobs.fired("report") == []  # Monday 06:00 is past its 6-hour grace: skipped, not run late
+    tick(sched, clock, datetime(2026, 12, 7, 6, 30, tzinfo=BERLIN), step=timedelta(hours=1))
+    assert [r[1] for r in jobs.fired("report")] == [datetime(2026, 12, 7, 5, 0, tzinfo=UTC)]
+    sched.shutdown()
+
+
+def test_failed_plan_is_recorded_not_raised(tmp_path, clock):
+    jobs = FakeJobs(fail_plan=True)
+    service, sched = start(config(tmp_path), jobs, clock)
+    sched._process_jobs()
+    reg = service.registry()
+    assert reg.get_sample_value("gpupilot_rightsizer_last_plan_success") == 0.0
+    assert (
+        reg.get_sample_value("gpupilot_rightsizer_job_runs_total", {"job": "plan", "result": "error"}) == 1.0
+    )
+    assert reg.get_sample_value("gpupilot_rightsizer_freeable_gpus") is None
+    sched.shutdown()
+
+
+GUARD = {
+    "enabled": True,
+    "maintenance_window": {"days": ["sun"], "start": "01:00", "end": "05:00"},
+    "max_nodes_per_day": 1,
+    "min_gpus_freed": 1,
+    "check_every": "30m",
+}
+
+
+def test_auto_apply_only_in_the_window_and_within_the_daily_budget(tmp_path, clock):
+    jobs = FakeJobs()
+    service, sched = start(config(tmp_path, auto_apply=GUARD), jobs, clock)
+    tick(sched, clock, datetime(2026, 11, 29, 12, 0, tzinfo=BERLIN))  # through Sunday morning
+    applies = jobs.fired("apply")
+    assert len(applies) == 1
+    when, nodes = applies[0][1], applies[0][2]
+    assert when.astimezone(BERLIN).strftime("%a %H:%M") == "Sun 01:00" and nodes == [
+        "gpu-a"
+    ]  # most GPUs first
+    reg = service.registry()
+    assert reg.get_sample_value("gpupilot_rightsizer_applies_total", {"result": "applied"}) == 1.0
+    assert "max_nodes_per_day=1 reached" in service.state.last_skip or "outside" in service.state.last_skip
+    ledger = json.loads((tmp_path / "state" / "auto-apply-ledger.json").read_text())
+    assert ledger["2026-11-29"] == ["gpu-a"]
+    # next Sunday: the other node (the plan was refreshed every 6 hours in between)
+    tick(sched, clock, datetime(2026, 12, 6, 2, 0, tzinfo=BERLIN), step=timedelta(hours=1))
+    assert [c[2] for c in jobs.fired("apply")] == [["gpu-a"], ["gpu-b"]]
+    sched.shutdown()
+
+
+def test_auto_apply_skips_plans_below_min_gpus_freed(tmp_path, clock):
+    jobs = FakeJobs()
+    guard = {**GUARD, "min_gpus_freed": 5}
+    service, sched = start(config(tmp_path, auto_apply=guard), jobs, clock)
+    tick(sched, clock, datetime(2026, 11, 29, 3, 0, tzinfo=BERLIN))
+    assert jobs.fired("apply") == []
+    assert "below min_gpus_freed=5" in service.state.last_skip
+    sched.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"timezone": None}, "serve.yaml: timezone: required"),
+        ({"timezone": "Mars/Olympus"}, "'Mars/Olympus' is not an IANA time zone"),
+        ({"report": {"schedule": "monday at six"}}, "report.schedule: 'monday at six' is not a schedule"),
+        ({"plan": {"every": "soon"}}, "plan.every: 'soon' is not a duration"),
+        ({"plan": {"evry": "6h"}}, "plan.evry: unknown field"),
+        ({"plan": {"headroom": -1}}, "plan.headroom: must be a number from 0 to 4"),
+        ({"plan": {"idle_threshold": "low"}}, "plan.idle_threshold: must be a number from 0 to 1"),
+        ({"plan": {"min_busy": "1m"}}, "plan.min_busy: must be between 5m and 6h"),
+        (
+            {"auto_apply": {"enabled": True}},
+            "auto_apply.maintenance_window: required when auto_apply.enabled",
+        ),
+        ({"prometheus_url": "prometheus:9090"}, "must start with http://"),
+        ({"report": None, "plan": None}, "configure at least one job"),
+        (
+            {"auto_apply": {"operator_namespace": "GPU_Operator"}},
+            "auto_apply.operator_namespace: must be a Kubernetes name",
+        ),
+    ],
+)
+def test_config_errors_are_one_line(tmp_path, change, message):
+    doc = {
+        "prometheus_url": "http://p:9090",
+        "timezone": "UTC",
+        "report": {"schedule": "mon 06:00"},
+        "plan": {"every": "6h"},
+    }
+    doc.update(change)
+    doc = {k: v for k, v in doc.items() if v is not None}
+    with pytest.raises(ServeConfigError) as err:
+        parse(doc, source="serve.yaml")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_config_file_errors_name_the_line(tmp_path):
+    path = tmp_path / "serve.yaml"
+    path.write_text("prometheus_url: http://p:9090\ntimezone: UTC\nplan:\n  every: 6h\n  max_nodes: 0\n")
+    with pytest.raises(ServeConfigError) as err:
+        load(path)
+    assert str(err.value) == f"{path}:5: plan.max_nodes: must be a whole number >= 1, got 0"
+
+
+def test_operator_namespace_and_configmap_are_settings():
+    doc = {"prometheus_url": "http://p:9090", "timezone": "UTC", "plan": {"every": "6h"}}
+    assert (
+        parse(doc, source="s").auto_apply.operator_namespace,
+        parse(doc, source="s").auto_apply.mig_configmap,
+    ) == (
+        "gpu-operator",
+        None,
+    )
+    doc["auto_apply"] = {"operator_namespace": "nvidia-gpu-operator", "mig_configmap": "my-mig"}
+    auto = parse(doc, source="s").auto_apply
+    assert (auto.operator_namespace, auto.mig_configmap) == ("nvidia-gpu-operator", "my-mig")
+
+
+def test_plan_settings_reach_the_pipeline(tmp_path):
+    cfg = config(tmp_path, plan={"every": "6h", "window": "2d", "headroom": 0.5, "min_busy": "30m"})
+    assert cfg.plan is not None
+    settings = cfg.plan.plan_settings()
+    assert (settings.window_s, settings.headroom, settings.min_busy_s) == (2 * 86400, 0.5, 1800)
+    assert settings.idle_threshold == 0.05 and settings.window_text == "2d"
+    # the report job plans with the same settings over its own window
+    assert cfg.plan.plan_settings(window_s=7 * 86400).record()["headroom"] == 0.5
+
+
+def test_the_shipped_example_is_valid():
+    cfg = load(REPO / "examples" / "rightsizer-serve.yaml")
+    assert cfg.timezone.key == "Europe/Berlin" and cfg.report is not None and not cfg.auto_apply.enabled
+
+
+def test_serve_process_answers_health_and_metrics_and_stops_on_sigterm(tmp_path):
+    port = free_port()
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "prometheus_url": f"http://127.0.0.1:{free_port()}",  # nothing there: the plan job fails, visibly
+                "timezone": "UTC",
+                "listen": f"127.0.0.1:{port}",
+                "state_dir": str(tmp_path / "state"),
+                "plan": {"every": "1h"},
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rightsizer", "serve", "--config", str(cfg)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        metrics = ""
+        while time.monotonic() < deadline:
+            try:
+                metrics = (
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+                )
+                if "gpupilot_rightsizer_last_plan_success 0.0" in metrics:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert "gpupilot_rightsizer_last_plan_success 0.0" in metrics
+        assert 'gpupilot_rightsizer_applies_total{result="applied"} 0.0' in metrics
+        health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read())
+        assert health["status"] == "ok" and [j["id"] for j in health["jobs"]] == ["plan"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert b"received SIGTERM" in proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_http_endpoints_close_slow_and_refuse_oversized_clients(tmp_path, clock):
+    service, sched = start(config(tmp_path), FakeJobs(), clock)
+    limits = Limits(idle_timeout=0.5, max_header_bytes=2048)
+    server = http_server(service, sched, "127.0.0.1", 0, limits=limits).start()
+    try:
+        assert slow_client_is_closed(server.port, within=0.5) < 3
+        assert oversized_header_status(server.port, size=64 * 1024) == 431
+        status, body = get(server.port, "/health")
+        assert status == 200 and json.loads(body)["status"] == "ok"
+        status, body = get(server.port, "/metrics")
+        assert status == 200 and b"gpupilot_rightsizer_job_runs_total" in body
+        assert get(server.port, "/nope")[0] == 404
+    finally:
+        server.close()
+        sched.shutdown(wait=False)
+
+
+def test_bad_config_file_exits_2_with_one_line(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("timezone: [unclosed\n")
+    assert main(["serve", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}") and len(err.strip().splitlines()) == 1

@@ -1,0 +1,267 @@
+"""Backfill: OpenMetrics equal to live snapshots, TSDB blocks a real Prometheus reads, bad ranges, flat memory."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import tracemalloc
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from devkit.prometheus import PrometheusServer
+from exporter.exposition import device_families
+from simulator import backfill, cluster, scenario
+from simulator import cli as sim_cli
+from simulator.backend import SimBackend
+from simulator.cli import backfill_main
+
+EPOCH = 1_767_225_600.0
+SMALL = """
+seed: 3
+epoch: 2026-01-01T00:00:00Z
+nodes:
+  - name: n1
+    gpus: [{model: H100 80GB}, {model: H100 80GB, mig: {"3g.40gb": 1, "1g.10gb": 2}}]
+  - name: n2
+    labels: {nvidia.com/mig.strategy: single}
+    gpus: [{model: A100 40GB, mig: all-3g.20gb}]
+workloads:
+  - {namespace: ai-serving, deployment: llm-inference, replicas: 1, container: vllm, labels: {app: llm-inference},
+     devices: [n1/0], utilization: {pattern: daily, base: 30, peak: 90, noise: 5}, memory_mib: 60000,
+     app_metrics: {inference_queue_depth: {pattern: daily, base: 1, peak: 12, noise: 1}}}
+  - {namespace: team, pod: nb, devices: [n1/1/1g.10gb], utilization: idle}
+  - {namespace: team, pod: job, devices: [n1/1/3g.40gb], utilization: {pattern: bursty, base: 5, peak: 90, every: 1h, duration: 10m}}
+  - {namespace: batch, pod: scorer, devices: [n2/0/3g.20gb], utilization: 40, memory_mib: 9000}
+hpas:
+  - {namespace: ai-serving, name: llm-inference-hpa, target: llm-inference, min_replicas: 1, max_replicas: 4,
+     metrics: [{name: DCGM_FI_DEV_GPU_UTIL, value: 75}]}
+faults:
+  - {kind: gpu_lost, node: n1, gpu: 0, at: 300d2h10m, duration: 10m}
+  - {kind: xid, node: n1, gpu: 1, code: 31, at: 300d2h30m}
+  - {kind: nvml_error, node: n2, gpu: 0, field: DCGM_FI_DEV_POWER_USAGE, at: 300d2h40m, duration: 5m}
+"""
+WINDOW_START = EPOCH + 300 * 86400 + 2 * 3600  # a 2-hour block holding every fault edge
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, scenario.Scenario]:
+    path = tmp_path_factory.mktemp("scenario") / "small.yaml"
+    path.write_text(SMALL)
+    return path, scenario.load(path)
+
+
+def _parse(text: str) -> dict[float, dict[str, float]]:
+    """``{timestamp: {'name{labels}': value}}`` from OpenMetrics lines."""
+    out: dict[float, dict[str, float]] = defaultdict(dict)
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        series, value, ts = line.rsplit(" ", 2)
+        out[float(ts)][series] = float(value)
+    return out
+
+
+def _expected(s: scenario.Scenario, t: float) -> dict[str, float]:
+    fmt = backfill._Formatter()
+    want: dict[str, float] = {}
+    for node in s.nodes:
+        b = SimBackend(s, node=node.name)
+        for fam in device_families(b.snapshot_at(t), hostname=node.name, allocations=b.allocations()):
+            for labels, v in fam.samples:
+                want[fmt.prefix(fam.name, labels).rstrip()] = v
+    for fam in cluster.families(s, t):
+        for labels, v in fam.samples:
+            want[fmt.prefix(fam.name, labels).rstrip()] = v
+    return want
+
+
+def test_window_equals_live_snapshots_at_every_timestamp(small: tuple[Path, scenario.Scenario]) -> None:
+    _, s = small
+    ts = backfill.timestamps(WINDOW_START, WINDOW_START + 7199, 60.0)
+    buf = io.StringIO()
+    n = backfill.write_window(buf, backfill.Backfiller(s).window(ts), ts)
+    got = _parse(buf.getvalue())
+    assert n == sum(len(v) for v in got.values())
+    for t in ts.tolist():
+        assert got[t] == _expected(s, t), t
+    lost_at = WINDOW_START + 600
+    assert any(k.startswith("gpupilot_gpu_lost{") for k in got[lost_at])
+    assert not any(k.startswith("gpupilot_gpu_lost{") for k in got[lost_at + 600])
+    # families are grouped: each TYPE line once per file
+    types = [ln for ln in buf.getvalue().splitlines() if ln.startswith("# TYPE")]
+    assert len(types) == len(set(types))
+
+
+@pytest.mark.prometheus
+def test_cli_backfill_blocks_read_by_real_prometheus(
+    small: tuple[Path, scenario.Scenario], tmp_path: Path
+) -> None:
+    path, s = small
+    out = tmp_path / "data"
+    start, end = WINDOW_START - 3600, WINDOW_START + 7170  # end is inclusive
+    argv = [
+        "--scenario",
+        str(path),
+        "--start",
+        str(start),
+        "--end",
+        str(end),
+        "--step",
+        "30s",
+        "--out",
+        str(out),
+    ]
+    assert backfill_main([*argv, "--keep-openmetrics", "--quiet"]) == 0
+    blocks = [p for p in out.iterdir() if p.is_dir() and len(p.name) == 26]
+    assert len(blocks) == 2  # two 2-hour windows
+    assert backfill_main([*argv, "--quiet"]) == 2  # never twice into the same directory
+    kept = sorted((out / "openmetrics").glob("*.om"))
+    assert kept and all(p.read_text().endswith("# EOF\n") for p in kept)
+    t = WINDOW_START + 1800.0
+    snap = SimBackend(s, node="n1").snapshot_at(t)
+    with PrometheusServer(out, log_file=tmp_path / "prom.log") as prom:
+
+        def query(q: str) -> list[dict[str, object]]:
+            url = f"{prom.url}/api/v1/query?" + urllib.parse.urlencode({"query": q, "time": t})
+            with urllib.request.urlopen(url, timeout=30) as r:
+                return list(json.load(r)["data"]["result"])
+
+        power = query('DCGM_FI_DEV_POWER_USAGE{Hostname="n1",gpu="1"}')
+        assert float(power[0]["value"][1]) == snap.gpus[1].values["DCGM_FI_DEV_POWER_USAGE"]  # type: ignore[index]
+        util = query('DCGM_FI_DEV_GPU_UTIL{Hostname="n1",gpu="0",namespace="ai-serving"}')
+        assert util[0]["metric"]["pod"].startswith("llm-inference-")  # type: ignore[index]
+        assert float(util[0]["value"][1]) == snap.gpus[0].values["DCGM_FI_DEV_GPU_UTIL"]  # type: ignore[index]
+        inst = next(i for i in snap.gpus[1].instances if i.profile == "3g.40gb")
+        act = query(f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID="{inst.gpu_instance_id}",pod="job"}}')
+        assert float(act[0]["value"][1]) == inst.values["DCGM_FI_PROF_GR_ENGINE_ACTIVE"]  # type: ignore[index]
+        assert len(query('kube_pod_status_phase{phase="Running"} == 1')) == 4
+        joined = query("DCGM_FI_DEV_GPU_UTIL * on (namespace, pod) group_left (label_app) kube_pod_labels")
+        assert joined and joined[0]["metric"]["label_app"] == "llm-inference"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--start", "2026-11-02T00:00:00Z", "--end", "2026-11-01T00:00:00Z"], "is not after --start"),
+        (["--days", "1", "--step", "0s"], "--step: '0s' is zero"),
+        (["--days", "1", "--step", "fast"], "--step: 'fast' is not a duration"),
+        (["--start", "now-1d", "--end", "now+1d"], "is in the future"),
+        (["--days", "120"], "more than 90; add --force"),
+        (["--start", "yesterday"], "--start: 'yesterday' is not a time"),
+        (["--start", "now-2d", "--days", "1"], "either --start or --days"),
+        ([], "give --start (e.g. now-7d) or --days N"),
+    ],
+)
+def test_bad_ranges_are_refused_in_one_line(
+    small: tuple[Path, scenario.Scenario],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    message: str,
+) -> None:
+    path, _ = small
+    code = backfill_main(["--scenario", str(path), "--out", str(tmp_path / "d"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "d").exists()
+
+
+def test_bad_scenario_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text("nodes: [{name: a, gpus: [{model: H100 80GB, mig: {'4g.40gb': 2}}]}]\n")
+    assert backfill_main(["--scenario", str(bad), "--days", "1", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}:1: nodes[0].gpus[0].mig:" in err
+
+
+class _DoneProcess:
+    """Stands in for promtool so the test measures the backfill's own memory, quickly."""
+
+    returncode = 0
+
+    def communicate(self) -> tuple[bytes, bytes]:
+        return b"", b""
+
+
+def test_memory_stays_flat_as_days_grow(
+    small: tuple[Path, scenario.Scenario], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, s = small
+    monkeypatch.setattr(backfill, "_start_promtool", lambda *a: _DoneProcess())
+    now = time.time()
+    peaks = []
+    for days in (1, 3):
+        end = now - now % 600
+        settings = backfill.BackfillSettings(
+            start=end - days * 86400, end=end, step=600.0, out_dir=tmp_path / f"d{days}"
+        )
+        tracemalloc.start()
+        stats = backfill.run(s, settings, progress=None)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert stats.windows >= days * 12
+    assert peaks[1] < peaks[0] * 1.25 + 256 * 1024, peaks
+
+
+def test_progress_reports_percent_rate_and_eta() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    bar = backfill._Progress(out, 4)
+    bar.update(1, 1000)
+    bar.update(4, 4000, final=True)
+    text = out.getvalue()
+    assert " 25.0%" in text and "100.0%" in text and "samples/s" in text and "ETA" in text
+
+
+def test_window_follows_the_live_exporters_layout(
+    small: tuple[Path, scenario.Scenario], tmp_path: Path
+) -> None:
+    _, s = small
+    mine = tmp_path / "c.csv"
+    mine.write_text("DCGM_FI_DEV_POWER_USAGE, gauge, p\nDCGM_EXP_GPU_HEALTH_STATUS, gauge, h\n")
+    _, settings, _ = sim_cli.parse_backfill(
+        [
+            "--scenario",
+            "x",
+            "--days",
+            "1",
+            "--out",
+            str(tmp_path),
+            "-f",
+            str(mine),
+            "--mig-series",
+            "per-instance",
+            "--hostname-label",
+            "hostname",
+        ],
+        now=WINDOW_START + 86400,
+    )
+    assert settings.layout is not None
+    ts = backfill.timestamps(WINDOW_START, WINDOW_START + 600, 60.0)
+    buf = io.StringIO()
+    backfill.write_window(buf, backfill.Backfiller(s, layout=settings.layout).window(ts), ts)
+    got = _parse(buf.getvalue())[ts[0]]
+    layout = backfill.backfill_layout(settings.layout)
+    fmt = backfill._Formatter()
+    want = {}
+    for node in s.nodes:
+        b = SimBackend(s, node=node.name)
+        snap = b.snapshot_at(float(ts[0]))
+        for fam in device_families(snap, hostname=node.name, allocations=b.allocations(), layout=layout):
+            for labels, v in fam.samples:
+                want[fmt.prefix(fam.name, labels).rstrip()] = v
+    devices = {k: v for k, v in got.items() if k.startswith(("DCGM_", "gpupilot_"))}
+    assert devices == want
+    power = [k for k in devices if k.startswith("DCGM_FI_DEV_POWER_USAGE{")]
+    assert power and all('hostname="' in k and "Hostname=" not in k for k in power)
+    assert any('GPU_I_ID="' in k for k in power)  # per-instance: the MIG GPU's power on each instance
+    assert not any(k.startswith("DCGM_EXP_") for k in devices)  # windowed series are not backfilled
+    assert layout.selection.unreadable == ("DCGM_EXP_GPU_HEALTH_STATUS",)

@@ -1,0 +1,413 @@
+"""A simulated NVIDIA MIG Manager that follows the real node-label protocol (reference/mig-geometry.md).
+
+It watches every node's ``nvidia.com/mig.config``. When the value changes to a non-empty name:
+
+1. the name must be in the mig-parted config of the ConfigMap that the ClusterPolicy's
+   ``spec.migManager.config.name`` names (default ``default-mig-parted-config``) in the operator
+   namespace, else ``nvidia.com/mig.config.state=failed``;
+2. already applied → ``success``;
+3. every entry that applies to the node's GPUs (``devices``, ``device-filter`` against the model in
+   ``nvidia.com/gpu.product``) must be well formed and have a placement (:func:`mig_geometry.placement.place`),
+   else ``failed``;
+4. ``pending``, with the ``nvidia.com/gpu.deploy.*`` operand labels set to ``paused-for-mig-change``
+   (``nvidia.com/gpu.deploy.client`` too when the node has it: mig-parted >= v0.15.0); then it waits
+   (up to ``client_wait_s``) until no pod remains on the node whose owning DaemonSet has
+   ``nvidia.com/gpu.deploy.client`` in its pod template's ``nodeSelector`` (affinity is not looked
+   at, as in mig-parted); the simulated DaemonSet controller (:mod:`tests.support.kubedouble.daemonsets`)
+   removes those pods when the label changes;
+5. after ``pending_s``: if non-terminated pods still request ``nvidia.com/gpu`` or ``nvidia.com/mig-*``
+   on a GPU the config re-creates → ``failed`` ("In use by another client"); it never evicts anything.
+   As in mig-parted, a GPU whose layout is unchanged is left alone, unless some GPU changes MIG mode
+   (then all are reset); which GPU a pod holds comes from its ``kubedouble.test/gpu-indices``
+   annotation (without it, or when the old layout is unknown, the pod counts as holding every GPU);
+6. optionally ``rebooting`` when MIG mode flips (``with_reboot``), then ``success`` after ``apply_s``,
+   with the operand labels restored to ``true`` and the per-profile GFD labels / allocatable updated.
+
+After a failure it does not retry until the label changes. Every step is journalled as a
+``mig-manager`` action and kept in :attr:`MigManager.log`.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from mig_geometry.catalogue import MODELS, GpuModel, find_model
+from mig_geometry.placement import place
+from tests.support.kubedouble import deviceplugin
+from tests.support.kubedouble.store import Store
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+CONFIG_LABEL = "nvidia.com/mig.config"
+STATE_LABEL = "nvidia.com/mig.config.state"
+DEPLOY_LABELS = (
+    "nvidia.com/gpu.deploy.device-plugin",
+    "nvidia.com/gpu.deploy.gpu-feature-discovery",
+    "nvidia.com/gpu.deploy.dcgm-exporter",
+    "nvidia.com/gpu.deploy.dcgm",
+    "nvidia.com/gpu.deploy.nvsm",
+    "nvidia.com/gpu.deploy.client",
+)
+CLIENT_LABEL = "nvidia.com/gpu.deploy.client"
+PAUSED = "paused-for-mig-change"
+IN_USE = "In use by another client"
+_ENTRY_FIELDS = {"devices", "device-filter", "mig-enabled", "mig-devices"}
+
+
+@dataclass
+class MigManagerSettings:
+    namespace: str = "gpu-operator"
+    """Namespace of the operator (where the mig-parted ConfigMaps live)."""
+    default_configmap: str = "default-mig-parted-config"
+    pending_s: float = 0.02
+    """Time spent in ``pending`` before the in-use check (the real one waits for operands to stop)."""
+    apply_s: float = 0.02
+    with_reboot: bool = False
+    """``WITH_REBOOT=true``: a MIG mode change passes through ``rebooting``."""
+    reboot_s: float = 0.02
+    poll_s: float = 0.05
+    """Fallback poll; every store write wakes the manager at once anyway."""
+    client_wait_s: float = 5.0
+    """How long it waits for third-party GPU client pods to leave (mig-parted: 5 minutes)."""
+    failing_nodes: dict[str, str] = field(default_factory=dict)
+    """node → reason: any new config fails there after ``pending`` (a GPU that will not reset, an
+    Xid error): a failure no plan check can foresee. Going back to the applied config still works."""
+
+
+@dataclass(frozen=True)
+class MigRecord:
+    node: str
+    config: str
+    state: str
+    reason: str = ""
+
+
+def gpu_model_of(labels: dict[str, str]) -> GpuModel | None:
+    product = labels.get("nvidia.com/gpu.product", "")
+    product = product.split("-MIG-")[0].removesuffix("-SHARED")
+    return find_model(product.replace("-", " ")) if product else None
+
+
+GPU_INDICES_ANNOTATION = "kubedouble.test/gpu-indices"
+"""On a pod: the GPU indices the device plugin gave it (``"0,2"``), which the Kubernetes API does not
+show; a pod without it may hold any GPU of its node."""
+
+
+def gpu_layouts(entries: Any, count: int) -> dict[int, tuple[bool, tuple[tuple[str, int], ...]]]:
+    """GPU index → (MIG enabled, sorted non-zero mig-devices) for a mig-parted config's entries."""
+    out: dict[int, tuple[bool, tuple[tuple[str, int], ...]]] = {}
+    for entry in entries if isinstance(entries, list) else []:
+        devices = entry.get("devices", "all")
+        indices = range(count) if devices == "all" else [d for d in devices if isinstance(d, int)]
+        devs = tuple(sorted((k, v) for k, v in (entry.get("mig-devices") or {}).items() if v))
+        for i in indices:
+            out[i] = (bool(entry.get("mig-enabled")), devs)
+    return out
+
+
+def reconfigured_gpus(old: Any, new: Any, count: int) -> set[int] | None:
+    """What ``nvidia-mig-parted apply`` destroys going from config ``old`` to ``new``: ``None`` (every
+    GPU) when the old layout is unknown or a GPU changes MIG mode (mode.go clears every GPU and
+    resets them all), else the GPUs whose mig-devices differ (config.go skips the others)."""
+    if old is None:
+        return None
+    before, after = gpu_layouts(old, count), gpu_layouts(new, count)
+    changed = {i for i in after if before.get(i) != after[i]}
+    if any(before.get(i, (after[i][0], ()))[0] != after[i][0] for i in after):
+        return None
+    return changed
+
+
+def node_gpu_holders(store: Store, node: str, gpus: set[int] | None = None) -> list[str]:
+    """``ns/name`` of non-terminated pods on ``node`` that request whole GPUs or MIG devices (only
+    those that may hold one of ``gpus`` when it is given)."""
+    out = []
+    for pod in store.list("/pods"):
+        if pod.get("spec", {}).get("nodeName") != node:
+            continue
+        held = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_INDICES_ANNOTATION)
+        if gpus is not None and held is not None and not {int(i) for i in held.split(",") if i} & gpus:
+            continue
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for c in pod.get("spec", {}).get("containers", []):
+            res = c.get("resources") or {}
+            names = set(res.get("limits") or {}) | set(res.get("requests") or {})
+            if any(n == "nvidia.com/gpu" or n.startswith("nvidia.com/mig-") for n in names):
+                out.append(f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']}")
+                break
+    return out
+
+
+def default_mig_configs() -> dict[str, list[dict[str, Any]]]:
+    """The operator's built-in config names, generated from the catalogue (one entry per model)."""
+    configs: dict[str, list[dict[str, Any]]] = {
+        "all-disabled": [{"devices": "all", "mig-enabled": False}],
+        "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+    }
+    for model in MODELS:
+        if not model.mig_capable:
+            continue
+        dfilter = [model.device_filter(d) for d in model.device_ids]
+        for prof in model.profiles:
+            if prof.media_extensions:
+                continue
+            count = prof.max_count
+            while count > 0 and not place(model, {prof.name: count}).ok:
+                count -= 1
+            configs.setdefault(f"all-{prof.name}", []).append(
+                {
+                    "devices": "all",
+                    "device-filter": dfilter,
+                    "mig-enabled": True,
+                    "mig-devices": {prof.name: count},
+                }
+            )
+        by_id = {p.gi_profile_id: p.name for p in model.profiles}
+        if model.compute_slices == 7:
+            balanced = {by_id[19]: 2, by_id[14]: 1, by_id[9]: 1}
+        else:
+            small = min(model.profiles, key=lambda p: p.compute_slices)
+            mid = next(p for p in model.profiles if p.compute_slices == 2)
+            balanced = {small.name: 2, mid.name: 1}
+        configs.setdefault("all-balanced", []).append(
+            {"devices": "all", "device-filter": dfilter, "mig-enabled": True, "mig-devices": balanced}
+        )
+    return configs
+
+
+@functools.cache
+def _default_text() -> str:
+    return yaml.dump({"version": "v1", "mig-configs": default_mig_configs()}, Dumper=_Dumper, sort_keys=False)
+
+
+def default_configmap(settings: MigManagerSettings) -> dict[str, Any]:
+    text = _default_text()
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": settings.default_configmap, "namespace": settings.namespace},
+        "data": {"config.yaml": text},
+    }
+
+
+class MigManager:
+    def __init__(self, store: Store, settings: MigManagerSettings) -> None:
+        self.store = store
+        self.settings = settings
+        self.applied: dict[str, str] = {}
+        """Node → the config actually on its GPUs."""
+        self.log: list[MigRecord] = []
+        self._seen: dict[str, str] = {}
+        self._busy: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kubedouble-mig-manager", daemon=True)
+        self._workers: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self.store.changed:
+            self.store.changed.notify_all()
+        self._thread.join(timeout=5)
+        for w in self._workers:
+            w.join(timeout=5)
+
+    def states(self, node: str) -> list[str]:
+        return [r.state for r in self.log if r.node == node]
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self.store.changed:
+                self.store.changed.wait(timeout=self.settings.poll_s)
+            for node in self.store.list("/nodes"):
+                name = node["metadata"]["name"]
+                labels = node["metadata"].get("labels") or {}
+                want = labels.get(CONFIG_LABEL, "")
+                if name in self._busy or not want or self._seen.get(name) == want:
+                    continue
+                self._seen[name] = want
+                if self.applied.get(name) == want and labels.get(STATE_LABEL) == "success":
+                    continue
+                self._busy.add(name)
+                worker = threading.Thread(target=self._reconcile, args=(name, want), daemon=True)
+                self._workers.append(worker)
+                worker.start()
+
+    def _configmap_name(self) -> str:
+        for cp in self.store.list("nvidia.com/clusterpolicies"):
+            name = ((cp.get("spec") or {}).get("migManager") or {}).get("config", {}).get("name")
+            if name:
+                return str(name)
+        return self.settings.default_configmap
+
+    def _configs(self) -> tuple[str, dict[str, Any] | None, str]:
+        cm_name = self._configmap_name()
+        cm = self.store.get("/configmaps", self.settings.namespace, cm_name)
+        if cm is None:
+            return cm_name, None, f"ConfigMap {self.settings.namespace}/{cm_name} not found"
+        data = cm.get("data") or {}
+        text = data.get("config.yaml") or next(iter(data.values()), "")
+        try:
+            doc = yaml.load(text, Loader=_Loader) or {}
+        except yaml.YAMLError as exc:
+            return cm_name, None, f"ConfigMap {cm_name}: invalid YAML: {exc}"
+        return cm_name, dict(doc.get("mig-configs") or {}), ""
+
+    def _set(
+        self, node: str, config: str, state: str, reason: str = "", *, deploy: str | None = None
+    ) -> None:
+        def change(obj: dict[str, Any]) -> None:
+            labels = obj["metadata"].setdefault("labels", {})
+            labels[STATE_LABEL] = state
+            if deploy is not None:
+                for key in DEPLOY_LABELS:
+                    if key in labels:
+                        labels[key] = deploy
+
+        self.store.update("/nodes", "", node, change)
+        self.log.append(MigRecord(node, config, state, reason))
+        self.store.record("mig-manager", "nodes", "", node, config=config, state=state, reason=reason)
+
+    def _check(self, labels: dict[str, str], entries: Any) -> str:
+        """'' when the config can be applied to this node's GPUs, else the reason."""
+        model = gpu_model_of(labels)
+        count = int(labels.get("nvidia.com/gpu.count", "1") or 1)
+        if not isinstance(entries, list) or not entries:
+            return "config must be a non-empty list of device entries"
+        matched = 0
+        for entry in entries:
+            unknown = set(entry) - _ENTRY_FIELDS if isinstance(entry, dict) else {"<not a mapping>"}
+            if unknown:
+                return f"unknown field(s) {sorted(unknown)} in config entry"
+            filt = entry.get("device-filter")
+            if filt is not None:
+                filters = [filt] if isinstance(filt, str) else list(filt)
+                ids = {int(str(f), 16) >> 16 for f in filters}
+                if model is None or not ids & set(model.device_ids):
+                    continue
+            devices = entry.get("devices", "all")
+            if devices != "all" and not any(isinstance(d, int) and d < count for d in devices):
+                continue
+            matched += 1
+            if entry.get("mig-enabled"):
+                if model is None:
+                    return f"unknown GPU product {labels.get('nvidia.com/gpu.product', '')!r}"
+                result = place(model, dict(entry.get("mig-devices") or {}))
+                if not result.ok and entry.get("mig-devices"):
+                    return f"invalid MIG layout: {result.reason}"
+        if not matched:
+            return "no config entry matches this node's GPUs"
+        return ""
+
+    def _reconcile(self, node: str, want: str) -> None:
+        try:
+            self._reconcile_inner(node, want)
+        finally:
+            self._busy.discard(node)
+            with self.store.changed:
+                self.store.changed.notify_all()
+
+    def _reconcile_inner(self, node: str, want: str) -> None:
+        cm_name, configs, error = self._configs()
+        if configs is None or want not in configs:
+            self._set(node, want, "failed", error or f'config "{want}" not found in ConfigMap {cm_name}')
+            return
+        if self.applied.get(node) == want:
+            self._set(node, want, "success", "already applied")
+            return
+        obj = self.store.get("/nodes", "", node)
+        if obj is None:
+            return
+        reason = self._check(obj["metadata"].get("labels") or {}, configs[want])
+        if reason:
+            self._set(node, want, "failed", reason)
+            return
+        has_clients = bool((obj["metadata"].get("labels") or {}).get(CLIENT_LABEL))
+        self._set(node, want, "pending", deploy=PAUSED)
+        time.sleep(self.settings.pending_s)
+        if has_clients and not self._wait_for_clients(node):
+            self._set(node, want, "failed", "timeout waiting for GPU client pods to stop", deploy="true")
+            return
+        broken = self.settings.failing_nodes.get(node)
+        if broken:
+            self._set(node, want, "failed", broken, deploy="true")
+            return
+        count = int((obj["metadata"].get("labels") or {}).get("nvidia.com/gpu.count", "1") or 1)
+        previous = configs.get(self.applied.get(node, ""))
+        holders = node_gpu_holders(self.store, node, reconfigured_gpus(previous, configs[want], count))
+        if holders:
+            self._set(node, want, "failed", f"{IN_USE}: {', '.join(holders)}", deploy="true")
+            return
+        was_enabled = self._enabled(configs.get(self.applied.get(node, ""), []))
+        if self.settings.with_reboot and was_enabled != self._enabled(configs[want]):
+            self._set(node, want, "rebooting")
+            time.sleep(self.settings.reboot_s)
+        time.sleep(self.settings.apply_s)
+        self.applied[node] = want
+        self._publish(node, configs[want])
+        self._set(node, want, "success", deploy="true")
+
+    def _client_pods(self, node: str) -> list[str]:
+        """Pods on ``node`` owned by a DaemonSet whose template nodeSelector has the client key."""
+        daemonsets = {ds["metadata"]["uid"]: ds for ds in self.store.list("apps/daemonsets")}
+        out = []
+        for pod in self.store.list("/pods"):
+            if pod.get("spec", {}).get("nodeName") != node:
+                continue
+            for owner in pod["metadata"].get("ownerReferences") or []:
+                ds = daemonsets.get(owner.get("uid", "")) if owner.get("kind") == "DaemonSet" else None
+                selector = ((ds or {}).get("spec", {}).get("template", {}).get("spec", {})).get(
+                    "nodeSelector"
+                ) or {}
+                if CLIENT_LABEL in selector:
+                    out.append(f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']}")
+        return out
+
+    def _wait_for_clients(self, node: str) -> bool:
+        deadline = time.monotonic() + self.settings.client_wait_s
+        waited: list[str] = []
+        while True:
+            left = self._client_pods(node)
+            if not left:
+                if waited:
+                    self.store.record("mig-manager", "pods", "", node, waited_for=sorted(set(waited)))
+                return True
+            waited.extend(left)
+            if time.monotonic() > deadline or self._stop.is_set():
+                return False
+            with self.store.changed:
+                self.store.changed.wait(timeout=self.settings.poll_s)
+
+    @staticmethod
+    def _enabled(entries: Any) -> bool:
+        return any(isinstance(e, dict) and e.get("mig-enabled") for e in entries or [])
+
+    def _publish(self, node: str, entries: list[dict[str, Any]]) -> None:
+        """What GPU Feature Discovery and the device plugin publish afterwards (:mod:`.deviceplugin`)."""
+
+        def change(obj: dict[str, Any]) -> None:
+            deviceplugin.publish(obj, node_resources(obj["metadata"].get("labels") or {}, entries))
+
+        self.store.update("/nodes", "", node, change)
+
+
+def node_resources(labels: dict[str, str], entries: Any) -> dict[str, int]:
+    """The extended resources a node with these GFD labels advertises under config ``entries``."""
+    count = int(labels.get("nvidia.com/gpu.count", "1") or 1)
+    layout = deviceplugin.per_gpu(entries, model=gpu_model_of(labels), count=count)
+    try:
+        replicas = int(labels.get(deviceplugin.REPLICAS_LABEL, "1") or 1)
+    except ValueError:
+        replicas = 1
+    strategy = labels.get(deviceplugin.STRATEGY_LABEL, "mixed") or "mixed"
+    return deviceplugin.advertised(layout, strategy=strategy, replicas=replicas)
