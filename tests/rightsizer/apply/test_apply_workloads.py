@@ -23,6 +23,7 @@ import yaml
 
 from rightsizer.apply import protocol as proto
 from rightsizer.apply import workloads as wl
+from rightsizer.cli import main
 from rightsizer.plan.model import DisruptedPod, HeldDevice, Plan, TargetDevice, plan_id_for
 from tests.rightsizer.apply.test_apply import run_apply
 from tests.support.kubedouble import KubeDouble
@@ -382,3 +383,63 @@ def test_a_statefulset_is_resized_too(kind):
         assert template_limits(kube, "db", kind) == {MIG1: "1"}
         (now,) = live_pods(kube)
         assert now["metadata"]["name"] == "db-0" and limits(now["spec"]) == {MIG1: "1"}
+
+
+def test_dry_run_prints_the_template_patches_and_they_run_as_printed(tmp_path, capsys):
+    with KubeDouble() as kube:
+        (pod,) = seed_reports(kube)
+        plan_file = write_plan(
+            resize_plan("gpu-a", "all-3g.40gb", {"1g.10gb": 7}, [("ml", pod, "1g.10gb")]),
+            tmp_path / "plan.json",
+        )
+        kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+        before = kube.snapshot()
+        args = [
+            "apply",
+            "--plan",
+            str(plan_file),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--repoint-cluster-policy",
+        ]
+        assert main([*args, "--dry-run"]) == 0
+        script = capsys.readouterr().out
+        assert kube.snapshot() == before
+        (patch,) = [ln for ln in script.splitlines() if ln.startswith("kubectl patch deployment")]
+        assert patch.startswith("kubectl patch deployment reports --namespace ml --type=merge -p ")
+        assert f"# deployment/ml/reports: {MIG3}: 1 → {MIG1}: 1 (pods ml/{pod})" in script
+        assert script.index("kubectl cordon gpu-a") < script.index(patch) < script.index("/eviction")
+        assert "kubectl rollout status deployment/reports --namespace ml" in script
+        done = subprocess.run(
+            ["bash", "-c", patch],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert template_limits(kube, "reports") == {MIG1: "1"}
+
+
+def test_dry_run_says_when_a_node_would_be_refused(tmp_path, capsys):
+    with KubeDouble() as kube:
+        kube.add_node("gpu-a", gpus=1, mig_config="all-3g.40gb")
+        kube.add_pod("notebook", namespace="ml", node="gpu-a", resources={MIG3: 1}, owner=None)
+        plan_file = write_plan(
+            resize_plan("gpu-a", "all-3g.40gb", {"1g.10gb": 7}, [("ml", "notebook", "1g.10gb")]),
+            tmp_path / "plan.json",
+        )
+        kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+        argv = [
+            "apply",
+            "--plan",
+            str(plan_file),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--repoint-cluster-policy",
+        ]
+        assert main([*argv, "--dry-run"]) == 0
+        script = capsys.readouterr().out
+        assert "# node gpu-a: refused, nothing would change: pod ml/notebook has no controller" in script
+        assert "kubectl cordon gpu-a" not in script
