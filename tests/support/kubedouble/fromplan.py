@@ -98,14 +98,24 @@ def seed(kube: KubeDouble, plan: dict[str, Any]) -> dict[str, int]:
     for (ns, base, node, req_text), members in sorted(groups.items()):
         used[(ns, base)] += 1
         name = base if used[(ns, base)] == 1 else f"{base}-{used[(ns, base)]}"
-        _deployment(kube, ns, name, node, json.loads(req_text), members)
+        add_deployment(kube, namespace=ns, name=name, node=node, requests=json.loads(req_text), pods=members)
         pods += len(members)
     return {"nodes": len(nodes), "deployments": len(groups), "pods": pods}
 
 
-def _deployment(
-    kube: KubeDouble, ns: str, name: str, node: str, requests: dict[str, str], members: list[dict[str, Any]]
+def add_deployment(
+    kube: KubeDouble,
+    *,
+    namespace: str,
+    name: str,
+    node: str,
+    requests: dict[str, str],
+    pods: list[dict[str, Any]],
 ) -> None:
+    """A Deployment (``nodeSelector`` on ``node``, one container asking ``requests``) whose current
+    ReplicaSet owns ``pods`` (plan-shaped: ``name`` and ``devices`` with their ``gpu``), bound to
+    ``node``, Running and Ready."""
+    ns, members = namespace, pods
     template = {
         "metadata": {"labels": {"app": name}},
         "spec": {
