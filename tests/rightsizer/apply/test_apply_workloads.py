@@ -385,7 +385,7 @@ def test_a_statefulset_is_resized_too(kind):
         assert now["metadata"]["name"] == "db-0" and limits(now["spec"]) == {MIG1: "1"}
 
 
-def test_dry_run_prints_the_template_patches_and_they_run_as_printed(tmp_path, capsys):
+def test_dry_run_prints_the_template_patches_and_the_script_runs_as_printed(tmp_path, capsys):
     with KubeDouble() as kube:
         (pod,) = seed_reports(kube)
         plan_file = write_plan(
@@ -402,24 +402,30 @@ def test_dry_run_prints_the_template_patches_and_they_run_as_printed(tmp_path, c
             str(kubeconfig),
             "--repoint-cluster-policy",
         ]
-        assert main([*args, "--dry-run"]) == 0
+        assert main([*args, "--configmap-sync", "0", "--settle-timeout", "60s", "--dry-run"]) == 0
         script = capsys.readouterr().out
         assert kube.snapshot() == before
         (patch,) = [ln for ln in script.splitlines() if ln.startswith("kubectl patch deployment")]
         assert patch.startswith("kubectl patch deployment reports --namespace ml --type=merge -p ")
         assert f"# deployment/ml/reports: {MIG3}: 1 → {MIG1}: 1 (pods ml/{pod})" in script
         assert script.index("kubectl cordon gpu-a") < script.index(patch) < script.index("/eviction")
-        assert "kubectl rollout status deployment/reports --namespace ml" in script
+        rollout = "kubectl rollout status deployment/reports --namespace ml --timeout=60s"
+        assert script.index("kubectl uncordon gpu-a") < script.index(rollout)
+        # the script is exact: bash + kubectl against the same API server resize the workload
         done = subprocess.run(
-            ["bash", "-c", patch],
+            ["bash", "-c", script],
             env={**os.environ, "KUBECONFIG": str(kubeconfig)},
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=180,
             check=False,
         )
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert 'deployment "reports" successfully rolled out' in done.stdout
         assert template_limits(kube, "reports") == {MIG1: "1"}
+        assert kube.annotations("gpu-a")[proto.ANN_STEP] == "done"
+        (now,) = live_pods(kube)
+        assert limits(now["spec"]) == {MIG1: "1"} and now["spec"]["nodeName"] == "gpu-a"
 
 
 def test_dry_run_says_when_a_node_would_be_refused(tmp_path, capsys):

@@ -149,8 +149,15 @@ class WorkloadControllers:
             )
         self._scale(current, desired)
         old = [rs for rs in owned if rs["metadata"]["name"] != current["metadata"]["name"]]
+        self._rollout(d, old, current, desired)
+        self._status(d, current, owned)
+
+    def _rollout(
+        self, d: dict[str, Any], old: list[dict[str, Any]], current: dict[str, Any], desired: int
+    ) -> None:
         if not old:
             return
+        spec, ns = d.get("spec") or {}, d["metadata"].get("namespace", "default")
         strategy = spec.get("strategy") or {}
         if strategy.get("type") == "Recreate":
             keep = 0
@@ -170,6 +177,33 @@ class WorkloadControllers:
             self._scale(rs, min(keep, int((rs.get("spec") or {}).get("replicas", 0))))
             keep -= int((rs.get("spec") or {}).get("replicas", 0))
             keep = max(0, keep)
+
+    def _status(self, d: dict[str, Any], current: dict[str, Any], owned: list[dict[str, Any]]) -> None:
+        """``syncRolloutStatus``: what ``kubectl rollout status`` reads (minReadySeconds 0: Ready is available)."""
+        ns = d["metadata"].get("namespace", "default")
+        sets = [*owned, current]
+        mine = [
+            p
+            for p in self.store.list(PODS, ns)
+            if _active(p) and any(_owned_by(p, "ReplicaSet", rs) for rs in sets)
+        ]
+        updated = [p for p in mine if _owned_by(p, "ReplicaSet", current)]
+        ready = sum(1 for p in mine if _ready(p))
+        status = {
+            "observedGeneration": int(d["metadata"].get("generation") or 1),
+            "replicas": len(mine),
+            "updatedReplicas": len(updated),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "unavailableReplicas": max(0, len(mine) - ready),
+        }
+        if d.get("status") == status:
+            return
+
+        def change(o: dict[str, Any]) -> None:
+            o["status"] = status
+
+        self.store.update(DEPLOYMENTS, ns, d["metadata"]["name"], change)
 
     def _scale(self, rs: dict[str, Any], replicas: int) -> None:
         if int((rs.get("spec") or {}).get("replicas", 0)) == replicas:
