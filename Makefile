@@ -8,13 +8,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help venv prometheus victoriametrics helm kubectl docs test lint unit demo bench clean protos dashboards manifests rules-test history history
+.PHONY: help venv prometheus victoriametrics helm kubectl docs test lint unit pytest demo bench clean protos dashboards manifests rules-test history images image-tools
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
 	@echo "make test   lint, type checks, import contracts, promtool rule tests and pytest"
 	@echo "make bench  benchmarks, each beside its baseline, ratios printed"
 	@echo "make lint   ruff + mypy + import-linter only"
+	@echo "make images the three service images (buildah, no Docker) into dist/images/*.oci.tar, each started once"
+	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
 	@echo "make docs   build the documentation site into .site/ (mkdocs --strict)"
 	@echo "make manifests  regenerate dashboards/*.json and deploy/monitoring from their sources"
 
@@ -70,6 +72,26 @@ $(BIN)/helm: | $(STAMP)
 
 helm: $(BIN)/helm
 
+# Debian's buildah (vfs storage, chroot isolation: no daemon) and mmdebstrap (the Debian base).
+image-tools:
+	@if command -v buildah >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1; then \
+		true; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "==> installing Debian's buildah and mmdebstrap packages"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah mmdebstrap >/dev/null \
+		|| { echo "error: apt-get install buildah mmdebstrap failed; install them by hand and rerun"; exit 1; }; \
+	else \
+		echo "error: buildah and mmdebstrap are needed; run 'sudo apt-get install buildah mmdebstrap' (Debian/Ubuntu) and rerun"; \
+		exit 1; \
+	fi
+
+# dist/images/gpupilot-{exporter,adapter,rightsizer}.oci.tar, each started once (devkit/images.py).
+# As root (buildah's chroot isolation and mmdebstrap's root mode). IMAGE_REPOSITORY / IMAGE_TAG name them.
+IMAGE_REPOSITORY ?= ghcr.io/gpupilot/gpupilot
+IMAGE_TAG ?=
+images: venv image-tools
+	$(BIN)/python -m devkit.images --repository $(IMAGE_REPOSITORY) $(if $(IMAGE_TAG),--tag $(IMAGE_TAG))
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check . || { echo "hint: run '$(BIN)/ruff format .'"; exit 1; }
@@ -80,10 +102,19 @@ rules-test: prometheus
 	promtool check rules rules/*.rules.yaml
 	promtool test rules rules/tests/*.test.yaml
 
-unit: venv prometheus victoriametrics helm kubectl
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
+# pytest-xdist workers: more than the cores, since many tests wait on servers they started.
+PYTEST_WORKERS ?= 4
+PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
-test: venv prometheus victoriametrics helm kubectl lint rules-test docs unit
+# Every test (what `make test` runs after the static checks).
+pytest: venv prometheus victoriametrics helm kubectl
+	$(PYTEST) $(PYTEST_ARGS)
+
+# The inner loop: the tests that start no Prometheus and are not marked slow.
+unit: venv
+	$(PYTEST) -m "not prometheus and not slow" $(PYTEST_ARGS)
+
+test: venv prometheus victoriametrics helm kubectl lint rules-test docs pytest
 
 # The documentation site (docs/, mkdocs + Material) into .site/; --strict: a broken link, anchor or
 # nav entry fails the build, and `make test` runs it.

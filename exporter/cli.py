@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
-from exporter import counters, webconfig, windows
+from exporter import counters, dcgmflags, webconfig, windows
 from exporter.backend import Backend
 from exporter.collector import AllocationsSource, Collector
 from exporter.errors import ConfigError
@@ -61,7 +61,10 @@ def build_parser() -> _Parser:
         epilog=(
             "HTTP: /metrics (text 0.0.4, OpenMetrics when asked, gzip when accepted), "
             "/health (process alive), /ready (503 until a collection succeeded or when the last "
-            "good one is older than 3 intervals)."
+            "good one is older than 3 intervals). dcgm-exporter's options and DCGM_EXPORTER_* "
+            "variables are accepted too (-a/--address, -c/--collect-interval in ms, -k, -f, "
+            "--web-config-file, …); one it cannot honour stops with a line saying why "
+            "(docs/exporter.md)."
         ),
     )
     p.add_argument(
@@ -156,10 +159,17 @@ def build_parser() -> _Parser:
         "implies --kubernetes, and with --backend sim replaces the scenario's own pods",
     )
     p.add_argument(
+        "--kubernetes-enable-dra",
+        action="store_true",
+        help="also attribute GPUs that Dynamic Resource Allocation assigned (dcgm-exporter's flag of "
+        "the same name; $KUBERNETES_ENABLE_DRA)",
+    )
+    p.add_argument(
         "--web-config",
         type=Path,
         metavar="FILE",
-        help="TLS and basic-auth settings in the Prometheus exporter-toolkit format",
+        help="TLS and basic-auth settings in the Prometheus exporter-toolkit format "
+        "(dcgm-exporter: --web-config-file)",
     )
     p.add_argument(
         "--once",
@@ -185,8 +195,9 @@ def parse_listen(text: str) -> ListenAddress:
 
 def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None) -> Settings:
     """Flags → Settings; raises ConfigError (one line) for values argparse cannot check."""
-    args = build_parser().parse_args(list(argv))
     env = os.environ if environ is None else environ
+    # dcgm-exporter's flags and DCGM_EXPORTER_* variables become ours (or one refusing line).
+    args = build_parser().parse_args(dcgmflags.translate(argv, env))
     timeout = args.collect_timeout if args.collect_timeout is not None else min(5.0, args.interval)
     if timeout <= 0 or timeout > args.interval:
         raise ConfigError(
@@ -207,11 +218,8 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
                 f"{flag} {ms:g}: the window holds more than {windows.MAX_ENTRIES} collections at "
                 f"--interval {args.interval:g}; shorten the window or raise --interval"
             )
-    collectors = args.collectors or (
-        Path(env["DCGM_EXPORTER_COLLECTORS"]) if env.get("DCGM_EXPORTER_COLLECTORS") else None
-    )
-    if collectors is not None:
-        selection = counters.select(counters.load(collectors))
+    if args.collectors is not None:
+        selection = counters.select(counters.load(args.collectors))
     else:
         selection = counters.gpupilot_default()
     layout = SeriesLayout(
@@ -232,6 +240,7 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
         kubernetes=args.kubernetes or args.pod_resources_socket is not None,
         pod_resources_socket=args.pod_resources_socket or DEFAULT_POD_RESOURCES_SOCKET,
         pod_resources_socket_given=args.pod_resources_socket is not None,
+        enable_dra=args.kubernetes_enable_dra,
         web_config=args.web_config,
         once=args.once,
         log_level=args.log_level,

@@ -90,8 +90,8 @@ def _field_samples(
     name = spec.name
     if name == fields.XID_FIELD.name:
         last = gpu.last_xid
-        if last is None:
-            return []
+        if last is None:  # no Xid since the exporter started: 0, as dcgm-exporter publishes it
+            return [((("err_code", "0"),), 0.0)]
         return [((("err_code", str(last.code)), ("err_msg", xid_message(last.code))), float(last.code))]
     if name == fields.EXP_XID_COUNT.name:
         return [] if window is None else _window_samples(window.xid, "xid", layout.xid_window_s)

@@ -51,6 +51,9 @@ class Settings:
     pod_resources_socket_given: bool = False
     """True when ``--pod-resources-socket`` was on the command line (then it wins over the simulator's
     own allocations in sim mode)."""
+    enable_dra: bool = False
+    """Attribute GPUs allocated through Dynamic Resource Allocation (``--kubernetes-enable-dra``, as
+    dcgm-exporter's flag and ``$KUBERNETES_ENABLE_DRA``); device-plugin allocations are always read."""
     web_config: Path | None = None
     """exporter-toolkit web config (TLS, basic auth); plain HTTP without it."""
     once: bool = False

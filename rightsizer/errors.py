@@ -14,8 +14,11 @@ RightsizerError                   one line a user can act on; exit 1
 │   └── PermanentKubeError        403, 404, 422, …: do not retry
 ├── ConfigMapError                the cluster's MIG ConfigMap cannot be merged (apply.configmap)
 ├── ApplyError                    apply cannot proceed                   (apply.settings)
-├── NoInventoryError              Prometheus has no GPUs to plan for     (plan.pipeline)
-└── InconsistentPlanError         a bug guard: pods would not fit a layout (plan.pipeline)
+└── NoInventoryError              Prometheus has no GPUs to plan for     (plan.pipeline)
+```
+A node whose proposal fails an internal check is not an error of the run: it is left as it is, with
+the reason in the plan's notes (:func:`rightsizer.plan.build.build_plan`).
+```
 ```
 Each class lives beside the code that raises it; this module holds the roots only.
 """

@@ -18,7 +18,7 @@ import numpy as np
 
 from exporter.exposition import Family, LabelPairs
 from simulator import identity, patterns
-from simulator.model import Hpa, Pod, Scenario
+from simulator.model import Hpa, PendingPod, Pod, Scenario
 from simulator.patterns import Array
 
 ValueFn = Callable[[Array], Array]
@@ -88,6 +88,8 @@ def series(scenario: Scenario) -> list[Series]:
     _nodes(scenario, out)
     for pod in scenario.pods:
         _pod(scenario, pod, out)
+    for pending in scenario.pending:
+        _pending(scenario, pending, out)
     _deployments(scenario, out)
     for hpa in scenario.hpas:
         _hpa(scenario, hpa, out)
@@ -174,6 +176,49 @@ def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
                 _app_metric_fn(scenario, pod, name),
             )
         )
+
+
+def _pending(scenario: Scenario, pod: PendingPod, out: list[Series]) -> None:
+    """A pod no node can take: phase Pending, no node, and its GPU request as kube-state-metrics
+    publishes it (``resource="nvidia_com_mig_1g_10gb"``, ``unit="integer"``)."""
+    uid = identity.pod_uid(scenario.seed, pod.namespace, pod.name)
+    base: LabelPairs = (("namespace", pod.namespace), ("pod", pod.name), ("uid", uid))
+    info = (*base, ("node", ""), ("created_by_kind", "<none>"), ("created_by_name", "<none>"))
+    out.append(
+        Series(
+            "kube_pod_info",
+            "gauge",
+            "Information about pod.",
+            (*info, ("priority_class", ""), ("host_network", "false")),
+            1.0,
+        )
+    )
+    for phase in _PHASES:
+        out.append(
+            Series(
+                "kube_pod_status_phase",
+                "gauge",
+                "The pods current phase.",
+                (*base, ("phase", phase)),
+                1.0 if phase == "Pending" else 0.0,
+            )
+        )
+    out.append(
+        Series(
+            "kube_pod_container_resource_requests",
+            "gauge",
+            "The number of requested request resource by a container.",
+            (
+                ("namespace", pod.namespace),
+                ("pod", pod.name),
+                ("container", "main"),
+                ("node", ""),
+                ("resource", _resource(pod.resource.removeprefix("nvidia.com/"))),
+                ("unit", "integer"),
+            ),
+            float(pod.count),
+        )
+    )
 
 
 def _resources(scenario: Scenario, pod: Pod, out: list[Series]) -> None:

@@ -127,6 +127,17 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class PendingPod:
+    """A pod the scheduler cannot place (phase Pending): what it requests, for kube-state-metrics."""
+
+    namespace: str
+    name: str
+    resource: str
+    """``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``."""
+    count: int = 1
+
+
+@dataclass(frozen=True)
 class Scenario:
     path: str
     seed: int
@@ -135,6 +146,8 @@ class Scenario:
     workloads: tuple[Workload, ...]
     hpas: tuple[Hpa, ...]
     faults: tuple[Fault, ...]
+    pending: tuple[PendingPod, ...] = ()
+    """Pods waiting for GPUs no node offers (published as Pending with their requests)."""
 
     @property
     def pods(self) -> tuple[Pod, ...]:

@@ -36,6 +36,7 @@ from simulator.scenario_parse import (
     parse_faults,
     parse_hpas,
     parse_pattern,
+    parse_pending,
 )
 
 
@@ -50,7 +51,7 @@ def loads(text: str, *, name: str = "<scenario>") -> Scenario:
     return _build(Ctx(doc), doc.data)
 
 
-_TOP = {"seed", "epoch", "nodes", "workloads", "hpas", "faults", "description"}
+_TOP = {"seed", "epoch", "nodes", "workloads", "hpas", "faults", "pending", "description"}
 _NODE = {"name", "labels", "gpus", "driver_version"}
 _GPU = {"model", "count", "mig", "driver_version"}
 _WORKLOAD = {
@@ -91,7 +92,8 @@ def _build(ctx: Ctx, doc: object) -> Scenario:
     deployments = {(w.namespace, w.name) for w in workloads if w.kind == "Deployment"}
     hpas = parse_hpas(ctx, top.get("hpas"), deployments=deployments)
     faults = parse_faults(ctx, top.get("faults"), nodes=by_name)
-    return Scenario(ctx.file, seed, epoch, tuple(nodes), workloads, hpas, faults)
+    pending = parse_pending(ctx, top.get("pending"), running=set(pod_keys))
+    return Scenario(ctx.file, seed, epoch, tuple(nodes), workloads, hpas, faults, pending)
 
 
 def _node(ctx: Ctx, raw: object, path: str, seed: int) -> Node:

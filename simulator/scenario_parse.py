@@ -7,13 +7,14 @@ the first problem, in the project's one shape: ``<file>:<line>: <path>: <problem
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Mapping
 from typing import NoReturn, cast, get_args
 
 from exporter import fields
 from gpupilot_common import checked
 from gpupilot_common import timefmt as timespec
-from simulator.model import Fault, FaultKind, Hpa, HpaMetric, Node
+from simulator.model import Fault, FaultKind, Hpa, HpaMetric, Node, PendingPod
 from simulator.patterns import IDLE, Pattern, PatternKind
 
 _MAX_PROBLEM = 200
@@ -244,4 +245,29 @@ def parse_faults(ctx: Ctx, raw: object, *, nodes: Mapping[str, Node]) -> tuple[F
             ctx.fail(f"{path}.field", "only an nvml_error fault names a field")
         block = ctx.duration(m.get("block", 0), f"{path}.block")
         out.append(Fault(kind, node_name, gpu, at, every, duration, code, field_name, block))
+    return tuple(out)
+
+
+_PENDING = {"namespace", "pod", "resource", "count"}
+_GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb(\+me)?)")
+
+
+def parse_pending(ctx: Ctx, raw: object, *, running: set[tuple[str, str]]) -> tuple[PendingPod, ...]:
+    """``pending:``: pods requesting GPUs or MIG devices that no node offers (phase Pending)."""
+    out: list[PendingPod] = []
+    for i, item in enumerate(ctx.sequence(raw, "pending")):
+        path = f"pending[{i}]"
+        m = ctx.mapping(item, path, _PENDING)
+        ns = ctx.string(m.get("namespace", "default"), f"{path}.namespace")
+        name = ctx.string(m.get("pod"), f"{path}.pod", required=True)
+        if (ns, name) in running or any((p.namespace, p.name) == (ns, name) for p in out):
+            ctx.fail(f"{path}.pod", f"pod {ns}/{name} is defined twice")
+        resource = ctx.string(m.get("resource"), f"{path}.resource", required=True)
+        if not _GPU_RESOURCE.fullmatch(resource):
+            ctx.fail(
+                f"{path}.resource",
+                f"{resource!r} is not nvidia.com/gpu or nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.10gb)",
+            )
+        count = ctx.integer(m.get("count", 1), f"{path}.count", minimum=1, maximum=MAX_GPUS_PER_ENTRY)
+        out.append(PendingPod(ns, name, resource, count))
     return tuple(out)

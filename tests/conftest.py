@@ -27,8 +27,10 @@ class PrometheusHistory:
     start: float
     """First backfilled sample (Unix seconds)."""
     end: float
-    """Last backfilled sample: the fixture's start. After it, Prometheus scrapes the same scenario
-    live (every 10 s, same series) and evaluates rules/, so queries at the current time find data."""
+    """Last backfilled sample: when the run's shared history was built (the fixture's start, or a
+    little before it under pytest-xdist). After the fixture starts, Prometheus scrapes the same
+    scenario live (every 10 s, same series) and evaluates rules/, so queries at the current time find
+    data."""
     scenario_path: Path
     step: float
     data_dir: Path
@@ -62,17 +64,26 @@ def _wait_for(url: str, query: str, *, minimum: float, timeout: float) -> None:
 def prometheus_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusHistory]:
     from devkit.history import LiveFleet, build_history  # noqa: PLC0415
     from devkit.prometheus import PrometheusServer  # noqa: PLC0415
+    from simulator import scenario as scenario_mod  # noqa: PLC0415
+    from tests.support.shared import built_once, linked_copy  # noqa: PLC0415
 
+    def build(where: Path) -> dict[str, float]:
+        now = time.time()
+        end = now - now % HISTORY_STEP_S
+        start = end - HISTORY_DAYS * 86400.0
+        build_history(
+            HISTORY_SCENARIO, start=start, end=end, step=HISTORY_STEP_S, out_dir=where / "data", progress=None
+        )
+        return {"start": start, "end": end}
+
+    # Backfilled once per run (the first xdist worker to ask builds, the others wait): each worker's
+    # Prometheus runs on a hard-linked copy, scraping the same scenario live from its own start on.
+    shared, facts = built_once(tmp_path_factory, f"fleet-history-{HISTORY_DAYS}d", build)
     base = tmp_path_factory.mktemp("prometheus-history")
-    data = base / "data"
-    now = time.time()
-    end = now - now % HISTORY_STEP_S
-    start = end - HISTORY_DAYS * 86400.0
-    history = build_history(
-        HISTORY_SCENARIO, start=start, end=end, step=HISTORY_STEP_S, out_dir=data, progress=None
-    )
+    data = linked_copy(shared / "data", base / "data")
+    start, end = float(facts["start"]), float(facts["end"])
     rules = tuple(sorted((REPO / "rules").glob("*.rules.yaml")))
-    with LiveFleet(history.scenario) as live:
+    with LiveFleet(scenario_mod.load(HISTORY_SCENARIO)) as live:
         server = PrometheusServer(
             data,
             rule_files=rules,
@@ -88,8 +99,8 @@ def prometheus_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
                 _wait_for(server.url, 'count({__name__=~"gpupilot:.+"})', minimum=1, timeout=60)
             yield PrometheusHistory(
                 url=server.url,
-                start=history.start,
-                end=history.end,
+                start=start,
+                end=end,
                 scenario_path=HISTORY_SCENARIO,
                 step=HISTORY_STEP_S,
                 data_dir=data,
@@ -152,3 +163,16 @@ def metrics_history(request: pytest.FixtureRequest) -> PrometheusHistory:
     VictoriaMetrics alike."""
     history: PrometheusHistory = request.getfixturevalue(f"{request.param}_history")
     return history
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for ``pytest -n N --dist loadgroup`` (``make test``): a module's tests stay on one
+    worker, so module fixtures (a Prometheus over a history, a report) are built once; every test
+    on VictoriaMetrics runs on one worker, so one VictoriaMetrics history is imported per run."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        callspec = getattr(item, "callspec", None)
+        engine = callspec.params.get("metrics_history") if callspec else None
+        on_vm = "victoriametrics_history" in getattr(item, "fixturenames", ()) or engine == "victoriametrics"
+        item.add_marker(pytest.mark.xdist_group("victoriametrics" if on_vm else item.nodeid.split("::")[0]))

@@ -184,10 +184,11 @@ class Authenticator:
     def _certificate_facts(self, cert: x509.Certificate) -> _CertificateFacts:
         """What this authenticator concludes from a client certificate, worked out once per
         certificate (the aggregation layer and an HPA controller reuse one for every request):
-        checking the issuers and reading the subject took ~70 µs a request. A reloaded CA makes a new
+        checking the issuers and reading the subject on every request showed in the adapter's
+        benchmark (docs/benchmarks.md). A reloaded CA makes a new
         :class:`Authenticator`, and with it a new memo."""
         # keyed by identity (the server hands the same parsed object for the same DER): hashing a
-        # Certificate hashes its DER in the extension, 20 µs when the CPU's caches are cold
+        # Certificate hashes its DER in the extension, which costs more than the lookup it serves
         hit = self._facts.get(id(cert))
         if hit is not None and hit[0] is cert:
             return hit[1]

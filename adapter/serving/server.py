@@ -103,7 +103,7 @@ class App:
             return Reply(code, body.encode(), "text/plain; charset=utf-8")
         if isinstance(body, bytes):  # encoded already (items from the per-evaluation memo)
             return Reply(code, body, JSON)
-        # orjson: a 500-item MetricValueList encodes in 0.15 ms instead of 2 ms (json.dumps)
+        # orjson: large MetricValueLists encode an order of magnitude faster than with json.dumps
         return Reply(code, orjson.dumps(body), JSON)
 
     def handle_inline(

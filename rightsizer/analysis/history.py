@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 from gpupilot_common.timefmt import format_time
 from mig_geometry.catalogue import GpuModel, by_device_id
@@ -106,8 +107,8 @@ class AnalysisSettings:
     """Label naming a series' cluster in a multi-cluster store; series without it: one unnamed cluster."""
 
 
-def _ident(labels: dict[str, str], cluster_label: str) -> tuple[str, ...]:
-    return (labels.get(cluster_label, ""), *(labels.get(k, "") for k in IDENT))
+def _ident(labels: dict[str, str], cluster_label: str) -> Ident:
+    return Ident(labels.get(cluster_label, ""), *(labels.get(k, "") for k in IDENT))
 
 
 def _rolling_mean(*, rule: bool, busy_s: float, cluster_label: str = CLUSTER) -> str:
@@ -243,7 +244,32 @@ def chunks(start: float, end: float, size: float) -> list[tuple[float, float]]:
 MAXED = ("p50", "p95", "max", "fb_peak_mib", "peak", "peak_hour")
 """Per-chunk statistics combined by their maximum; every other one (hours) is summed."""
 
-Ident = tuple[str, ...]
+
+class Ident(NamedTuple):
+    """A series' device identity (see the module docstring); ``profile`` last, as the driver spells it."""
+
+    cluster: str
+    node: str
+    gpu: str
+    uuid: str
+    gpu_instance_id: str
+    profile: str
+
+    @property
+    def device(self) -> DeviceKey:
+        return DeviceKey(self.cluster, self.node, self.gpu, self.uuid, self.gpu_instance_id)
+
+
+class DeviceKey(NamedTuple):
+    """A device's identity without its profile's spelling (``3g.39gb`` and ``3g.40gb`` alike)."""
+
+    cluster: str
+    node: str
+    gpu: str
+    uuid: str
+    gpu_instance_id: str
+
+
 """A device's identity: the cluster label's value, then :data:`IDENT`'s labels."""
 
 
@@ -551,13 +577,7 @@ def analyse(
     nodes, holders = inventory(
         client, at=end, lookback_s=settings.inventory_lookback_s, limits=settings.limits, cluster_label=label
     )
-    # node groups by name: a name's cost counts its devices in every cluster (its Hostname matcher
-    # selects them all); answers stay apart by the cluster label every query groups by
-    per_name: dict[str, int] = {}
-    for n in nodes:
-        per_name[n.name] = per_name.get(n.name, 0) + sum(
-            len(g.instances) if g.mig_enabled else 1 for g in n.gpus
-        )
+    per_name = _devices_per_name(nodes)
     span = settings.chunk_s if 0 < settings.chunk_s < settings.window_s else settings.window_s
     groups = fleet_groups(client, per_name, limits=settings.limits, span_s=span, at=end)
     summary = window_stats(
@@ -570,110 +590,156 @@ def analyse(
         named_clusters=any(n.cluster for n in nodes),
         probe_nodes=_probe_nodes(sorted(per_name)) if groups != [None] else (),
     )
-    rows: dict[tuple[str, ...], dict[str, float]] = summary.stats
-    by_device: dict[tuple[str, ...], list[tuple[str, dict[str, float]]]] = {}
-    for (
-        k,
-        r,
-    ) in rows.items():  # rows under cluster + their first four labels, for profiles spelled differently
-        by_device.setdefault(k[:5], []).append((k[5], r))
-    window_h = settings.window_s / 3600.0
-    devices: list[DeviceStats] = []
-    proc_only: list[str] = []
-    """The cluster of each device whose idle hours come from compute processes alone."""
-    for node in nodes:
-        for gpu in node.gpus:
-            model = gpu.model
-            targets = (
-                [(i.profile, i.gpu_instance_id) for i in gpu.instances] if gpu.mig_enabled else [("", "")]
-            )
-            for profile, gi in targets:
-                row = rows.get((node.cluster, node.name, str(gpu.index), gpu.uuid, gi, profile))
-                if row is None and model is not None and profile:
-                    # The driver may spell the profile differently (3g.39gb) than the catalogue.
-                    row = next(
-                        (
-                            r
-                            for spelled, r in by_device.get(
-                                (node.cluster, node.name, str(gpu.index), gpu.uuid, gi), ()
-                            )
-                            if (p := canonical_profile(model, spelled)) is not None and p.name == profile
-                        ),
-                        None,
-                    )
-                r = row or {}
-                coverage = _opt(r, "coverage_hours") or 0.0
-                idle = _opt(r, "idle_hours") or 0.0
-                if not coverage and (_opt(r, "proc_coverage_hours") or 0.0) > 0:
-                    idle = _opt(r, "proc_idle_hours") or 0.0
-                    coverage_note = True
-                else:
-                    coverage_note = False
-                if coverage_note:
-                    proc_only.append(node.cluster)
-                covered = coverage if not coverage_note else _opt(r, "proc_coverage_hours") or 0.0
-                devices.append(
-                    DeviceStats(
-                        node=node.name,
-                        gpu=gpu.index,
-                        gpu_uuid=gpu.uuid,
-                        profile=profile,
-                        gpu_instance_id=gi,
-                        pods=holders.get((node.cluster, node.name, gpu.uuid, gi), ()),
-                        allocated_hours=_opt(r, "allocated_hours") or 0.0,
-                        p50=_opt(r, "p50") if coverage else None,
-                        p95=_opt(r, "p95") if coverage else None,
-                        max=_opt(r, "max") if coverage else None,
-                        fb_peak_mib=_opt(r, "fb_peak_mib"),
-                        idle_hours=min(idle, covered),
-                        coverage_hours=covered,
-                        window_hours=window_h,
-                        peak=_opt(r, "peak") if coverage else None,
-                        peak_at=_opt(r, "peak_at") if coverage else None,
-                        busy_minutes=settings.min_busy_s / 60.0,
-                        cluster=node.cluster,
-                    )
-                )
-    progress(f"reading pod owners ({sum(1 for d in devices if d.pods)} allocated devices)")
-    owner_of = owners(client, start=start, end=end, cluster_label=label)
-    workloads = [
-        w
-        for cluster in sorted({n.cluster for n in nodes})
-        for w in build_workloads(
-            [n for n in nodes if n.cluster == cluster],
-            [d for d in devices if d.cluster == cluster],
-            {pod: key for (c, pod), key in owner_of.items() if c == cluster},
-            headroom=settings.headroom,
-            cluster=cluster,
-        )
+    rows = _Rows(summary.stats)
+    devices = [
+        _device_stats(node, gpu, target, rows=rows, holders=holders, settings=settings)
+        for node in nodes
+        for gpu in node.gpus
+        for target in _targets(gpu)
     ]
-    rule_days, days = summary.rule_s / 86400.0, settings.window_s / 86400.0
-    notes = _notes(devices, len(proc_only), rule_days=rule_days, days=days)
-    clusters = sorted({n.cluster for n in nodes})
-    cluster_notes = (
-        {
-            c: _notes(
-                [d for d in devices if d.cluster == c],
-                proc_only.count(c),
-                rule_days=rule_days,
-                days=days,
-            )
-            for c in clusters
-        }
-        if len(clusters) > 1
-        else {}
+    progress(f"reading pod owners ({sum(1 for d, _ in devices if d.pods)} allocated devices)")
+    owner_of = owners(client, start=start, end=end, cluster_label=label)
+    stats = [d for d, _ in devices]
+    proc_only = [d.cluster for d, from_processes in devices if from_processes]
+    notes, cluster_notes = _all_notes(
+        nodes, stats, proc_only, rule_s=summary.rule_s, window_s=settings.window_s
     )
     return Analysis(
         start=start,
         end=end,
         prometheus_url=client.url,
         nodes=tuple(nodes),
-        devices=tuple(devices),
-        workloads=tuple(workloads),
+        devices=tuple(stats),
+        workloads=tuple(_workloads(nodes, stats, owner_of, headroom=settings.headroom)),
         used_recording_rule=summary.rule_used,
         notes=notes,
         cluster_notes=cluster_notes,
     )
+
+
+def _devices_per_name(nodes: Sequence[NodeInventory]) -> dict[str, int]:
+    """Devices per node name: node groups select by name, so a name's cost counts its devices in every
+    cluster (answers stay apart by the cluster label every query groups by)."""
+    per_name: dict[str, int] = {}
+    for n in nodes:
+        per_name[n.name] = per_name.get(n.name, 0) + sum(
+            len(g.instances) if g.mig_enabled else 1 for g in n.gpus
+        )
+    return per_name
+
+
+def _targets(gpu: GpuInventory) -> list[tuple[str, str]]:
+    """(profile, GPU instance id) of every device of ``gpu``: its instances, or the whole GPU."""
+    return [(i.profile, i.gpu_instance_id) for i in gpu.instances] if gpu.mig_enabled else [("", "")]
+
+
+class _Rows:
+    """The window's statistics by series identity, and by device for profiles spelled differently."""
+
+    def __init__(self, stats: dict[Ident, dict[str, float]]) -> None:
+        self.by_ident = stats
+        self.by_device: dict[DeviceKey, list[tuple[str, dict[str, float]]]] = {}
+        for ident, row in stats.items():
+            self.by_device.setdefault(ident.device, []).append((ident.profile, row))
+
+    def find(self, ident: Ident, model: GpuModel | None) -> dict[str, float]:
+        row = self.by_ident.get(ident)
+        if row is None and model is not None and ident.profile:
+            # The driver may spell the profile differently (3g.39gb) than the catalogue.
+            row = next(
+                (
+                    r
+                    for spelled, r in self.by_device.get(ident.device, ())
+                    if (p := canonical_profile(model, spelled)) is not None and p.name == ident.profile
+                ),
+                None,
+            )
+        return row or {}
+
+
+def _device_stats(
+    node: NodeInventory,
+    gpu: GpuInventory,
+    target: tuple[str, str],
+    *,
+    rows: _Rows,
+    holders: dict[tuple[str, str, str, str], tuple[PodKey, ...]],
+    settings: AnalysisSettings,
+) -> tuple[DeviceStats, bool]:
+    """One device's statistics, and whether its idle hours come from compute processes alone."""
+    profile, gi = target
+    r = rows.find(Ident(node.cluster, node.name, str(gpu.index), gpu.uuid, gi, profile), gpu.model)
+    coverage = _opt(r, "coverage_hours") or 0.0
+    from_processes = not coverage and (_opt(r, "proc_coverage_hours") or 0.0) > 0
+    if from_processes:
+        idle, covered = _opt(r, "proc_idle_hours") or 0.0, _opt(r, "proc_coverage_hours") or 0.0
+    else:
+        idle, covered = _opt(r, "idle_hours") or 0.0, coverage
+    known = bool(coverage)
+    stats = DeviceStats(
+        node=node.name,
+        gpu=gpu.index,
+        gpu_uuid=gpu.uuid,
+        profile=profile,
+        gpu_instance_id=gi,
+        pods=holders.get((node.cluster, node.name, gpu.uuid, gi), ()),
+        allocated_hours=_opt(r, "allocated_hours") or 0.0,
+        p50=_opt(r, "p50") if known else None,
+        p95=_opt(r, "p95") if known else None,
+        max=_opt(r, "max") if known else None,
+        fb_peak_mib=_opt(r, "fb_peak_mib"),
+        idle_hours=min(idle, covered),
+        coverage_hours=covered,
+        window_hours=settings.window_s / 3600.0,
+        peak=_opt(r, "peak") if known else None,
+        peak_at=_opt(r, "peak_at") if known else None,
+        busy_minutes=settings.min_busy_s / 60.0,
+        cluster=node.cluster,
+    )
+    return stats, from_processes
+
+
+def _workloads(
+    nodes: Sequence[NodeInventory],
+    devices: Sequence[DeviceStats],
+    owner_of: dict[tuple[str, PodKey], str],
+    *,
+    headroom: float,
+) -> list[Workload]:
+    """Workloads of each cluster on their own (a pod's owner key is unique within its cluster only)."""
+    return [
+        w
+        for cluster in sorted({n.cluster for n in nodes})
+        for w in build_workloads(
+            [n for n in nodes if n.cluster == cluster],
+            [d for d in devices if d.cluster == cluster],
+            {pod: key for (c, pod), key in owner_of.items() if c == cluster},
+            headroom=headroom,
+            cluster=cluster,
+        )
+    ]
+
+
+def _all_notes(
+    nodes: Sequence[NodeInventory],
+    devices: Sequence[DeviceStats],
+    proc_only: Sequence[str],
+    *,
+    rule_s: float,
+    window_s: float,
+) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """The fleet's notes, and each cluster's own when there are several."""
+    rule_days, days = rule_s / 86400.0, window_s / 86400.0
+    notes = _notes(devices, len(proc_only), rule_days=rule_days, days=days)
+    clusters = sorted({n.cluster for n in nodes})
+    if len(clusters) < 2:
+        return notes, {}
+    return notes, {
+        c: _notes(
+            [d for d in devices if d.cluster == c], list(proc_only).count(c), rule_days=rule_days, days=days
+        )
+        for c in clusters
+    }
 
 
 def _notes(

@@ -100,6 +100,9 @@ class DeviceStats:
     """Length of the rolling mean behind ``peak``."""
     cluster: str = ""
     """The node's cluster (see :attr:`NodeInventory.cluster`)."""
+    past_need: tuple[tuple[float, float], ...] = ()
+    """Busy hours before the window (``plan --lookback``): (hour start, compute slices needed then, with
+    headroom), from the recording rule; empty when not read or never busy."""
 
     @property
     def allocated(self) -> bool:
@@ -137,6 +140,24 @@ class Workload:
     """The cluster its pods run in: owners are grouped within one cluster, never across."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class PendingPod:
+    """A Pending pod's GPU request (kube-state-metrics): ``count`` devices of ``profile`` (``""``: whole GPUs)."""
+
+    cluster: str
+    namespace: str
+    name: str
+    profile: str
+    count: int
+
+    @property
+    def resource(self) -> str:
+        return f"nvidia.com/mig-{self.profile}" if self.profile else "nvidia.com/gpu"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 @dataclass(frozen=True)
 class Analysis:
     """Everything a plan needs, from Prometheus alone."""
@@ -151,6 +172,8 @@ class Analysis:
     notes: tuple[str, ...] = field(default=())
     cluster_notes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Each cluster's own notes (device counts of that cluster), when there are several."""
+    pending: tuple[PendingPod, ...] = ()
+    """Pods Pending at the end of the window for want of GPUs or MIG devices."""
 
     @property
     def window_hours(self) -> float:
@@ -191,6 +214,7 @@ class Analysis:
             nodes=tuple(n for n in self.nodes if n.cluster == cluster),
             devices=tuple(d for d in self.devices if d.cluster == cluster),
             workloads=tuple(w for w in self.workloads if w.cluster == cluster),
+            pending=tuple(p for p in self.pending if p.cluster == cluster),
             notes=self.cluster_notes.get(cluster, self.notes),
             cluster_notes={},
         )

@@ -212,6 +212,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             "it instead of a new gpupilot-... config"
         ),
     )
+    parser.add_argument(
+        "--allow-strategy-change",
+        action="store_true",
+        help="also answer single-strategy nodes as if they moved to the mixed MIG strategy, and recommend "
+        "the move where it frees more (listed under strategy_changes; 'apply' does not act on it)",
+    )
+    parser.add_argument(
+        "--lookback",
+        type=parse_duration,
+        default=28 * 86400.0,
+        metavar="DUR",
+        help="with a --window shorter than 7d, also read busy hours this far back (hourly, from the "
+        "recording rule gpupilot:slice_activity:avg5m): a slice busy again every week is kept, and each "
+        "slice the plan shrinks says when it was last busy (default 28d)",
+    )
+    parser.add_argument(
+        "--ignore-history",
+        action="store_true",
+        help="shrink slices whose busy hours before the window recur weekly (the plan still names them)",
+    )
     parser.add_argument("--all-nodes", action="store_true", help="list unchanged nodes in the table too")
     add_cluster_arguments(parser, what="plan")
     parser.add_argument(
@@ -289,7 +309,10 @@ def settings_from(args: argparse.Namespace) -> PlanSettings:
             allow_moves=args.allow_moves,
             time_limit_s=args.time_limit,
             keep_profiles=args.keep_profiles,
+            ignore_history=args.ignore_history,
+            allow_strategy_change=args.allow_strategy_change,
         ),
+        lookback_s=args.lookback,
         cluster_label=args.cluster_label,
         cluster=args.cluster,
         query_limits=query_limits_from(args),

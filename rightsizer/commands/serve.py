@@ -32,6 +32,7 @@ from rightsizer.serve.config import AutoApply, PlanJob, ReportJob, ServeConfig
 from rightsizer.serve.leader import LeaderElector
 from rightsizer.serve.ledger import ConfigMapLedger
 from rightsizer.serve.scheduler import Service
+from rightsizer.serve.webfiles import ReportFiles
 
 log = logging.getLogger(__name__)
 
@@ -74,16 +75,25 @@ class LiveJobs:
 def http_server(
     service: Service, scheduler: Any, host: str, port: int, *, limits: Limits | None = None
 ) -> HTTPServer:
-    """``/metrics`` and ``/health`` on aiohttp (bounded connections and header sizes; see
-    :mod:`gpupilot_common.httpserve`). Listens at once; ``start()`` serves."""
+    """``/metrics``, ``/health``, the latest report and plan (:mod:`rightsizer.serve.webfiles`) on
+    aiohttp (bounded connections and header sizes; see :mod:`gpupilot_common.httpserve`). Listens at
+    once; ``start()`` serves."""
     registry = service.registry()
+    config = service.config
+    report = config.report
+    files = ReportFiles(
+        reports_dir=(report.out_dir if report and report.out_dir else config.state_dir / "reports"),
+        plan_path=config.state_dir / "plan.json",
+    )
 
     def answer(path: str, _query: Mapping[str, str]) -> Reply:
         if path == "/metrics":
             return Reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
         if path in ("/health", "/healthz"):
             return Reply(200, json.dumps(service.health(scheduler)).encode(), "application/json")
-        return Reply(404, b"not found: try /health or /metrics\n")
+        if files.handles(path):
+            return files.answer(path)
+        return Reply(404, b"not found: try /health, /metrics, /report/, /reports/ or /plan.json\n")
 
     return HTTPServer(answer, host=host, port=port, limits=limits, name="serve-http")
 
@@ -93,7 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Run the rightsizer as a service: a weekly report (cron, explicit time zone), a plan every N "
         "hours and, if enabled, a guarded auto-apply (maintenance window, max nodes per day, minimum "
         "GPUs freed). Serves /health and /metrics. Stops cleanly on SIGTERM/SIGINT, letting a running "
-        "job finish. See examples/rightsizer-serve.yaml."
+        "job finish. Serves /report/ (the latest weekly report), /reports/ (every one) and /plan.json "
+        "(the latest plan) too. See examples/rightsizer-serve.yaml."
     )
     parser.add_argument(
         "--config",
@@ -137,7 +148,7 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
         return 1
     server.start()
     scheduler.start()
-    log.info("serving /health and /metrics on %s:%d", *server.address)
+    log.info("serving /health, /metrics, /report/ and /plan.json on %s:%d", *server.address)
     for job in scheduler.get_jobs():
         log.info("job %s: next run %s", job.id, job.next_run_time)
     stop.wait()

@@ -18,15 +18,18 @@ import math
 import time
 
 from rightsizer.analysis.types import Analysis, DeviceStats, NodeInventory
-from rightsizer.optimise.node import items_for_node, propose_node, with_changes
+from rightsizer.optimise import pending
+from rightsizer.optimise.node import items_for_node, left_alone, propose_node
 from rightsizer.optimise.pooling import pool_moves
 from rightsizer.optimise.proposal import (
     FleetProposal,
     GpuPlan,
     Item,
+    NodeInconsistency,
     NodeProposal,
     OptimiserSettings,
     TimeSlicing,
+    with_changes,
 )
 
 __all__ = [
@@ -83,12 +86,17 @@ def optimise(analysis: Analysis, *, settings: OptimiserSettings) -> FleetProposa
     proposals = []
     notes: list[str] = []
     for node in analysis.nodes:
-        remaining = max(0.05, deadline - time.perf_counter())
-        proposals.append(
-            propose_node(
+        # Past the budget a node gets no MILP at all (0), not a minimum slice of one per node.
+        remaining = max(0.0, deadline - time.perf_counter())
+        try:
+            proposal = propose_node(
                 node, analysis, settings=settings, workloads=workloads, time_limit=min(remaining, 10.0)
             )
-        )
+        except NodeInconsistency as exc:
+            proposal = left_alone(
+                node, analysis, reason=f"left unchanged: the optimiser's check failed ({exc})"
+            )
+        proposals.append(proposal)
     ranked = sorted(
         (p for p in proposals if p.changed),
         key=lambda p: (-p.gpus_freed, -p.slices_freed, p.node.name),
@@ -104,6 +112,9 @@ def optimise(analysis: Analysis, *, settings: OptimiserSettings) -> FleetProposa
         proposals, moved_note = pool_moves(proposals, analysis, deadline=deadline)
         if moved_note:
             notes.append(moved_note)
+    if analysis.pending:
+        proposals, pending_notes = pending.serve(proposals, analysis)
+        notes += pending_notes
     ts = [t for n in analysis.nodes if (t := time_slicing_for(n, analysis, settings=settings)) is not None]
     return FleetProposal(tuple(proposals), tuple(ts), time.perf_counter() - started, tuple(notes))
 

@@ -1,7 +1,8 @@
 """One node: its devices' demand classes, the packed layouts, and which GPU and slot each gets.
 
-See :mod:`rightsizer.optimise.fleet` for the rules; every proposed layout passes
-:func:`mig_geometry.placement.place` (:func:`assert_placeable`).
+See :mod:`rightsizer.optimise.fleet` for the rules. Mixed-strategy nodes are solved exactly by
+:mod:`rightsizer.optimise.repartition` (best-fit packing when HiGHS has no answer in time); every
+proposed layout passes :func:`mig_geometry.placement.place` (:func:`rightsizer.optimise.slots.check_placeable`).
 """
 
 from __future__ import annotations
@@ -11,12 +12,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from mig_geometry.catalogue import GpuModel
-from mig_geometry.layouts import Layout
 from mig_geometry.names import canonical_profile
-from mig_geometry.placement import place
+from rightsizer.analysis import lookback
 from rightsizer.analysis.types import Analysis, GpuInventory, NodeInventory, PodKey, Workload
-from rightsizer.optimise import packing
-from rightsizer.optimise.proposal import GpuPlan, Item, NodeProposal, OptimiserSettings
+from rightsizer.optimise import packing, repartition
+from rightsizer.optimise import single as single_strategy
+from rightsizer.optimise.proposal import (
+    GpuPlan,
+    Item,
+    NodeInconsistency,
+    NodeProposal,
+    OptimiserSettings,
+    with_changes,
+)
+from rightsizer.optimise.slots import (
+    AssignmentError,
+    assign,
+    canon,
+    check_placeable,
+    compute_slices,
+    signature,
+)
 
 # ---------------------------------------------------------------------------------------------- items
 
@@ -52,7 +68,27 @@ def items_for_node(
             elif prof.media_extensions:
                 # +me instances are not packed: keep them where they are by pinning their class.
                 klass = prof.name
-            out.append(Item(node.name, gpu.index, prof.name, inst.gpu_instance_id, dev.pods, klass, busy))
+            last_busy, weekly = None, False
+            shrunk = model.profile(klass)
+            if dev.past_need and shrunk is not None and shrunk.compute_slices < prof.compute_slices:
+                hours = lookback.busy_beyond(dev.past_need, above=shrunk.compute_slices)
+                if hours:
+                    last_busy, weekly = max(hours), lookback.recurs_weekly(hours)
+                    if weekly and not settings.ignore_history:
+                        klass = prof.name  # busy again every week: keep the slice
+            out.append(
+                Item(
+                    node.name,
+                    gpu.index,
+                    prof.name,
+                    inst.gpu_instance_id,
+                    dev.pods,
+                    klass,
+                    busy,
+                    last_busy=last_busy,
+                    weekly=weekly,
+                )
+            )
     return out
 
 
@@ -63,14 +99,6 @@ def _current(gpu: GpuInventory, items: Sequence[Item]) -> GpuPlan:
         prof = canonical_profile(model, inst.profile) if model else None
         counts[prof.name if prof else inst.profile] += 1
     return GpuPlan(gpu.index, gpu.mig_enabled, dict(counts), [i for i in items if i.gpu == gpu.index])
-
-
-def _slices(model: GpuModel, items: Sequence[Item], *, proposed: bool) -> int:
-    total = 0
-    for it in items:
-        prof = model.profile(it.klass if proposed else it.profile_now)
-        total += prof.compute_slices if prof else 0
-    return total
 
 
 def is_pinned(gpu: GpuInventory, analysis: Analysis, node: str) -> bool:
@@ -94,37 +122,43 @@ def propose_node(
     workloads: Mapping[PodKey, Workload],
     time_limit: float,
 ) -> NodeProposal:
-    items = items_for_node(node, analysis, settings=settings, workloads=workloads)
-    current = tuple(_current(g, items) for g in node.gpus)
+    """The node's best change (or the node as it is, with the reason); :class:`NodeInconsistency`
+    when a check on the answer fails (the caller leaves the node alone)."""
     model = next((g.model for g in node.gpus if g.model is not None), None)
+    pinned = [g for g in node.gpus if is_pinned(g, analysis, node.name)]
+    pinned_idx = {g.index for g in pinned}
+    # Devices on pinned GPUs keep their profile: their GPU's layout is not touched.
+    items = [
+        i if i.gpu not in pinned_idx else replace(i, klass=i.profile_now)
+        for i in items_for_node(node, analysis, settings=settings, workloads=workloads)
+    ]
+    current = tuple(_current(g, items) for g in node.gpus)
     used_now = sum(1 for g in node.gpus if _gpu_used(g, analysis, node.name))
-    busy = sum(i.busy_slices for i in items if i.busy_slices is not None)
     whole_busy, whole_units = _whole_gpu_use(node, analysis)
-    unchanged = NodeProposal(
-        node,
-        model,
-        current,
-        current,
-        False,
-        "none",
-        "optimal",
-        used_now,
-        used_now,
-        used_now,
-        0,
-        0,
-        busy,
+    base = NodeProposal(
+        node=node,
+        model=model,
+        current=current,
+        proposed=current,
+        changed=False,
+        method="none",
+        status="optimal",
+        lower_bound=used_now,
+        used_now=used_now,
+        used_after=used_now,
+        slices_now=0,
+        slices_after=0,
+        busy_slices=sum(i.busy_slices for i in items if i.busy_slices is not None),
         whole_busy=whole_busy,
         whole_units=whole_units,
     )
     if model is None or not model.mig_capable or len({g.model_key for g in node.gpus}) != 1:
-        return with_changes(unchanged, reason="no MIG-capable model, or mixed models on the node")
-    pinned = [g for g in node.gpus if is_pinned(g, analysis, node.name)]
-    pool = [g for g in node.gpus if g not in pinned]
-    pool_items = [i for i in items if i.gpu in {g.index for g in pool}]
-    slices_now = _slices(model, pool_items, proposed=False)
-    used_pool_now = sum(1 for g in pool if any(i.gpu == g.index for i in pool_items))
-    base = with_changes(unchanged, slices_now=slices_now, slices_after=slices_now)
+        return with_changes(base, reason="no MIG-capable model, or mixed models on the node")
+    pool = [g for g in node.gpus if g.index not in pinned_idx]
+    pool_items = [i for i in items if i.gpu not in pinned_idx]
+    slices_now = compute_slices(model, pool_items, proposed=False)
+    pinned_used = sum(1 for g in pinned if _gpu_used(g, analysis, node.name))
+    base = with_changes(base, slices_now=slices_now, slices_after=slices_now)
     single = node.mig_strategy == "single"
     if single and pinned:
         return with_changes(base, reason="single strategy with whole GPUs in use: left alone")
@@ -141,53 +175,178 @@ def propose_node(
         return with_changes(
             base, reason="demand does not fit the node's GPUs", method=res.method, status=res.status
         )
-    lower = res.lower_bound + len(pinned)
-    slices_after = res.allocated_slices(model)
+    # Pinned GPUs count towards the bound only when pods hold them (an idle +me GPU is freeable
+    # by nobody, but it is not in use either).
+    lower = res.lower_bound + pinned_used
+    if single:
+        answer = single_strategy.uniform(base, model=model, pool=pool, items=pool_items, res=res, lower=lower)
+        if settings.allow_strategy_change:
+            return with_changes(
+                answer,
+                strategy_change=single_strategy.as_mixed(
+                    base, model=model, pool=pool, items=pool_items, answer=answer, time_limit=time_limit
+                ),
+            )
+        return answer
+    least_slices = compute_slices(model, pool_items, proposed=True)
+    if (
+        least_slices >= slices_now
+        and sum(1 for g in pool if _gpu_used(g, analysis, node.name)) <= res.lower_bound
+    ):
+        # Nothing to win: every device already has its class and the pool is at its bound.
+        return with_changes(
+            base,
+            method=res.method,
+            status=res.status,
+            lower_bound=min(lower, used_now),
+            reason="already as tight as the demand allows",
+        )
+    shape = repartition.NodeShape(
+        model=model,
+        pool=pool,
+        items=pool_items,
+        pinned_gpus=len(pinned),
+        pinned_pods=frozenset(p for g in current if g.index in pinned_idx for i in g.items for p in i.pods)
+        | _whole_gpu_pods(node, analysis, pinned),
+    )
+    return _mixed(
+        base,
+        shape=shape,
+        packed=res,
+        pinned_idx=pinned_idx,
+        pinned_used=pinned_used,
+        lower=lower,
+        time_limit=time_limit,
+    )
+
+
+def _mixed(
+    base: NodeProposal,
+    *,
+    shape: repartition.NodeShape,
+    packed: packing.PackResult,
+    pinned_idx: set[int],
+    pinned_used: int,
+    lower: int,
+    time_limit: float,
+) -> NodeProposal:
+    """Mixed strategy. When the packing frees a GPU, that GPU goes MIG off, so mig-parted resets every
+    GPU of the node and every pod of it is disrupted whatever the layouts: the packing's answer (fewest
+    GPUs, then fewest allocated slices) is then lexicographically optimal as it is. Otherwise the
+    exact repartition decides who moves (best-fit packing when HiGHS has no answer in time)."""
+    model, pool, pool_items = shape.model, shape.pool, shape.items
+    node = base.node
+    if packed.gpus < len({i.gpu for i in pool_items}):
+        try:
+            plans = assign(model, pool, pool_items, packed, single=False)
+        except AssignmentError as exc:
+            raise NodeInconsistency(f"{node.name}: {exc}") from None
+        return _decided(
+            base,
+            plans,
+            model=model,
+            pinned_idx=pinned_idx,
+            pinned_used=pinned_used,
+            lower=lower,
+            method=packed.method,
+            status=packed.status,
+        )
+    best = _exact(shape, packed, time_limit=time_limit)
+    if best is not None:
+        plans, method, status = list(best.plans), "milp", best.status
+    else:
+        greedy = packing.pack_greedy(model, Counter(i.klass for i in pool_items), gpus=len(pool))
+        if not greedy.feasible:
+            return with_changes(base, reason="no answer within the time limit", status="time-limit")
+        try:
+            plans = assign(model, pool, pool_items, greedy, single=False)
+        except AssignmentError as exc:
+            raise NodeInconsistency(f"{node.name}: {exc}") from None
+        method, status = "greedy", "heuristic"
+    return _decided(
+        base,
+        plans,
+        model=model,
+        pinned_idx=pinned_idx,
+        pinned_used=pinned_used,
+        lower=lower,
+        method=method,
+        status=status,
+    )
+
+
+def _exact(
+    shape: repartition.NodeShape, packed: packing.PackResult, *, time_limit: float
+) -> repartition.Repartition | None:
+    """The exact repartition, cut by the packing's GPUs and slices; None once the fleet's time budget
+    is spent or when HiGHS finds no answer in the time left."""
+    if time_limit <= 0:
+        return None
+    cut = replace(shape, most_gpus=packed.gpus, most_slices=packed.allocated_slices(shape.model))
     try:
-        proposed = assign(model, pool, pool_items, res, single=single)
-    except AssertionError:
-        # A time-limited answer that does not assign cleanly: use the greedy packing instead.
-        res = packing.pack_greedy(model, demand, gpus=len(pool)) if not single else res
-        if not res.feasible:
-            return with_changes(base, reason="no clean assignment within the time limit", status="time-limit")
-        proposed = assign(model, pool, pool_items, res, single=single)
-    proposed_all = tuple(
-        sorted(
-            [*proposed, *(c for c in current if c.index in {g.index for g in pinned})], key=lambda g: g.index
-        )
+        return repartition.solve(cut, time_limit=time_limit)
+    except repartition.NoRepartition:
+        return None
+
+
+def _decided(
+    base: NodeProposal,
+    plans: Sequence[GpuPlan],
+    *,
+    model: GpuModel,
+    pinned_idx: set[int],
+    pinned_used: int,
+    lower: int,
+    method: str,
+    status: str,
+) -> NodeProposal:
+    """The node with ``plans`` on its pool GPUs, if that wins GPUs or slices; else as it is."""
+    node, current, used_now, slices_now = base.node, base.current, base.used_now, base.slices_now
+    proposed = _with_pinned(plans, current, pinned_idx)
+    check_placeable(model, proposed, node.name)
+    used_after = sum(1 for g in plans if g.items) + pinned_used
+    slices_after = compute_slices(model, [i for g in plans for i in g.items], proposed=True)
+    changed = (used_after < used_now or slices_after < slices_now) and any(
+        signature(a) != signature(b) or _moves(b) for a, b in zip(current, proposed, strict=True)
     )
-    assert_placeable(model, proposed_all, node.name)
-    used_after = res.gpus + (used_now - used_pool_now)
-    gain = used_after < used_now or slices_after < slices_now
-    layout_changed = any(_signature(a) != _signature(b) for a, b in zip(current, proposed_all, strict=True))
-    reason = "" if gain else "already as tight as the demand allows"
-    if gain and not layout_changed and used_after < used_now:
-        # The layout is already right; only moving pods between its GPUs would free some. A MIG
-        # plan does not reschedule pods, so the node counts at its current use (bound included).
-        lower = used_now
-        reason = (
-            f"pods would fit on {used_now - used_after} fewer GPU(s) with the current layout; "
-            "drain and reschedule them to free those GPUs (no MIG change needed)"
+    if not changed:
+        return with_changes(
+            base,
+            method=method,
+            status=status,
+            lower_bound=min(lower, used_now),
+            reason="already as tight as the demand allows",
         )
-    return NodeProposal(
-        node,
-        model,
-        current,
-        proposed_all if gain and layout_changed else current,
-        gain and layout_changed,
-        res.method,
-        res.status,
-        # When the node stays as it is, its current count is achievable: the bound cannot exceed it.
-        lower if gain and layout_changed else min(lower, used_now),
-        used_now,
-        used_after if gain and layout_changed else used_now,
-        slices_now,
-        slices_after if gain and layout_changed else slices_now,
-        busy,
-        reason=reason,
-        whole_busy=whole_busy,
-        whole_units=whole_units,
+    return with_changes(
+        base,
+        proposed=proposed,
+        changed=True,
+        method=method,
+        status=status,
+        lower_bound=lower,
+        used_after=used_after,
+        slices_after=slices_after,
     )
+
+
+def _with_pinned(
+    plans: Sequence[GpuPlan], current: Sequence[GpuPlan], pinned_idx: set[int]
+) -> tuple[GpuPlan, ...]:
+    return tuple(sorted([*plans, *(c for c in current if c.index in pinned_idx)], key=lambda g: g.index))
+
+
+def _moves(g: GpuPlan) -> bool:
+    return any(i.gpu != g.index or i.klass != i.profile_now for i in g.items)
+
+
+def _whole_gpu_pods(
+    node: NodeInventory, analysis: Analysis, pinned: Sequence[GpuInventory]
+) -> frozenset[PodKey]:
+    out: set[PodKey] = set()
+    for g in pinned:
+        if not g.mig_enabled and (dev := analysis.device(node.name, g.index, "")) is not None:
+            out.update(dev.pods)
+    return frozenset(out)
 
 
 def _whole_gpu_use(node: NodeInventory, analysis: Analysis) -> tuple[float, int]:
@@ -204,8 +363,33 @@ def _whole_gpu_use(node: NodeInventory, analysis: Analysis) -> tuple[float, int]
     return busy, units
 
 
-def with_changes(p: NodeProposal, **changes: object) -> NodeProposal:
-    return replace(p, **changes)  # type: ignore[arg-type]
+def left_alone(node: NodeInventory, analysis: Analysis, *, reason: str) -> NodeProposal:
+    """``node`` as it is (no items re-placed), with ``reason`` as its note."""
+    used = sum(1 for g in node.gpus if _gpu_used(g, analysis, node.name))
+    current = tuple(
+        GpuPlan(
+            g.index,
+            g.mig_enabled,
+            dict(Counter(canon(g.model, i.profile) if g.model else i.profile for i in g.instances)),
+        )
+        for g in node.gpus
+    )
+    return NodeProposal(
+        node=node,
+        model=next((g.model for g in node.gpus if g.model is not None), None),
+        current=current,
+        proposed=current,
+        changed=False,
+        method="none",
+        status="optimal",
+        lower_bound=used,
+        used_now=used,
+        used_after=used,
+        slices_now=0,
+        slices_after=0,
+        busy_slices=0.0,
+        reason=reason,
+    )
 
 
 def _gpu_used(gpu: GpuInventory, analysis: Analysis, node: str) -> bool:
@@ -213,93 +397,3 @@ def _gpu_used(gpu: GpuInventory, analysis: Analysis, node: str) -> bool:
         dev = analysis.device(node, gpu.index, "")
         return bool(dev and dev.pods)
     return any((d := analysis.device(node, gpu.index, i.gpu_instance_id)) and d.pods for i in gpu.instances)
-
-
-def _signature(g: GpuPlan) -> tuple[bool, tuple[tuple[str, int], ...]]:
-    return (g.mig_enabled, tuple(sorted((k, v) for k, v in g.counts.items() if v)) if g.mig_enabled else ())
-
-
-def assign(
-    model: GpuModel,
-    pool: Sequence[GpuInventory],
-    items: Sequence[Item],
-    res: packing.PackResult,
-    *,
-    single: bool,
-) -> list[GpuPlan]:
-    """Put the packed layouts on physical GPUs (keeping GPUs whose layout is unchanged) and items on slots."""
-    layouts: list[Layout] = list(res.layouts)
-    gpus = list(pool)
-    plans: dict[int, GpuPlan] = {}
-    # 1. GPUs that already carry one of the layouts keep it (prefer the busiest of them).
-    busy_order = sorted(gpus, key=lambda g: -sum(1 for i in items if i.gpu == g.index))
-    for g in busy_order:
-        sig = (
-            tuple(sorted(Counter(_canon(model, i.profile) for i in g.instances).items()))
-            if g.mig_enabled
-            else None
-        )
-        if sig is not None and sig in layouts:
-            layouts.remove(sig)
-            plans[g.index] = GpuPlan(g.index, True, dict(sig))
-    # 2. The rest go to the busiest remaining GPUs, so fewer pods move.
-    for g in busy_order:
-        if g.index in plans:
-            continue
-        if layouts:
-            plans[g.index] = GpuPlan(g.index, True, dict(layouts.pop(0)))
-        elif single:
-            # Under the single strategy every GPU carries the node's one uniform layout.
-            uniform = res.layouts[0] if res.layouts else ()
-            plans[g.index] = GpuPlan(g.index, bool(uniform), dict(uniform))
-        else:
-            plans[g.index] = GpuPlan(g.index, False, {})
-    # 3. Items onto slots: an item stays on its GPU when that GPU has a slot of its class.
-    free = {idx: Counter(p.counts) for idx, p in plans.items()}
-    want: Counter[tuple[str, str]] = Counter(res.serve)
-    pending = sorted(items, key=lambda i: -(packing.size(model, i.klass)))
-    for it in list(pending):
-        q = _serving_profile(want, it.klass, prefer=free.get(it.gpu), current=it.profile_now)
-        if q and free.get(it.gpu, Counter())[q] > 0:
-            free[it.gpu][q] -= 1
-            want[(it.klass, q)] -= 1
-            plans[it.gpu].items.append(served(it, q))
-            pending.remove(it)
-    for it in pending:
-        q = _serving_profile(want, it.klass, prefer=None)
-        idx = next((i for i, c in free.items() if q and c[q] > 0), None)
-        if q is None or idx is None:
-            raise AssertionError(f"packing left {it.klass} on {it.node} without a slot")
-        free[idx][q] -= 1
-        want[(it.klass, q)] -= 1
-        plans[idx].items.append(served(it, q))
-    return [plans[g.index] for g in gpus]
-
-
-def _canon(model: GpuModel, name: str) -> str:
-    prof = canonical_profile(model, name)
-    return prof.name if prof else name
-
-
-def _serving_profile(
-    want: Counter[tuple[str, str]], klass: str, *, prefer: Counter[str] | None, current: str = ""
-) -> str | None:
-    options = [q for (k, q), n in want.items() if k == klass and n > 0]
-    if prefer is not None:
-        local = [q for q in options if prefer[q] > 0]
-        if current in local:
-            return current  # the pod keeps its device: no eviction when its GPU keeps its layout
-        if local:
-            return local[0]
-    return options[0] if options else None
-
-
-def served(it: Item, profile: str) -> Item:
-    return Item(it.node, it.gpu, it.profile_now, it.gpu_instance_id, it.pods, profile, it.busy_slices)
-
-
-def assert_placeable(model: GpuModel, gpus: Sequence[GpuPlan], node: str) -> None:
-    for g in gpus:
-        if g.mig_enabled and g.counts:
-            result = place(model, g.counts)
-            assert result.ok, f"{node} GPU {g.index}: proposed layout has no placement: {result.reason}"

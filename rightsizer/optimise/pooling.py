@@ -9,8 +9,9 @@ from collections.abc import Mapping, Sequence
 from mig_geometry.catalogue import GpuModel
 from rightsizer.analysis.types import Analysis, GpuInventory
 from rightsizer.optimise import packing
-from rightsizer.optimise.node import assert_placeable, assign, is_pinned, served, with_changes
-from rightsizer.optimise.proposal import GpuPlan, Item, NodeProposal
+from rightsizer.optimise.node import is_pinned
+from rightsizer.optimise.proposal import GpuPlan, Item, NodeInconsistency, NodeProposal, with_changes
+from rightsizer.optimise.slots import AssignmentError, assign, check_placeable, served
 
 
 def pool_moves(
@@ -27,7 +28,8 @@ def pool_moves(
         if len(group) < 2:
             continue
         model = group[0].model
-        assert model is not None
+        if model is None:
+            continue
         pools = {
             p.node.name: [g for g in p.node.gpus if not is_pinned(g, analysis, p.node.name)] for p in group
         }
@@ -40,13 +42,17 @@ def pool_moves(
             time_limit=max(0.05, deadline - time.perf_counter()),
         )
         separate = sum(p.used_after for p in group)
-        pinned_used = {p.node.name: p.used_after - sum(1 for g in p.proposed if g.items) for p in group}
+        pinned_used = {
+            p.node.name: p.used_after
+            - sum(1 for g in p.proposed if g.items and g.index in pool_idx[p.node.name])
+            for p in group
+        }
         if not res.feasible or res.gpus + sum(pinned_used.values()) >= separate:
             continue
         try:
             updated = _distribute(group, model, pools, items, res, pinned_used)
-        except AssertionError:
-            continue
+        except (AssignmentError, NodeInconsistency):
+            continue  # the nodes keep their own answers
         out.update(updated)
         after = sum(u.used_after for u in updated.values())
         notes.append(f"--allow-moves: {model.key} nodes pooled, {separate - after} more GPU(s) freed")
@@ -71,7 +77,8 @@ def _distribute(  # noqa: PLR0917
         mine, layouts = layouts[:n], layouts[n:]
         empty = packing.PackResult(tuple(mine), {}, res.method, res.status, 0)
         plans[p.node.name] = assign(model, pools[p.node.name], [], empty, single=False)
-    assert not layouts, "more pooled layouts than GPUs"
+    if layouts:
+        raise AssignmentError("more pooled layouts than GPUs")
     free = {(node, g.index): Counter(g.counts) for node, gs in plans.items() for g in gs}
     by_slot = {(node, g.index): g for node, gs in plans.items() for g in gs}
     # Indexes of GPUs with a free slot of each profile, fleet-wide and per node (sets, kept exact).
@@ -95,7 +102,8 @@ def _distribute(  # noqa: PLR0917
                 spot = ((it.node, min(local)), q)
         if spot is None:
             spot = next(((min(anywhere[q]), q) for q in options if anywhere.get(q)), None)
-        assert spot is not None, f"pooled packing left {it.klass} without a slot"
+        if spot is None:
+            raise AssignmentError(f"pooled packing left {it.klass} without a slot")
         key, q = spot
         free[key][q] -= 1
         if free[key][q] == 0:
@@ -104,26 +112,29 @@ def _distribute(  # noqa: PLR0917
         want[(it.klass, q)] -= 1
         by_slot[key].items.append(served(it, q))
     updated: dict[str, NodeProposal] = {}
-    # The pooled LP bound belongs to the group; it is booked on the first node so that the
-    # fleet's bound (a sum over nodes) stays a bound.
-    group_bound = res.lower_bound + sum(pinned_used.values())
-    for n, p in enumerate(order):
+    # The pooled LP bound belongs to the group: it is shared out over the nodes (none above what it
+    # uses), so the fleet's bound (a sum over nodes) stays a bound.
+    left = res.lower_bound + sum(pinned_used.values())
+    for p in order:
         pool_idx = {g.index for g in pools[p.node.name]}
         mine_plans = plans[p.node.name]
         proposed = tuple(
             sorted([*mine_plans, *(c for c in p.current if c.index not in pool_idx)], key=lambda g: g.index)
         )
-        assert_placeable(model, proposed, p.node.name)
+        check_placeable(model, proposed, p.node.name)
         node_items = [i for g in mine_plans for i in g.items]
+        used_after = sum(1 for g in mine_plans if g.items) + pinned_used[p.node.name]
+        share = min(left, used_after)
+        left -= share
         updated[p.node.name] = with_changes(
             p,
             proposed=proposed,
             changed=True,
             moved_in=tuple(i for i in node_items if i.node != p.node.name),
-            used_after=sum(1 for g in mine_plans if g.items) + pinned_used[p.node.name],
+            used_after=used_after,
             slices_after=sum(packing.size(model, i.klass) for i in node_items),
             method=res.method,
             status=res.status,
-            lower_bound=group_bound if n == 0 else 0,
+            lower_bound=share,
         )
     return updated

@@ -7,10 +7,10 @@ Plain frozen dataclasses shared by :mod:`rightsizer.optimise.node` (one node),
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mig_geometry.catalogue import GpuModel
-from rightsizer.analysis.types import NodeInventory, PodKey
+from rightsizer.analysis.types import NodeInventory, PendingPod, PodKey
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,10 @@ class OptimiserSettings:
     """Wall-clock budget for all MILPs together; nodes beyond it get the greedy packing."""
     keep_profiles: bool = False
     """Consolidate only: every pod keeps its current profile (no resource-name change for pods)."""
+    allow_strategy_change: bool = False
+    """Also answer single-strategy nodes as if they moved to the mixed strategy (a recommendation)."""
+    ignore_history: bool = False
+    """Shrink slices whose busy hours before the window recur weekly, as if the window were all."""
     min_coverage: float = 0.5
     """A device's data must cover this share of the window before its demand is trusted."""
     time_slicing_below: float = 0.3
@@ -41,6 +45,11 @@ class Item:
     klass: str
     busy_slices: float | None
     """p95 activity × compute slices of the current device (no headroom); None when unknown."""
+    last_busy: float | None = None
+    """Last hour before the window in which the device needed more than its class (``--lookback``)."""
+    weekly: bool = False
+    """That past demand recurs at the same hour every week: the device keeps its profile (unless
+    ``ignore_history``)."""
 
 
 @dataclass
@@ -51,7 +60,21 @@ class GpuPlan:
     items: list[Item] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class Admission:
+    """A Pending pod the node's change makes room for: the GPUs whose new slots (or freed whole
+    GPUs) fit its request."""
+
+    pod: PendingPod
+    gpus: tuple[int, ...]
+
+
+class NodeInconsistency(Exception):
+    """An internal consistency check failed for one node (a proposed layout without a placement, a
+    device left without a slot): that node is left as it is, with the reason as its note."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class NodeProposal:
     node: NodeInventory
     model: GpuModel | None
@@ -68,9 +91,19 @@ class NodeProposal:
     busy_slices: float
     moved_in: tuple[Item, ...] = ()
     reason: str = ""
+    admits: tuple[Admission, ...] = ()
+    """Pending pods this change makes room for (:mod:`rightsizer.optimise.pending`)."""
+    strategy_change: NodeProposal | None = None
+    """``allow_strategy_change``: a single-strategy node's better answer under the mixed strategy
+    (a recommendation: the device plugin's strategy is not the rightsizer's to change)."""
     whole_busy: float = 0.0
     """p95 activity × compute units of whole GPUs held by pods (1 unit per GPU without MIG)."""
     whole_units: int = 0
+
+    @property
+    def gap(self) -> int:
+        """GPUs in use after the plan above the lower bound (0: proven optimal)."""
+        return max(0, self.used_after - self.lower_bound)
 
     @property
     def gpus_freed(self) -> int:
@@ -120,3 +153,7 @@ class FleetProposal:
             if s in statuses:
                 return s
         return "optimal"
+
+
+def with_changes(p: NodeProposal, **changes: object) -> NodeProposal:
+    return replace(p, **changes)  # type: ignore[arg-type]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +15,7 @@ from rightsizer.optimise.fleet import FleetProposal, GpuPlan, NodeProposal
 from rightsizer.plan import disruption
 from rightsizer.plan.model import (
     SCHEMA,
+    AdmittedPod,
     DisruptedPod,
     Evidence,
     GpuLayout,
@@ -22,6 +23,7 @@ from rightsizer.plan.model import (
     NodePlan,
     Plan,
     SolverInfo,
+    StrategyChange,
     TargetDevice,
     TimeSlicingRecommendation,
     Totals,
@@ -180,25 +182,129 @@ def _resize_notes(
     return notes
 
 
-def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext) -> Plan:
-    nodes: list[NodePlan] = []
+def _node_pods_all(analysis: Analysis, fleet: FleetProposal) -> dict[str, _NodePods]:
     targets = _targets(fleet)
-    pods = {p.node.name: _node_pods(analysis, p, targets)[0] for p in fleet.nodes}
+    return {p.node.name: _node_pods(analysis, p, targets)[0] for p in fleet.nodes}
+
+
+def _mismatches(fleet: FleetProposal, pods: Mapping[str, _NodePods]) -> dict[str, str]:
+    """Changing nodes whose proposed layouts would not hold the pods that stay plus those arriving."""
     arriving: dict[str, list[disruption.Target]] = {}  # by the node the device lands on
     for np_ in pods.values():
         for t in np_.arriving:
             arriving.setdefault(t.node, []).append(t)
+    bad = {}
     for p in fleet.nodes:
-        name, doc = _config(p.node, p.proposed, context.cluster_configs)
-        if p.changed:
-            # Pods that stay keep their devices, pods that move take the slots named for them: it
-            # must all fit the proposed layout, or following the plan would leave a pod unschedulable.
+        if not p.changed:
+            continue
+        try:
             disruption.check_requests_fit(
                 p.node.name,
                 _layouts(p.proposed),
                 staying=pods[p.node.name].kept,
                 arriving=arriving.get(p.node.name, ()),
             )
+        except disruption.LayoutMismatchError as exc:
+            bad[p.node.name] = str(exc)
+    return bad
+
+
+def _linked(fleet: FleetProposal, names: set[str]) -> set[str]:
+    """``names`` and every node that exchanges pods with them (``--allow-moves``), transitively."""
+    edges = [(it.node, p.node.name) for p in fleet.nodes for it in p.moved_in]
+    out = set(names)
+    grew = True
+    while grew:
+        grew = False
+        for a, b in edges:
+            if (a in out) != (b in out):
+                out |= {a, b}
+                grew = True
+    return out
+
+
+def consistent(analysis: Analysis, fleet: FleetProposal) -> tuple[FleetProposal, dict[str, _NodePods]]:
+    """The fleet with every node whose change fails the pods-fit check (and the nodes it exchanges pods
+    with) left as it is, the check's finding as its note: one node never stops the plan."""
+    while True:
+        pods = _node_pods_all(analysis, fleet)
+        bad = _mismatches(fleet, pods)
+        if not bad:
+            return fleet, pods
+        revert = _linked(fleet, set(bad))
+        nodes = []
+        for proposal in fleet.nodes:
+            p = proposal
+            if p.node.name in revert:
+                why = bad.get(p.node.name) or "exchanges pods with a node left unchanged"
+                p = replace(
+                    p,
+                    proposed=p.current,
+                    changed=False,
+                    moved_in=(),
+                    used_after=p.used_now,
+                    slices_after=p.slices_now,
+                    lower_bound=min(p.lower_bound, p.used_now),
+                    reason=f"left unchanged: the plan's check failed ({why})",
+                )
+            nodes.append(p)
+        fleet = replace(fleet, nodes=tuple(nodes))
+
+
+def _history_notes(fleet: FleetProposal, *, window: str) -> list[str]:
+    """What the history before the window says about each slice the plan would shrink."""
+    out = []
+    for p in fleet.nodes:
+        for g in p.proposed:
+            for it in g.items:
+                if it.last_busy is None:
+                    continue
+                who = f"{p.node.name} GPU {it.gpu} {it.profile_now} ({', '.join(str(x) for x in it.pods)})"
+                when = f"last busy beyond the {window} window in the hour from {format_time(it.last_busy)}"
+                if it.weekly and it.klass == it.profile_now:
+                    out.append(
+                        f"{who}: kept; {when}, at the same hour every week (--ignore-history shrinks it)"
+                    )
+                elif it.weekly and p.changed:
+                    out.append(f"{who}: shrinks to {it.klass} though {when}, weekly (--ignore-history)")
+                elif p.changed and it.klass != it.profile_now:
+                    out.append(f"{who}: shrinks to {it.klass}; {when}, not a weekly pattern")
+    return out
+
+
+def _strategy_change(
+    analysis: Analysis, p: NodeProposal, mixed: NodeProposal, context: PlanContext
+) -> StrategyChange:
+    """The recommendation for a single-strategy node ``p`` that frees more under the mixed strategy."""
+    name, doc = _config(p.node, mixed.proposed, context.cluster_configs)
+    pods = {pod for d in analysis.devices_on(p.node.name) for pod in d.pods}
+    return StrategyChange(
+        cluster=p.node.cluster,
+        node=p.node.name,
+        model=p.node.model_key,
+        proposed=_layouts(mixed.proposed),
+        config_name=name,
+        config_document=doc,
+        gpus_freed=mixed.gpus_freed,
+        slices_freed=mixed.slices_freed,
+        single_gpus_freed=p.gpus_freed,
+        pods_disrupted=len(pods),
+        reason=(
+            "not applied by 'apply': switch the node's device plugin to the mixed MIG strategy "
+            "(a per-node device-plugin config with migStrategy: mixed), give every GPU pod of the node a "
+            f"nvidia.com/mig-<profile> request, then label it nvidia.com/mig.config={name}"
+        ),
+    )
+
+
+def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext) -> Plan:
+    """The plan for ``fleet``: nodes whose change would not hold their pods are left as they are
+    (pods that stay keep their devices, pods that move take the slots named for them; anything else
+    would leave a pod unschedulable)."""
+    nodes: list[NodePlan] = []
+    fleet, pods = consistent(analysis, fleet)
+    for p in fleet.nodes:
+        name, doc = _config(p.node, p.proposed, context.cluster_configs)
         device_id = p.node.gpus[0].pci_device_id if p.node.gpus else 0
         nodes.append(
             NodePlan(
@@ -220,6 +326,19 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
                 pods_kept=pods[p.node.name].kept,
                 evidence=_evidence(analysis, p.node),
                 cluster=p.node.cluster,
+                gpus_in_use=p.used_after,
+                lower_bound_gpus=p.lower_bound,
+                reason="" if p.changed or p.reason.startswith("already") else p.reason,
+                pods_admitted=tuple(
+                    AdmittedPod(
+                        namespace=a.pod.namespace,
+                        name=a.pod.name,
+                        resource=a.pod.resource,
+                        count=a.pod.count,
+                        gpus=a.gpus,
+                    )
+                    for a in p.admits
+                ),
             )
         )
     window = Window(format_time(analysis.start), format_time(analysis.end), context.window)
@@ -237,6 +356,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         gpus_freed=sum(n.gpus_freed for n in nodes),
         slices_freed=sum(n.slices_freed for n in nodes),
         pods_disrupted=sum(len(n.pods_disrupted) for n in nodes),
+        pods_admitted=sum(len(n.pods_admitted) for n in nodes),
     )
     cluster_of = {n.name: n.cluster for n in analysis.nodes}
     ts = tuple(
@@ -251,13 +371,25 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         )
         for t in fleet.time_slicing
     )
+    strategy_changes = tuple(
+        _strategy_change(analysis, p, mixed, context)
+        for p in fleet.nodes
+        if (mixed := p.strategy_change) is not None
+    )
     notes = [*analysis.notes, *fleet.notes]
     for n in nodes:
         if n.changed:
             notes.append(disruption.disruption_summary(n))
             notes += pods[n.name].notes
+    notes += _history_notes(fleet, window=context.window)
+    for n in nodes:
+        for a in n.pods_admitted:
+            gpus = ", ".join(map(str, a.gpus))
+            notes.append(
+                f"{n.name}: admits pending pod {a.namespace}/{a.name} ({a.count}× {a.resource}) on GPU(s) {gpus}"
+            )
     for p in fleet.nodes:
-        if p.reason and not p.changed and p.reason.startswith(("deferred", "pods would fit")):
+        if p.reason and not p.changed and p.reason.startswith(("deferred", "left unchanged")):
             notes.append(f"{p.node.name}: {p.reason}")
     return Plan(
         schema=SCHEMA,
@@ -271,6 +403,7 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         mig_parted_config=merged,
         nodes=tuple(nodes),
         time_slicing=ts,
+        strategy_changes=strategy_changes,
         notes=tuple(notes),
         cluster_label=context.cluster_label if any(n.cluster for n in nodes) else "",
     )

@@ -32,11 +32,12 @@ def totals_of(nodes: Sequence[NodePlan], *, gpus_needed: int) -> Totals:
         gpus_freed=sum(n.gpus_freed for n in nodes),
         slices_freed=sum(n.slices_freed for n in nodes),
         pods_disrupted=sum(len(n.pods_disrupted) for n in nodes),
+        pods_admitted=sum(len(n.pods_admitted) for n in nodes),
     )
 
 
 def _sum(totals: Sequence[Totals]) -> Totals:
-    return Totals(*(sum(getattr(t, f) for t in totals) for f in Totals.__dataclass_fields__))
+    return Totals(**{f: sum(getattr(t, f) for t in totals) for f in Totals.__dataclass_fields__})
 
 
 def merge(parts: Sequence[Plan]) -> Plan:
@@ -66,6 +67,7 @@ def merge(parts: Sequence[Plan]) -> Plan:
         mig_parted_config={"version": "v1", "mig-configs": dict(sorted(configs.items()))},
         nodes=nodes,
         time_slicing=tuple(t for p in parts for t in p.time_slicing),
+        strategy_changes=tuple(c for p in parts for c in p.strategy_changes),
         notes=tuple(notes),
         cluster_label=next((p.cluster_label for p in parts if p.cluster_label), ""),
         clusters=tuple(ClusterTotals(p.cluster_names[0], p.totals) for p in parts),

@@ -105,7 +105,7 @@ def _key(p: DisruptedPod) -> tuple[str, str]:
     return (p.namespace, p.name)
 
 
-class LayoutMismatchError(AssertionError):
+class LayoutMismatchError(ValueError):
     """Pods would request more devices of a profile than a GPU's proposed layout has."""
 
 

@@ -4,19 +4,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.analysis import history as analysis
+from rightsizer.analysis import lookback, pending
 from rightsizer.clients.chunks import QueryLimits
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.errors import RightsizerError
 from rightsizer.migparted.config import MigPartedConfig
 from rightsizer.optimise import fleet as optimiser
 from rightsizer.plan import build as planning
-from rightsizer.plan import clusters, disruption
+from rightsizer.plan import clusters
 from rightsizer.plan.model import Plan
+
+WEEK_S = 7 * 86400.0
 
 
 class NoInventoryError(RightsizerError, RuntimeError):
@@ -25,11 +28,6 @@ class NoInventoryError(RightsizerError, RuntimeError):
 
 class UnknownClusterError(RightsizerError, LookupError):
     """``--cluster NAME`` names no cluster of the inventory."""
-
-
-class InconsistentPlanError(RightsizerError, AssertionError):
-    """The proposed layouts would not hold the pods that stay plus those the plan moves (a bug guard:
-    no plan is written rather than one whose notes leave a pod unschedulable)."""
 
 
 @dataclass(frozen=True)
@@ -48,9 +46,18 @@ class PlanSettings:
     """Label naming each series' cluster in a multi-cluster store (Thanos, VictoriaMetrics global view)."""
     cluster: str | None = None
     """Plan this cluster only (``None``: every cluster, each optimised on its own)."""
+    lookback_s: float = 28 * 86400.0
+    """With a window shorter than a week, busy hours are also read this far back (coarsely, from the
+    recording rule): a slice busy again every week is kept, and every shrunk slice says when it was
+    last busy. ``optimiser.ignore_history`` shrinks them anyway."""
     query_limits: QueryLimits = field(default_factory=QueryLimits)
     """What one query may cost (a large fleet's queries are cut into node groups); not recorded:
     the plan is the same however the queries are cut."""
+
+    @property
+    def looks_back(self) -> bool:
+        """History past the window is read: the window is shorter than a week and the lookback longer."""
+        return self.window_s < WEEK_S and self.lookback_s > self.window_s
 
     @property
     def window_text(self) -> str:
@@ -73,9 +80,13 @@ class PlanSettings:
             "allow_moves": o.allow_moves,
             "time_limit_s": o.time_limit_s,
             "keep_profiles": o.keep_profiles,
+            **({"allow_strategy_change": True} if o.allow_strategy_change else {}),
             "headroom": self.headroom,
             "idle_threshold": self.idle_threshold,
             "min_busy_s": self.min_busy_s,
+            **(
+                {"lookback_s": self.lookback_s, "ignore_history": o.ignore_history} if self.looks_back else {}
+            ),
             **({"cluster": self.cluster} if self.cluster is not None else {}),
         }
 
@@ -101,6 +112,23 @@ def make_plan(
             f"no gpupilot_gpu_info series at {format_time(end)} in {client.url}; is the exporter scraped? "
             "(use --at for history that ended earlier)"
         )
+    result = replace(
+        result, pending=pending.read_pending(client, at=end, cluster_label=settings.cluster_label)
+    )
+    if settings.looks_back:
+        progress(f"reading busy hours up to {window_text(settings.lookback_s)} back (--lookback)")
+        result, note = lookback.attach(
+            client,
+            result,
+            settings=lookback.LookbackSettings(
+                lookback_s=settings.lookback_s,
+                idle_threshold=settings.idle_threshold,
+                headroom=settings.headroom,
+                cluster_label=settings.cluster_label,
+            ),
+        )
+        if note:
+            result = replace(result, notes=(*result.notes, note))
     names = result.clusters
     if settings.cluster is not None:
         if settings.cluster not in names:
@@ -116,21 +144,18 @@ def make_plan(
         where = f" in cluster {clusters.shown(name)}" if name else ""
         progress(f"optimising {len(part.nodes)} node(s), {len(part.devices)} device(s){where}")
         fleet = optimiser.optimise(part, settings=settings.optimiser)
-        try:
-            parts.append(
-                planning.build_plan(
-                    part,
-                    fleet,
-                    context=planning.PlanContext(
-                        window=settings.window_text,
-                        settings=settings.record(),
-                        cluster_configs=cluster_configs,
-                        cluster_label=settings.cluster_label,
-                    ),
-                )
+        parts.append(
+            planning.build_plan(
+                part,
+                fleet,
+                context=planning.PlanContext(
+                    window=settings.window_text,
+                    settings=settings.record(),
+                    cluster_configs=cluster_configs,
+                    cluster_label=settings.cluster_label,
+                ),
             )
-        except disruption.LayoutMismatchError as exc:
-            raise InconsistentPlanError(f"no plan written: {exc} (please report this)") from exc
+        )
     return clusters.merge(parts)
 
 

@@ -76,7 +76,9 @@ def _rows(nodes: Sequence[NodePlan], *, all_nodes: bool) -> list[list[str]]:
                 n.model,
                 "\n".join(layout_text(g) for g in n.current)
                 + (f"\n[{n.current_config_name}]" if n.current_config_name else ""),
-                "\n".join(layout_text(g) for g in n.proposed) + (f"\n[{n.config_name}]" if n.changed else ""),
+                "\n".join(layout_text(g) for g in n.proposed)
+                + (f"\n[{n.config_name}]" if n.changed else "")
+                + "".join(f"\nadmits {a.namespace}/{a.name}" for a in n.pods_admitted),
                 f"{n.gpus_freed} GPU\n{n.slices_freed} slices",
                 "unknown"
                 if not activity_known(n)
@@ -98,7 +100,11 @@ def totals_text(t: Totals) -> str:
 
 
 def _freed_text(t: Totals) -> str:
-    return f"{t.gpus_freed} GPU(s) and {t.slices_freed} allocated slice(s) freed; {t.pods_disrupted} pod(s) disrupted"
+    admitted = f"; {t.pods_admitted} pending pod(s) admitted" if t.pods_admitted else ""
+    return (
+        f"{t.gpus_freed} GPU(s) and {t.slices_freed} allocated slice(s) freed; {t.pods_disrupted} pod(s) disrupted"
+        + admitted
+    )
 
 
 def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
@@ -130,5 +136,20 @@ def plan_table(plan: Plan, *, all_nodes: bool = False) -> str:
             f"time-slicing: {where}{ts.node} ({ts.model}) GPU(s) {', '.join(map(str, ts.gpus))}: "
             f"{ts.replicas} replicas — {ts.reason}"
         )
+    for sc in plan.strategy_changes:
+        where = f"{clusters.shown(sc.cluster)}/" if plan.clusters else ""
+        extra.append(
+            f"strategy change: {where}{sc.node} ({sc.model}) to the {sc.strategy} strategy frees "
+            f"{sc.gpus_freed} GPU(s) and {sc.slices_freed} slice(s) (its best uniform layout: "
+            f"{sc.single_gpus_freed} GPU(s)); all {sc.pods_disrupted} GPU pod(s) restart — {sc.reason}"
+        )
+    for n in plan.nodes:
+        if n.gap:
+            where = f"{clusters.shown(n.cluster)}/" if plan.clusters else ""
+            why = f": {n.reason}" if n.reason else ""
+            extra.append(
+                f"gap: {where}{n.name} uses {n.gpus_in_use} GPU(s) after the plan, lower bound "
+                f"{n.lower_bound_gpus} ({n.gap} above){why}"
+            )
     extra += [f"note: {n}" for n in plan.notes]
     return "\n\n".join([head, *blocks, *(["\n".join(extra)] if extra else [])])

@@ -118,9 +118,24 @@ def test_every_setting_reaches_its_objects(tmp_path: Path) -> None:
     assert pod_spec(one(objs, "Deployment", "gpupilot-adapter"))["priorityClassName"] == "metrics-critical"
     role = one(objs, "Role", "gpupilot-rightsizer-mig-config")
     assert role["metadata"]["namespace"] == "gpu-ops-x"
-    assert role["rules"][0]["resourceNames"] == ["my-mig-config"]
-    assert role["rules"][1]["resourceNames"] == ["default-mig-parted-config", "team-mig-config"]
+    assert role["rules"][0]["resourceNames"] == [
+        "default-mig-parted-config",
+        "team-mig-config",
+        "my-mig-config",
+    ]
     assert one(objs, "RoleBinding", "gpupilot-rightsizer-mig-config")["metadata"]["namespace"] == "gpu-ops-x"
+    # The write rights of deploy/rightsizer/auto-apply, listed before settings, get the same values.
+    (tmp_path / "auto").mkdir()
+    auto = build(
+        tmp_path / "auto",
+        resources=["settings.yaml", "rightsizer"],
+        components=["rightsizer/auto-apply", "settings"],
+        extra={"settings.yaml": cm},
+    )
+    apply_role = one(auto, "Role", "gpupilot-rightsizer-apply")
+    assert apply_role["metadata"]["namespace"] == "gpu-ops-x"
+    assert apply_role["rules"][0]["resourceNames"] == ["my-mig-config"]
+    assert one(auto, "RoleBinding", "gpupilot-rightsizer-apply")["metadata"]["namespace"] == "gpu-ops-x"
     np = one(objs, "NetworkPolicy", "gpupilot-exporter")
     assert np["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "observability"
@@ -240,4 +255,4 @@ def test_rightsizer_config_agrees_with_the_settings(overlay: str) -> None:
     auto = yaml.safe_load(cm["data"]["rightsizer.yaml"])["auto_apply"]
     role = one(list(objs), "Role", "gpupilot-rightsizer-mig-config")
     assert auto["operator_namespace"] == role["metadata"]["namespace"]
-    assert auto["mig_configmap"] == role["rules"][0]["resourceNames"][0]
+    assert auto["mig_configmap"] == role["rules"][0]["resourceNames"][2]

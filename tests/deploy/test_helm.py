@@ -41,7 +41,12 @@ HELM_LABELS = {
     "app.kubernetes.io/instance",
     "app.kubernetes.io/version",
 }
-API_VERSIONS = {**KNOWN_API_VERSIONS, "PodMonitor": "monitoring.coreos.com/v1"}
+API_VERSIONS = {
+    **KNOWN_API_VERSIONS,
+    "PodMonitor": "monitoring.coreos.com/v1",
+    "Pod": "v1",  # the `helm test` hook
+    "PersistentVolumeClaim": "v1",
+}
 VARIANTS = ["defaults", *[p.stem for p in VALUES_FILES]]
 
 
@@ -67,6 +72,19 @@ def template(variant: str, *sets: str) -> tuple[dict[str, Any], ...]:
     res = run_helm(*args)
     assert res.returncode == 0, f"helm template ({variant}) failed: {res.stderr.strip()}"
     return tuple(doc for doc in yaml.safe_load_all(res.stdout) if doc)
+
+
+def without_generated_tls(objs: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+    """The objects with the generated CA and certificate blanked (each render makes a new pair)."""
+    out = copy.deepcopy(objs)
+    for obj in out:
+        if obj["kind"] == "Secret" and obj["metadata"]["name"] == "gpupilot-adapter-tls":
+            assert set(obj["data"]) == {"ca.crt", "tls.crt", "tls.key"}
+            obj["data"] = {}
+        if obj["kind"] == "APIService":
+            assert obj["spec"]["caBundle"]
+            obj["spec"]["caBundle"] = ""
+    return out
 
 
 def kinds(objs: tuple[dict[str, Any], ...]) -> set[tuple[str, str]]:
@@ -143,6 +161,7 @@ def test_values_reach_the_objects() -> None:
     api = vm[("APIService", "v1beta2.custom.metrics.k8s.io")]
     assert api["spec"]["caBundle"] == "LS0tLS1CRUdJTi0tLS0t"
     assert "annotations" not in api["metadata"], "a given caBundle must not be overwritten by cert-manager"
+    assert ("Secret", "gpupilot-adapter-tls") not in vm, "with a caBundle given, the Secret is the user's"
     rules = [o for o in vm.values() if o["kind"] == "PrometheusRule"]
     assert rules and all("release" not in o["metadata"]["labels"] for o in rules)
     config = yaml.safe_load(vm[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
@@ -233,6 +252,11 @@ def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
         ("adapter.minAvailable=-1", "/adapter/minAvailable"),
         ("prometheusAuth.tenant=a b", "/prometheusAuth/tenant"),
         ("prometheusAuth.password=x", "password"),
+        ("prometheus.url=prometheus:9090", "/prometheus/url"),
+        ("exporter.migPause=sometimes", "/exporter/migPause"),
+        ("rightsizer.persistence.size=lots", "/rightsizer/persistence/size"),
+        ("namespace.podSecurity=open", "/namespace/podSecurity"),
+        ("adapter.generatedCertDays=0", "/adapter/generatedCertDays"),
     ],
 )
 def test_schema_refuses_bad_values(setting: str, message: str) -> None:
@@ -253,11 +277,26 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
             validation["expression"] = " ".join(validation["expression"].split())
     if out["kind"] == "ConfigMap" and out["metadata"]["name"] == "gpupilot-rightsizer":
         out["data"] = {k: yaml.safe_load(v) for k, v in out["data"].items()}  # comments differ
+    if out["kind"] == "APIService":
+        # The trust path differs by design: the chart generates its CA (caBundle), kustomize takes a
+        # TLS component (cert-manager's injection or devkit.adapter_tls); test_helm_install checks it.
+        out["metadata"].pop("annotations", None)
+        out["spec"].pop("caBundle", None)
     return out
 
 
-# The chart's own extra: a NetworkPolicy for the rightsizer too (Prometheus' namespace only).
-CHART_EXTRAS = {"NetworkPolicy/gpupilot/gpupilot-rightsizer"}
+# The chart's own extras: a NetworkPolicy for the rightsizer too (Prometheus' namespace only), the
+# adapter's generated serving certificate, and the `helm test` hook's objects.
+CHART_EXTRAS = {
+    "NetworkPolicy/gpupilot/gpupilot-rightsizer",
+    "Secret/gpupilot/gpupilot-adapter-tls",
+    "ServiceAccount/gpupilot/gpupilot-adapter-test",
+    "ClusterRoleBinding/-/gpupilot-adapter-test",
+    "Pod/gpupilot/gpupilot-adapter-test",
+}
+# kustomize's exporter base uses the GPU Operator's client pause label (deploy/exporter); the
+# chart's default (auto) renders dcgm-exporter's without a cluster to look at.
+AS_KUSTOMIZE = "exporter.migPause=client"
 # overlay → the chart's values variant that installs the same.
 COUNTERPARTS = {OVERLAY: "defaults", "overlays/openshift": "openshift"}
 
@@ -288,18 +327,21 @@ def test_chart_and_kustomize_render_the_same_objects(overlay: str) -> None:
     """Each overlay against its values file, both rendered (kustomize's output, not a copy): every
     object both produce is identical but for Helm's own labels; each side's extras are known."""
     variant = COUNTERPARTS[overlay]
-    chart = {ident(o) for o in template(variant)}
+    chart = {ident(o) for o in template(variant, AS_KUSTOMIZE)}
     kustomize = {ident(o) for o in render(overlay)}
-    assert _compare(template(variant), render(overlay)) >= 40
-    assert kustomize - chart == {"Namespace/-/gpupilot"}, "the chart leaves it to --create-namespace"
+    assert _compare(template(variant, AS_KUSTOMIZE), render(overlay)) >= 40
+    assert kustomize - chart == {"Namespace/-/gpupilot"}, "the chart leaves it to namespace.create"
     assert chart - kustomize == CHART_EXTRAS
+    with_ns = template(variant, AS_KUSTOMIZE, "namespace.create=true")
+    assert _compare(with_ns, render(overlay)) >= 41  # the Namespace too, Pod Security labels and all
 
 
 # kustomize component → the chart setting that does the same.
 COMPONENTS = {
     "exporter/unprivileged": "exporter.unprivileged=true",
-    "exporter/legacy-gpu-operator": "exporter.legacyGpuOperator=true",
+    "exporter/legacy-gpu-operator": "exporter.migPause=dcgm-exporter",
     "adapter/external": "adapter.externalMetrics=true",
+    "rightsizer/auto-apply": "rightsizer.autoApply.enabled=true",
 }
 
 
@@ -316,8 +358,17 @@ def test_chart_settings_match_kustomize_components(component: str, tmp_path: Pat
     res = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     kustomize = tuple(d for d in yaml.safe_load_all(res.stdout) if d)
-    chart = template("defaults", COMPONENTS[component])
-    assert chart != template("defaults"), f"{COMPONENTS[component]} changes nothing"
+    chart = template("defaults", AS_KUSTOMIZE, COMPONENTS[component])
+    assert chart != template("defaults", AS_KUSTOMIZE), f"{COMPONENTS[component]} changes nothing"
+    if component == "rightsizer/auto-apply":  # the component grants; auto_apply.enabled is the config's
+        (config,) = (
+            o for o in chart if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gpupilot-rightsizer"
+        )
+        assert yaml.safe_load(config["data"]["rightsizer.yaml"])["auto_apply"]["enabled"] is True
+        chart = tuple(o for o in chart if o is not config)
+        kustomize = tuple(
+            o for o in kustomize if o["metadata"]["name"] != "gpupilot-rightsizer" or o["kind"] != "ConfigMap"
+        )
     # Objects a component adds miss the overlay's part-of label (kustomize applies labels before
     # components); the chart labels every object.
     assert _compare(chart, kustomize, ignore_labels=frozenset({"app.kubernetes.io/part-of"})) >= 40
@@ -340,7 +391,8 @@ def test_chart_files_are_links_to_deploy_and_package_resolves_them(tmp_path: Pat
     (packaged,) = tmp_path.glob("gpupilot-*.tgz")
     res = run_helm("template", "gpupilot", str(packaged), "--namespace", NAMESPACE)
     assert res.returncode == 0, res.stderr
-    assert tuple(d for d in yaml.safe_load_all(res.stdout) if d) == template("defaults")
+    packaged_objs = tuple(d for d in yaml.safe_load_all(res.stdout) if d)
+    assert without_generated_tls(packaged_objs) == without_generated_tls(template("defaults"))
 
 
 def test_settings_reach_the_objects() -> None:
@@ -362,7 +414,7 @@ def test_settings_reach_the_objects() -> None:
     assert ("PodDisruptionBudget", "gpupilot-adapter") not in by
     assert not {k for k, _ in by} & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     role = by[("Role", "gpupilot-rightsizer-mig-config")]
-    assert role["rules"][0]["resourceNames"] == ["mig-a"]
+    assert role["rules"][0]["resourceNames"] == ["default-mig-parted-config", "custom-mig-config", "mig-a"]
     config = yaml.safe_load(by[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
     assert config["auto_apply"]["mig_configmap"] == "mig-a"
 

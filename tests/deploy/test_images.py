@@ -4,6 +4,7 @@ exporter's (pulled on every GPU node) holds none of the analysis stack."""
 from __future__ import annotations
 
 import ast
+import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -92,3 +93,28 @@ def test_report_renders_every_service() -> None:
     assert lines[0].split()[:3] == ["IMAGE", "MiB", "DISTS"]
     assert [line.split()[0] for line in lines[1:4]] == list(image_contents.SERVICES)
     assert lines[4].startswith("one image")
+
+
+@pytest.fixture(scope="session")
+def archives() -> dict[str, Path]:
+    """The images `make images` wrote to dist/images, built now when they are missing."""
+    from devkit import images  # noqa: PLC0415
+
+    if shutil.which("buildah") is None or shutil.which("mmdebstrap") is None:
+        pytest.skip("buildah and mmdebstrap are not installed (make image-tools); CI runs make images")
+    found = {s: images.OUT / f"gpupilot-{s}.oci.tar" for s in images.SERVICES}
+    if not all(p.is_file() for p in found.values()):
+        assert images.main([]) == 0, "make images failed (its output above names the step)"
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("service", ["exporter", "adapter", "rightsizer"])
+def test_built_image_starts(archives: dict[str, Path], service: str) -> None:
+    """Each archive started again (buildah from oci-archive + buildah run): --help answers; the
+    exporter's --once ends with its no-GPU line and it holds none of the simulator's dependencies."""
+    from devkit import images  # noqa: PLC0415
+
+    images.smoke_test(service, archives[service])
+    res = images.in_container("user", archives[service], "id", "-u")
+    assert res.stdout.strip() == "65532", "the image runs as gpupilot (uid 65532) by default"

@@ -96,7 +96,8 @@ def test_no_events_gives_one_zero_series_as_upstream() -> None:
     fams = device_families(snap, hostname="n", layout=EXP_LAYOUT, windows=windows.update(snap))
     (only,) = samples(fam(fams, "DCGM_EXP_XID_ERRORS_COUNT"))
     assert "xid" not in only[0] and only[1] == 0.0
-    assert "DCGM_FI_DEV_XID_ERRORS" not in {f.name for f in fams}  # no Xid seen: no last value
+    ((labels, value),) = samples(fam(fams, "DCGM_FI_DEV_XID_ERRORS"))  # no Xid seen: 0, as upstream
+    assert value == 0.0 and labels["err_code"] == "0" and "err_msg" not in labels
 
 
 def test_health_fails_memory_on_double_bit_errors_and_warns_on_thermal_throttling() -> None:

@@ -135,8 +135,9 @@ def test_xid_last_value_and_counter_per_code() -> None:
     snap = fakes.node(fakes.with_xid(fakes.whole_gpu(0), 79, count=2), fakes.whole_gpu(1))
     fams = device_families(snap, hostname=HOST)
     xid = fam(fams, "DCGM_FI_DEV_XID_ERRORS")
-    assert len(xid.samples) == 1
-    labels, value = xid.samples[0]
+    assert len(xid.samples) == 2  # the GPU without an Xid publishes 0 (as dcgm-exporter)
+    assert sorted(v for _, v in xid.samples) == [0.0, 79.0]
+    labels, value = max(xid.samples, key=lambda s: s[1])
     assert value == 79.0
     assert dict(labels)["err_code"] == "79"
     assert dict(labels)["err_msg"] == "GPU has fallen off the bus"

@@ -13,7 +13,7 @@ from rightsizer.commands import validate
 from rightsizer.errors import InputError, RightsizerError
 from rightsizer.migparted.config import MigPartedError
 from rightsizer.plan.model import PlanError
-from rightsizer.plan.pipeline import InconsistentPlanError, NoInventoryError
+from rightsizer.plan.pipeline import NoInventoryError
 from rightsizer.serve.config import ServeConfigError
 
 
@@ -33,7 +33,6 @@ def test_input_errors_exit_2(cls: type[RightsizerError]) -> None:
         PrometheusError,
         PrometheusUnavailable,
         NoInventoryError,
-        InconsistentPlanError,
     ],
 )
 def test_failures_exit_1(cls: type[RightsizerError]) -> None:

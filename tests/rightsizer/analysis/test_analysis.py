@@ -5,7 +5,6 @@ Prometheus down; and the plan CLI end to end on that history."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,13 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from devkit.prometheus import PrometheusServer, backfill_openmetrics, free_port
+from devkit.prometheus import PrometheusServer, free_port
 from rightsizer.analysis import history as analysis
 from rightsizer.analysis.types import Analysis, PodKey
 from rightsizer.cli import main
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusQueryError, PrometheusUnavailable
 from rightsizer.plan.model import load_plan
-from tests.support.rightsizer.small_history import DAYS, GAP_HOURS, write_history
+from tests.support.rightsizer.small_history import DAYS, GAP_HOURS, shared_blocks
 
 pytestmark = pytest.mark.prometheus
 
@@ -34,10 +33,7 @@ class History:
 @pytest.fixture(scope="module")
 def small_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     base = tmp_path_factory.mktemp("rightsizer-history")
-    now = time.time()
-    end = now - now % 3600 - 3600
-    start = write_history(base / "history.om", end=end)
-    backfill_openmetrics(base / "history.om", base / "data", block_duration="96h")
+    start, end = shared_blocks(tmp_path_factory, base / "data")
     with PrometheusServer(base / "data", log_file=base / "prometheus.log") as server:
         yield History(server.url, start, end)
 

@@ -143,7 +143,7 @@ def test_failed_node_makes_the_exit_code_non_zero(tmp_path, capsys):
     ("extra", "content", "message"),
     [
         ([], "{not json", "(JSON syntax)"),
-        ([], '{"schema": "gpupilot.plan/v1"}', ":1: window: required, an object"),
+        ([], '{"schema": "gpupilot.plan/v1"}', ":1: plan_id: required, a string"),
         (["--kubeconfig", "/nonexistent/kc"], None, "/nonexistent/kc: kubeconfig file not found"),
     ],
 )

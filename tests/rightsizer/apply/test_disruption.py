@@ -65,10 +65,21 @@ def test_requests_must_fit_the_proposed_layout():
 
 def test_apply_evicts_listed_and_unseen_pods_never_kept_ones():
     node = NodePlan(
-        "n", "H100 80GB", "0x2330", "mixed", True, "a", (), (), "b", {}, 0, 0, 0.0, 0.0,
+        name="n",
+        model="H100 80GB",
+        pci_device_id="0x2330",
+        changed=True,
+        current_config_name="a",
+        current=(),
+        proposed=(),
+        config_name="b",
+        config_document={},
+        slices_freed=0,
+        gpus_freed=0,
+        expected_utilisation=0.0,
         pods_disrupted=(pod("gone"),),
         pods_kept=(pod("stays"),),
-    )  # fmt: skip
+    )
     got = disruption.evictions(node, [("ml", "stays"), ("ml", "gone"), ("ml", "new"), ("ml", "gone")])
     assert [(e.name, e.reason.split(" ")[0]) for e in got] == [("gone", "listed"), ("new", "not")]
     summary = disruption.disruption_summary(node)
@@ -80,7 +91,18 @@ def test_idle_rule_uses_the_peak_or_else_every_hour_without_a_process():
     from rightsizer.plan.model import Evidence  # noqa: PLC0415
 
     def ev(peak: float | None, idle_h: float, cover: float = 48.0) -> Evidence:
-        return Evidence(0, "1g.10gb", "7", True, "ml/x", idle_h, None, cover, 48.0, peak, "", 15.0)
+        return Evidence(
+            gpu=0,
+            profile="1g.10gb",
+            gpu_instance_id="7",
+            allocated=True,
+            pod="ml/x",
+            idle_hours=idle_h,
+            p95_activity=None,
+            coverage_hours=cover,
+            window_hours=48.0,
+            peak_activity=peak,
+        )
 
     assert idle.is_idle(ev(0.01, 47), 0.05)
     assert not idle.is_idle(ev(0.75, 46), 0.05)  # a daily burst: busy, however many idle hours
@@ -94,7 +116,19 @@ def test_evidence_column_names_the_peak_and_when():
     from rightsizer.plan.table import activity_text  # noqa: PLC0415
 
     def ev(peak: float | None, at: str = "2026-11-29T03:00:00Z") -> Evidence:
-        return Evidence(0, "3g.40gb", "1", True, "ml/x", 46.0, 0.01, 48.0, 48.0, peak, at, 15.0)
+        return Evidence(
+            gpu=0,
+            profile="3g.40gb",
+            gpu_instance_id="1",
+            allocated=True,
+            pod="ml/x",
+            idle_hours=46.0,
+            p95_activity=0.01,
+            coverage_hours=48.0,
+            window_hours=48.0,
+            peak_activity=peak,
+            peak_at=at,
+        )
 
     assert activity_text(ev(0.85)) == "peak 15-min mean 85% on 11-29 03:00"
     assert activity_text(ev(0.0)) == "peak 15-min mean 0%"

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from devkit.prometheus import PrometheusServer, backfill_openmetrics
+from devkit.prometheus import PrometheusServer
 from rightsizer.analysis import history as analysis
 from rightsizer.cli import main
 from rightsizer.clients.chunks import QueryLimits, matcher, node_groups, scoped
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.report import data as report_data
-from tests.support.rightsizer.small_history import DAYS, write_history
+from tests.support.rightsizer.small_history import DAYS, shared_blocks
 
 # ---------------------------------------------------------------------------------------------- units
 
@@ -70,10 +70,7 @@ def test_a_node_over_the_limit_still_gets_its_own_group() -> None:
 @pytest.fixture(scope="module")
 def small_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
     base = tmp_path_factory.mktemp("chunking-history")
-    now = time.time()
-    end = now - now % 3600 - 3600
-    write_history(base / "history.om", end=end)
-    backfill_openmetrics(base / "history.om", base / "data", block_duration="96h")
+    _, end = shared_blocks(tmp_path_factory, base / "data")
     with PrometheusServer(base / "data", log_file=base / "prometheus.log") as server:
         yield server.url, end
 

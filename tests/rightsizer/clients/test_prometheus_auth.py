@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from devkit.pki import CA, Issued, make_ca
-from devkit.prometheus import PrometheusServer, backfill_openmetrics
+from devkit.prometheus import PrometheusServer
 from gpupilot_common.promauth import PrometheusAuth
 from rightsizer.cli import main
 from rightsizer.commands.serve import LiveJobs
 from rightsizer.plan.model import load_plan
 from rightsizer.serve.config import PlanJob, ServeConfigError, parse
 from tests.support.common.authproxy import AuthProxy, client_cert_context
-from tests.support.rightsizer.small_history import DAYS, write_history
+from tests.support.rightsizer.small_history import DAYS, shared_blocks
 
 pytestmark = pytest.mark.prometheus
 TOKENS = ("tok-ONE-1a2b3c4d5e", "tok-TWO-6f7a8b9c0d")
@@ -43,10 +42,7 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     base = tmp_path_factory.mktemp("rightsizer-auth")
-    now = time.time()
-    end = now - now % 3600 - 3600
-    write_history(base / "history.om", end=end)
-    backfill_openmetrics(base / "history.om", base / "data", block_duration="96h")
+    _, end = shared_blocks(tmp_path_factory, base / "data")
     ca, client_ca = make_ca(base, "serving-ca"), make_ca(base, "client-ca")
     server = ca.issue(base, cn="mimir-gateway", server=True)
     client = client_ca.issue(base, cn="gpupilot-rightsizer")

@@ -41,7 +41,18 @@ def sample_plan() -> Plan:
         expected_utilisation=0.5,
         current_utilisation=0.25,
         pods_disrupted=(DisruptedPod("ml", "infer-0", (HeldDevice(0, "3g.40gb", "1", "MIG-x"),)),),
-        evidence=(Evidence(0, "1g.10gb", "7", False, "", 168.0, None, 0.0, 168.0),),
+        evidence=(
+            Evidence(
+                gpu=0,
+                profile="1g.10gb",
+                gpu_instance_id="7",
+                allocated=False,
+                idle_hours=168.0,
+                p95_activity=None,
+                coverage_hours=0.0,
+                window_hours=168.0,
+            ),
+        ),
     )
     window = Window("2026-11-22T00:00:00Z", "2026-11-29T00:00:00Z", "7d")
     return Plan(
@@ -51,7 +62,9 @@ def sample_plan() -> Plan:
         prometheus_url="http://127.0.0.1:9090",
         settings={"max_nodes": 3, "allow_moves": False},
         solver=SolverInfo("milp", "optimal", 1, 0.1),
-        totals=Totals(1, 1, 1, 1, 0, 0, 1),
+        totals=Totals(
+            nodes=1, nodes_changed=1, gpus=1, gpus_needed=1, gpus_freed=0, slices_freed=0, pods_disrupted=1
+        ),
         mig_parted_config=node.config_document,
         nodes=(node,),
     )

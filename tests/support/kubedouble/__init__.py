@@ -29,6 +29,9 @@ What it serves (see :mod:`tests.support.kubedouble.server` for the route table):
   GPU) for ``pod_termination_s`` (0.1 s; ``gracePeriodSeconds: 0`` deletes at once).
 - policy/v1 ``poddisruptionbudgets``, apps/v1 ``replicasets``, coordination.k8s.io/v1 ``leases``,
   events.k8s.io/v1 ``events`` (one store with core events).
+- core/v1 ``secrets``, ``serviceaccounts``, ``services``, ``persistentvolumeclaims``, apps/v1
+  ``deployments``, the four RBAC kinds and ``networkpolicies``: stored as given, with no behaviour,
+  so that Helm (``--dry-run=server``, its ``lookup``) can map and read what a chart installs.
 - ``nvidia.com/v1 clusterpolicies`` (a CRD: strategic-merge patches get 415, as on a real cluster — use
   ``_content_type="application/merge-patch+json"`` or a JSON patch).
 - ``authentication.k8s.io/v1`` TokenReview (``kube.add_token(token, user, groups)``) and

@@ -51,6 +51,17 @@ KINDS: tuple[Kind, ...] = (
     Kind("metrics.k8s.io", "v1beta1", "pods", "PodMetrics", namespaced=True),
     Kind("apps", "v1", "daemonsets", "DaemonSet", namespaced=True),
     Kind("apiregistration.k8s.io", "v1", "apiservices", "APIService", namespaced=False),
+    # What a chart installs besides (Helm's lookup and --dry-run=server map every rendered kind).
+    Kind("", "v1", "secrets", "Secret", namespaced=True),
+    Kind("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True),
+    Kind("", "v1", "services", "Service", namespaced=True),
+    Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True),
+    Kind("apps", "v1", "deployments", "Deployment", namespaced=True),
+    Kind("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    Kind("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
+    Kind("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True),
+    Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True),
+    Kind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", namespaced=True),
     Kind("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False, storable=False),
     Kind(
         "authorization.k8s.io",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 STEP = 900.0
 DAYS = 3
@@ -349,3 +350,23 @@ def write_history(path: Path, *, end: float) -> float:
                     f.write(f"{name}{labels} {v:g} {t:.0f}\n")
         f.write("# EOF\n")
     return start
+
+
+def shared_blocks(tmp_path_factory: Any, target: Path) -> tuple[float, float]:
+    """This history as Prometheus blocks in ``target`` (a private hard-linked copy of blocks built
+    once per test run); returns (start, end). ``end`` is the last whole hour but one of the build."""
+    import time  # noqa: PLC0415
+
+    from devkit.prometheus import backfill_openmetrics  # noqa: PLC0415
+    from tests.support.shared import built_once, linked_copy  # noqa: PLC0415
+
+    def build(where: Path) -> dict[str, Any]:
+        now = time.time()
+        end = now - now % 3600 - 3600
+        start = write_history(where / "history.om", end=end)
+        backfill_openmetrics(where / "history.om", where / "data", block_duration="96h")
+        return {"start": start, "end": end}
+
+    where, facts = built_once(tmp_path_factory, "small-history", build)
+    linked_copy(where / "data", target)
+    return float(facts["start"]), float(facts["end"])

@@ -70,3 +70,58 @@ key-file: {{ printf "%s/%s" $dir $a.keyKey | quote }}
     secretName: {{ .Values.prometheusAuth.secretName }}
 {{- end }}
 {{- end -}}
+
+{{/* The adapter's serving certificate and the APIServices' trust in it, as YAML:
+  mode: cert-manager | provided | generated
+  caBundle: base64 PEM of the CA (empty with cert-manager: its CA injector fills it in)
+  crt, key: base64 PEM of the serving certificate and key (generated only)
+Generated: read back from the Secret of an earlier install/upgrade when it holds all three keys
+(Helm's lookup; empty under `helm template`), else a new CA and certificate for the Service's DNS
+names. Called once per render: each call without a Secret to read makes a new pair. */}}
+{{- define "gpupilot.adapterTLS" -}}
+{{- $a := .Values.adapter -}}
+{{- if $a.certManager.enabled -}}
+mode: cert-manager
+{{- else if $a.caBundle -}}
+mode: provided
+caBundle: {{ $a.caBundle | quote }}
+{{- else -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace $a.tlsSecretName -}}
+{{- $data := dig "data" dict ($old | default dict) -}}
+mode: generated
+{{- if and (hasKey $data "ca.crt") (hasKey $data "tls.crt") (hasKey $data "tls.key") }}
+caBundle: {{ index $data "ca.crt" | quote }}
+crt: {{ index $data "tls.crt" | quote }}
+key: {{ index $data "tls.key" | quote }}
+{{- else }}
+{{- $svc := printf "gpupilot-adapter.%s.svc" .Release.Namespace }}
+{{- $ca := genCA "gpupilot-adapter-ca" (int $a.generatedCertDays) }}
+{{- $cert := genSignedCert $svc nil (list $svc (printf "%s.cluster.local" $svc)) (int $a.generatedCertDays) $ca }}
+caBundle: {{ $ca.Cert | b64enc | quote }}
+crt: {{ $cert.Cert | b64enc | quote }}
+key: {{ $cert.Key | b64enc | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The Prometheus URL of a component: its own override, else prometheus.url. */}}
+{{- define "gpupilot.prometheusUrl" -}}
+{{- .own | default .root.Values.prometheus.url -}}
+{{- end -}}
+
+{{/* The rightsizer's serve --config: rightsizer.config as given, else the chart's
+files/rightsizer.yaml with the Prometheus URL (and prometheusAuth), the operator namespace, the MIG
+ConfigMap and autoApply.enabled put in. */}}
+{{- define "gpupilot.rightsizerConfig" -}}
+{{- $r := .Values.rightsizer -}}
+{{- $default := .Files.Get "files/rightsizer.yaml" -}}
+{{- $url := printf "prometheus_url: %s" (include "gpupilot.prometheusUrl" (dict "own" $r.prometheusUrl "root" .)) -}}
+{{- range $k, $v := include "gpupilot.prometheusAuth" . | fromYaml -}}
+{{- $url = printf "%s\nprometheus_%s: %s" $url ($k | replace "-" "_") ($v | quote) -}}
+{{- end -}}
+{{- $default = regexReplaceAll "(?m)^prometheus_url: .*$" $default $url -}}
+{{- $default = regexReplaceAll "(?m)^  operator_namespace: .*$" $default (printf "  operator_namespace: %s" $r.gpuOperatorNamespace) -}}
+{{- $default = regexReplaceAll "(?m)^  mig_configmap: .*$" $default (printf "  mig_configmap: %s" $r.migConfigMap) -}}
+{{- $default = regexReplaceAll "(?m)^auto_apply:\n  enabled: .*$" $default (printf "auto_apply:\n  enabled: %t" $r.autoApply.enabled) -}}
+{{- $r.config | default $default -}}
+{{- end -}}

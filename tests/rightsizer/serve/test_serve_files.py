@@ -1,0 +1,125 @@
+"""``serve``'s /report/, /reports/ and /plan.json over a real HTTP server (gpupilot_common.httpserve):
+the newest dated report, its files with their content types, and nothing outside the report
+folders (traversal, hidden files, symbolic links, oversized files all refused)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from rightsizer.commands.serve import http_server
+from rightsizer.serve.webfiles import ReportFiles
+from tests.rightsizer.serve import test_scheduler
+from tests.rightsizer.serve.test_scheduler import FakeJobs, config, start
+
+clock = test_scheduler.clock  # the fake scheduler clock, a fixture
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+
+
+def fetch(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
+    """One raw GET (the path goes out exactly as given, unnormalised)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    return int(lines[0].split(" ", 2)[1]), headers, body
+
+
+@pytest.fixture
+def served(tmp_path, clock):
+    cfg = config(tmp_path)
+    reports = cfg.state_dir / "reports"
+    for day, title in (("2026-11-23", "older"), ("2026-11-30", "newest")):
+        (reports / day).mkdir(parents=True)
+        (reports / day / "report.html").write_text(f"<h1>{title}</h1><img src='waste.png'>")
+        (reports / day / "waste.png").write_bytes(PNG)
+        (reports / day / "report.md").write_text(f"# {title}\n")
+    (reports / "2026-12-07").mkdir()  # a report being written: no report.html yet
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the web")
+    (reports / "2026-11-30" / "link.html").symlink_to(secret)
+    (reports / "2026-11-30" / ".hidden").write_text("hidden")
+    (cfg.state_dir / "plan.json").write_text(json.dumps({"plan_id": "p-1"}))
+    service, sched = start(cfg, FakeJobs(), clock)
+    server = http_server(service, sched, "127.0.0.1", 0).start()
+    yield server.port, cfg
+    server.close()
+    sched.shutdown(wait=False)
+
+
+def test_latest_report_its_files_and_the_plan(served):
+    port, _ = served
+    status, headers, body = fetch(port, "/report/")
+    assert (status, headers["content-type"]) == (200, "text/html; charset=utf-8")
+    assert b"newest" in body
+    status, headers, body = fetch(port, "/report/waste.png")
+    assert (status, headers["content-type"], body) == (200, "image/png", PNG)
+    assert fetch(port, "/report/report.md")[1]["content-type"] == "text/markdown; charset=utf-8"
+    status, headers, body = fetch(port, "/plan.json")
+    assert (status, headers["content-type"], json.loads(body)) == (
+        200,
+        "application/json",
+        {"plan_id": "p-1"},
+    )
+    status, _, body = fetch(port, "/reports/")
+    assert status == 200 and body.index(b"2026-11-30") < body.index(b"2026-11-23")
+    assert b"2026-12-07" not in body, "a folder without report.html is not a report"
+    status, _, body = fetch(port, "/reports/2026-11-23/")
+    assert status == 200 and b"older" in body
+    assert fetch(port, "/report")[0] == 200  # a link to /report/, where relative links work
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/report/../../secret.txt",
+        "/report/..%2f..%2fsecret.txt",
+        "/report/%2e%2e/%2e%2e/secret.txt",
+        "/reports/2026-11-30/../../../secret.txt",
+        "/reports/..%2F..%2Fsecret.txt",
+        "/report/link.html",  # a symbolic link out of the folder
+        "/report/.hidden",
+        "/report/sub/report.html",
+        "/reports/2026-12-07/",  # no report there yet
+        "/reports/latest/",
+        "/report/%00report.html",
+    ],
+)
+def test_nothing_outside_the_report_folders(served, path):
+    port, _ = served
+    status, _, body = fetch(port, path)
+    assert status in (400, 404), (path, status)
+    assert b"not for the web" not in body and body.strip() != b"hidden"
+
+
+def test_missing_report_and_plan_say_so(tmp_path, clock):
+    cfg = config(tmp_path)
+    service, sched = start(cfg, FakeJobs(), clock)
+    server = http_server(service, sched, "127.0.0.1", 0).start()
+    try:
+        status, _, body = fetch(server.port, "/report/")
+        assert status == 404 and b"no report yet" in body
+        status, _, body = fetch(server.port, "/plan.json")
+        assert status == 404 and b"no plan yet" in body
+    finally:
+        server.close()
+        sched.shutdown(wait=False)
+
+
+def test_oversized_files_are_refused_unread(tmp_path: Path):
+    day = tmp_path / "reports" / "2026-11-30"
+    day.mkdir(parents=True)
+    (day / "report.html").write_bytes(b"x" * 2048)
+    files = ReportFiles(reports_dir=tmp_path / "reports", plan_path=tmp_path / "plan.json", max_bytes=1024)
+    reply = files.answer("/report/")
+    assert reply.status == 500 and b"larger than 1024 bytes" in reply.body
+    (day / "report.html").write_bytes(b"x" * 1024)
+    assert files.answer("/report/").status == 200
