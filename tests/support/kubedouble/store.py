@@ -56,7 +56,6 @@ KINDS: tuple[Kind, ...] = (
     Kind("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True),
     Kind("", "v1", "services", "Service", namespaced=True),
     Kind("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True),
-    Kind("apps", "v1", "deployments", "Deployment", namespaced=True),
     Kind("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
     Kind("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
     Kind("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True),
