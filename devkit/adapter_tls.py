@@ -71,12 +71,7 @@ def write_component(out: Path, *, namespace: str, service: str, days: int, exter
         "patches": [
             {
                 "target": {"group": "apiregistration.k8s.io", "kind": "APIService", "name": name},
-                "patch": yaml.safe_dump(
-                    [
-                        {"op": "add", "path": "/spec/caBundle", "value": bundle},
-                        {"op": "remove", "path": "/metadata/annotations/cert-manager.io~1inject-ca-from"},
-                    ]
-                ),
+                "patch": yaml.safe_dump([{"op": "add", "path": "/spec/caBundle", "value": bundle}]),
             }
             for name in names
         ],

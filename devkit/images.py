@@ -162,9 +162,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--suite", default="bookworm", help="Debian suite of the base (default bookworm)")
     parser.add_argument("--only", choices=SERVICES, action="append", help="build only this service")
     args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print(
+            "error: make images runs as root (buildah's chroot isolation, mmdebstrap's root mode): sudo make images"
+        )
+        return 2
     for tool in ("buildah", "mmdebstrap"):
         if shutil.which(tool) is None:
-            print(f"error: {tool} not found: run 'make image-tools' (apt-get install buildah mmdebstrap)")
+            print(
+                f"error: {tool} not found: run 'make image-tools' (apt-get install buildah mmdebstrap)",
+                file=sys.stderr,
+            )
             return 2
     tag = args.tag or version()
     out: Path = args.out.resolve()

@@ -16,6 +16,8 @@
    workload has its desired replicas Running and Ready with the new request (``settle_timeout_s``),
    else it is rolled back, templates included.
 4. Steps are recorded on the node (:mod:`rightsizer.apply.protocol`), so a rerun resumes or skips.
+   Before any new node, every node another run left in flight (a killed ``apply``, a ``serve``
+   replica that died) is finished when this plan moves it to the same config, else rolled back.
 5. Transient API errors (429 with ``Retry-After``, 5xx, dropped connections) are retried with backoff
    (:mod:`rightsizer.apply.retry`) within the node's deadline; a rollback that still fails is reported
    as ``rollback-failed`` (never ``rolled-back``), the node's annotations left for a rerun to resume.
@@ -27,13 +29,14 @@ import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpupilot_common.timefmt import format_time
 from rightsizer.apply import protocol as proto
+from rightsizer.apply import takeover
 from rightsizer.apply import workloads as wl
 from rightsizer.apply.configs import resolve_config_target, restore_configs, write_configs
 from rightsizer.apply.lease import ApplyLease
@@ -79,7 +82,10 @@ class SystemClock:
 @dataclass(frozen=True)
 class NodeOutcome:
     node: str
-    result: str  # applied | already-applied | skipped | failed | rolled-back | rollback-failed | not-started
+    result: str
+    """applied | already-applied | skipped | failed | rolled-back | rollback-failed | not-started |
+    stopped (left at a recorded step for the next run) | orphan-rolled-back (another run's in-flight
+    work this plan does not finish, undone)"""
     reason: str = ""
     previous: str = ""
     target: str = ""
@@ -111,6 +117,12 @@ class ApplyReport:
     def ok(self) -> bool:
         return not self.failed
 
+    @property
+    def interrupted(self) -> bool:
+        """The run stopped before every node was dealt with (its Lease lost, told to stop, or after a
+        failure): ``stopped`` nodes wait at a recorded step for the next run."""
+        return any(o.result in ("stopped", "not-started") for o in self.outcomes)
+
 
 FAILED = ("failed", "rolled-back", "rollback-failed")
 """Results that stop later batches: nothing changed (``failed``), undone, or left half-done."""
@@ -126,6 +138,10 @@ class _Stop(Exception):
     def __init__(self, result: str, reason: str) -> None:
         super().__init__(reason)
         self.result, self.reason = result, reason
+
+
+class _Handover(Exception):
+    """The run must stop (lost leadership or Lease) and the node is at a recorded step."""
 
 
 class NodeSkip(RightsizerError):
@@ -149,10 +165,18 @@ class Applier:
         *,
         progress: Progress | None = None,
         clock: Clock | None = None,
+        only: Collection[str] | None = None,
+        stop: Callable[[], str] | None = None,
     ) -> None:
+        """``only``: the changed nodes this run may start (None: all; in-flight nodes are settled
+        whatever it says); ``stop``: why the run must stop now ("" to go on), asked at each safe step
+        (before a cordon and between recorded steps, never inside an eviction batch)."""
         self.kube, self.plan, self.settings = kube, plan, settings
         self.progress: Progress = progress or (lambda node, msg: log.info("%s: %s", node, msg))
         self.clock: Clock = clock or SystemClock()
+        self.only = None if only is None else frozenset(only)
+        self._stop = stop or (lambda: "")
+        self._lease: ApplyLease | None = None
         self.workload_steps = WorkloadSteps(
             kube, settings, plan_id=plan.plan_id, clock=self.clock, progress=self._say
         )
@@ -169,7 +193,13 @@ class Applier:
         if self.settings.lease_duration_s <= 0:
             return self._run(None)
         lease = ApplyLease(self.kube, self.settings.namespace, duration_s=self.settings.lease_duration_s)
-        r.call("take the apply Lease", lease.acquire)
+        r.call(
+            "take the apply Lease",
+            lambda: lease.acquire(
+                monotonic=self.clock.monotonic, sleep=self.clock.sleep, progress=self.progress
+            ),
+        )
+        self._lease = lease
         self.progress("-", f"holding Lease {lease.namespace}/{lease.name} as {lease.identity}")
         try:
             return self._run(lease)
@@ -184,8 +214,15 @@ class Applier:
                     f"could not give back the apply Lease (it expires {lease.duration_s}s after now): {exc}",
                 )
 
+    def stop_reason(self) -> str:
+        """Why this run must stop at its next safe step ("" : it goes on)."""
+        if self._lease is not None and self._lease.lost.is_set():
+            return "the loss of the apply Lease (another run took it)"
+        if self._lease is not None and not self._lease.held():
+            return "the apply Lease not renewed in time (the API did not answer)"
+        return self._stop()
+
     def _run(self, lease: ApplyLease | None) -> ApplyReport:
-        nodes = list(self.plan.changed_nodes)
         configs = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
         target = configs.call(
             "write the MIG configs",
@@ -198,13 +235,20 @@ class Applier:
             )
             self.clock.sleep(self.settings.configmap_sync_s)
         outcomes: list[NodeOutcome] = []
+        settlement, settled = self._settle_in_flight()
+        outcomes.extend(settled)
         size = max(1, self.settings.max_parallel)
-        stopped_by = ""
+        # the in-flight nodes this plan finishes have batches of their own: all settled before anything new
+        batches = [
+            group[i : i + size]
+            for group in (settlement.finish, settlement.fresh)
+            for i in range(0, len(group), size)
+        ]
+        stopped_by = next((f"the failure on {o.node}" for o in settled if o.result in FAILED), "")
         with ThreadPoolExecutor(max_workers=size, thread_name_prefix="apply") as pool:
-            for i in range(0, len(nodes), size):
-                batch = nodes[i : i + size]
-                if lease is not None and lease.lost.is_set() and not stopped_by:
-                    stopped_by = "the loss of the apply Lease (another run took it)"
+            for batch in batches:
+                if not stopped_by and (why := self.stop_reason()):
+                    stopped_by = why
                 if stopped_by:
                     outcomes.extend(
                         NodeOutcome(
@@ -223,7 +267,9 @@ class Applier:
                 if failed:
                     stopped_by = f"the failure on {', '.join(failed)}"
         restored = ""
-        in_use = any(o.result in ("applied", "already-applied", "rollback-failed") for o in outcomes)
+        in_use = any(
+            o.result in ("applied", "already-applied", "rollback-failed", "stopped") for o in outcomes
+        )
         if stopped_by and not in_use and (target.written_rv or target.policy_rv):
             undo = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
             try:
@@ -236,6 +282,25 @@ class Applier:
         return ApplyReport(
             self.plan.plan_id, target.configmap, target.changed, target.repoint, tuple(outcomes), restored
         )
+
+    def _settle_in_flight(self) -> tuple[takeover.Settlement, list[NodeOutcome]]:
+        """Before anything new (:mod:`rightsizer.apply.takeover`): what to run (the in-flight nodes
+        this plan finishes, then the new ones), after rolling back the in-flight ones it does not."""
+        r = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+        found = r.call(
+            "list the MIG nodes",
+            lambda: [proto.view(n) for n in self.kube.list_nodes(label_selector=proto.CONFIG_LABEL)],
+        )
+        plan = takeover.settle(found, self.plan, only=self.only)
+        rolled: list[NodeOutcome] = []
+        for node, reason in plan.roll_back:
+            self.progress(node.name, reason)
+            problem = self._rollback(node.name, reason, current=node.previous)
+            result, why = (
+                ("rollback-failed", f"{reason}; {problem}") if problem else ("orphan-rolled-back", reason)
+            )
+            rolled.append(NodeOutcome(node.name, result, why, node.previous, node.target))
+        return plan, rolled
 
     def _node_objection(self, pn: NodePlan) -> str:
         """The node's own MIG Manager profile list (v26.3+) overrides the catalogue: a config naming a
@@ -306,30 +371,36 @@ class Applier:
             return outcome(stop.result, stop.reason)
         try:
             if step is None:
-                node = self._patch(pn, lambda v: self._cordon(v, pn, changes), r)
+                if why := self.stop_reason():
+                    return outcome("not-started", f"stopped before the cordon by {why}")
+                node = self._patch(pn.name, lambda v: self._cordon(v, pn, changes), r)
                 self.progress(pn.name, "cordoned")
                 step = proto.Step.CORDONED
             if step == proto.Step.CORDONED:
+                self._safe_point(step)
                 wait_s = s.gitops_timeout_s if s.workloads == "gitops" else 0.0
                 self.workload_steps.set_requests(
                     pn, changes, self._retrier(pn.name, self.clock.monotonic() + wait_s + s.api_retry_s)
                 )
-                node = self._patch(pn, lambda v: proto.step_patch(v, proto.Step.REQUESTS_SET), r)
+                node = self._patch(pn.name, lambda v: proto.step_patch(v, proto.Step.REQUESTS_SET), r)
                 step = proto.Step.REQUESTS_SET
             if step == proto.Step.REQUESTS_SET:
+                self._safe_point(step)
                 self._drain(pn, r)
-                node = self._patch(pn, lambda v: proto.step_patch(v, proto.Step.DRAINED), r)
+                node = self._patch(pn.name, lambda v: proto.step_patch(v, proto.Step.DRAINED), r)
                 self.progress(pn.name, "drained: no pod holds its GPUs")
                 step = proto.Step.DRAINED
             if step == proto.Step.DRAINED:
-                node = self._patch(pn, lambda v: proto.relabel_patch(v, target=pn.config_name), r)
+                self._safe_point(step)
+                node = self._patch(pn.name, lambda v: proto.relabel_patch(v, target=pn.config_name), r)
                 self.progress(
                     pn.name, f"relabelled {proto.CONFIG_LABEL}={pn.config_name} (was {node.previous})"
                 )
                 step = proto.Step.RELABELED
             if step == proto.Step.RELABELED:
+                self._safe_point(proto.Step.RELABELED)
                 node = self._wait_for_success(pn, node, r)
-                node = self._patch(pn, proto.settling_patch, r)
+                node = self._patch(pn.name, proto.settling_patch, r)
                 self.progress(
                     pn.name,
                     "success; uncordoned"
@@ -341,7 +412,7 @@ class Applier:
                 changes,
                 self._retrier(pn.name, self.clock.monotonic() + s.settle_timeout_s + s.api_retry_s),
             )
-            node = self._patch(pn, proto.finish_patch, r)
+            node = self._patch(pn.name, proto.finish_patch, r)
             self._event(
                 node,
                 "MigReconfigured",
@@ -353,10 +424,13 @@ class Applier:
         except NodeSkip as skip:
             self.progress(pn.name, f"skipped: {skip}")
             return outcome("skipped", str(skip))
+        except _Handover as stop:
+            self.progress(pn.name, str(stop))
+            return outcome("stopped", str(stop))
         except (NodeFailure, WorkloadsNotReady, KubeError) as exc:
             reason = str(exc)
             self.progress(pn.name, f"failed: {reason}; rolling back")
-            problem = self._rollback(pn, reason)
+            problem = self._rollback(pn.name, reason, current=pn.current_config_name)
             states = self.workload_steps.observe(changes)
             if problem:
                 return outcome("rollback-failed", f"{reason}; ROLLBACK FAILED: {problem}")
@@ -392,6 +466,9 @@ class Applier:
         if decision.action == "done":
             self.progress(pn.name, decision.reason)
             raise _Stop("already-applied", decision.reason)
+        if decision.action == "rollback":  # in flight for another target since the settling: not ours
+            self.progress(pn.name, f"skipped: {decision.reason}")
+            raise _Stop("skipped", decision.reason)
         if decision.step is not None:
             self.progress(pn.name, decision.reason)
             return node, decision.step
@@ -407,13 +484,18 @@ class Applier:
             raise _Stop("skipped", objection)
         return node, None
 
+    def _safe_point(self, step: proto.Step) -> None:
+        """Between two recorded steps: stop here when the run must stop (the next run resumes)."""
+        if why := self.stop_reason():
+            raise _Handover(f"stopped after step {step} by {why}; the next run resumes it")
+
     def _cordon(self, v: proto.NodeView, pn: NodePlan, changes: tuple[wl.Change, ...]) -> dict[str, Any]:
         again = proto.decide(
             v, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
         )
         if again.action != "start":
             raise NodeSkip(again.reason or "changed while starting")
-        patch = proto.cordon_patch(v, plan_id=self.plan.plan_id, target=pn.config_name)
+        patch = proto.cordon_patch(v, plan_id=self.plan.plan_id, target=pn.config_name, now=_now())
         # written before any template changes, so a rerun or a rollback knows what to undo
         patch["metadata"]["annotations"].update(
             {
@@ -424,16 +506,16 @@ class Applier:
         return patch
 
     def _patch(
-        self, pn: NodePlan, build: Callable[[proto.NodeView], dict[str, Any]], r: Retrier
+        self, name: str, build: Callable[[proto.NodeView], dict[str, Any]], r: Retrier
     ) -> proto.NodeView:
         """Read, build a guarded patch, write; on 409 re-read and rebuild; transient errors retried."""
         last: ConflictError | None = None
         for _ in range(self.settings.conflict_retries):
-            current = proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+            current = proto.view(r.call(f"read node {name}", lambda: self.kube.get_node(name)))
             patch = build(current)
             try:
                 return proto.view(
-                    r.call(f"patch node {pn.name}", functools.partial(self.kube.patch_node, pn.name, patch))
+                    r.call(f"patch node {name}", functools.partial(self.kube.patch_node, name, patch))
                 )
             except ConflictError as exc:
                 last = exc
@@ -533,28 +615,29 @@ class Applier:
                 self.clock.sleep(min(self.settings.retry_interval_s, max(0.0, remaining)))
                 node = read()
 
-    def _rollback(self, pn: NodePlan, reason: str) -> str:
-        """Undo what this node's run did; returns "" when done, else what is left and how to finish."""
-        r = self._retrier(pn.name, self.clock.monotonic() + self.settings.api_retry_s)
+    def _rollback(self, name: str, reason: str, *, current: str) -> str:
+        """Undo what a run did on node ``name`` (``current``: its config before); returns "" when
+        done, else what is left and how to finish."""
+        r = self._retrier(name, self.clock.monotonic() + self.settings.api_retry_s)
         try:
-            current = proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+            seen = proto.view(r.call(f"read node {name}", lambda: self.kube.get_node(name)))
         except KubeError as exc:
-            current = None
-            self.progress(pn.name, f"could not read the node to restore its workloads: {exc}")
-        templates, note = ("", "") if current is None else self.workload_steps.restore(pn, current, r)
+            seen = None
+            self.progress(name, f"could not read the node to restore its workloads: {exc}")
+        templates, note = ("", "") if seen is None else self.workload_steps.restore(name, seen, r)
         if note:
-            self.progress(pn.name, note)
+            self.progress(name, note)
             reason = f"{reason}; {note}"
         try:
             if templates:
                 raise NodeFailure(f"workload templates not restored: {templates}")
-            node = self._patch(pn, lambda v: proto.rollback_patch(v, reason=reason), r)
+            node = self._patch(name, lambda v: proto.rollback_patch(v, reason=reason), r)
         except (NodeFailure, KubeError) as exc:
             problem = (
                 f"{exc}; the node keeps its gpupilot.io/step annotation: run apply again to resume, or "
-                f"restore {proto.CONFIG_LABEL}={pn.current_config_name} and uncordon by hand"
+                f"restore {proto.CONFIG_LABEL}={current} and uncordon by hand"
             )
-            self.progress(pn.name, f"ROLLBACK FAILED: {problem}")
+            self.progress(name, f"ROLLBACK FAILED: {problem}")
             return problem
         restored = f"restored {proto.CONFIG_LABEL}={node.config}" if node.config else "label untouched"
         self._event(
@@ -564,7 +647,7 @@ class Applier:
             warning=True,
             retrier=r,
         )
-        self.progress(pn.name, f"rolled back: {restored}, uncordoned")
+        self.progress(name, f"rolled back: {restored}, uncordoned")
         return ""
 
     def _event(

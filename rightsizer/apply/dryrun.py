@@ -29,9 +29,11 @@ def _q(text: str) -> str:
     return shlex.quote(text)
 
 
-def _annotate(node: str, values: dict[str, str]) -> str:
+def _annotate(node: str, values: dict[str, str], *, stamp: str = "") -> str:
+    """``stamp``: an annotation whose value is the time the command runs (bash expands it)."""
     pairs = " ".join(_q(f"{k}={v}") for k, v in values.items())
-    return f"kubectl annotate node {_q(node)} --overwrite {pairs}"
+    now = f' {_q(stamp + "=")}"$(date -u +%Y-%m-%dT%H:%M:%SZ)"' if stamp else ""
+    return f"kubectl annotate node {_q(node)} --overwrite {pairs}{now}"
 
 
 def _configmap_commands(target: ConfigTarget, settings: ApplySettings) -> list[str]:
@@ -70,8 +72,21 @@ def _configmap_commands(target: ConfigTarget, settings: ApplySettings) -> list[s
     return lines
 
 
+def _in_flight_comments(kube: Kube, plan: Plan) -> list[str]:
+    """Nodes another run left in flight that this plan does not change: apply rolls them back first."""
+    changed = {n.name for n in plan.changed_nodes}
+    lines = []
+    for node in sorted(
+        (proto.view(n) for n in kube.list_nodes(label_selector=proto.CONFIG_LABEL)), key=lambda v: v.name
+    ):
+        if node.in_flight and node.name not in changed:
+            decision = proto.orphan_decision(node, current=None, target=None)
+            lines.append(f"# node {node.name}: {decision.reason}; apply does this before any other node")
+    return lines
+
+
 def _node_commands(kube: Kube, plan: Plan, settings: ApplySettings) -> list[str]:
-    lines: list[str] = []
+    lines: list[str] = _in_flight_comments(kube, plan)
     escaped_state = proto.STATE_LABEL.replace(".", "\\.")
     for pn in plan.changed_nodes:
         try:
@@ -128,6 +143,7 @@ def _node_commands(kube: Kube, plan: Plan, settings: ApplySettings) -> list[str]
                         else {}
                     ),
                 },
+                stamp=proto.ANN_CORDONED_AT,
             ),
             f"kubectl cordon {_q(n)}",
             *_workload_commands(kube, changes, settings, plan_id=plan.plan_id),

@@ -8,8 +8,11 @@ A second run finds it held and refuses, naming the holder; a Lease not renewed f
 
 As in client-go's ``leaderelection``: holder identity, ``leaseDurationSeconds``, ``acquireTime`` /
 ``renewTime`` (RFC 3339 micro-times), ``leaseTransitions`` counted on each change of holder, and every
-write guarded by ``resourceVersion`` so two takers cannot both win. Expiry is judged from
-``renewTime`` against this machine's clock, so clocks skewed by more than the duration misjudge it.
+write guarded by ``resourceVersion`` so two takers cannot both win. Expiry is judged as client-go
+does (:class:`~rightsizer.clients.lease.LeaseObserver`): on this process's monotonic clock, from when it
+saw the holder's record last change. A run that finds the Lease held therefore watches it for up to
+its duration: renewed meanwhile → refused (another run is alive); unchanged → taken over. Clocks
+skewed between machines do not matter.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from rightsizer.apply.settings import ApplyError
 from rightsizer.clients.kube import ConflictError, Kube, KubeError
-from rightsizer.clients.lease import lease_spec, micro, parse_micro, released_spec, write_lease
+from rightsizer.clients.lease import LeaseObserver, lease_spec, micro, released_spec, write_lease
 
 log = logging.getLogger(__name__)
 
@@ -44,35 +49,65 @@ class ApplyLease:
         name: str = LEASE_NAME,
         identity: str | None = None,
         duration_s: int = 60,
+        wall: Callable[[], dt.datetime] | None = None,
     ) -> None:
+        """``wall``: the time written into ``renewTime``/``acquireTime`` (informational only)."""
         self.kube, self.namespace, self.name = kube, namespace, name
+        self.wall = wall or (lambda: dt.datetime.now(dt.UTC))
         self.identity = identity or default_identity()
         self.duration_s = max(1, int(duration_s))
         self.lost = threading.Event()
         """Set when a renewal found the Lease taken by someone else (the run should stop)."""
+        self._renewed_at = 0.0  # monotonic time of the last successful write as holder
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._current: dict[str, Any] | None = None
 
     # -- taking and giving back ------------------------------------------------------------------
-    def acquire(self) -> None:
-        """Take the Lease or raise :class:`ApplyError` naming who holds it."""
-        now = dt.datetime.now(dt.UTC)
-        lease = self.kube.get_lease(self.namespace, self.name)
-        spec = lease_spec(lease)
-        holder = spec.get("holderIdentity") or ""
-        if lease is not None and holder and holder != self.identity:
-            renewed = parse_micro(spec.get("renewTime")) or parse_micro(spec.get("acquireTime"))
-            duration = int(spec.get("leaseDurationSeconds") or self.duration_s)
-            if renewed is not None and (now - renewed).total_seconds() < duration:
-                ago = max(0.0, (now - renewed).total_seconds())
+    def acquire(
+        self,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        progress: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """Take the Lease or raise :class:`ApplyError` naming who holds it. A Lease held by someone
+        else is watched for up to its duration (``monotonic``/``sleep``: the caller's clock)."""
+        observer = LeaseObserver(monotonic)
+        first: tuple[object, object] | None = None
+        while True:
+            lease = self.kube.get_lease(self.namespace, self.name)
+            spec = lease_spec(lease)
+            holder = str(spec.get("holderIdentity") or "")
+            if lease is None or not holder or holder == self.identity:
+                break
+            duration = float(spec.get("leaseDurationSeconds") or self.duration_s)
+            record = (holder, spec.get("renewTime"))
+            if first is None:
+                first = record
+                if progress is not None:
+                    progress(
+                        "-",
+                        f"Lease {self.namespace}/{self.name} is held by {holder}: watching it for up to "
+                        f"{duration:g}s to see whether that run is alive",
+                    )
+            elif record != first:
                 raise ApplyError(
                     f"another apply is running: Lease {self.namespace}/{self.name} is held by {holder} "
-                    f"(renewed {ago:.0f}s ago, expires after {duration}s without renewal); wait for it to finish"
+                    f"(renewed while this run watched it; it expires {duration:g}s after its holder stops); "
+                    "wait for it to finish"
                 )
-            log.warning(
-                "taking over Lease %s/%s from %s (not renewed in time)", self.namespace, self.name, holder
-            )
+            if observer.expired(spec, default_duration_s=self.duration_s):
+                log.warning(
+                    "taking over Lease %s/%s from %s (not renewed for %gs)",
+                    self.namespace,
+                    self.name,
+                    holder,
+                    duration,
+                )
+                break
+            sleep(max(0.01, min(duration / 6, 2.0)))
+        now = self.wall()
         new_spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": self.duration_s,
@@ -81,16 +116,23 @@ class ApplyLease:
             "leaseTransitions": int(spec.get("leaseTransitions") or 0)
             + (1 if holder and holder != self.identity else 0),
         }
+        started = time.monotonic()
         try:
             self._current = write_lease(
                 self.kube, lease, namespace=self.namespace, name=self.name, spec=new_spec
             )
+            self._renewed_at = started
         except ConflictError as exc:
             raise ApplyError(
                 f"another apply took Lease {self.namespace}/{self.name} at the same moment; wait for it to finish"
             ) from exc
         self._thread = threading.Thread(target=self._renew_loop, name="apply-lease", daemon=True)
         self._thread.start()
+
+    def held(self) -> bool:
+        """Whether this run may still act as the holder: renewed within two thirds of the duration
+        (client-go's renew deadline), so nobody else can have taken it over yet."""
+        return not self.lost.is_set() and time.monotonic() - self._renewed_at < self.duration_s * 2 / 3
 
     def stop_renewing(self) -> None:
         self._stop.set()
@@ -119,9 +161,11 @@ class ApplyLease:
         current = self._current
         if current is None:
             return False
-        spec = {**lease_spec(current), "renewTime": micro(dt.datetime.now(dt.UTC))}
+        spec = {**lease_spec(current), "renewTime": micro(self.wall())}
+        started = time.monotonic()
         try:
             self._current = self.kube.replace_lease({**current, "spec": spec})
+            self._renewed_at = started
             return True
         except ConflictError:
             fresh = self.kube.get_lease(self.namespace, self.name)

@@ -16,12 +16,19 @@ killed apply can be resumed (or rolled back) from exactly where it stopped::
 ``gpupilot.io/workloads`` (:mod:`rightsizer.apply.workloads`) records, before any template changes,
 which workloads the node's change disrupts and the request moves their templates get.
 
+In-flight work belongs to the cluster, not to the run that started it: a node left at an in-flight
+step by any run (another plan, a replica that died) is finished by the next run whose plan moves it
+to the same config from the same one, and rolled back by any other (:func:`decide`,
+:func:`orphan_decision`). ``gpupilot.io/cordoned-at`` records when the node was cordoned, so the
+nodes disrupted on a day are read from the cluster (:func:`cordoned_at`).
+
 Every patch carries the ``resourceVersion`` it was computed from: a concurrent writer (the MIG Manager
 itself writes the state label) turns it into a 409 that the caller answers by re-reading and re-deciding.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -35,6 +42,7 @@ ANN_TARGET = "gpupilot.io/target-config"
 ANN_STEP = "gpupilot.io/step"
 ANN_WAS_UNSCHEDULABLE = "gpupilot.io/was-unschedulable"
 ANN_REASON = "gpupilot.io/reason"
+ANN_CORDONED_AT = "gpupilot.io/cordoned-at"
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
@@ -87,6 +95,15 @@ class NodeView:
     def was_unschedulable(self) -> bool:
         return self.annotations.get(ANN_WAS_UNSCHEDULABLE, "false") == "true"
 
+    @property
+    def target(self) -> str:
+        return self.annotations.get(ANN_TARGET, "")
+
+    @property
+    def in_flight(self) -> bool:
+        """Left between cordon and done/rolled-back (by any run)."""
+        return self.step in IN_FLIGHT
+
 
 def view(obj: Mapping[str, Any]) -> NodeView:
     meta = obj.get("metadata") or {}
@@ -102,7 +119,8 @@ def view(obj: Mapping[str, Any]) -> NodeView:
 
 @dataclass(frozen=True)
 class Decision:
-    """``action``: start | resume | skip | done. ``step`` is where a resume picks up."""
+    """``action``: start | resume | skip | done | rollback. ``step`` is where a resume picks up;
+    ``rollback``: another run's in-flight work this plan does not finish."""
 
     action: str
     reason: str = ""
@@ -113,11 +131,8 @@ def decide(node: NodeView, *, plan_id: str, current: str, target: str) -> Decisi
     """What to do with ``node`` for a plan that moves it from ``current`` to ``target`` config."""
     if node.plan_id == plan_id and node.step:
         return _marked_by_this_plan(node, plan_id)
-    if node.plan_id and node.step in IN_FLIGHT:
-        return Decision(
-            "skip",
-            f"plan {node.plan_id} is in progress on this node (step {node.step}); finish or roll that back first",
-        )
+    if node.in_flight:
+        return orphan_decision(node, current=current, target=target)
     if node.config == target and node.state == "success":
         return Decision("done", f"already on {target}")
     if node.config != current:
@@ -130,6 +145,31 @@ def decide(node: NodeView, *, plan_id: str, current: str, target: str) -> Decisi
             "skip", f"{STATE_LABEL}={node.state}: the MIG Manager is busy or failed; not touching it"
         )
     return Decision("start")
+
+
+def orphan_decision(node: NodeView, *, current: str | None, target: str | None) -> Decision:
+    """Another run's in-flight work on ``node``: resumed when this plan moves the node from the same
+    config to the same one (its target is still what the fleet's usage asks for), else rolled back.
+    ``current``/``target`` None: the node is not in this plan."""
+    left = f"plan {node.plan_id or '(unknown)'} left this node at step {node.step}"
+    if target is not None and node.target == target and node.previous == current:
+        return Decision(
+            "resume", f"{left}; finishing it (this plan also moves it to {target})", Step(node.step)
+        )
+    why = "this plan does not change it" if target is None else f"this plan wants {target}, not {node.target}"
+    return Decision("rollback", f"{left}; rolling it back ({why})")
+
+
+def cordoned_at(node: NodeView) -> dt.datetime | None:
+    """When a run cordoned ``node`` for a MIG change (None: never, or an unreadable stamp)."""
+    text = node.annotations.get(ANN_CORDONED_AT, "")
+    try:
+        stamp = dt.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+    if stamp is None:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)
 
 
 def _marked_by_this_plan(node: NodeView, plan_id: str) -> Decision:
@@ -148,7 +188,8 @@ def _guard(node: NodeView) -> dict[str, Any]:
     return {"resourceVersion": node.resource_version}
 
 
-def cordon_patch(node: NodeView, *, plan_id: str, target: str) -> dict[str, Any]:
+def cordon_patch(node: NodeView, *, plan_id: str, target: str, now: str) -> dict[str, Any]:
+    """``now``: RFC 3339 time of the cordon (``gpupilot.io/cordoned-at``, the daily budget's source)."""
     return {
         "metadata": {
             **_guard(node),
@@ -158,6 +199,7 @@ def cordon_patch(node: NodeView, *, plan_id: str, target: str) -> dict[str, Any]
                 ANN_TARGET: target,
                 ANN_WAS_UNSCHEDULABLE: str(node.unschedulable).lower(),
                 ANN_STEP: str(Step.CORDONED),
+                ANN_CORDONED_AT: now,
                 ANN_REASON: None,
             },
         },

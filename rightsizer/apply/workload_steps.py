@@ -165,7 +165,7 @@ class WorkloadSteps:
         return tuple(out)
 
     # -- 4. rollback -----------------------------------------------------------------------------------
-    def restore(self, pn: NodePlan, node: proto.NodeView, r: Retrier) -> tuple[str, str]:
+    def restore(self, name: str, node: proto.NodeView, r: Retrier) -> tuple[str, str]:
         """Put the templates the node's annotation records back to their old request:
         ``(problem, note)``, both "" when done; ``problem`` when a template could not be restored,
         ``note`` for what is left to people (templates that come from Git)."""
@@ -182,7 +182,7 @@ class WorkloadSteps:
         for c in changes:
             try:
                 if self._move(c, wl.reverse(c.moves), r, plan_id=""):
-                    self.progress(pn.name, f"restored {c.ref}: requests {c.old_request}")
+                    self.progress(name, f"restored {c.ref}: requests {c.old_request}")
             except NotFoundError:
                 continue
             except (KubeError, WorkloadsNotReady) as exc:

@@ -208,6 +208,10 @@ class Kube:
     def get_node(self, name: str) -> dict[str, Any]:
         return self._call(f"node {name}", self._core.read_node, name)
 
+    def list_nodes(self, *, label_selector: str = "") -> list[dict[str, Any]]:
+        result = self._call("list nodes", self._core.list_node, label_selector=label_selector)
+        return list(result.get("items") or [])
+
     def patch_node(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
         """Strategic-merge patch; put ``metadata.resourceVersion`` in ``patch`` to make it conditional."""
         return self._call(f"patch node {name}", self._core.patch_node, name, dict(patch))
@@ -252,9 +256,6 @@ class Kube:
         self._call(
             f"evict pod {namespace}/{name}", self._core.create_namespaced_pod_eviction, name, namespace, body
         )
-
-    def list_nodes(self) -> list[dict[str, Any]]:
-        return list(self._call("list nodes", self._core.list_node).get("items") or [])
 
     def list_pods(self, namespace: str | None = None, *, label_selector: str = "") -> list[dict[str, Any]]:
         """Pods of ``namespace`` (``None``: every namespace) whose labels match ``label_selector``."""

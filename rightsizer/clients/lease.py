@@ -1,11 +1,13 @@
 """The coordination.k8s.io Lease pieces that ``apply``'s run lock and ``serve``'s leader election
 share: RFC 3339 micro-times as client-go writes them, the "held by someone else and not expired"
-test, the create-or-replace write (guarded by ``resourceVersion``) and the released spec.
+test (:class:`LeaseObserver`), the create-or-replace write (guarded by ``resourceVersion``) and the
+released spec.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from rightsizer.clients.kube import Kube
@@ -51,3 +53,38 @@ def write_lease(
         }
         return kube.create_lease(namespace, body)
     return kube.replace_lease({**lease, "spec": spec})
+
+
+class LeaseObserver:
+    """Lease expiry as client-go's ``leaderelection`` judges it: by this process's monotonic clock,
+    counted from when it saw the holder's record last change — never ``now − renewTime``, which a
+    clock running ahead of the holder's would turn into a takeover of a live Lease."""
+
+    def __init__(self, monotonic: Callable[[], float]) -> None:
+        self._monotonic = monotonic
+        self._record: tuple[object, ...] | None = None
+        self._seen_at = 0.0
+
+    def observe(self, spec: dict[str, Any]) -> float:
+        """Record what the Lease says now; seconds since its record last changed, as seen here."""
+        record = tuple(
+            spec.get(k)
+            for k in (
+                "holderIdentity",
+                "renewTime",
+                "acquireTime",
+                "leaseDurationSeconds",
+                "leaseTransitions",
+            )
+        )
+        now = self._monotonic()
+        if record != self._record:
+            self._record, self._seen_at = record, now
+        return now - self._seen_at
+
+    def expired(self, spec: dict[str, Any], *, default_duration_s: float) -> bool:
+        """The holder did not renew for the Lease's duration since we first saw its current record
+        (a Lease we see for the first time counts from now: it may have been renewed just before)."""
+        unchanged = self.observe(spec)
+        duration = float(spec.get("leaseDurationSeconds") or default_duration_s)
+        return unchanged >= duration

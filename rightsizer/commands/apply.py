@@ -217,10 +217,10 @@ def print_report(report: ApplyReport, out: TextIO) -> None:
         file=out,
     )
     width = max([4, *(len(o.node) for o in report.outcomes)])
-    print(f"{'NODE':<{width}}  {'RESULT':<15}  {'SECONDS':>7}  DETAIL", file=out)
+    print(f"{'NODE':<{width}}  {'RESULT':<18}  {'SECONDS':>7}  DETAIL", file=out)
     for o in report.outcomes:
         detail = o.reason or f"{o.previous} → {o.target}"
-        print(f"{o.node:<{width}}  {o.result:<15}  {o.seconds:7.1f}  {detail}", file=out)
+        print(f"{o.node:<{width}}  {o.result:<18}  {o.seconds:7.1f}  {detail}", file=out)
     if report.configs_restored:
         print(f"undone: {report.configs_restored}", file=out)
     rows = [(o.node, w) for o in report.outcomes for w in o.workloads]
@@ -275,4 +275,4 @@ def run(args: argparse.Namespace) -> int:
         if kube is not None:
             kube.close()
     print_report(report, sys.stdout)
-    return 0 if report.ok else 1
+    return 0 if report.ok and not report.interrupted else 1

@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -21,18 +21,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpupilot_common import credentials, promauth
 from gpupilot_common.httpserve import HTTPServer, Limits, Reply
+from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import Applier, ApplyReport, ApplySettings
-from rightsizer.clients.kube import Kube, KubeSettings
+from rightsizer.clients.kube import Kube, KubeError, KubeSettings
 from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.errors import RightsizerError
 from rightsizer.plan.model import Plan, dump_plan
 from rightsizer.plan.pipeline import make_plan
 from rightsizer.report import build as report
 from rightsizer.serve import config as serve_config
 from rightsizer.serve.config import AutoApply, PlanJob, ReportJob, ServeConfig
+from rightsizer.serve.failures import quiet_job_failures
 from rightsizer.serve.leader import LeaderElector
 from rightsizer.serve.ledger import ConfigMapLedger
 from rightsizer.serve.scheduler import Service
 from rightsizer.serve.webfiles import ReportFiles
+from rightsizer.serve.wording import in_config_terms
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +63,33 @@ class LiveJobs:
             )
         return written.html
 
-    def apply(self, plan: Plan, *, settings: AutoApply) -> ApplyReport:
+    def node_marks(self, *, settings: AutoApply) -> Sequence[proto.NodeView]:
         kube = Kube.connect(KubeSettings(kubeconfig=settings.kubeconfig))
         try:
-            apply_settings = ApplySettings(
-                namespace=settings.operator_namespace,
-                configmap=settings.mig_configmap,
-                max_parallel=settings.max_parallel,
-            )
-            return Applier(kube, plan, apply_settings).run()
+            return [proto.view(n) for n in kube.list_nodes(label_selector=proto.CONFIG_LABEL)]
         finally:
             kube.close()
+
+    def apply(
+        self, plan: Plan, *, settings: AutoApply, nodes: Collection[str], stop: Callable[[], str]
+    ) -> ApplyReport:
+        kube = Kube.connect(KubeSettings(kubeconfig=settings.kubeconfig))
+        try:
+            return Applier(kube, plan, apply_settings(settings), only=nodes, stop=stop).run()
+        finally:
+            kube.close()
+
+
+def apply_settings(settings: AutoApply) -> ApplySettings:
+    """What ``apply`` would get from the flags the serve config's ``auto_apply`` fields stand for."""
+    return ApplySettings(
+        namespace=settings.operator_namespace,
+        configmap=settings.mig_configmap,
+        max_parallel=settings.max_parallel,
+        repoint_cluster_policy=settings.repoint_cluster_policy,
+        configmap_sync_s=settings.configmap_sync_s,
+        lease_duration_s=settings.lease_duration_s,
+    )
 
 
 def http_server(
@@ -114,7 +134,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="YAML schedule (see examples/rightsizer-serve.yaml)",
     )
     parser.add_argument(
-        "--check", action="store_true", help="validate the config, print the next run of each job, exit"
+        "--check",
+        action="store_true",
+        help="validate the config, check that Prometheus (and, with auto-apply or leader election, the "
+        "Kubernetes API) answers, print the next run of each job, exit (1 when one does not answer)",
+    )
+    parser.add_argument(
+        "--offline",
+        action="store_true",
+        help="with --check: validate the file only, reaching neither Prometheus nor Kubernetes "
+        "(a config checked where the cluster is not reachable, as in CI)",
     )
 
 
@@ -160,6 +189,30 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
     return 0
 
 
+def reachability(config: ServeConfig, *, timeout_s: float = 10.0) -> str:
+    """``serve --check``: Prometheus answers a query, and with auto-apply the Kubernetes API lists
+    the MIG nodes ("" when both do; else one line in the config's terms)."""
+    try:
+        with PrometheusClient(
+            config.prometheus_url, auth=config.prometheus_auth, timeout=timeout_s
+        ) as client:
+            client.instant("1")
+    except RightsizerError as exc:
+        return in_config_terms(str(exc), config.source)
+    if config.auto_apply.enabled or config.auto_apply.leader_election is not None:
+        try:
+            kube = Kube.connect(
+                KubeSettings(kubeconfig=config.auto_apply.kubeconfig, request_timeout_s=timeout_s)
+            )
+            try:
+                kube.list_nodes(label_selector=proto.CONFIG_LABEL)
+            finally:
+                kube.close()
+        except KubeError as exc:
+            return f"the Kubernetes API for auto_apply: {in_config_terms(str(exc), config.source)}"
+    return ""
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         config = serve_config.load(args.config)
@@ -172,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {args.config}: {exc}", file=sys.stderr)
         return 2
     if args.check:
+        if not args.offline and (problem := reachability(config)):
+            print(f"error: {problem}", file=sys.stderr)
+            return 1
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
         service = Service(config, jobs=LiveJobs(config))
         scheduler = BackgroundScheduler(timezone=config.timezone)
@@ -189,6 +245,7 @@ def run(args: argparse.Namespace) -> int:
         log.info("received %s", signal.Signals(signum).name)
         stop.set()
 
+    quiet_job_failures()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     return serve(config, stop=stop)

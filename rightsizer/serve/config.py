@@ -17,6 +17,9 @@ Example (``examples/rightsizer-serve.yaml``)::
       max_nodes_per_day: 2
       min_gpus_freed: 1
       operator_namespace: gpu-operator     # nvidia-gpu-operator on OpenShift
+      repoint_cluster_policy: false        # as apply --repoint-cluster-policy (default operator install)
+      configmap_sync: 60s                  # as apply --configmap-sync
+      lease_duration: 60s                  # the apply Lease, as apply --lease-duration
       leader_election: {namespace: gpupilot, lease_duration: 15s}   # optional: several replicas
 """
 
@@ -106,6 +109,13 @@ class AutoApply:
     """Namespace of the NVIDIA GPU Operator (``nvidia-gpu-operator`` when installed from OperatorHub)."""
     mig_configmap: str | None = None
     """The mig-parted ConfigMap to write (its Role names it); default as ``apply --configmap``."""
+    repoint_cluster_policy: bool = False
+    """As ``apply --repoint-cluster-policy``: point the ClusterPolicy's MIG Manager at the ConfigMap
+    apply writes when it points at the operator's ``default-mig-parted-config`` (a default install)."""
+    configmap_sync_s: float = 60.0
+    """After changing the mig-parted ConfigMap, wait this long before relabelling (kubelet delay)."""
+    lease_duration_s: int = 60
+    """The apply Lease (one apply at a time) expires this long after its holder stopped renewing."""
     leader_election: LeaderElection | None = None
     """Several replicas: only the one holding the Lease reports and applies; the ledger lives in a
     ConfigMap of this namespace. None: one replica, ledger in ``state_dir``."""
@@ -154,6 +164,9 @@ _AUTO_APPLY_FIELDS = (
     "max_plan_age",
     "operator_namespace",
     "mig_configmap",
+    "repoint_cluster_policy",
+    "configmap_sync",
+    "lease_duration",
     "leader_election",
 )
 
@@ -202,8 +215,9 @@ def _timezone(r: Section) -> ZoneInfo:
         )
     try:
         return ZoneInfo(tz_name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise r.fail("timezone", f"{tz_name!r} is not an IANA time zone (e.g. Europe/Berlin, UTC)") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
+        shown = tz_name if len(tz_name) <= 60 else f"{tz_name[:57]}..."
+        raise r.fail("timezone", f"{shown!r} is not an IANA time zone (e.g. Europe/Berlin, UTC)") from None
 
 
 def _report(rr: Section) -> ReportJob:
@@ -275,8 +289,21 @@ def _auto_apply(ar: Section, *, has_plan: bool) -> AutoApply:
         max_plan_age_s=ar.duration("max_plan_age", 12 * 3600.0),
         operator_namespace=_k8s_name(ar, "operator_namespace", "gpu-operator") or "gpu-operator",
         mig_configmap=_k8s_name(ar, "mig_configmap", None),
+        repoint_cluster_policy=ar.boolean("repoint_cluster_policy", False),
+        configmap_sync_s=_seconds(ar, "configmap_sync", 60.0, maximum=3600.0),
+        lease_duration_s=int(_seconds(ar, "lease_duration", 60.0, minimum=1.0, maximum=3600.0)),
         leader_election=election,
     )
+
+
+def _seconds(r: Section, key: str, default: float, *, minimum: float = 0.0, maximum: float) -> float:
+    """A duration from ``minimum`` to ``maximum``; ``0``/``0s`` allowed when ``minimum`` is 0."""
+    if minimum == 0 and r.raw(key) in (0, "0", "0s"):
+        return 0.0
+    value = r.duration(key, default)
+    if not minimum <= value <= maximum:
+        raise r.fail(key, f"must be between {minimum:g}s and {maximum:g}s, got {value:g}s")
+    return value
 
 
 def parse(data: Any, *, source: str) -> ServeConfig:

@@ -1,6 +1,8 @@
 """Leader election for ``serve`` replicas through a coordination.k8s.io Lease, as client-go's
 ``leaderelection`` does it: the leader renews ``holderIdentity``'s ``renewTime`` every ``retry_s``;
-the others try as often and take the Lease once it has not been renewed for ``leaseDurationSeconds``.
+the others try as often and take the Lease once its record has not changed for ``leaseDurationSeconds``
+measured on their own monotonic clock from when they saw it change (never ``now − renewTime``: a
+replica whose wall clock runs ahead would take a live Lease).
 A leader that cannot renew for ``renew_deadline_s`` (two thirds of the duration) stops acting as
 leader before anyone else may take over, so two replicas never both believe they lead.
 
@@ -14,10 +16,11 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rightsizer.clients.kube import ConflictError, Kube, KubeError
-from rightsizer.clients.lease import lease_spec, micro, parse_micro, released_spec, write_lease
+from rightsizer.clients.lease import LeaseObserver, lease_spec, micro, released_spec, write_lease
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +29,21 @@ LEASE_NAME = "gpupilot-rightsizer-leader"
 
 class LeaderElector:
     def __init__(
-        self, kube: Kube, namespace: str, *, identity: str, duration_s: float = 15.0, name: str = LEASE_NAME
+        self,
+        kube: Kube,
+        namespace: str,
+        *,
+        identity: str,
+        duration_s: float = 15.0,
+        name: str = LEASE_NAME,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], dt.datetime] | None = None,
     ) -> None:
+        """``monotonic``: expiry and renew deadlines; ``wall``: the times written into the Lease."""
         self.kube, self.namespace, self.name, self.identity = kube, namespace, name, identity
+        self.monotonic = monotonic
+        self.wall = wall or (lambda: dt.datetime.now(dt.UTC))
+        self._observer = LeaseObserver(monotonic)
         self.duration_s = max(1.0, duration_s)
         self.renew_deadline_s = self.duration_s * 2 / 3
         self.retry_s = self.duration_s / 5
@@ -37,7 +52,7 @@ class LeaderElector:
         self._thread: threading.Thread | None = None
 
     def is_leader(self) -> bool:
-        return self._renewed_at > 0 and time.monotonic() - self._renewed_at < self.renew_deadline_s
+        return self._renewed_at > 0 and self.monotonic() - self._renewed_at < self.renew_deadline_s
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="leader-election", daemon=True)
@@ -67,17 +82,15 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One round; True when we hold the Lease after it."""
-        started = time.monotonic()  # leadership counts from before the write, never from after it
-        now = dt.datetime.now(dt.UTC)
+        started = self.monotonic()  # leadership counts from before the write, never from after it
+        now = self.wall()
         lease = self.kube.get_lease(self.namespace, self.name)
         spec: dict[str, Any] = lease_spec(lease)
         holder = spec.get("holderIdentity") or ""
-        if lease is not None and holder and holder != self.identity:
-            renewed = parse_micro(spec.get("renewTime"))
-            duration = float(spec.get("leaseDurationSeconds") or self.duration_s)
-            if renewed is not None and (now - renewed).total_seconds() < duration:
-                self._renewed_at = 0.0
-                return False
+        expired = self._observer.expired(spec, default_duration_s=self.duration_s)
+        if lease is not None and holder and holder != self.identity and not expired:
+            self._renewed_at = 0.0
+            return False
         mine = holder == self.identity
         new_spec = {
             **spec,

@@ -1,14 +1,15 @@
-"""The auto-apply ledger: which nodes were handed to an apply, which finished, how many per day.
+"""The auto-apply ledger: which nodes were disrupted each day, handed to an apply, finished.
 
 Two homes: a JSON file in ``state_dir`` (one replica), or a ConfigMap in the cluster
 (``auto_apply.leader_election``), so a replica that takes over after the leader died reads what the
-dead one did. Entries:
+dead one did. :class:`Entries` holds three kinds of record (stored as ``YYYY-MM-DD``,
+``plan:<id>`` and ``started:<id>`` keys of one JSON object):
 
-- ``YYYY-MM-DD`` → nodes applied that day (the daily budget);
-- ``plan:<id>`` → nodes of that plan an apply finished with (applied, rolled back, skipped, …);
-- ``started:<id>`` → nodes handed to an apply that has not reported yet. Written *before* the apply
-  starts: after a failover they are resumed (the node annotations make apply continue where the dead
-  replica stopped, never repeat a step), not started afresh.
+- ``days``: day → nodes cordoned for a MIG change that day (the daily budget; the node annotations
+  ``gpupilot.io/cordoned-at`` count too, so a node a dead replica touched is never missed);
+- ``tried``: plan id → nodes an apply finished with (applied, rolled back, skipped, …);
+- ``started``: plan id → nodes handed to an apply that has not reported yet, written *before* the
+  apply starts and cleared once the cluster shows the node settled (not in flight).
 
 The ConfigMap is replaced with its ``resourceVersion``; a concurrent writer makes :meth:`save` raise
 :class:`LedgerConflict` and the job skips this round.
@@ -17,6 +18,11 @@ The ConfigMap is replaced with its ``resourceVersion``; a concurrent writer make
 from __future__ import annotations
 
 import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -25,8 +31,78 @@ from rightsizer.errors import RightsizerError
 
 DATA_KEY = "ledger.json"
 CONFIGMAP = "gpupilot-rightsizer-ledger"
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
-Entries = dict[str, list[str]]
+NodeLists = dict[str, list[str]]
+KEEP_DAYS = 31
+
+
+@dataclass
+class Entries:
+    days: NodeLists = field(default_factory=dict)
+    tried: NodeLists = field(default_factory=dict)
+    started: NodeLists = field(default_factory=dict)
+
+    def day(self, day: str) -> set[str]:
+        return set(self.days.get(day, ()))
+
+    def add_day(self, day: str, nodes: set[str]) -> None:
+        if nodes - self.day(day):
+            self.days[day] = sorted(self.day(day) | nodes)
+
+    def tried_in(self, plan_id: str) -> set[str]:
+        return set(self.tried.get(plan_id, ()))
+
+    def add_tried(self, plan_id: str, nodes: set[str]) -> None:
+        if nodes:
+            self.tried[plan_id] = sorted(self.tried_in(plan_id) | nodes)
+
+    def set_started(self, plan_id: str, nodes: set[str]) -> None:
+        if nodes:
+            self.started[plan_id] = sorted(nodes)
+        else:
+            self.started.pop(plan_id, None)
+
+    def clear_settled(self, in_flight: set[str]) -> set[str]:
+        """Drop ``started`` nodes the cluster shows settled (no run has them in flight); returns them."""
+        cleared: set[str] = set()
+        for plan_id, nodes in list(self.started.items()):
+            settled = set(nodes) - in_flight
+            cleared |= settled
+            self.set_started(plan_id, set(nodes) - settled)
+        return cleared
+
+    def prune(self, *, plan_id: str, today: date, keep_days: int = KEEP_DAYS) -> None:
+        """Bound the ledger (a ConfigMap holds at most 1 MiB): days older than ``keep_days``, and what
+        older plans tried (a node is tried once per plan; only the current plan is ever applied)."""
+        cutoff = (today - timedelta(days=keep_days)).isoformat()
+        self.days = {d: nodes for d, nodes in self.days.items() if d >= cutoff}
+        self.tried = {p: nodes for p, nodes in self.tried.items() if p == plan_id}
+
+    def to_json(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = dict(self.days)
+        out.update({f"plan:{k}": v for k, v in self.tried.items()})
+        out.update({f"started:{k}": v for k, v in self.started.items()})
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> Entries:
+        """What a file or ConfigMap holds; entries of any other shape are dropped."""
+        entries = cls()
+        if not isinstance(data, dict):
+            return entries
+        for key, value in data.items():
+            if not isinstance(key, str) or not isinstance(value, list):
+                continue
+            nodes = [str(x) for x in value]
+            kind, _, rest = key.partition(":")
+            if kind == "plan" and rest:
+                entries.tried[rest] = nodes
+            elif kind == "started" and rest:
+                entries.started[rest] = nodes
+            elif _DAY.match(key):
+                entries.days[key] = nodes
+        return entries
 
 
 class LedgerConflict(RightsizerError):
@@ -41,10 +117,8 @@ class Ledger(Protocol):
         ...
 
 
-def _clean(data: object) -> Entries:
-    if not isinstance(data, dict):
-        return {}
-    return {str(k): [str(x) for x in v] for k, v in data.items() if isinstance(v, list)}
+def _text(entries: Entries) -> str:
+    return json.dumps(entries.to_json(), indent=1, sort_keys=True)
 
 
 class FileLedger:
@@ -53,15 +127,23 @@ class FileLedger:
 
     def load(self) -> Entries:
         try:
-            return _clean(json.loads(self.path.read_text()))
+            return Entries.from_json(json.loads(self.path.read_text()))
         except (OSError, ValueError):
-            return {}
+            return Entries()
 
     def save(self, entries: Entries) -> None:
+        """Atomically: a temporary file in the same directory, fsynced, renamed over the ledger."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(entries, indent=1, sort_keys=True))
-        tmp.replace(self.path)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(_text(entries))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 class ConfigMapLedger:
@@ -73,14 +155,14 @@ class ConfigMapLedger:
         cm = self.kube.get_configmap(self.namespace, self.name)
         self._seen = cm
         if cm is None:
-            return {}
+            return Entries()
         try:
-            return _clean(json.loads((cm.get("data") or {}).get(DATA_KEY) or "{}"))
+            return Entries.from_json(json.loads((cm.get("data") or {}).get(DATA_KEY) or "{}"))
         except ValueError:
-            return {}
+            return Entries()
 
     def save(self, entries: Entries) -> None:
-        data = {DATA_KEY: json.dumps(entries, indent=1, sort_keys=True)}
+        data = {DATA_KEY: _text(entries)}
         try:
             if self._seen is None:
                 self._seen = self.kube.create_configmap(self.namespace, self.name, data)

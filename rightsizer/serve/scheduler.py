@@ -1,35 +1,53 @@
 """``serve``: APScheduler jobs (weekly report, periodic plan, guarded auto-apply), ``/health`` and
 ``/metrics``.
 
-Jobs coalesce missed runs (one run after downtime, not a burst), run one instance at a time, and never
-raise into the scheduler: outcomes go to the service's metrics and log. The clock and the work each
-job does are injected (:class:`Jobs`), so tests drive the real APScheduler triggers on a fake clock.
+Jobs coalesce missed runs (one run after downtime, not a burst) and run one instance at a time. A
+job that fails is a failure (:mod:`rightsizer.serve.failures`): one log line naming the serve config's
+fields, ``gpupilot_rightsizer_job_failures_total{job}``, a retry after minutes (not the next period),
+``/health``; APScheduler sees it raise (its log line without a traceback), never "executed
+successfully". The clock and the work each job does are injected (:class:`Jobs`), so tests drive the
+real APScheduler triggers on a fake clock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import ApplyReport
 from rightsizer.errors import RightsizerError
 from rightsizer.plan import idle
 from rightsizer.plan.model import Plan
+from rightsizer.serve import budget, status
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
-from rightsizer.serve.ledger import FileLedger, Ledger
+from rightsizer.serve.failures import Failures, JobFailed
+from rightsizer.serve.ledger import Entries, FileLedger, Ledger, LedgerConflict
+from rightsizer.serve.wording import in_config_terms
 
 log = logging.getLogger(__name__)
+
+LEDGER_TRIES = 5
+CONFIG_BACKOFF_MAX_S = 6 * 3600.0
+"""A configuration error of the auto-apply is tried again after check_every, then twice as long … up to this."""
+
+
+class NodeFailed(RightsizerError):
+    """An apply ended with a node failed or rolled back (later nodes of the plan were not started)."""
 
 
 class Jobs(Protocol):
@@ -39,7 +57,16 @@ class Jobs(Protocol):
 
     def write_report(self, *, end: float, job: ReportJob, plan: Plan | None, out_dir: Path) -> Path: ...
 
-    def apply(self, plan: Plan, *, settings: AutoApply) -> ApplyReport: ...
+    def node_marks(self, *, settings: AutoApply) -> Sequence[proto.NodeView]:
+        """The MIG nodes as the protocol sees them (in-flight steps, cordon times)."""
+        ...
+
+    def apply(
+        self, plan: Plan, *, settings: AutoApply, nodes: Collection[str], stop: Callable[[], str]
+    ) -> ApplyReport:
+        """Settle every node in flight, then start ``nodes`` of ``plan``; ``stop``: why to stop at
+        the next safe step ("" to go on)."""
+        ...
 
 
 def idle_slices(plan: Plan) -> int:
@@ -89,6 +116,8 @@ class Service(Collector):
         self.ledger_path = config.state_dir / "auto-apply-ledger.json"
         self.ledger: Ledger = ledger or FileLedger(self.ledger_path)
         self.leader = leader
+        self.failures = Failures()
+        self._scheduler: Any = None
 
     def _standby(self, job: str) -> bool:
         if self.leader is None or self.leader():
@@ -98,36 +127,106 @@ class Service(Collector):
         log.info("%s: not the leader; the leading replica runs it", job)
         return True
 
+    def _leading(self) -> str:
+        """Why an apply of this replica must stop now ("" while it leads)."""
+        if self.leader is None or self.leader():
+            return ""
+        return "the loss of leadership (another replica leads)"
+
+    # -- failures ---------------------------------------------------------------------------------
+    def _failed(
+        self,
+        job: str,
+        exc: BaseException,
+        *,
+        period_s: float | None,
+        retry: Callable[[], None] | None,
+        first_s: float | None = None,
+        max_s: float | None = None,
+    ) -> None:
+        """Count, log (once per new problem) and schedule a retry after the backoff."""
+        message = in_config_terms(str(exc) or type(exc).__name__, self.config.source)
+        now = self.clock()
+        failure, news = self.failures.failed(
+            job, message, now=now.timestamp(), period_s=period_s, first_s=first_s, max_s=max_s
+        )
+        with self._lock:
+            self.state.runs[(job, "failed")] += 1
+        when = datetime.fromtimestamp(failure.retry_at, UTC).astimezone(self.config.timezone)
+        if news:
+            log.error("%s job failed: %s (next try %s)", job, message, when.isoformat(timespec="seconds"))
+        else:
+            log.debug("%s job failed again (%d in a row): %s", job, failure.count, message)
+        if retry is not None and self._scheduler is not None:
+            # a fresh id each time: APScheduler removes a date job after its run, which is this one
+            self._drop_retries(job)
+            self._scheduler.add_job(
+                retry,
+                DateTrigger(run_date=when),
+                id=f"{job}-retry-{failure.count}",
+                name=f"{job} (retry {failure.count})",
+                misfire_grace_time=None,
+            )
+
+    def _drop_retries(self, job: str) -> None:
+        """Remove ``job``'s retries still to come (not the one running now: APScheduler removes it)."""
+        now = self.clock()
+        for pending in self._scheduler.get_jobs():
+            nxt = getattr(pending, "next_run_time", None)
+            if pending.id.startswith(f"{job}-retry-") and nxt is not None and nxt > now:
+                with contextlib.suppress(JobLookupError):  # ran meanwhile
+                    self._scheduler.remove_job(pending.id)
+
+    def _succeeded(self, job: str) -> None:
+        if (was := self.failures.succeeded(job)) is not None:
+            log.info("%s job works again after %d failure(s)", job, was.count)
+        if self._scheduler is not None:
+            self._drop_retries(job)
+
+    def _scheduled(self, job: str, run: Callable[[], bool]) -> Callable[[], None]:
+        """What APScheduler runs: ``run`` returns False after recording a failure; APScheduler then
+        sees :class:`JobFailed` (logged by it without a traceback, see :func:`quiet_job_failures`)."""
+
+        def scheduled() -> None:
+            if not run():
+                failure = self.failures.current(job)
+                raise JobFailed(failure.message if failure is not None else f"{job} failed")
+
+        scheduled.__name__ = f"run_{job}"
+        return scheduled
+
     # -- the jobs -------------------------------------------------------------------------------
-    def run_plan(self) -> None:
+    def run_plan(self) -> bool:
+        """One plan; False when it failed (recorded, retried after a backoff)."""
         job = self.config.plan
         if job is None:
-            return
+            return True
         now = self.clock().timestamp()
         try:
             plan = self.jobs.make_plan(end=now, job=job)
-        except Exception as exc:  # a job must not die: record and try again next time
-            log.error("plan job failed: %s", exc)
+        except Exception as exc:  # a job must not die: record, and try again after a backoff
             with self._lock:
                 self.state.last_plan_at, self.state.last_plan_ok = now, False
-                self.state.runs[("plan", "error")] += 1
-            return
-        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+            self._failed("plan", exc, period_s=job.every_s, retry=self._scheduled("plan", self.run_plan))
+            return False
         with self._lock:
             self.state.last_plan_at, self.state.last_plan_ok = now, True
             self.state.plan, self.state.plan_made_at = plan, now
             self.state.runs[("plan", "ok")] += 1
+        self._succeeded("plan")
         log.info(
             "plan %s: %d node(s) to change, %d GPU(s) freeable",
             plan.plan_id,
             len(plan.changed_nodes),
             plan.totals.gpus_freed,
         )
+        return True
 
-    def run_report(self) -> None:
+    def run_report(self) -> bool:
+        """The weekly report; False when it failed (recorded, retried after a backoff)."""
         job = self.config.report
         if job is None or self._standby("report"):
-            return
+            return True
         now = self.clock()
         out = (job.out_dir or self.config.state_dir / "reports") / now.astimezone(
             self.config.timezone
@@ -135,83 +234,124 @@ class Service(Collector):
         try:
             path = self.jobs.write_report(end=now.timestamp(), job=job, plan=self.state.plan, out_dir=out)
         except Exception as exc:
-            log.error("report job failed: %s", exc)
-            with self._lock:
-                self.state.runs[("report", "error")] += 1
-            return
+            self._failed("report", exc, period_s=None, retry=self._scheduled("report", self.run_report))
+            return False
         with self._lock:
             self.state.last_report_at = now.timestamp()
             self.state.runs[("report", "ok")] += 1
+        self._succeeded("report")
         log.info("weekly report written to %s", path)
+        return True
 
-    def _skip(self, reason: str) -> None:
+    def _skip(self, reason: str) -> bool:
         with self._lock:
             self.state.last_skip = reason
             self.state.runs[("auto_apply", "skipped")] += 1
         log.info("auto-apply skipped: %s", reason)
+        return True
 
-    def run_auto_apply(self) -> None:
+    def run_auto_apply(self) -> bool:
+        """One guarded round: check the guard, read the ledger and the nodes, choose within the
+        day's budget, hand over, apply, record. False when it failed (a configuration the cluster
+        refuses, an unreachable API: recorded, tried again after a growing backoff)."""
         guard = self.config.auto_apply
         if not guard.enabled or guard.window is None or self._standby("auto_apply"):
-            return
+            return True
         now = self.clock().astimezone(self.config.timezone)
+        if (waiting := self.failures.backing_off("auto_apply", now.timestamp())) is not None:
+            return self._skip(f"backing off after {waiting.count} failure(s) in a row: {waiting.message}")
         plan = self.state.plan
-        refusal = self._refusal(now, guard)
-        if refusal is not None or plan is None:
+        if (refusal := self._refusal(now, guard)) is not None or plan is None:
             return self._skip(refusal or "no plan yet")
         try:
-            ledger = self.ledger.load()
-        except RightsizerError as exc:
-            return self._skip(f"cannot read the auto-apply ledger: {exc}")
-        today = now.date().isoformat()
-        done_today = ledger.get(today, [])
-        tried_key, started_key = f"plan:{plan.plan_id}", f"started:{plan.plan_id}"
-        tried = set(ledger.get(tried_key, []))
-        started = set(ledger.get(started_key, [])) - tried
-        budget = guard.max_nodes_per_day - len(done_today)
-        order = sorted(plan.changed_nodes, key=lambda n: (-n.gpus_freed, n.name))
-        # nodes a previous leader handed to an apply that never reported: resumed first (the node
-        # annotations make apply continue, not repeat); they were counted in that round's budget
-        resume = [n.name for n in order if n.name in started]
-        fresh = [n.name for n in order if n.name not in tried and n.name not in started]
-        chosen = set(resume) | set(fresh[: max(0, budget - len(resume))])
-        if not chosen:
-            if budget <= 0:
-                return self._skip(f"max_nodes_per_day={guard.max_nodes_per_day} reached")
-            return self._skip(f"every node of plan {plan.plan_id} was already tried")
-        ledger[started_key] = sorted(started | chosen)
+            entries = self.ledger.load()
+            nodes = self.jobs.node_marks(settings=guard)
+        except Exception as exc:
+            return self._apply_failed(exc)
+        day = now.date()
+        marks = budget.ClusterMarks.read(nodes, day=day, tz=self.config.timezone)
+        cleared = entries.clear_settled(set(marks.in_flight))
+        choice = budget.choose(plan, entries, marks, day=day.isoformat(), per_day=guard.max_nodes_per_day)
+        if choice.idle:
+            if cleared:  # the ledger is written only when something changed
+                self._save_quietly(entries)
+            return self._skip(budget.idle_reason(plan, choice, per_day=guard.max_nodes_per_day))
+        return self._hand_over_and_apply(plan, entries, choice, day=day.isoformat())
+
+    def _hand_over_and_apply(self, plan: Plan, entries: Entries, choice: budget.Choice, *, day: str) -> bool:
+        entries.set_started(plan.plan_id, set(entries.started.get(plan.plan_id, ())) | set(choice.new))
         try:
-            self.ledger.save(ledger)  # before the apply: a successor knows what was handed over
+            self.ledger.save(entries)  # before the apply: a successor knows what was handed over
         except RightsizerError as exc:
             return self._skip(f"cannot write the auto-apply ledger: {exc}")
-        subset = dataclasses.replace(
-            plan,
-            nodes=tuple(n if n.name in chosen else dataclasses.replace(n, changed=False) for n in plan.nodes),
-        )
+        if choice.in_flight:
+            log.info(
+                "auto-apply: settling node(s) another run left in flight: %s",
+                ", ".join(sorted(choice.in_flight)),
+            )
         try:
-            result = self.jobs.apply(subset, settings=guard)
-        except Exception as exc:
-            log.error("auto-apply failed before touching nodes: %s", exc)
-            with self._lock:
-                self.state.applies["error"] += 1
-            return None
+            result = self.jobs.apply(
+                plan, settings=self.config.auto_apply, nodes=choice.new, stop=self._leading
+            )
+        except Exception as exc:  # nothing changed on nodes: the hand-over is taken back
+            entries.set_started(plan.plan_id, set(entries.started.get(plan.plan_id, ())) - set(choice.new))
+            self._save_quietly(entries)
+            return self._apply_failed(exc)
         with self._lock:
             for o in result.outcomes:
                 self.state.applies[o.result] += 1
             self.state.runs[("auto_apply", "ok" if result.ok else "failed")] += 1
-        reported = {o.node for o in result.outcomes}
-        ledger[today] = [*done_today, *(o.node for o in result.applied if o.node not in done_today)]
-        ledger[tried_key] = sorted(tried | reported)
-        left = sorted((started | chosen) - reported)
-        if left:
-            ledger[started_key] = left
-        else:
-            ledger.pop(started_key, None)
+            self.state.last_skip = ""
+        self._record(entries, result, plan_id=plan.plan_id, day=day)
+        if result.ok:
+            self._succeeded("auto_apply")
+            return True
+        failed = "; ".join(f"node {o.node} {o.result}: {o.reason}" for o in result.failed)
+        every = self.config.auto_apply.check_every_s
+        self._failed("auto_apply", NodeFailed(failed), period_s=None, retry=None, first_s=every, max_s=every)
+        return False
+
+    def _record(self, entries: Entries, result: ApplyReport, *, plan_id: str, day: str) -> None:
+        """Fold the outcomes into the ledger; a concurrent write (409) is answered by re-reading the
+        ledger and folding them in again, so what the apply did is never lost."""
+        for _ in range(LEDGER_TRIES):
+            budget.record(entries, result, plan_id=plan_id, day=day)
+            try:
+                self.ledger.save(entries)
+                return
+            except LedgerConflict:
+                try:
+                    entries = self.ledger.load()
+                except RightsizerError as exc:
+                    log.error("could not re-read the auto-apply ledger: %s", exc)
+                    return
+            except RightsizerError as exc:
+                log.error("could not record the auto-apply results in the ledger: %s", exc)
+                return
+        log.error(
+            "could not record the auto-apply results: the ledger kept changing (%d tries)", LEDGER_TRIES
+        )
+
+    def _apply_failed(self, exc: BaseException) -> bool:
+        """An apply that could not start: counted, said once, tried again after check_every × 2ⁿ."""
+        with self._lock:
+            self.state.applies["error"] += 1
+        every = self.config.auto_apply.check_every_s
+        self._failed(
+            "auto_apply",
+            exc,
+            period_s=None,
+            retry=None,
+            first_s=every,
+            max_s=max(every, CONFIG_BACKOFF_MAX_S),
+        )
+        return False
+
+    def _save_quietly(self, entries: Entries) -> None:
         try:
-            self.ledger.save(ledger)
+            self.ledger.save(entries)
         except RightsizerError as exc:
-            log.error("could not record the auto-apply results in the ledger: %s", exc)
-        return None
+            log.warning("could not update the auto-apply ledger: %s", exc)
 
     def _refusal(self, now: datetime, guard: AutoApply) -> str | None:
         """Why the guard refuses to apply the current plan now (None: it may)."""
@@ -231,7 +371,9 @@ class Service(Collector):
 
     # -- scheduling -------------------------------------------------------------------------------
     def add_jobs(self, scheduler: Any) -> None:
-        """Add the configured jobs to an APScheduler 3 scheduler (not yet started)."""
+        """Add the configured jobs to an APScheduler 3 scheduler (not yet started); failed jobs add
+        their retries to it."""
+        self._scheduler = scheduler
         tz = self.config.timezone
         now = self.clock().astimezone(tz)
         defaults: dict[str, Any] = {"coalesce": True, "max_instances": 1, "replace_existing": True}
@@ -243,7 +385,7 @@ class Service(Collector):
                 timezone=tz,
             )
             scheduler.add_job(
-                self.run_report,
+                self._scheduled("report", self.run_report),
                 trigger,
                 id="report",
                 name="weekly report",
@@ -254,7 +396,7 @@ class Service(Collector):
             trigger = IntervalTrigger(seconds=pj.every_s, start_date=now, timezone=tz)
             grace = int(max(60, pj.every_s / 2))
             scheduler.add_job(
-                self.run_plan,
+                self._scheduled("plan", self.run_plan),
                 trigger,
                 id="plan",
                 name="plan",
@@ -266,7 +408,7 @@ class Service(Collector):
             every = self.config.auto_apply.check_every_s
             trigger = IntervalTrigger(seconds=every, start_date=now + timedelta(seconds=every), timezone=tz)
             scheduler.add_job(
-                self.run_auto_apply,
+                self._scheduled("auto_apply", self.run_auto_apply),
                 trigger,
                 id="auto_apply",
                 name="guarded auto-apply",
@@ -277,67 +419,7 @@ class Service(Collector):
     # -- /metrics and /health ---------------------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            s = self.state
-            plan = s.plan
-            ts = GaugeMetricFamily(
-                "gpupilot_rightsizer_last_plan_timestamp_seconds",
-                "Unix time of the last plan attempt (0: none yet).",
-            )
-            ts.add_metric([], s.last_plan_at or 0.0)
-            yield ts
-            if s.last_plan_ok is not None:
-                ok = GaugeMetricFamily(
-                    "gpupilot_rightsizer_last_plan_success", "1 if the last plan attempt succeeded, else 0."
-                )
-                ok.add_metric([], 1.0 if s.last_plan_ok else 0.0)
-                yield ok
-            if plan is not None:
-                idle_gauge = GaugeMetricFamily(
-                    "gpupilot_rightsizer_idle_slices",
-                    "MIG slices and whole GPUs whose busiest min_busy rolling mean (15 min by default) stayed "
-                    "below the idle threshold in the latest plan's window: a slice with a daily burst is not "
-                    "idle (cached from the last successful plan; see last_plan_timestamp_seconds).",
-                )
-                idle_gauge.add_metric([], float(idle_slices(plan)))
-                yield idle_gauge
-                freeable = GaugeMetricFamily(
-                    "gpupilot_rightsizer_freeable_gpus",
-                    "Whole GPUs the latest plan frees (cached from the last successful plan).",
-                )
-                freeable.add_metric([], float(plan.totals.gpus_freed))
-                yield freeable
-            applies = CounterMetricFamily(
-                "gpupilot_rightsizer_applies",
-                "Node applies by the guarded auto-apply, by result.",
-                labels=["result"],
-            )
-            for result in (
-                "applied",
-                "already-applied",
-                "skipped",
-                "failed",
-                "rolled-back",
-                "rollback-failed",
-                "not-started",
-                "error",
-            ):
-                applies.add_metric([result], float(s.applies.get(result, 0)))
-            yield applies
-            runs = CounterMetricFamily(
-                "gpupilot_rightsizer_job_runs",
-                "Scheduled job runs by job and result.",
-                labels=["job", "result"],
-            )
-            for (job, result), count in sorted(s.runs.items()):
-                runs.add_metric([job, result], float(count))
-            yield runs
-            if s.last_report_at is not None:
-                rep = GaugeMetricFamily(
-                    "gpupilot_rightsizer_last_report_timestamp_seconds",
-                    "Unix time of the last weekly report.",
-                )
-                rep.add_metric([], s.last_report_at)
-                yield rep
+            yield from status.metric_families(self.state, self.failures.total)
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry()
@@ -349,10 +431,12 @@ class Service(Collector):
         for job in scheduler.get_jobs():
             nxt = getattr(job, "next_run_time", None)
             jobs.append({"id": job.id, "next_run": nxt.isoformat() if nxt else None})
+        failing = {job: f.as_json() for job, f in sorted(self.failures.snapshot().items())}
         with self._lock:
             return {
-                "status": "ok",
+                "status": "failing" if failing else "ok",
                 "jobs": jobs,
+                "failing": failing,
                 "last_plan_success": self.state.last_plan_ok,
                 "last_auto_apply_skip": self.state.last_skip,
             }

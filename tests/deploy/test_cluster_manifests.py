@@ -256,3 +256,20 @@ def test_rightsizer_config_agrees_with_the_settings(overlay: str) -> None:
     role = one(list(objs), "Role", "gpupilot-rightsizer-mig-config")
     assert auto["operator_namespace"] == role["metadata"]["namespace"]
     assert auto["mig_configmap"] == role["rules"][0]["resourceNames"][2]
+
+
+def test_apiservices_trust_only_what_a_tls_component_gives(tmp_path: Path) -> None:
+    """No cert-manager annotation without cert-manager: the base's APIServices carry no trust path
+    of their own; the cert-manager component annotates every one rendered before it."""
+    base = [o for o in build(tmp_path, resources=["adapter"], components=[]) if o["kind"] == "APIService"]
+    assert base and all("annotations" not in o["metadata"] and "caBundle" not in o["spec"] for o in base)
+    (tmp_path / "cm").mkdir()
+    objs = build(
+        tmp_path / "cm", resources=["adapter"], components=["adapter/external", "adapter/cert-manager"]
+    )
+    services = [o for o in objs if o["kind"] == "APIService"]
+    assert len(services) == 3 and one(objs, "Certificate", "gpupilot-adapter-tls")
+    for api in services:
+        assert api["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": "gpupilot/gpupilot-adapter-tls"
+        }

@@ -227,7 +227,7 @@ def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
             text = text.replace(AUTH_DIR, str(_auth_secret(tmp_path / "auth")))
         path.write_text(text)
         res = subprocess.run(
-            [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check"],
+            [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check", "--offline"],
             capture_output=True,
             text=True,
             check=False,

@@ -541,6 +541,7 @@ def test_rightsizer_config_is_accepted_by_serve_check(rel: str, tmp_path: Path) 
             "--config",
             str(tmp_path / "rightsizer.yaml"),
             "--check",
+            "--offline",
         ],
         capture_output=True,
         text=True,

@@ -109,6 +109,7 @@ def test_empty_file_means_plain_http(tmp_path: Path) -> None:
         ('http_server_config: {headers: {"X Space": a}}\n', "headers.'X Space': not a header name"),
         ("- a\n", "top level: expected a mapping"),
     ],
+    ids=lambda value: str(value).replace(HASH[7:], "<salt+hash>")[:40],  # stable ids for pytest-xdist
 )
 def test_bad_files_fail_with_one_line(tmp_path: Path, text: str, expected: str) -> None:
     assert expected in error_of(write(tmp_path, text))

@@ -79,6 +79,8 @@ def test_dry_run_changes_nothing_and_prints_runnable_kubectl_commands(setup, cap
     assert kube.annotations("gpu-a")[proto.ANN_STEP] == "done"
     assert not kube.node("gpu-a")["spec"].get("unschedulable")
     assert [a.name for a in kube.actions(verb="evict")] == ["gpu-a-infer-0", "gpu-a-infer-1"]
+    # stamped with the time of its cordon, as apply does (serve's daily budget counts it)
+    assert proto.cordoned_at(proto.view(kube.node("gpu-a"))) is not None
 
 
 def test_refuses_without_yes_when_stdin_is_not_a_terminal(setup, capsys, monkeypatch):

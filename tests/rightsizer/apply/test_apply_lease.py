@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -49,29 +50,66 @@ def test_a_second_run_refuses_while_the_first_holds_the_lease():
         assert [o.result for o in again.outcomes] == ["already-applied"]
 
 
-def test_a_lease_not_renewed_in_time_is_taken_over():
+def seed_lease(kube: KubeDouble, *, renew_time: str, duration_s: int) -> None:
+    kube.store.put(
+        "coordination.k8s.io/leases",
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": LEASE_NAME, "namespace": "gpu-operator"},
+            "spec": {
+                "holderIdentity": "killed-run",
+                "leaseDurationSeconds": duration_s,
+                "renewTime": renew_time,
+                "leaseTransitions": 4,
+            },
+        },
+        event="ADDED",
+    )
+
+
+@pytest.mark.parametrize(
+    "renew_time",
+    ["2026-01-01T00:00:00.000000Z", "2099-01-01T00:00:00.000000Z"],
+    ids=["renewed-long-ago", "holder-clock-far-ahead"],
+)
+def test_a_lease_not_renewed_in_time_is_taken_over(renew_time):
+    """Expiry is judged from when this run saw the record, whatever renewTime says (client-go): an
+    old renewTime is not taken at once (its holder's clock may be behind), a future one not refused."""
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a")
-        kube.store.put(
-            "coordination.k8s.io/leases",
-            {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": LEASE_NAME, "namespace": "gpu-operator"},
-                "spec": {
-                    "holderIdentity": "killed-run",
-                    "leaseDurationSeconds": 60,
-                    "renewTime": "2026-01-01T00:00:00.000000Z",
-                    "leaseTransitions": 4,
-                },
-            },
-            event="ADDED",
-        )
+        seed_lease(kube, renew_time=renew_time, duration_s=1)
+        lines: list[str] = []
+        started = time.monotonic()
         report = Applier(
-            Kube(kube.api_client()), make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]), LEASED
+            Kube(kube.api_client()),
+            make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]),
+            LEASED,
+            progress=lambda node, message: lines.append(message),
         ).run()
+        assert time.monotonic() - started >= 1.0  # watched for the Lease's duration first
         assert report.ok
         assert lease(kube)["spec"]["leaseTransitions"] == 5
+        assert any("held by killed-run: watching it for up to 1s" in m for m in lines)
+
+
+def test_a_lease_renewed_while_watched_is_refused_even_with_an_old_renew_time():
+    with KubeDouble() as kube:
+        seed_node(kube, "gpu-a")
+        seed_lease(kube, renew_time="2026-01-01T00:00:00.000000Z", duration_s=2)
+
+        def renew() -> None:  # the holder is alive; its clock is just far behind ours
+            found = lease(kube)
+            found["spec"]["renewTime"] = "2026-01-01T00:00:01.000000Z"
+            kube.store.put("coordination.k8s.io/leases", found, event="MODIFIED")
+
+        timer = threading.Timer(0.5, renew)
+        timer.start()
+        with pytest.raises(ApplyError) as err:
+            Applier(Kube(kube.api_client()), make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]), LEASED).run()
+        timer.join()
+        assert "renewed while this run watched it" in str(err.value)
+        assert kube.annotations("gpu-a").get("gpupilot.io/step") is None  # nothing touched
 
 
 def test_the_lease_is_renewed_during_a_long_run():

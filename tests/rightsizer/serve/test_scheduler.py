@@ -5,6 +5,7 @@ guard, the service's metrics, and /health, /metrics and SIGTERM on a running pro
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -24,11 +25,14 @@ from apscheduler.schedulers.base import BaseScheduler
 
 from devkit.prometheus import free_port
 from gpupilot_common.httpserve import Limits
-from rightsizer.apply.applier import ApplyReport, NodeOutcome
+from rightsizer.apply.applier import ApplyError, ApplyReport, NodeOutcome
 from rightsizer.cli import main
 from rightsizer.commands.serve import http_server
 from rightsizer.serve.config import ServeConfigError, load, parse
+from rightsizer.serve.failures import quiet_job_failures
+from rightsizer.serve.ledger import FileLedger, LedgerConflict
 from rightsizer.serve.scheduler import Service
+from rightsizer.serve.wording import in_config_terms
 from tests.support.common.httpclients import get, oversized_header_status, slow_client_is_closed
 from tests.support.rightsizer.apply_support import Change, make_plan
 
@@ -69,7 +73,7 @@ def clock(monkeypatch):
 
 
 class FakeJobs:
-    def __init__(self, plan=None, *, fail_plan=False) -> None:
+    def __init__(self, plan=None, *, fail_plan=False, apply_error=None) -> None:
         self.plan = plan or make_plan(
             [
                 Change("gpu-a", "all-1g.10gb", {"7g.80gb": 1}, gpus_freed=2),
@@ -77,6 +81,7 @@ class FakeJobs:
             ]
         )
         self.fail_plan = fail_plan
+        self.apply_error = apply_error
         self.calls: list[tuple[str, datetime, object]] = []
         self.clock: Clock | None = None
 
@@ -90,9 +95,14 @@ class FakeJobs:
         self.calls.append(("report", datetime.fromtimestamp(end, UTC), out_dir))
         return out_dir / "report.html"
 
-    def apply(self, plan, *, settings):
-        nodes = [n.name for n in plan.changed_nodes]
+    def node_marks(self, *, settings):
+        return []
+
+    def apply(self, plan, *, settings, nodes, stop):
+        nodes = list(nodes)
         self.calls.append(("apply", self.clock.now if self.clock else None, nodes))
+        if self.apply_error is not None:
+            raise self.apply_error
         return ApplyReport(plan.plan_id, "cm", False, False, tuple(NodeOutcome(n, "applied") for n in nodes))
 
     def fired(self, kind):
@@ -169,16 +179,36 @@ def test_missed_runs_are_coalesced_and_stale_reports_skipped(tmp_path, clock):
     sched.shutdown()
 
 
-def test_failed_plan_is_recorded_not_raised(tmp_path, clock):
+def test_a_failed_plan_is_a_failure_retried_within_minutes(tmp_path, clock, caplog):
+    quiet_job_failures()
     jobs = FakeJobs(fail_plan=True)
     service, sched = start(config(tmp_path), jobs, clock)
+    caplog.set_level(logging.INFO)
     sched._process_jobs()
     reg = service.registry()
     assert reg.get_sample_value("gpupilot_rightsizer_last_plan_success") == 0.0
-    assert (
-        reg.get_sample_value("gpupilot_rightsizer_job_runs_total", {"job": "plan", "result": "error"}) == 1.0
-    )
+    assert reg.get_sample_value("gpupilot_rightsizer_job_failures_total", {"job": "plan"}) == 1.0
     assert reg.get_sample_value("gpupilot_rightsizer_freeable_gpus") is None
+    # APScheduler saw it fail (its line, no traceback), never "executed successfully"
+    aps = [r for r in caplog.records if r.name.startswith("apscheduler.executors")]
+    assert not any("executed successfully" in r.getMessage() for r in aps)
+    failed = [r for r in aps if "raised an exception" in r.getMessage()]
+    assert failed and failed[0].exc_info is None and "prometheus down" in failed[0].getMessage()
+    health = service.health(sched)
+    assert health["status"] == "failing" and health["failing"]["plan"]["message"] == "prometheus down"
+    # retried after 1, 2, 4 minutes (not 6 hours later), logged once as an error
+    tick(sched, clock, clock.now + timedelta(minutes=8), step=timedelta(seconds=30))
+    assert len(jobs.fired("plan")) == 4
+    assert reg.get_sample_value("gpupilot_rightsizer_job_failures_total", {"job": "plan"}) == 4.0
+    errors = [
+        r for r in caplog.records if r.name == "rightsizer.serve.scheduler" and r.levelno == logging.ERROR
+    ]
+    assert len(errors) == 1
+    jobs.fail_plan = False  # Prometheus is back: the next retry (8 minutes after the 4th) succeeds
+    tick(sched, clock, clock.now + timedelta(minutes=9), step=timedelta(seconds=30))
+    assert len(jobs.fired("plan")) == 5 and service.health(sched)["status"] == "ok"
+    assert reg.get_sample_value("gpupilot_rightsizer_last_plan_success") == 1.0
+    assert [j.id for j in sched.get_jobs()] == ["plan", "report"]
     sched.shutdown()
 
 
@@ -212,6 +242,115 @@ def test_auto_apply_only_in_the_window_and_within_the_daily_budget(tmp_path, clo
     sched.shutdown()
 
 
+def test_a_configuration_error_is_said_once_backs_off_and_shows_on_health(tmp_path, clock, caplog):
+    caplog.set_level(logging.INFO)
+    refusal = ApplyError(
+        "ClusterPolicy cluster-policy points the MIG Manager at ConfigMap default-mig-parted-config; writing "
+        "gpupilot-mig-parted-config needs the ClusterPolicy repointed, a cluster-wide change: pass "
+        "--repoint-cluster-policy to allow it"
+    )
+    jobs = FakeJobs(apply_error=refusal)
+    service, sched = start(config(tmp_path, auto_apply=GUARD), jobs, clock)
+    tick(sched, clock, datetime(2026, 11, 29, 5, 0, tzinfo=BERLIN))  # the whole window, checks every 30 min
+    # tried at 01:00, then after 30 min, 1 h, 2 h: not at each of the 8 checks
+    assert [c[1].astimezone(BERLIN).strftime("%H:%M") for c in jobs.fired("apply")] == [
+        "01:00",
+        "01:30",
+        "02:30",
+        "04:30",
+    ]
+    errors = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR and r.name.startswith("rightsizer")
+    ]
+    assert len(errors) == 1, errors
+    assert "set auto_apply.repoint_cluster_policy: true in serve.yaml" in errors[0]
+    assert "--repoint" not in errors[0]
+    failing = service.health(sched)["failing"]["auto_apply"]
+    assert failing["failures_in_a_row"] == 4 and "repoint_cluster_policy" in failing["message"]
+    assert "backing off" in service.state.last_skip
+    reg = service.registry()
+    assert reg.get_sample_value("gpupilot_rightsizer_job_failures_total", {"job": "auto_apply"}) == 4.0
+    ledger = json.loads((tmp_path / "state" / "auto-apply-ledger.json").read_text())
+    assert not [k for k in ledger if k.startswith("started:")]  # nothing left handed over
+    sched.shutdown()
+
+
+class ConflictOnce(FileLedger):
+    """A ledger someone else writes once between our read and our second write."""
+
+    def __init__(self, path):
+        super().__init__(path)
+        self.saves = 0
+
+    def save(self, entries):
+        self.saves += 1
+        if self.saves == 2:
+            other = self.load()
+            other.add_day("2026-11-28", {"elsewhere"})
+            super().save(other)
+            raise LedgerConflict("changed since it was read")
+        super().save(entries)
+
+
+def test_a_conflicting_ledger_write_after_the_apply_loses_nothing(tmp_path, clock):
+    jobs = FakeJobs()
+    cfg = config(tmp_path, auto_apply=GUARD)
+    jobs.clock = clock
+    ledger = ConflictOnce(tmp_path / "ledger.json")
+    service = Service(cfg, jobs=jobs, clock=clock, ledger=ledger)
+    service.run_plan()
+    clock.now = datetime(2026, 11, 29, 2, 0, tzinfo=BERLIN)
+    assert service.run_auto_apply()
+    entries = json.loads((tmp_path / "ledger.json").read_text())
+    assert entries["2026-11-29"] == ["gpu-a"] and entries["2026-11-28"] == ["elsewhere"]
+    assert entries[f"plan:{jobs.plan.plan_id}"] == ["gpu-a"]
+    assert not [k for k in entries if k.startswith("started:")]
+
+
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        (
+            "cannot reach Prometheus at http://p:9090 (ConnectionError); is it running? check --prometheus-url",
+            "cannot reach Prometheus at http://p:9090 (ConnectionError); is it running? check prometheus_url in s.yaml",
+        ),
+        (
+            "ClusterPolicy cp says the GPU Operator runs in namespace nvidia-gpu-operator, not gpu-operator: "
+            "pass --namespace nvidia-gpu-operator",
+            "ClusterPolicy cp says the GPU Operator runs in namespace nvidia-gpu-operator, not gpu-operator: "
+            "set auto_apply.operator_namespace: nvidia-gpu-operator in s.yaml",
+        ),
+        (
+            "no gpupilot_gpu_info series at 2026-12-01T16:01:45Z in http://p:9090; is the exporter scraped? "
+            "(use --at for history that ended earlier)",
+            "no gpupilot_gpu_info series at 2026-12-01T16:01:45Z in http://p:9090; is the exporter scraped?",
+        ),
+        ("see --max-query-series", "see --max-query-series"),  # no serve field: left as it is
+    ],
+)
+def test_messages_name_the_serve_config_fields(message, said):
+    assert in_config_terms(message, "s.yaml") == said
+
+
+def test_the_ledger_stays_bounded(tmp_path, clock):
+    jobs = FakeJobs()
+    _, sched = start(config(tmp_path, auto_apply=GUARD), jobs, clock)
+    old = {"2026-09-01": ["gpu-x"], "2026-11-01": ["gpu-y"], "plan:0123456789abcdef": ["gpu-z"]}
+    (tmp_path / "state").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "state" / "auto-apply-ledger.json").write_text(json.dumps(old))
+    tick(sched, clock, datetime(2026, 11, 29, 2, 0, tzinfo=BERLIN))
+    entries = json.loads((tmp_path / "state" / "auto-apply-ledger.json").read_text())
+    # 31 days kept; what older plans tried is dropped (only the current plan is ever applied)
+    assert entries == {
+        "2026-11-01": ["gpu-y"],
+        "2026-11-29": ["gpu-a"],
+        f"plan:{jobs.plan.plan_id}": ["gpu-a"],
+    }
+    sched.shutdown()
+
+
 def test_auto_apply_skips_plans_below_min_gpus_freed(tmp_path, clock):
     jobs = FakeJobs()
     guard = {**GUARD, "min_gpus_freed": 5}
@@ -227,6 +366,10 @@ def test_auto_apply_skips_plans_below_min_gpus_freed(tmp_path, clock):
     [
         ({"timezone": None}, "serve.yaml: timezone: required"),
         ({"timezone": "Mars/Olympus"}, "'Mars/Olympus' is not an IANA time zone"),
+        ({"timezone": "E" * 300}, "timezone: 'EEEEEEEEEE"),
+        ({"auto_apply": {"configmap_sync": "2h"}}, "auto_apply.configmap_sync: must be between 0s and 3600s"),
+        ({"auto_apply": {"lease_duration": "2h"}}, "auto_apply.lease_duration: must be between 1s and 3600s"),
+        ({"auto_apply": {"repoint_cluster_policy": "yes please"}}, "auto_apply.repoint_cluster_policy:"),
         ({"report": {"schedule": "monday at six"}}, "report.schedule: 'monday at six' is not a schedule"),
         ({"plan": {"every": "soon"}}, "plan.every: 'soon' is not a duration"),
         ({"plan": {"evry": "6h"}}, "plan.evry: unknown field"),
@@ -281,6 +424,21 @@ def test_operator_namespace_and_configmap_are_settings():
     assert (auto.operator_namespace, auto.mig_configmap) == ("nvidia-gpu-operator", "my-mig")
 
 
+def test_the_apply_waits_and_the_repoint_are_serve_settings():
+    from rightsizer.commands.serve import apply_settings  # noqa: PLC0415
+
+    doc = {"prometheus_url": "http://p:9090", "timezone": "UTC", "plan": {"every": "6h"}}
+    default = apply_settings(parse(doc, source="s").auto_apply)
+    assert (default.configmap_sync_s, default.lease_duration_s, default.repoint_cluster_policy) == (
+        60,
+        60,
+        False,
+    )
+    doc["auto_apply"] = {"configmap_sync": "0s", "lease_duration": "5s", "repoint_cluster_policy": True}
+    tuned = apply_settings(parse(doc, source="s").auto_apply)
+    assert (tuned.configmap_sync_s, tuned.lease_duration_s, tuned.repoint_cluster_policy) == (0, 5, True)
+
+
 def test_plan_settings_reach_the_pipeline(tmp_path):
     cfg = config(tmp_path, plan={"every": "6h", "window": "2d", "headroom": 0.5, "min_busy": "30m"})
     assert cfg.plan is not None
@@ -333,7 +491,11 @@ def test_serve_process_answers_health_and_metrics_and_stops_on_sigterm(tmp_path)
         assert "gpupilot_rightsizer_last_plan_success 0.0" in metrics
         assert 'gpupilot_rightsizer_applies_total{result="applied"} 0.0' in metrics
         health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).read())
-        assert health["status"] == "ok" and [j["id"] for j in health["jobs"]] == ["plan"]
+        assert health["status"] == "failing" and sorted(j["id"] for j in health["jobs"]) == [
+            "plan",
+            "plan-retry-1",
+        ]
+        assert f"check prometheus_url in {cfg}" in health["failing"]["plan"]["message"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
         assert b"received SIGTERM" in proc.stdout.read()

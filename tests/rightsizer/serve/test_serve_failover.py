@@ -1,146 +1,251 @@
-"""Two `serve` replicas on the API double: leader election through a Lease, the auto-apply ledger in a
-ConfigMap; the leader dies mid-apply, the other takes over, resumes, and nothing runs twice."""
+"""Two `serve` replicas, each building its OWN plan from a real Prometheus, against the Kubernetes
+API double (the official client over HTTP, the rightsizer's RBAC from deploy/): the leader dies at
+every step of the apply protocol, both start at once, one's clock runs 120 s ahead, Lease updates
+get 409, the leader loses its Lease mid-apply. Each run ends with every node done or rolled back,
+at most max_nodes_per_day disrupted, no pod evicted twice and the ledger agreeing with the cluster.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
-from datetime import UTC, datetime
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from rightsizer.apply.applier import Applier
+from devkit.prometheus import free_port
 from rightsizer.clients.kube import Kube
-from rightsizer.serve.config import parse
+from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.plan.pipeline import make_plan
 from rightsizer.serve.leader import LEASE_NAME, LeaderElector
-from rightsizer.serve.ledger import CONFIGMAP, DATA_KEY, ConfigMapLedger
-from rightsizer.serve.scheduler import Service
-from tests.rightsizer.apply.test_apply import GOOD
-from tests.support.kubedouble import KubeDouble
-from tests.support.rightsizer.apply_support import FAST, Change, make_plan, seed_node
+from rightsizer.serve.ledger import CONFIGMAP
+from tests.support.kubedouble import KubeDouble, MigManagerSettings
+from tests.support.rightsizer.takeover_support import (
+    NAMESPACE,
+    NODES,
+    PER_DAY,
+    STEPS,
+    History,
+    Killed,
+    Replica,
+    assert_settled,
+    fleet_history,
+    ledger,
+    seed_cluster,
+    serve_config,
+)
 
-NOON = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-class Crash(Exception):
-    """Stands in for the leader's process dying."""
-
-
-DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
-
-
-class Jobs:
-    def __init__(self, kube: KubeDouble, plan, *, token: str, die_after: str = "") -> None:  # type: ignore[no-untyped-def]
-        self.kube, self.plan, self.die_after, self.token = kube, plan, die_after, token
-        self.applied: list[list[str]] = []
-
-    def make_plan(self, *, end, job):  # type: ignore[no-untyped-def]
-        return self.plan
-
-    def write_report(self, *, end, job, plan, out_dir):  # type: ignore[no-untyped-def]
-        raise AssertionError("no report job configured")
-
-    def apply(self, plan, *, settings):  # type: ignore[no-untyped-def]
-        self.applied.append([n.name for n in plan.changed_nodes])
-
-        def progress(node: str, message: str) -> None:
-            if self.die_after and f"{node}: {message}".startswith(self.die_after):
-                raise Crash(message)
-
-        settings = dataclasses.replace(FAST, lease_duration_s=2)
-        return Applier(Kube(self.kube.api_client(self.token)), plan, settings, progress=progress).run()
+REPO = Path(__file__).resolve().parents[3]
+pytestmark = pytest.mark.prometheus  # every replica plans from a real Prometheus
 
 
-def replica(kube: KubeDouble, tmp_path, name: str, jobs: Jobs) -> tuple[Service, LeaderElector]:  # type: ignore[no-untyped-def]
-    cfg = parse(
-        {
-            "prometheus_url": "http://prometheus:9090",
-            "timezone": "UTC",
-            "state_dir": str(tmp_path / name),
-            "plan": {"every": "6h"},
-            "auto_apply": {
-                "enabled": True,
-                "maintenance_window": {"start": "00:00", "end": "23:59"},
-                "max_nodes_per_day": 5,
-                "leader_election": {"namespace": "gpupilot", "lease_duration": "3s"},
-            },
-        },
-        source="serve.yaml",
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+    yield from fleet_history(tmp_path_factory.mktemp("takeover-history"))
+
+
+@pytest.fixture(scope="module")
+def pods(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """node → the GPU pods the history shows on it now (what the cluster runs)."""
+    job = serve_config(tmp_path_factory.mktemp("plan"), history.url).plan
+    assert job is not None
+    with PrometheusClient(history.url) as client:
+        plan = make_plan(client, end=history.end, settings=job.plan_settings())
+    assert sorted(n.name for n in plan.changed_nodes) == list(NODES)
+    return {n.name: sorted(p.name for p in (*n.pods_disrupted, *n.pods_kept)) for n in plan.nodes}
+
+
+def replicas(
+    kube: KubeDouble, history: History, tmp_path: Path, *, lease_s: float = 1.0, **b_options: float
+) -> tuple[Replica, Replica]:
+    """Two replicas, each its own token (the same service account) and its own plan's end."""
+    token_a = kube.add_service_account(NAMESPACE, "gpupilot-rightsizer")
+    token_b = kube.add_service_account(NAMESPACE, "gpupilot-rightsizer")
+    a = Replica(
+        kube, history, "replica-a", tmp_path / "a", plan_end=history.end, token=token_a, lease_s=lease_s
     )
-    election = cfg.auto_apply.leader_election
-    assert election is not None
-    kube_client = Kube(kube.api_client(jobs.token))
-    elector = LeaderElector(
-        kube_client, election.namespace, identity=name, duration_s=election.lease_duration_s
+    b = Replica(
+        kube,
+        history,
+        "replica-b",
+        tmp_path / "b",
+        plan_end=history.end - 900,
+        token=token_b,
+        lease_s=lease_s,
+        **b_options,
     )
-    service = Service(
-        cfg,
-        jobs=jobs,
-        clock=lambda: NOON,
-        ledger=ConfigMapLedger(kube_client, election.namespace),
-        leader=elector.is_leader,
-    )
-    return service, elector
+    return a, b
+
+
+def lead(replica: Replica, kube: KubeDouble, timeout: float = 10) -> None:
+    kube.wait_for(replica.elector.is_leader, timeout=timeout, what=f"{replica.name} leading")
 
 
 @pytest.mark.slow
-def test_the_leader_dies_mid_apply_the_other_takes_over_and_nothing_runs_twice(tmp_path):
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_leader_killed_at_any_step_is_finished_by_the_other_within_the_budget(
+    step: str, history: History, pods: dict[str, list[str]], tmp_path: Path
+) -> None:
+    with KubeDouble(mig_manager=MigManagerSettings(pending_s=0.05)) as kube:
+        seed_cluster(kube, pods)
+        a, b = replicas(kube, history, tmp_path)
+        a.start()
+        lead(a, kube)
+        b.start()
+        for r in (a, b):
+            assert r.service.run_plan()
+        assert a.plans[0] != b.plans[0]  # each replica its own plan, not a shared object
+        assert b.service.run_auto_apply() and b.service.state.runs[("auto_apply", "standby")] == 1
+        a.crash_at = step
+        with pytest.raises(Killed):
+            a.service.run_auto_apply()
+        assert a.applied == [["gpu-1", "gpu-2"]]
+        assert sorted(ledger(kube)[f"started:{a.plans[0]}"]) == ["gpu-1", "gpu-2"]  # handed over first
+        a.stop()  # the process is gone: its Leases are left to expire
+
+        lead(b, kube)
+        assert b.service.run_auto_apply()
+        steps = assert_settled(kube)
+        assert steps["gpu-1"] == "done", steps  # the dead leader's node finished: the plans agree on it
+        assert sum(s == "done" for s in steps.values()) == PER_DAY
+        writes = len(kube.actions(resource="configmaps", name=CONFIGMAP))
+        b.service.run_auto_apply()  # a later round: the day's budget is spent, nothing more starts
+        assert "max_nodes_per_day=2 reached" in b.service.state.last_skip
+        assert (
+            len(kube.actions(resource="configmaps", name=CONFIGMAP)) == writes
+        )  # nor is the ledger rewritten
+        assert_settled(kube)
+        b.stop()
+
+
+def test_simultaneous_start_one_applies_within_the_budget(
+    history: History, pods: dict[str, list[str]], tmp_path: Path
+) -> None:
     with KubeDouble() as kube:
-        seed_node(kube, "gpu-a")
-        seed_node(kube, "gpu-b")
-        plan = make_plan(
-            [Change("gpu-a", "all-1g.10gb", GOOD, gpus_freed=2), Change("gpu-b", "all-1g.10gb", GOOD)]
-        )
-        kube.load_rbac(DEPLOY / "rightsizer")  # each replica has nothing but the rightsizer's RBAC
-        token = kube.add_service_account("gpupilot", "gpupilot-rightsizer")
-        jobs_a = Jobs(kube, plan, token=token, die_after="gpu-a: cordoned")
-        jobs_b = Jobs(kube, plan, token=token)
-        a, elect_a = replica(kube, tmp_path, "replica-a", jobs_a)
-        b, elect_b = replica(kube, tmp_path, "replica-b", jobs_b)
-        elect_a.start()
-        kube.wait_for(elect_a.is_leader, timeout=5, what="replica-a leading")
-        elect_b.start()
-        for service in (a, b):
-            service.run_plan()  # every replica plans
-        b.run_auto_apply()
-        assert jobs_b.applied == [] and b.state.runs[("auto_apply", "standby")] == 1
+        seed_cluster(kube, pods)
+        a, b = replicas(kube, history, tmp_path)
+        both = [threading.Thread(target=r.start) for r in (a, b)]
+        for t in both:
+            t.start()
+        for t in both:
+            t.join()
+        kube.wait_for(lambda: a.elector.is_leader() or b.elector.is_leader(), timeout=10, what="a leader")
+        for r in (a, b):
+            r.service.run_plan()
 
-        a.run_auto_apply()  # dies after cordoning gpu-a
-        assert jobs_a.applied == [["gpu-a", "gpu-b"]]
-        ledger = json.loads(kube.configmap(CONFIGMAP, namespace="gpupilot")["data"][DATA_KEY])
-        assert ledger[f"started:{plan.plan_id}"] == ["gpu-a", "gpu-b"]  # handed over before the apply
-        elect_a.stop(release=False)  # the process is gone: its Lease is left to expire
+        def two_rounds(r: Replica) -> None:  # one at a time per replica, as APScheduler runs them
+            for _ in range(2):
+                r.service.run_auto_apply()
 
-        kube.wait_for(elect_b.is_leader, timeout=10, what="replica-b taking over")
-        lease = kube.store.get("coordination.k8s.io/leases", "gpupilot", LEASE_NAME)
-        assert lease is not None and lease["spec"]["holderIdentity"] == "replica-b"
-        assert lease["spec"]["leaseTransitions"] == 1
-        b.run_auto_apply()
-        assert jobs_b.applied == [["gpu-a", "gpu-b"]]  # resumed, not restarted
-        for node in ("gpu-a", "gpu-b"):
-            assert kube.annotations(node)["gpupilot.io/step"] == "done"
-            cordons = [
-                x
-                for x in kube.actions(verb="patch", name=node)
-                if (x.detail["body"].get("spec") or {}).get("unschedulable")
-            ]
-            assert len(cordons) == 1, node  # the cordon was not repeated
-        evicted = [x.name for x in kube.actions(verb="evict")]
-        assert sorted(evicted) == sorted(set(evicted)) and len(evicted) == 4  # each GPU pod once
-        ledger = json.loads(kube.configmap(CONFIGMAP, namespace="gpupilot")["data"][DATA_KEY])
-        assert ledger["2026-11-30"] == ["gpu-a", "gpu-b"]
-        assert ledger[f"plan:{plan.plan_id}"] == ["gpu-a", "gpu-b"]
-        assert f"started:{plan.plan_id}" not in ledger
-        b.run_auto_apply()  # a later round: nothing left to do, nothing runs again
-        assert jobs_b.applied == [["gpu-a", "gpu-b"]]
-        assert "already tried" in b.state.last_skip
-        elect_b.stop()
-        assert not elect_b.is_leader()
+        rounds = [threading.Thread(target=two_rounds, args=(r,)) for r in (a, b)]
+        for t in rounds:
+            t.start()
+        for t in rounds:
+            t.join()
+        assert not (a.applied and b.applied), (a.applied, b.applied)
+        assert (a.applied or b.applied)[0] == ["gpu-1", "gpu-2"]
+        steps = assert_settled(kube)
+        assert sorted(n for n, s in steps.items() if s == "done") == ["gpu-1", "gpu-2"]
+        a.stop()
+        b.stop()
 
 
-def test_two_electors_never_lead_at_once():
+def test_a_replica_whose_clock_runs_120s_ahead_does_not_take_a_live_lease(
+    history: History, pods: dict[str, list[str]], tmp_path: Path
+) -> None:
+    with KubeDouble() as kube:
+        seed_cluster(kube, pods)
+        # a 2 s Lease: a leader starved of CPU on a busy test machine must not miss its renew deadline
+        a, b = replicas(kube, history, tmp_path, lease_s=2.0, wall_offset_s=120.0)
+        a.start()
+        lead(a, kube)
+        b.start()
+        deadline = time.monotonic() + 2 * a.elector.duration_s  # judged by renewTime, it would take at once
+        while time.monotonic() < deadline:
+            assert a.elector.is_leader() and not b.elector.is_leader()
+            time.sleep(0.05)
+        a.stop()  # a clean stop hands over at once, whatever the clocks say
+        lead(b, kube, timeout=5)
+        b.stop()
+
+
+def test_409_on_lease_updates_neither_splits_leadership_nor_stops_the_apply(
+    history: History, pods: dict[str, list[str]], tmp_path: Path
+) -> None:
+    with KubeDouble(mig_manager=MigManagerSettings(pending_s=0.4)) as kube:
+        seed_cluster(kube, pods)
+        a, b = replicas(kube, history, tmp_path, lease_s=2.0)
+        a.start()
+        lead(a, kube)
+        b.start()
+        a.service.run_plan()
+        seen: list[bool] = []
+        watching = threading.Event()
+
+        def watch() -> None:
+            while not watching.is_set():
+                seen.append(a.elector.is_leader() and b.elector.is_leader())
+                time.sleep(0.02)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        # a 409 on a renewal (someone wrote first) is answered by re-reading; the leader keeps leading
+        # (three in a row would outlast its renew deadline, and it would step down: client-go's rule)
+        kube.inject_conflicts("leases", LEASE_NAME, 1)
+        kube.inject_conflicts("leases", "gpupilot-rightsizer-apply", 2)  # the apply Lease's renewals
+        assert a.service.run_auto_apply()
+        watching.set()
+        watcher.join()
+        assert not any(seen)  # never two leaders
+        puts = [f for f in kube.api.faults if f.status == 409 and f.method == "PUT"]
+        assert [(f.path_contains, f.count) for f in puts] == [
+            (f"/leases/{LEASE_NAME}", 0),
+            ("/leases/gpupilot-rightsizer-apply", 0),
+        ]  # every injected 409 was answered to a renewal
+        assert all(f.hits > 1 for f in puts)  # and renewals went on after them
+        assert a.elector.is_leader()
+        steps = assert_settled(kube)
+        assert sorted(n for n, s in steps.items() if s == "done") == ["gpu-1", "gpu-2"]
+        a.stop()
+        b.stop()
+
+
+def test_a_leader_that_loses_leadership_mid_apply_stops_at_a_safe_step_and_the_other_resumes(
+    history: History, pods: dict[str, list[str]], tmp_path: Path
+) -> None:
+    with KubeDouble() as kube:
+        seed_cluster(kube, pods)
+        a, b = replicas(kube, history, tmp_path)
+        a.start()
+        lead(a, kube)
+        b.start()
+        for r in (a, b):
+            r.service.run_plan()
+
+        def lose(node: str, message: str) -> None:
+            if message == "cordoned" and a.elector.is_leader():
+                a.elector.stop(release=False)  # its renewals stop: leadership ends here
+
+        a.on_step = lose
+        assert a.service.run_auto_apply()  # the round ends early, handing over; nothing failed
+        results = {n: r for n, r in a.service.state.applies.items() if r}
+        assert results == {"stopped": 1, "not-started": 1}, results
+        assert kube.annotations("gpu-1")["gpupilot.io/step"] == "cordoned"  # a recorded step
+        assert not kube.actions(verb="evict")  # never inside an eviction batch
+        lead(b, kube)
+        assert b.service.run_auto_apply()
+        steps = assert_settled(kube)
+        assert sorted(n for n, s in steps.items() if s == "done") == ["gpu-1", "gpu-2"]
+        b.stop()
+
+
+def test_two_electors_never_lead_at_once() -> None:
     with KubeDouble() as kube:
         electors = [
             LeaderElector(Kube(kube.api_client()), "gpupilot", identity=f"r{i}", duration_s=1.5)
@@ -157,3 +262,85 @@ def test_two_electors_never_lead_at_once():
         kube.wait_for(lambda: any(e.is_leader() for e in electors if e is not leader), timeout=3)
         for e in electors:
             e.stop()
+
+
+def _serve_process(config: Path, identity: str, log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rightsizer", "serve", "--config", str(config)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "POD_NAME": identity},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_leading_serve_process_after_its_cordon(
+    history: History, pods: dict[str, list[str]], tmp_path: Path
+) -> None:
+    """Two real `serve` processes (each its own kubeconfig, Lease elector and plan from Prometheus);
+    the leader gets SIGKILL right after it cordoned a node; the other finishes that node and stays
+    within the day's budget."""
+    with KubeDouble() as kube:
+        seed_cluster(kube, pods)
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        for name in ("replica-a", "replica-b"):
+            token = kube.add_service_account(NAMESPACE, "gpupilot-rightsizer")
+            doc = {
+                "prometheus_url": history.url,
+                "timezone": "UTC",
+                "listen": f"127.0.0.1:{free_port()}",
+                "state_dir": str(tmp_path / name),
+                "plan": {"every": "6h", "window": "3d"},
+                "auto_apply": {
+                    "enabled": True,
+                    "maintenance_window": {"start": "00:00", "end": "23:59"},
+                    "max_nodes_per_day": PER_DAY,
+                    "check_every": "1s",
+                    "kubeconfig": str(kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig", token=token)),
+                    "repoint_cluster_policy": True,
+                    "configmap_sync": "0s",
+                    "lease_duration": "2s",
+                    "leader_election": {"namespace": NAMESPACE, "lease_duration": "3s"},
+                },
+            }
+            config = tmp_path / f"{name}.yaml"
+            config.write_text(yaml.safe_dump(doc))
+            procs[name] = _serve_process(config, name, tmp_path / f"{name}.log")
+        try:
+            kube.wait_for(
+                lambda: any(kube.annotations(n).get("gpupilot.io/step") == "cordoned" for n in NODES),
+                timeout=60,
+                what="the leader's first cordon",
+            )
+            holder = kube.store.get("coordination.k8s.io/leases", NAMESPACE, LEASE_NAME)["spec"][
+                "holderIdentity"
+            ]
+            procs[holder].send_signal(signal.SIGKILL)
+            assert procs[holder].wait(timeout=10) == -signal.SIGKILL
+            in_flight = [
+                n for n in NODES if kube.annotations(n).get("gpupilot.io/step") in ("cordoned", "drained")
+            ]
+            assert in_flight  # killed with a node in flight
+
+            def settled() -> bool:
+                try:
+                    steps = assert_settled(kube)
+                except AssertionError:
+                    return False
+                return sum(s == "done" for s in steps.values()) == PER_DAY
+
+            kube.wait_for(settled, timeout=60, what="the other replica settling the fleet")
+            steps = assert_settled(kube)
+            assert all(steps[n] == "done" for n in in_flight)  # finished by the survivor
+            survivor = next(p for n, p in procs.items() if n != holder)
+            assert survivor.poll() is None
+            survivor.send_signal(signal.SIGTERM)
+            assert survivor.wait(timeout=20) == 0
+            log = (tmp_path / f"{next(n for n in procs if n != holder)}.log").read_text()
+            assert "settling node(s) another run left in flight" in log
+        finally:
+            for p in procs.values():
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
