@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -51,14 +52,21 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
 
 
 @pytest.fixture(scope="module")
-def pods(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """node → the GPU pods the history shows on it now (what the cluster runs)."""
+def pods(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """node → the GPU pods the history shows on it now (what the cluster runs): plan-shaped
+    ``name`` and ``devices`` (GPU index and MIG profile)."""
     job = serve_config(tmp_path_factory.mktemp("plan"), history.url).plan
     assert job is not None
     with PrometheusClient(history.url) as client:
         plan = make_plan(client, end=history.end, settings=job.plan_settings())
     assert sorted(n.name for n in plan.changed_nodes) == list(NODES)
-    return {n.name: sorted(p.name for p in (*n.pods_disrupted, *n.pods_kept)) for n in plan.nodes}
+    return {
+        n.name: [
+            {"name": p.name, "devices": [{"gpu": d.gpu, "profile": d.profile} for d in p.devices]}
+            for p in sorted((*n.pods_disrupted, *n.pods_kept), key=lambda p: p.name)
+        ]
+        for n in plan.nodes
+    }
 
 
 def replicas(

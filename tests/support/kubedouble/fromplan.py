@@ -113,8 +113,8 @@ def add_deployment(
     pods: list[dict[str, Any]],
 ) -> None:
     """A Deployment (``nodeSelector`` on ``node``, one container asking ``requests``) whose current
-    ReplicaSet owns ``pods`` (plan-shaped: ``name`` and ``devices`` with their ``gpu``), bound to
-    ``node``, Running and Ready."""
+    ReplicaSet owns ``pods`` (plan-shaped: ``name`` and ``devices`` with their ``gpu``; a pod without
+    GPU indices may hold any GPU of the node), bound to ``node``, Running and Ready."""
     ns, members = namespace, pods
     template = {
         "metadata": {"labels": {"app": name}},
@@ -134,7 +134,8 @@ def add_deployment(
     labels = {"app": name, "pod-template-hash": h}
     with kube.store.lock:  # pods, then their ReplicaSet, then the Deployment: no spurious replacements
         for pod in members:
-            gpus = sorted({int(d["gpu"]) for d in pod.get("devices") or []})
+            gpus = sorted({int(d["gpu"]) for d in pod.get("devices") or [] if "gpu" in d})
+            held = {GPU_INDICES_ANNOTATION: ",".join(map(str, gpus))} if gpus else {}
             kube.store.put(
                 "/pods",
                 {
@@ -144,7 +145,7 @@ def add_deployment(
                         "name": pod["name"],
                         "namespace": ns,
                         "labels": labels,
-                        "annotations": {GPU_INDICES_ANNOTATION: ",".join(map(str, gpus))},
+                        "annotations": held,
                         "ownerReferences": [
                             {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{name}-{h}",
                              "uid": rs_uid, "controller": True}
