@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from devkit.demo import fleet, history, sections, services, vmstore
+from devkit.demo import applyplan, fleet, history, sections, services, vmstore
 from devkit.demo.console import Console, StepFailed
 from devkit.demo.procs import Interrupted, Supervisor, raise_on_signals
 from devkit.demo.settings import DemoSettings, SettingsError, from_env
@@ -18,7 +18,7 @@ from devkit.process import LoopbackServer
 from devkit.victoriametrics import VictoriaMetricsServer
 
 SETUP_STEPS = 7
-SECTION_STEPS = 6
+SECTION_STEPS = 7
 MARKER = "GPUPILOT_DEMO_DIR"
 
 
@@ -89,7 +89,7 @@ def run(settings: DemoSettings, con: Console) -> int:
             con.note(f"set-up took {con.elapsed():.0f}s")
 
         if not settings.services_only:
-            show_sections(con, settings, ends, kubeconfig)
+            show_sections(con, settings, ends, kubeconfig, sup)
         con.section("4. Where everything is")
         sections.urls(con, settings, ends, kubeconfig, exit_when_done=settings.exit_when_done)
         if con.degraded:
@@ -140,7 +140,9 @@ def _scrape_and_rules(
     return f"vmagent {agent.url} → {store.url}, vmalert {alert.url}"
 
 
-def show_sections(con: Console, settings: DemoSettings, ends: services.Endpoints, kubeconfig: Path) -> None:
+def show_sections(
+    con: Console, settings: DemoSettings, ends: services.Endpoints, kubeconfig: Path, sup: Supervisor
+) -> None:
     con.section(f"1. The fleet (from {settings.store_name}: exporters' series + recording rules)")
     with con.step("Fleet"):
         if not ends.prometheus:
@@ -155,8 +157,11 @@ def show_sections(con: Console, settings: DemoSettings, ends: services.Endpoints
     with con.step("The raw custom.metrics.k8s.io answer, through kubectl"):
         sections.raw_custom_metrics(con, ends, kubeconfig)
     con.section("3. Rightsizing")
+    plan = settings.work / "plan.json"
     with con.step("gpupilot-rightsizer plan"):
-        sections.plan(con, settings, ends)
+        plan = sections.plan(con, settings, ends)
+    with con.step("gpupilot-rightsizer apply, to a simulated cluster (API double + MIG Manager + scheduler)"):
+        applyplan.show(con, settings, sup, plan)
     with con.step("gpupilot-rightsizer report"):
         sections.report(con, settings, ends)
 

@@ -9,6 +9,12 @@
    ``nvidia.com/mig.config`` → watch ``nvidia.com/mig.config.state`` through pending/rebooting to success.
 3. On ``failed`` or a timeout: restore the previous label, uncordon, record a Warning Event, and start no
    further batch. On success: uncordon (unless it was cordoned before we came) and a Normal Event.
+   Around these steps (:mod:`rightsizer.apply.workload_steps`): before any change, the workloads of the
+   pods to evict are found and their new GPU requests checked to fit (else the node is refused); after
+   the cordon their pod templates get the new request (``--workloads patch``) or apply waits for Git
+   to change them (``gitops``); after ``success`` the node is ``done`` only once every disrupted
+   workload has its desired replicas Running and Ready with the new request (``settle_timeout_s``),
+   else it is rolled back, templates included.
 4. Steps are recorded on the node (:mod:`rightsizer.apply.protocol`), so a rerun resumes or skips.
    Before any new node, every node another run left in flight (a killed ``apply``, a ``serve``
    replica that died) is finished when this plan moves it to the same config, else rolled back.
@@ -31,11 +37,14 @@ from typing import Any
 from gpupilot_common.timefmt import format_time
 from rightsizer.apply import protocol as proto
 from rightsizer.apply import takeover
+from rightsizer.apply import workloads as wl
 from rightsizer.apply.configs import resolve_config_target, restore_configs, write_configs
 from rightsizer.apply.lease import ApplyLease
 from rightsizer.apply.plancheck import check_plan
 from rightsizer.apply.retry import Clock, Retrier
 from rightsizer.apply.settings import ApplyError, ApplySettings, seconds_text
+from rightsizer.apply.settle import WorkloadState
+from rightsizer.apply.workload_steps import WorkloadsNotReady, WorkloadSteps
 from rightsizer.clients.kube import (
     ConflictError,
     Kube,
@@ -76,6 +85,8 @@ class NodeOutcome:
     target: str = ""
     seconds: float = 0.0
     gpus_freed: int = 0
+    workloads: tuple[WorkloadState, ...] = ()
+    """The disrupted workloads: request change and pods Running/desired when the node ended."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +171,12 @@ class Applier:
         self.only = None if only is None else frozenset(only)
         self._stop = stop or (lambda: "")
         self._lease: ApplyLease | None = None
+        self.workload_steps = WorkloadSteps(
+            kube, settings, plan_id=plan.plan_id, clock=self.clock, progress=self._say
+        )
+
+    def _say(self, node: str, message: str) -> None:
+        self.progress(node, message)
 
     # -- the whole run --------------------------------------------------------------------------
     def run(self) -> ApplyReport:
@@ -323,6 +340,8 @@ class Applier:
         started = self.clock.monotonic()
         s = self.settings
         r = self._retrier(pn.name, started + s.eviction_timeout_s + s.timeout_s + s.api_retry_s)
+        states: tuple[WorkloadState, ...] = ()
+        changes: tuple[wl.Change, ...] = ()
 
         def outcome(result: str, reason: str = "") -> NodeOutcome:
             return NodeOutcome(
@@ -333,20 +352,33 @@ class Applier:
                 pn.config_name,
                 round(self.clock.monotonic() - started, 3),
                 pn.gpus_freed if result == "applied" else 0,
+                states,
             )
 
         try:
             node, step = self._preflight(pn, r)
+            if step is None:
+                changes = self._prepare_workloads(pn, r)
+            else:
+                changes = wl.decode(node.annotations.get(wl.ANN_WORKLOADS))
         except _Stop as stop:
             return outcome(stop.result, stop.reason)
         try:
             if step is None:
                 if why := self.stop_reason():
                     return outcome("not-started", f"stopped before the cordon by {why}")
-                node = self._patch(pn.name, lambda v: self._cordon(v, pn), r)
+                node = self._patch(pn.name, lambda v: self._cordon(v, pn, changes), r)
                 self.progress(pn.name, "cordoned")
                 step = proto.Step.CORDONED
             if step == proto.Step.CORDONED:
+                self._safe_point(step)
+                wait_s = s.gitops_timeout_s if s.workloads == "gitops" else 0.0
+                self.workload_steps.set_requests(
+                    pn, changes, self._retrier(pn.name, self.clock.monotonic() + wait_s + s.api_retry_s)
+                )
+                node = self._patch(pn.name, lambda v: proto.step_patch(v, proto.Step.REQUESTS_SET), r)
+                step = proto.Step.REQUESTS_SET
+            if step == proto.Step.REQUESTS_SET:
                 self._safe_point(step)
                 self._drain(pn, r)
                 node = self._patch(pn.name, lambda v: proto.step_patch(v, proto.Step.DRAINED), r)
@@ -358,8 +390,22 @@ class Applier:
                 self.progress(
                     pn.name, f"relabelled {proto.CONFIG_LABEL}={pn.config_name} (was {node.previous})"
                 )
-            self._safe_point(proto.Step.RELABELED)
-            node = self._wait_for_success(pn, node, r)
+                step = proto.Step.RELABELED
+            if step == proto.Step.RELABELED:
+                self._safe_point(proto.Step.RELABELED)
+                node = self._wait_for_success(pn, node, r)
+                node = self._patch(pn.name, proto.settling_patch, r)
+                self.progress(
+                    pn.name,
+                    "success; uncordoned"
+                    if not node.was_unschedulable
+                    else "success; left cordoned as before",
+                )
+            states = self.workload_steps.settle(
+                pn,
+                changes,
+                self._retrier(pn.name, self.clock.monotonic() + s.settle_timeout_s + s.api_retry_s),
+            )
             node = self._patch(pn.name, proto.finish_patch, r)
             self._event(
                 node,
@@ -368,10 +414,6 @@ class Applier:
                 warning=False,
                 retrier=r,
             )
-            self.progress(
-                pn.name,
-                "success; uncordoned" if not node.was_unschedulable else "success; left cordoned as before",
-            )
             return outcome("applied")
         except NodeSkip as skip:
             self.progress(pn.name, f"skipped: {skip}")
@@ -379,13 +421,24 @@ class Applier:
         except _Handover as stop:
             self.progress(pn.name, str(stop))
             return outcome("stopped", str(stop))
-        except (NodeFailure, KubeError) as exc:
+        except (NodeFailure, WorkloadsNotReady, KubeError) as exc:
             reason = str(exc)
             self.progress(pn.name, f"failed: {reason}; rolling back")
             problem = self._rollback(pn.name, reason, current=pn.current_config_name)
+            states = self.workload_steps.observe(changes)
             if problem:
                 return outcome("rollback-failed", f"{reason}; ROLLBACK FAILED: {problem}")
             return outcome("rolled-back", reason)
+
+    def _prepare_workloads(self, pn: NodePlan, r: Retrier) -> tuple[wl.Change, ...]:
+        try:
+            return self.workload_steps.prepare(pn, r)
+        except wl.WorkloadRefused as exc:
+            self.progress(pn.name, f"refused before any change: {exc}")
+            raise _Stop("failed", f"nothing changed: {exc}") from exc
+        except KubeError as exc:
+            self.progress(pn.name, f"failed before any change: {exc}")
+            raise _Stop("failed", f"nothing changed: {exc}") from exc
 
     def _preflight(self, pn: NodePlan, r: Retrier) -> tuple[proto.NodeView, proto.Step | None]:
         """Read and judge the node before any change: (node, step to resume from); :class:`_Stop`
@@ -430,13 +483,21 @@ class Applier:
         if why := self.stop_reason():
             raise _Handover(f"stopped after step {step} by {why}; the next run resumes it")
 
-    def _cordon(self, v: proto.NodeView, pn: NodePlan) -> dict[str, Any]:
+    def _cordon(self, v: proto.NodeView, pn: NodePlan, changes: tuple[wl.Change, ...]) -> dict[str, Any]:
         again = proto.decide(
             v, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
         )
         if again.action != "start":
             raise NodeSkip(again.reason or "changed while starting")
-        return proto.cordon_patch(v, plan_id=self.plan.plan_id, target=pn.config_name, now=_now())
+        patch = proto.cordon_patch(v, plan_id=self.plan.plan_id, target=pn.config_name, now=_now())
+        # written before any template changes, so a rerun or a rollback knows what to undo
+        patch["metadata"]["annotations"].update(
+            {
+                wl.ANN_WORKLOADS: wl.encode(changes) if changes else None,
+                wl.ANN_WORKLOAD_MODE: self.settings.workloads if changes else None,
+            }
+        )
+        return patch
 
     def _patch(
         self, name: str, build: Callable[[proto.NodeView], dict[str, Any]], r: Retrier
@@ -553,6 +614,17 @@ class Applier:
         done, else what is left and how to finish."""
         r = self._retrier(name, self.clock.monotonic() + self.settings.api_retry_s)
         try:
+            seen = proto.view(r.call(f"read node {name}", lambda: self.kube.get_node(name)))
+        except KubeError as exc:
+            seen = None
+            self.progress(name, f"could not read the node to restore its workloads: {exc}")
+        templates, note = ("", "") if seen is None else self.workload_steps.restore(name, seen, r)
+        if note:
+            self.progress(name, note)
+            reason = f"{reason}; {note}"
+        try:
+            if templates:
+                raise NodeFailure(f"workload templates not restored: {templates}")
             node = self._patch(name, lambda v: proto.rollback_patch(v, reason=reason), r)
         except (NodeFailure, KubeError) as exc:
             problem = (

@@ -14,7 +14,9 @@ import json
 import shlex
 from typing import Any
 
+from rightsizer.apply import fit
 from rightsizer.apply import protocol as proto
+from rightsizer.apply import workloads as wl
 from rightsizer.apply.configmap import DATA_KEY, dump_yaml
 from rightsizer.apply.configs import ConfigTarget, resolve_config_target
 from rightsizer.apply.settings import ApplySettings
@@ -98,9 +100,30 @@ def _node_commands(kube: Kube, plan: Plan, settings: ApplySettings) -> list[str]
         if decision.action != "start":
             lines.append(f"# node {pn.name}: {decision.action}: {decision.reason}")
             continue
-        gpu_pods = [proto.pod_key(p)[:2] for p in kube.pods_on_node(pn.name) if proto.holds_gpus(p)]
+        live_gpu_pods = [p for p in kube.pods_on_node(pn.name) if proto.holds_gpus(p)]
+        gpu_pods = [proto.pod_key(p)[:2] for p in live_gpu_pods]
         holders = evictions(pn, gpu_pods)
         n = pn.name
+        try:
+            changes = wl.resolve(kube, pn, live_gpu_pods, {(e.namespace, e.name) for e in holders})
+            short = (
+                fit.shortfall(
+                    node=n,
+                    proposed=pn.proposed,
+                    strategy=pn.mig_strategy,
+                    nodes=kube.list_nodes(),
+                    pods=kube.list_pods(),
+                    evicted={(e.namespace, e.name) for e in holders},
+                    changes=changes,
+                )
+                if changes
+                else ""
+            )
+            if short:
+                raise wl.WorkloadRefused(f"the replacements would not fit: {short}")
+        except wl.WorkloadRefused as exc:
+            lines += ["", f"# node {n}: refused, nothing would change: {exc}"]
+            continue
         lines += [
             "",
             f"# node {n}: {pn.current_config_name} → {pn.config_name} (frees {pn.gpus_freed} GPU(s), "
@@ -114,10 +137,17 @@ def _node_commands(kube: Kube, plan: Plan, settings: ApplySettings) -> list[str]
                     proto.ANN_TARGET: pn.config_name,
                     proto.ANN_WAS_UNSCHEDULABLE: str(node.unschedulable).lower(),
                     proto.ANN_STEP: str(proto.Step.CORDONED),
+                    **(
+                        {wl.ANN_WORKLOADS: wl.encode(changes), wl.ANN_WORKLOAD_MODE: settings.workloads}
+                        if changes
+                        else {}
+                    ),
                 },
                 stamp=proto.ANN_CORDONED_AT,
             ),
             f"kubectl cordon {_q(n)}",
+            *_workload_commands(kube, changes, settings, plan_id=plan.plan_id),
+            _annotate(n, {proto.ANN_STEP: str(proto.Step.REQUESTS_SET)}),
         ]
         for ev in holders:
             ns, name = ev.namespace, ev.name
@@ -138,8 +168,38 @@ def _node_commands(kube: Kube, plan: Plan, settings: ApplySettings) -> list[str]
             f"kubectl wait node/{_q(n)} --for={_q(f'jsonpath={{.metadata.labels.{escaped_state}}}=success')} "
             f"--timeout={settings.timeout_s:.0f}s",
             *([] if node.unschedulable else [f"kubectl uncordon {_q(n)}"]),
+            _annotate(n, {proto.ANN_STEP: str(proto.Step.SETTLING)}),
+            *(
+                f"kubectl rollout status {c.kind.lower()}/{_q(c.name)} --namespace {_q(c.namespace)} "
+                f"--timeout={settings.settle_timeout_s:.0f}s  # {c.replicas} replica(s) Running and Ready"
+                for c in changes
+                if c.kind in ("Deployment", "StatefulSet")
+            ),
             _annotate(n, {proto.ANN_STEP: str(proto.Step.DONE)}),
         ]
+    return lines
+
+
+def _workload_commands(
+    kube: Kube, changes: tuple[wl.Change, ...], settings: ApplySettings, *, plan_id: str
+) -> list[str]:
+    """The template patches (``--workloads patch``), or what gitops mode writes and waits for."""
+    lines: list[str] = []
+    for c in changes:
+        if not c.moves:
+            continue
+        lines.append(f"# {c.ref}: {c.old_request} → {c.new_request} (pods {', '.join(c.pods)})")
+        obj = kube.get_workload(c.kind, c.namespace, c.name)
+        if settings.workloads == "gitops":
+            lines.append(
+                f"#   --workloads gitops: apply writes {settings.gitops_dir}/{plan_id}/{c.namespace}."
+                f"{c.kind.lower()}.{c.name}.yaml and waits up to {settings.gitops_timeout_s:.0f}s for the live template"
+            )
+            continue
+        patch = json.dumps(wl.template_patch(obj, c.kind, c.moves, plan_id=plan_id), separators=(",", ":"))
+        lines.append(
+            f"kubectl patch {c.kind.lower()} {_q(c.name)} --namespace {_q(c.namespace)} --type=merge -p {_q(patch)}"
+        )
     return lines
 
 

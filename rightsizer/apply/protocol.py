@@ -4,11 +4,17 @@ A node moves through these steps, each recorded in ``gpupilot.io/step`` before t
 killed apply can be resumed (or rolled back) from exactly where it stopped::
 
     (label = plan's current config)
-        → cordoned   (annotations plan-id, previous-config, was-unschedulable; spec.unschedulable=true)
+        → cordoned   (annotations plan-id, previous-config, was-unschedulable, workloads; spec.unschedulable=true)
+        → requests-set (the disrupted workloads' pod templates ask for the new GPU resource)
         → drained    (the pods holding the node's GPUs evicted through the Eviction API)
         → relabeled  (nvidia.com/mig.config=<target>, stale nvidia.com/mig.config.state removed)
-        → done       (the MIG Manager said success; node uncordoned)
-      or → rolled-back (previous label restored, node uncordoned, reason in gpupilot.io/reason)
+        → settling   (the MIG Manager said success; node uncordoned; waiting for the workloads)
+        → done       (every disrupted workload Running and Ready with its new request)
+      or → rolled-back (previous label and workload templates restored, node uncordoned, reason in
+                        gpupilot.io/reason)
+
+``gpupilot.io/workloads`` (:mod:`rightsizer.apply.workloads`) records, before any template changes,
+which workloads the node's change disrupts and the request moves their templates get.
 
 In-flight work belongs to the cluster, not to the run that started it: a node left at an in-flight
 step by any run (another plan, a replica that died) is finished by the next run whose plan moves it
@@ -43,13 +49,15 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 class Step(StrEnum):
     CORDONED = "cordoned"
+    REQUESTS_SET = "requests-set"
     DRAINED = "drained"
     RELABELED = "relabeled"
+    SETTLING = "settling"
     DONE = "done"
     ROLLED_BACK = "rolled-back"
 
 
-IN_FLIGHT = (Step.CORDONED, Step.DRAINED, Step.RELABELED)
+IN_FLIGHT = (Step.CORDONED, Step.REQUESTS_SET, Step.DRAINED, Step.RELABELED, Step.SETTLING)
 
 
 @dataclass(frozen=True)
@@ -211,6 +219,14 @@ def relabel_patch(node: NodeView, *, target: str) -> dict[str, Any]:
             "labels": {CONFIG_LABEL: target, STATE_LABEL: None},
             "annotations": {ANN_STEP: str(Step.RELABELED)},
         }
+    }
+
+
+def settling_patch(node: NodeView) -> dict[str, Any]:
+    """The MIG Manager is done: uncordon so the replacements can land, and wait for them (``settling``)."""
+    return {
+        "metadata": {**_guard(node), "annotations": {ANN_STEP: str(Step.SETTLING)}},
+        "spec": {"unschedulable": True if node.was_unschedulable else None},
     }
 
 

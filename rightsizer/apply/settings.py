@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from rightsizer.errors import RightsizerError
 
@@ -49,6 +50,17 @@ class ApplySettings:
     renewing it (a killed run); renewed every third of it. 0: no Lease (tests of a single run only)."""
     event_namespace: str = "default"
     """Namespace of the Events recorded about nodes (``kubectl describe node`` lists them)."""
+    workloads: str = "patch"
+    """How disrupted workloads get their new GPU request: ``patch`` (apply patches their pod
+    templates) or ``gitops`` (apply writes the patches to ``gitops_dir`` and waits for the live
+    templates to change, up to ``gitops_timeout_s``)."""
+    settle_timeout_s: float = 600.0
+    """Per node: after the MIG Manager's success, how long the disrupted workloads may take to have
+    their desired replicas Running and Ready with the new request before the node is rolled back."""
+    gitops_dir: Path = Path("gpupilot-patches")
+    """Where ``--workloads gitops`` writes its patches (a folder per plan id)."""
+    gitops_timeout_s: float = 1800.0
+    """Per node, ``--workloads gitops``: how long to wait for the live templates to change."""
 
 
 def seconds_text(seconds: float) -> str:

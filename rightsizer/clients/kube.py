@@ -35,6 +35,12 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
+WORKLOAD_KINDS = {
+    "ReplicaSet": ("apps", "read_namespaced_replica_set", "patch_namespaced_replica_set"),
+    "Deployment": ("apps", "read_namespaced_deployment", "patch_namespaced_deployment"),
+    "StatefulSet": ("apps", "read_namespaced_stateful_set", "patch_namespaced_stateful_set"),
+}
+"""Owner kinds apply reads and patches the pod template of: (API group, read method, patch method)."""
 
 
 class KubeError(RightsizerError):
@@ -148,6 +154,8 @@ class Kube:
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
+        self._apps = client.AppsV1Api(api_client)
+        self._batch = client.BatchV1Api(api_client)  # CronJobs and Jobs, when a workload kind needs them
         self._timeout = request_timeout_s
 
     @classmethod
@@ -247,6 +255,47 @@ class Kube:
         }
         self._call(
             f"evict pod {namespace}/{name}", self._core.create_namespaced_pod_eviction, name, namespace, body
+        )
+
+    def list_pods(self, namespace: str | None = None, *, label_selector: str = "") -> list[dict[str, Any]]:
+        """Pods of ``namespace`` (``None``: every namespace) whose labels match ``label_selector``."""
+        kwargs = {"label_selector": label_selector} if label_selector else {}
+        if namespace is None:
+            result = self._call("list pods", self._core.list_pod_for_all_namespaces, **kwargs)
+        else:
+            result = self._call(
+                f"list pods in {namespace}", self._core.list_namespaced_pod, namespace, **kwargs
+            )
+        return list(result.get("items") or [])
+
+    # -- workloads (apps/v1, batch/v1) ------------------------------------------------------------
+    def _workload_api(self, kind: str, verb: str) -> Any:
+        known = WORKLOAD_KINDS.get(kind)
+        if known is None:
+            raise PermanentKubeError(
+                f"{kind} is not a workload kind apply changes ({', '.join(WORKLOAD_KINDS)})"
+            )
+        group, read, patch = known
+        api = self._apps if group == "apps" else self._batch
+        return getattr(api, read if verb == "read" else patch)
+
+    def get_workload(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        """A ReplicaSet, Deployment or StatefulSet."""
+        return self._call(
+            f"{kind.lower()} {namespace}/{name}", self._workload_api(kind, "read"), name, namespace
+        )
+
+    def patch_workload(
+        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """JSON merge patch (lists are replaced whole); put ``metadata.resourceVersion`` in it to guard."""
+        return self._call(
+            f"patch {kind.lower()} {namespace}/{name}",
+            self._workload_api(kind, "patch"),
+            name,
+            namespace,
+            dict(patch),
+            _content_type=MERGE_PATCH,
         )
 
     # -- configmaps -------------------------------------------------------------------------------

@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "since the plan; pods on GPUs that keep their layout keep running) through the Eviction API "
         "(PodDisruptionBudgets respected), relabel nvidia.com/mig.config and wait for nvidia.com/mig.config.state=success. "
         "A failure or timeout restores the previous label, uncordons, records an Event and stops. "
+        "Pods whose MIG profile changes need a new request: their workloads' pod templates are changed "
+        "first (--workloads), and a node is done only when every disrupted workload is Running and Ready "
+        "again with its new request (--settle-timeout); a replacement that could not fit refuses the node "
+        "before any eviction. "
         "Progress is recorded in node annotations (gpupilot.io/*), so running it again resumes. "
         "Nothing changes without --yes (or a 'y' on a terminal); --dry-run prints the kubectl commands."
     )
@@ -115,6 +119,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "takes the new configs",
     )
 
+    parser.add_argument(
+        "--workloads",
+        choices=("patch", "gitops"),
+        default="patch",
+        help="how disrupted workloads whose MIG profile changes get their new GPU request: 'patch' "
+        "(default) sets it in their pod templates (Deployment, StatefulSet); 'gitops' writes a kustomize "
+        "patch per workload and a unified diff to --gitops-dir and waits for the live templates to change "
+        "before evicting anything",
+    )
+    parser.add_argument(
+        "--settle-timeout",
+        type=_duration,
+        default=600.0,
+        metavar="DURATION",
+        help="per node: after the MIG Manager's success, time allowed for every disrupted workload to have "
+        "its desired replicas Running and Ready with the new request; else the node is rolled back "
+        "(default 10m)",
+    )
+    parser.add_argument(
+        "--gitops-dir",
+        type=Path,
+        default=Path("gpupilot-patches"),
+        metavar="DIR",
+        help="--workloads gitops: where the patches go, in a folder per plan id (default gpupilot-patches)",
+    )
+    parser.add_argument(
+        "--gitops-timeout",
+        type=_duration,
+        default=1800.0,
+        metavar="DURATION",
+        help="--workloads gitops: per node, time allowed for the live templates to change (default 30m)",
+    )
+
 
 def settings_from(args: argparse.Namespace) -> ApplySettings:
     return ApplySettings(
@@ -126,6 +163,10 @@ def settings_from(args: argparse.Namespace) -> ApplySettings:
         timeout_s=args.timeout,
         eviction_timeout_s=args.eviction_timeout,
         configmap_sync_s=args.configmap_sync,
+        workloads=args.workloads,
+        settle_timeout_s=args.settle_timeout,
+        gitops_dir=args.gitops_dir,
+        gitops_timeout_s=args.gitops_timeout,
     )
 
 
@@ -149,6 +190,13 @@ def confirm(plan: Plan, *, stdin: TextIO, stderr: TextIO) -> bool:
 
 
 APPLY_COLUMNS = (Column("NODE"), Column("RESULT"), Column("SECONDS", right=True), Column("DETAIL", wrap=True))
+WORKLOAD_COLUMNS = (
+    Column("WORKLOAD", wrap=True),
+    Column("NODE"),
+    Column("OLD REQUEST", wrap=True),
+    Column("NEW REQUEST", wrap=True),
+    Column("RUNNING", right=True),
+)
 
 
 def print_report(report: ApplyReport, out: TextIO) -> None:
@@ -165,6 +213,20 @@ def print_report(report: ApplyReport, out: TextIO) -> None:
     print(render(APPLY_COLUMNS, rows), file=out)
     if report.configs_restored:
         print(f"undone: {report.configs_restored}", file=out)
+    workloads = [
+        (
+            w.change.ref,
+            o.node,
+            w.change.old_request or "(unchanged)",
+            w.change.new_request or "(unchanged)",
+            f"{w.running}/{w.desired}",
+        )
+        for o in report.outcomes
+        for w in o.workloads
+    ]
+    if workloads:
+        print(file=out)
+        print(render(WORKLOAD_COLUMNS, workloads), file=out)
 
 
 def run(args: argparse.Namespace) -> int:

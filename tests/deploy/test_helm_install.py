@@ -124,11 +124,14 @@ def test_auto_apply_from_a_config_of_ones_own_gets_its_rights() -> None:
     objs = by_name(template("defaults", f"rightsizer.config={config}"))
     assert ("ClusterRole", "gpupilot-rightsizer-apply") in objs
     apply = objs[("ClusterRole", "gpupilot-rightsizer-apply")]
-    assert {(r["resources"][0], v) for r in apply["rules"] for v in r["verbs"]} == {
+    assert {(res, v) for r in apply["rules"] for res in r["resources"] for v in r["verbs"]} == {
         ("nodes", "patch"),
         ("pods/eviction", "create"),
         ("clusterpolicies", "patch"),
         ("events", "create"),
+        ("deployments", "patch"),  # the new GPU request in a resized pod's template
+        ("statefulsets", "patch"),
+        ("replicasets", "patch"),
     }
     read = by_name(template("defaults"))[("ClusterRole", "gpupilot-rightsizer")]
     assert {v for r in read["rules"] for v in r["verbs"]} == {"get", "list", "watch"}

@@ -205,6 +205,12 @@ def check_rbac_rule(where: str, obj: dict[str, Any], rule: dict[str, Any]) -> No
             assert verbs <= {"create", "patch"}, where
         elif resource == "clusterpolicies":
             assert verbs <= {"get", "list", "watch", "patch"}, where
+        elif resource in (
+            "deployments",
+            "statefulsets",
+            "replicasets",
+        ):  # apply sets a pod template's GPU request
+            assert verbs <= {"get", "patch"}, where
         elif resource == "securitycontextconstraints":
             assert verbs == {"use"} and rule.get("resourceNames"), where
         elif resource == "leases":  # one apply at a time / serve's leader: named Leases only
@@ -248,6 +254,12 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
         ("nvidia.com", "clusterpolicies", "list"),
         ("nvidia.com", "clusterpolicies", "patch"),
         ("", "events", "create"),
+        ("apps", "replicasets", "get"),
+        ("apps", "replicasets", "patch"),
+        ("apps", "deployments", "get"),
+        ("apps", "deployments", "patch"),
+        ("apps", "statefulsets", "get"),
+        ("apps", "statefulsets", "patch"),
     ]:
         assert need in granted, f"rightsizer ClusterRoles lack {need}"
     cm = [""], ["configmaps"]
@@ -564,6 +576,12 @@ CLIENT_CALLS = {
     "read_namespaced_lease": ("coordination.k8s.io", "leases", "get"),
     "create_namespaced_lease": ("coordination.k8s.io", "leases", "create"),
     "replace_namespaced_lease": ("coordination.k8s.io", "leases", "update"),
+    "read_namespaced_replica_set": ("apps", "replicasets", "get"),
+    "patch_namespaced_replica_set": ("apps", "replicasets", "patch"),
+    "read_namespaced_deployment": ("apps", "deployments", "get"),
+    "patch_namespaced_deployment": ("apps", "deployments", "patch"),
+    "read_namespaced_stateful_set": ("apps", "statefulsets", "get"),
+    "patch_namespaced_stateful_set": ("apps", "statefulsets", "patch"),
 }
 
 

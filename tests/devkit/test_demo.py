@@ -126,6 +126,11 @@ def test_rightsizing_section_writes_plan_and_report(one_shot: DemoRun) -> None:
     assert isinstance(plan, dict) and plan
     report = re.search(r"weekly report: (\S+\.html)", text)
     assert report and Path(report.group(1)).stat().st_size > 1000
+    # the plan applied to the simulated cluster: every disrupted workload Running again, none Pending
+    assert "gpupilot-rightsizer apply --plan" in text and "--dry-run" in text
+    rows = [ln.split() for ln in text.splitlines() if ln.strip().startswith("deployment/")]
+    assert rows and all(r[-1].split("/")[0] == r[-1].split("/")[1] for r in rows), text
+    assert "status.phase=Pending: none" in text
 
 
 def test_urls_section_and_cleanup(one_shot: DemoRun) -> None:
@@ -298,7 +303,7 @@ def test_unknown_backend_is_one_line(tmp_path: Path) -> None:
 
 
 def test_one_shot_run_on_victoriametrics(tmp_path: Path) -> None:
-    """DEMO_BACKEND=victoriametrics: the same 13 steps, the history imported into VictoriaMetrics,
+    """DEMO_BACKEND=victoriametrics: the same 14 steps, the history imported into VictoriaMetrics,
     vmagent scraping and vmalert evaluating rules/; every command reads VictoriaMetrics' API."""
     proc = subprocess.run(
         [sys.executable, "-m", "devkit.demo"],
@@ -312,9 +317,9 @@ def test_one_shot_run_on_victoriametrics(tmp_path: Path) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "✗" not in out, out[-3000:]
-    steps = re.findall(r"^==> \[(\d+)/13\]", out, flags=re.MULTILINE)
-    assert steps == [str(i) for i in range(1, 14)], out[-3000:]
-    assert out.count("ok (") == 13
+    steps = re.findall(r"^==> \[(\d+)/14\]", out, flags=re.MULTILINE)
+    assert steps == [str(i) for i in range(1, 15)], out[-3000:]
+    assert out.count("ok (") == 14
     assert re.search(r"imported [\d,]+ samples \(1 days at a 120s step\) into http://127\.0\.0\.1:(\d+)", out)
     # the recording rules' history, replayed by vmalert, is what plan reads: no raw-series fallback
     assert re.search(r"recording rules for plan/report every 300s replayed by vmalert in \d+s", out), out[

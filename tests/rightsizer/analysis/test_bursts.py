@@ -25,7 +25,7 @@ from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan.model import NodePlan, Plan
 from rightsizer.plan.pipeline import PlanSettings, make_plan
-from tests.support.kubedouble import KubeDouble
+from tests.support.kubedouble import KubeDouble, fromplan
 from tests.support.rightsizer.apply_support import FAST
 from tests.support.rightsizer.burst_history import BURSTS, JOBS, NAMESPACE, Job, write_history
 
@@ -193,8 +193,14 @@ def _seed(kube: KubeDouble, node: NodePlan) -> None:
         if job.node != node.name:
             continue
         resource = f"nvidia.com/mig-{job.profile}" if job.profile else "nvidia.com/gpu"
-        kube.add_pod(
-            job.pod, namespace=NAMESPACE, node=node.name, resources={resource: 1}, gpu_indices=[job.gpu]
+        # each pod from a Deployment of its own, so apply can give a resized one its new request
+        fromplan.add_deployment(
+            kube,
+            namespace=NAMESPACE,
+            name=job.pod,
+            node=node.name,
+            requests={resource: "1"},
+            pods=[{"name": job.pod, "devices": [{"gpu": job.gpu}]}],
         )
     kube.add_pod("cpu-only", namespace=NAMESPACE, node=node.name, resources={"cpu": 1})
 
@@ -223,9 +229,14 @@ def test_plan_dry_run_and_apply_evict_the_same_pods(history: History) -> None:
         assert [o.result for o in report.outcomes] == ["applied"], report.outcomes
         evicted = {(a.namespace, a.name) for a in kube.actions(verb="evict", resource="pods")}
         left = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in kube.pods(node=node.name)}
+        resized = [c for o in report.outcomes for c in o.workloads if c.change.moves]
     assert in_script == listed
     assert evicted == listed
-    assert {(p.namespace, p.name) for p in node.pods_kept} | {(NAMESPACE, "cpu-only")} == left
+    original = {(NAMESPACE, j.pod) for j in JOBS if j.node == node.name} | {(NAMESPACE, "cpu-only")}
+    assert {(p.namespace, p.name) for p in node.pods_kept} | {(NAMESPACE, "cpu-only")} == left & original
+    # every evicted pod's replacement runs on the node again, a resized one with its new request
+    assert len(left - original) == len(listed)
+    assert resized and all(r.running == r.desired == 1 for r in resized)
 
 
 def _with_current_config(plan: Plan, name: str) -> Plan:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -51,14 +52,21 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
 
 
 @pytest.fixture(scope="module")
-def pods(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
-    """node → the GPU pods the history shows on it now (what the cluster runs)."""
+def pods(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """node → the GPU pods the history shows on it now (what the cluster runs): plan-shaped
+    ``name`` and ``devices`` (GPU index and MIG profile)."""
     job = serve_config(tmp_path_factory.mktemp("plan"), history.url).plan
     assert job is not None
     with PrometheusClient(history.url) as client:
         plan = make_plan(client, end=history.end, settings=job.plan_settings())
     assert sorted(n.name for n in plan.changed_nodes) == list(NODES)
-    return {n.name: sorted(p.name for p in (*n.pods_disrupted, *n.pods_kept)) for n in plan.nodes}
+    return {
+        n.name: [
+            {"name": p.name, "devices": [{"gpu": d.gpu, "profile": d.profile} for d in p.devices]}
+            for p in sorted((*n.pods_disrupted, *n.pods_kept), key=lambda p: p.name)
+        ]
+        for n in plan.nodes
+    }
 
 
 def replicas(
@@ -90,7 +98,7 @@ def lead(replica: Replica, kube: KubeDouble, timeout: float = 10) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("step", list(STEPS))
 def test_a_leader_killed_at_any_step_is_finished_by_the_other_within_the_budget(
-    step: str, history: History, pods: dict[str, list[str]], tmp_path: Path
+    step: str, history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble(mig_manager=MigManagerSettings(pending_s=0.05)) as kube:
         seed_cluster(kube, pods)
@@ -125,7 +133,7 @@ def test_a_leader_killed_at_any_step_is_finished_by_the_other_within_the_budget(
 
 
 def test_simultaneous_start_one_applies_within_the_budget(
-    history: History, pods: dict[str, list[str]], tmp_path: Path
+    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble() as kube:
         seed_cluster(kube, pods)
@@ -157,7 +165,7 @@ def test_simultaneous_start_one_applies_within_the_budget(
 
 
 def test_a_replica_whose_clock_runs_120s_ahead_does_not_take_a_live_lease(
-    history: History, pods: dict[str, list[str]], tmp_path: Path
+    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble() as kube:
         seed_cluster(kube, pods)
@@ -176,7 +184,7 @@ def test_a_replica_whose_clock_runs_120s_ahead_does_not_take_a_live_lease(
 
 
 def test_409_on_lease_updates_neither_splits_leadership_nor_stops_the_apply(
-    history: History, pods: dict[str, list[str]], tmp_path: Path
+    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble(mig_manager=MigManagerSettings(pending_s=0.4)) as kube:
         seed_cluster(kube, pods)
@@ -217,7 +225,7 @@ def test_409_on_lease_updates_neither_splits_leadership_nor_stops_the_apply(
 
 
 def test_a_leader_that_loses_leadership_mid_apply_stops_at_a_safe_step_and_the_other_resumes(
-    history: History, pods: dict[str, list[str]], tmp_path: Path
+    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble() as kube:
         seed_cluster(kube, pods)
@@ -276,7 +284,7 @@ def _serve_process(config: Path, identity: str, log: Path) -> subprocess.Popen[b
 
 @pytest.mark.slow
 def test_sigkill_of_the_leading_serve_process_after_its_cordon(
-    history: History, pods: dict[str, list[str]], tmp_path: Path
+    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     """Two real `serve` processes (each its own kubeconfig, Lease elector and plan from Prometheus);
     the leader gets SIGKILL right after it cordoned a node; the other finishes that node and stays

@@ -62,6 +62,18 @@ What it serves (see :mod:`tests.support.kubedouble.server` for the route table):
   (:mod:`tests.support.kubedouble.daemonsets`): one pod per node its nodeSelector/affinity matches, removed
   (after ``KubeDouble(daemonset_delete_delay_s=…)``) when the node's labels stop matching.
 
+- The device plugin and a scheduler (:mod:`.deviceplugin`, :mod:`.scheduler`): node status carries
+  the extended resources of the applied layout (``nvidia.com/mig-<profile>`` per instance under the
+  mixed strategy, ``nvidia.com/gpu`` under single and for MIG-off GPUs, times
+  ``nvidia.com/gpu.replicas``); an unbound Pending pod binds where its ``nvidia.com/*`` requests fit
+  allocatable less what bound pods use (and its ``nodeSelector`` matches), else stays Pending with
+  ``PodScheduled=False``/``Unschedulable`` and a ``FailedScheduling`` Event.
+- apps/v1 ``deployments``, ``statefulsets``, batch/v1 ``jobs``, ``cronjobs`` with controllers
+  (:mod:`.workloads`) that make pods from the current template (``kube.add_workload(kind, name,
+  resources=..., node=...)``); a Job's template is immutable (422).
+- ``python -m tests.support.kubedouble --plan plan.json --kubeconfig FILE``: the double as a process,
+  seeded with the cluster a plan describes (:mod:`.fromplan`); the demo applies its plan to it.
+
 Inspection: ``kube.node(name)``, ``kube.labels(name)``, ``kube.annotations(name)``, ``kube.pods(node=)``,
 ``kube.configmap(name)``, ``kube.cluster_policy()``, ``kube.events(involving=)``,
 ``kube.actions(verb=, resource=, name=)`` (the ordered journal of client writes, evictions and MIG

@@ -21,6 +21,7 @@ from typing import Any
 
 from tests.support.kubedouble import selectors
 from tests.support.kubedouble.errors import ApiError
+from tests.support.kubedouble.scheduler import PLACED_BY_RULE
 from tests.support.kubedouble.store import Store, now_rfc3339
 
 PDB = "policy/poddisruptionbudgets"
@@ -291,6 +292,14 @@ class ReplicaSetController:
         missing = int(rs["spec"].get("replicas", 1)) - len(active)
         for _ in range(max(0, missing)):
             self._create(rs)
+        owners = rs["metadata"].get("ownerReferences") or []
+        if missing < 0 and any(r.get("kind") == "Deployment" for r in owners):
+            # getPodsToDelete: unscheduled pods go first, then those not Ready
+            def rank(p: dict[str, Any]) -> tuple[bool, bool]:
+                return (bool(p["spec"].get("nodeName")), pod_ready(p))
+
+            for pod in sorted(active, key=rank)[:-missing]:
+                self.store.remove(PODS, pod["metadata"].get("namespace", ""), pod["metadata"]["name"])
 
     def _create(self, rs: dict[str, Any]) -> None:
         meta, ns = rs["metadata"], rs["metadata"].get("namespace", "default")
@@ -318,8 +327,10 @@ class ReplicaSetController:
             "status": {"phase": "Pending"},
         }
         pod["spec"].pop("nodeName", None)
-        self.store.put(PODS, pod, event="ADDED")
         annotations = meta.get("annotations") or {}
+        if self.NODE in annotations:
+            pod["metadata"]["annotations"] = {PLACED_BY_RULE: "replicaset"}
+        self.store.put(PODS, pod, event="ADDED")
         if self.READY_AFTER not in annotations:
             return
         node = annotations.get(self.NODE, "elsewhere")

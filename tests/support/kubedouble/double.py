@@ -14,6 +14,7 @@ import yaml
 from kubernetes import client
 
 from mig_geometry.catalogue import find_model
+from tests.support.kubedouble import deviceplugin
 from tests.support.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
 from tests.support.kubedouble.disruption import DisruptionController, ReplicaSetController
 from tests.support.kubedouble.migmanager import (
@@ -24,10 +25,13 @@ from tests.support.kubedouble.migmanager import (
     MigManager,
     MigManagerSettings,
     default_configmap,
+    node_resources,
 )
 from tests.support.kubedouble.rbac import load_rbac_rules
+from tests.support.kubedouble.scheduler import PLACED_BY_RULE, Scheduler
 from tests.support.kubedouble.server import Api, AuthConfig, Fault, Rule, Server, make_handler
 from tests.support.kubedouble.store import Action, Store, now_rfc3339
+from tests.support.kubedouble.workloads import CRONJOBS, DEPLOYMENTS, JOBS, STATEFULSETS, WorkloadControllers
 
 ADMIN_TOKEN = "kubedouble-admin-token"
 ADMIN_USER = "kubedouble-admin"
@@ -59,7 +63,14 @@ class KubeDouble:
         self.store = Store(history_limit=history_limit)
         self.disruption = DisruptionController(self.store)
         self.replicasets = ReplicaSetController(self.store)
-        self.store.hooks += [self.replicasets.hook, self.disruption.hook]
+        self.workloads = WorkloadControllers(self.store)
+        self.scheduler = Scheduler(self.store)
+        self.store.hooks += [
+            self.workloads.hook,
+            self.replicasets.hook,
+            self.disruption.hook,
+            self.scheduler.hook,
+        ]
         self.auth = AuthConfig(require_token=require_token, enforce_rules=enforce_rules)
         self.auth.tokens[ADMIN_TOKEN] = (ADMIN_USER, ("system:masters", "system:authenticated"))
         self.auth.rules.append(Rule("system:masters"))
@@ -324,6 +335,11 @@ class KubeDouble:
         }
         if mig_config is not None:
             self.mig_manager._seen[name] = mig_config
+        _, configs, _ = self.mig_manager._configs()
+        if mig_config is None:
+            deviceplugin.publish(obj, node_resources(all_labels, []))
+        elif configs is not None and mig_config in configs:
+            deviceplugin.publish(obj, node_resources(all_labels, configs[mig_config]))
         return self.store.put("/nodes", obj, event="ADDED")
 
     def add_pod(
@@ -338,9 +354,12 @@ class KubeDouble:
         ready: bool | None = None,
         owner: tuple[str, str] | None = ("ReplicaSet", "app"),
         gpu_indices: Sequence[int] | None = None,
+        schedule: bool = False,
     ) -> dict[str, Any]:
         """A pod (bound to ``node`` when given) whose one container has ``resources`` as limits;
         ``gpu_indices``: the GPUs the device plugin gave it (see :mod:`tests.support.kubedouble.migmanager`).
+        An unbound ``Pending`` pod stays as seeded unless ``schedule`` hands it to the scheduler
+        (:mod:`tests.support.kubedouble.scheduler`).
 
         ``ready`` (default: ``phase == "Running"``) sets the ``Ready`` condition, which is what a
         PodDisruptionBudget counts as healthy."""
@@ -348,6 +367,8 @@ class KubeDouble:
         meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": dict(labels or {})}
         if gpu_indices is not None:
             meta["annotations"] = {GPU_INDICES_ANNOTATION: ",".join(str(i) for i in gpu_indices)}
+        if phase == "Pending" and node is None and not schedule:
+            meta.setdefault("annotations", {})[PLACED_BY_RULE] = "seeded"
         if owner is not None:
             meta["ownerReferences"] = [
                 {
@@ -448,6 +469,60 @@ class KubeDouble:
                     owner=("ReplicaSet", name),
                 )
             return self.store.put("apps/replicasets", obj, event="ADDED")
+
+    def add_workload(
+        self,
+        kind: str,
+        name: str,
+        *,
+        namespace: str = "default",
+        replicas: int = 1,
+        resources: Mapping[str, int | str],
+        node: str | None = None,
+        strategy: str | None = None,
+    ) -> dict[str, Any]:
+        """A Deployment, StatefulSet, Job or CronJob whose pods (label ``app: name``, one container
+        ``main`` with ``resources`` as requests and limits, ``nodeSelector`` on ``node`` when given)
+        the double's controllers make and its scheduler places."""
+        limits = {k: str(v) for k, v in resources.items()}
+        pod_spec: dict[str, Any] = {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.local/app:1",
+                    "resources": {"limits": dict(limits), "requests": dict(limits)},
+                }
+            ]
+        }
+        if node is not None:
+            pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+        template = {"metadata": {"labels": {"app": name}}, "spec": pod_spec}
+        spec: dict[str, Any]
+        if kind == "CronJob":
+            spec = {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": template}}}
+        elif kind == "Job":
+            spec = {"parallelism": replicas, "template": template}
+        else:
+            spec = {"replicas": replicas, "selector": {"matchLabels": {"app": name}}, "template": template}
+            if strategy is not None and kind == "Deployment":
+                spec["strategy"] = {"type": strategy}
+        skey = {"Deployment": DEPLOYMENTS, "StatefulSet": STATEFULSETS, "Job": JOBS, "CronJob": CRONJOBS}[
+            kind
+        ]
+        group = "batch/v1" if kind in ("Job", "CronJob") else "apps/v1"
+        obj = {
+            "apiVersion": group,
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace, "generation": 1},
+            "spec": spec,
+        }
+        return self.store.put(skey, obj, event="ADDED")
+
+    def workload(self, kind: str, name: str, *, namespace: str = "default") -> dict[str, Any] | None:
+        skey = {"Deployment": DEPLOYMENTS, "StatefulSet": STATEFULSETS, "Job": JOBS, "CronJob": CRONJOBS}[
+            kind
+        ]
+        return self.store.get(skey, namespace, name)
 
     def add_pdb(
         self,

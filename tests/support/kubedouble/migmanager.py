@@ -39,6 +39,7 @@ import yaml
 
 from mig_geometry.catalogue import MODELS, GpuModel, find_model
 from mig_geometry.placement import place
+from tests.support.kubedouble import deviceplugin
 from tests.support.kubedouble.store import Store
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -392,37 +393,21 @@ class MigManager:
         return any(isinstance(e, dict) and e.get("mig-enabled") for e in entries or [])
 
     def _publish(self, node: str, entries: list[dict[str, Any]]) -> None:
-        """What GPU Feature Discovery and the device plugin (mixed strategy) would publish afterwards."""
+        """What GPU Feature Discovery and the device plugin publish afterwards (:mod:`.deviceplugin`)."""
 
         def change(obj: dict[str, Any]) -> None:
-            labels = obj["metadata"].setdefault("labels", {})
-            model = gpu_model_of(labels)
-            count = int(labels.get("nvidia.com/gpu.count", "1") or 1)
-            totals: dict[str, int] = {}
-            for entry in entries:
-                if not entry.get("mig-enabled"):
-                    continue
-                filt = entry.get("device-filter")
-                if filt is not None and model is not None:
-                    filters = [filt] if isinstance(filt, str) else list(filt)
-                    if not {int(str(f), 16) >> 16 for f in filters} & set(model.device_ids):
-                        continue
-                devices = entry.get("devices", "all")
-                n = count if devices == "all" else sum(1 for d in devices if d < count)
-                for prof, k in (entry.get("mig-devices") or {}).items():
-                    totals[prof] = totals.get(prof, 0) + n * int(k)
-            for key in [k for k in labels if k.startswith("nvidia.com/mig-") and k.endswith(".count")]:
-                del labels[key]
-            for prof, total in totals.items():
-                labels[f"nvidia.com/mig-{prof}.count"] = str(total)
-            status = obj.setdefault("status", {})
-            for field_name in ("capacity", "allocatable"):
-                res = {
-                    k: v
-                    for k, v in (status.get(field_name) or {}).items()
-                    if not k.startswith("nvidia.com/mig-")
-                }
-                res.update({f"nvidia.com/mig-{p}": str(t) for p, t in totals.items()})
-                status[field_name] = res
+            deviceplugin.publish(obj, node_resources(obj["metadata"].get("labels") or {}, entries))
 
         self.store.update("/nodes", "", node, change)
+
+
+def node_resources(labels: dict[str, str], entries: Any) -> dict[str, int]:
+    """The extended resources a node with these GFD labels advertises under config ``entries``."""
+    count = int(labels.get("nvidia.com/gpu.count", "1") or 1)
+    layout = deviceplugin.per_gpu(entries, model=gpu_model_of(labels), count=count)
+    try:
+        replicas = int(labels.get(deviceplugin.REPLICAS_LABEL, "1") or 1)
+    except ValueError:
+        replicas = 1
+    strategy = labels.get(deviceplugin.STRATEGY_LABEL, "mixed") or "mixed"
+    return deviceplugin.advertised(layout, strategy=strategy, replicas=replicas)

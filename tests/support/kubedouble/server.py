@@ -65,6 +65,8 @@ KNOWN_FIELDS: dict[str, frozenset[str]] = {
 """Top-level fields each kind has; others are dropped on write (the decoder drops unknown fields of
 built-in types, ``fieldValidation=Warn`` being the default since v1.27; a structural CRD schema
 prunes them)."""
+GENERATED = frozenset({"Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob", "DaemonSet"})
+"""Kinds whose ``metadata.generation`` counts spec changes (controllers report ``observedGeneration``)."""
 KNOWN_METADATA = frozenset(
     {
         "name", "generateName", "namespace", "uid", "resourceVersion", "generation",
@@ -660,6 +662,8 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                 meta["namespace"] = ns
             body.pop("status", None) if kind.plural == "poddisruptionbudgets" else None
             body["apiVersion"], body["kind"] = kind.api_version, kind.kind
+            if kind.kind in GENERATED:
+                meta["generation"] = 1
             prune_unknown(body, kind)
             validate_labels(body, kind)
             validate_size(body, kind)
@@ -736,6 +740,17 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
             prune_unknown(obj, kind)
             validate_labels(obj, kind)
             validate_size(obj, kind)
+            if kind.kind in GENERATED and obj.get("spec") != current.get("spec"):
+                # the registry strategies' PrepareForUpdate: a spec change bumps metadata.generation
+                obj["metadata"]["generation"] = int(current["metadata"].get("generation") or 1) + 1
+            if kind.kind == "Job" and (obj.get("spec") or {}).get("template") != (
+                current.get("spec") or {}
+            ).get("template"):  # pkg/apis/batch/validation: the pod template of a Job is immutable
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    f'Job.batch "{name}" is invalid: spec.template: Invalid value: field is immutable',
+                )
             if query.get("dryRun") == "All":
                 self._send(200, api.decorate(kind, obj))
                 return

@@ -30,7 +30,7 @@ from rightsizer.serve.config import ServeConfig, parse
 from rightsizer.serve.leader import LeaderElector
 from rightsizer.serve.ledger import CONFIGMAP, DATA_KEY, ConfigMapLedger
 from rightsizer.serve.scheduler import Service
-from tests.support.kubedouble import KubeDouble
+from tests.support.kubedouble import KubeDouble, fromplan
 from tests.support.rightsizer.small_history import DAYS, write_history
 
 NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
@@ -78,13 +78,20 @@ def fleet_history(base: Path) -> Iterator[History]:
         yield History(server.url, end)
 
 
-def seed_cluster(kube: KubeDouble, plan_nodes: dict[str, list[str]]) -> None:
-    """The four nodes as the history shows them (config all-balanced), each with its GPU pods and a
-    CPU pod; the rightsizer's RBAC from deploy/."""
+def seed_cluster(kube: KubeDouble, plan_nodes: dict[str, list[dict[str, Any]]]) -> None:
+    """The four nodes as the history shows them (config all-balanced), each with its GPU pods (each
+    from a Deployment of its own asking for the devices it holds, so apply can change its request)
+    and a CPU pod; the rightsizer's RBAC from deploy/."""
     for name in NODES:
         kube.add_node(name, gpus=2, mig_config="all-balanced")
         for pod in plan_nodes[name]:
-            kube.add_pod(pod, namespace="ml", node=name, resources={"nvidia.com/mig-1g.10gb": 1})
+            profiles = [d["profile"] for d in pod["devices"]] or [""]
+            requests = {
+                (f"nvidia.com/mig-{p}" if p else "nvidia.com/gpu"): str(profiles.count(p)) for p in profiles
+            }
+            fromplan.add_deployment(
+                kube, namespace="ml", name=pod["name"], node=name, requests=requests, pods=[pod]
+            )
         kube.add_pod(f"cpu-{name}", namespace="ml", node=name, resources={"cpu": 1})
     kube.load_rbac(DEPLOY / "rightsizer")
 
