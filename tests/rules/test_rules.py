@@ -141,7 +141,7 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test(name: str) -> None:
 
 def test_seed_comparison_table_names_all_six_seed_rules() -> None:
     text = RULES_GUIDE.read_text()
-    table = text[text.index("## The seed's rules") :]
+    table = text[text.index("## Typical hand-written rules") :]
     for seed_rule in (
         "GPUHighTemperature",
         "GPUMemoryPressure",
