@@ -26,7 +26,7 @@ _PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 CPU_REQUEST_CORES = 4.0
 MEMORY_REQUEST_BYTES = 32.0 * 2**30
-"""Every simulated pod's container requests what the seed's inference Deployment does (cpu 4, 32Gi)."""
+"""Every simulated pod's container requests what examples/hpa-llm-inference.yaml's Deployment does (cpu 4, 32Gi)."""
 CPU_IDLE_CORES, CPU_BUSY_CORES = 0.5, 3.5
 """CPU model: 0.5 cores idle plus 3.5 × GPU utilisation (a server feeding its GPU)."""
 HOST_MEMORY_BASE_BYTES = 6.0 * 2**30
