@@ -127,6 +127,20 @@ def _nodes(scenario: Scenario, out: list[Series]) -> None:
             )
 
 
+def _phase_series(base: LabelPairs, current: str) -> list[Series]:
+    """kube-state-metrics' ``kube_pod_status_phase``: one series per phase, 1 for ``current``."""
+    return [
+        Series(
+            "kube_pod_status_phase",
+            "gauge",
+            "The pods current phase.",
+            (*base, ("phase", phase)),
+            1.0 if phase == current else 0.0,
+        )
+        for phase in _PHASES
+    ]
+
+
 def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
     uid = identity.pod_uid(scenario.seed, pod.namespace, pod.name)
     base: LabelPairs = (("namespace", pod.namespace), ("pod", pod.name), ("uid", uid))
@@ -146,16 +160,7 @@ def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
     )
     owner = (*base, ("owner_kind", owner_kind), ("owner_name", owner_name), ("owner_is_controller", "true"))
     out.append(Series("kube_pod_owner", "gauge", "Information about the Pod's owner.", owner, 1.0))
-    for phase in _PHASES:
-        out.append(
-            Series(
-                "kube_pod_status_phase",
-                "gauge",
-                "The pods current phase.",
-                (*base, ("phase", phase)),
-                1.0 if phase == "Running" else 0.0,
-            )
-        )
+    out.extend(_phase_series(base, "Running"))
     out.append(
         Series(
             "kube_pod_container_info",
@@ -193,16 +198,7 @@ def _pending(scenario: Scenario, pod: PendingPod, out: list[Series]) -> None:
             1.0,
         )
     )
-    for phase in _PHASES:
-        out.append(
-            Series(
-                "kube_pod_status_phase",
-                "gauge",
-                "The pods current phase.",
-                (*base, ("phase", phase)),
-                1.0 if phase == "Pending" else 0.0,
-            )
-        )
+    out.extend(_phase_series(base, "Pending"))
     out.append(
         Series(
             "kube_pod_container_resource_requests",
