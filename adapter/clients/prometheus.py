@@ -10,8 +10,12 @@ threads).
 Instant queries go as form-encoded POST bodies, so a query's length never meets a URL limit (the
 anchor's GET with ``pod=~"a|b|…"`` gets HTTP 414 behind proxies and VictoriaMetrics' 16 KiB limit).
 Metric names for discovery come from ``/api/v1/label/__name__/values`` (names only — never the
-huge ``/api/v1/series`` answer). Every failure becomes ``PrometheusUnavailable`` carrying the cause,
-which the API answers as 503.
+huge ``/api/v1/series`` answer). Answers are read in 64 KiB chunks by the shared reader
+(:mod:`gpupilot_common.promanswer`), which stops at ``--max-answer-series``/``--max-answer-bytes``
+and names each kind of failure (connection refused, timed out after N s, Prometheus' own error text,
+truncated JSON, over a limit); each becomes ``PrometheusUnavailable`` (``PrometheusDenied`` for
+401/403), which the API answers as 503. Values come back as Prometheus sent them, NaN and ±Inf
+included: :mod:`adapter.provider.valuecheck` decides what may be served.
 """
 
 from __future__ import annotations
@@ -21,49 +25,44 @@ import concurrent.futures
 import contextlib
 import functools
 import math
+import os
 import re
 import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
-import orjson
 from prometheus_client import Counter, Histogram
 
 from adapter.errors import ConfigError, PrometheusDenied, PrometheusUnavailable
-from gpupilot_common import credentials, promauth, timefmt
+from gpupilot_common import credentials, promanswer, promauth, timefmt
 from gpupilot_common.urls import split_userinfo
 
 T = TypeVar("T")
 
 
-class Sample(NamedTuple):
-    """One element of an instant vector: its labels, value and evaluation time (Unix seconds). A
-    named tuple: an answer holds one per series (5,000 for a namespace of pods), built in a third
-    of a frozen dataclass's time."""
+Sample = promanswer.Sample
+RangeSeries = promanswer.Series
 
-    labels: Mapping[str, str]
-    value: float
-    timestamp: float
+DEFAULT_LIMITS = promanswer.AnswerLimits()
+"""Per answer: 100,000 series and 64 MiB (``--max-answer-series``, ``--max-answer-bytes``); a
+namespace of 5,000 pods answers in about 1 MB."""
 
-
-@dataclass(frozen=True)
-class RangeSeries:
-    """One series of a range query: labels and (Unix time, value) points in time order."""
-
-    labels: Mapping[str, str]
-    points: list[tuple[float, float]]
+CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)
 class _Answer:
     status: int
     reason: str
-    body: bytes
+    body: promanswer.AnswerBody
+
+    def data(self, path: str) -> dict[str, Any]:
+        return promanswer.decode(self.status, self.reason, self.body, path=path)
 
 
 class PrometheusClient:
@@ -77,6 +76,7 @@ class PrometheusClient:
         auth: promauth.PrometheusAuth | None = None,
         registry_metrics: PrometheusMetrics | None = None,
         max_connections: int = 32,
+        limits: promanswer.AnswerLimits = DEFAULT_LIMITS,
     ) -> None:
         if not math.isfinite(timeout) or timeout <= 0:
             raise ValueError(f"Prometheus timeout {timeout!r}: must be a finite number of seconds > 0")
@@ -84,6 +84,7 @@ class PrometheusClient:
         # (503 bodies, logs, explain-hpa) has none. A path prefix (/prometheus) stays in it.
         self.url, basic_auth = split_userinfo(url.rstrip("/"))
         self.timeout = timeout
+        self.limits = limits
         try:
             # reads the token/password files and the TLS files now: a bad one stops the start
             self._credentials = credentials.Credentials(
@@ -110,15 +111,19 @@ class PrometheusClient:
             )
         return self._session
 
-    async def _fetch(self, method: str, path: str, *, data: str | None = None) -> _Answer:
+    async def _fetch(self, method: str, path: str, *, data: str | None, query: str) -> _Answer:
         session = await self._client()
         # per request: a rotated token file is picked up at the next request
         headers = self._credentials.headers()
         if data is not None:
             headers["Content-Type"] = "application/x-www-form-urlencoded"
+        body = promanswer.AnswerBody(url=self.url, query=query, limits=self.limits)
         async with asyncio.timeout(self.timeout):  # one deadline: connect + send + headers + body
             async with session.request(method, self.url + path, data=data, headers=headers) as resp:
-                return _Answer(resp.status, resp.reason or "", await resp.read())
+                # read chunk by chunk: an answer over the limits stops here, the connection closed
+                async for chunk in resp.content.iter_chunked(CHUNK):
+                    body.feed(chunk)
+                return _Answer(resp.status, resp.reason or "", body)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:
@@ -132,38 +137,53 @@ class PrometheusClient:
             future.cancel()
             raise TimeoutError from None
 
-    def _call(self, method: str, path: str, *, data: str | None, purpose: str) -> _Answer:
+    def _call(self, method: str, path: str, *, data: str | None, purpose: str, query: str = "") -> _Answer:
         start = time.perf_counter()
         try:
-            return self._run(self._fetch(method, path, data=data))
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+            return self._run(self._fetch(method, path, data=data, query=query or path))
+        except promanswer.PrometheusFailure as exc:
             self._count_error(purpose)
-            raise PrometheusUnavailable(
-                self._credentials.scrub(f"Prometheus at {self.url} unreachable: {_short(exc, self)}")
+            raise self._ours(exc) from None
+        except TimeoutError as exc:
+            self._count_error(purpose)
+            failure = promanswer.timed_out(self.url, self.timeout, flag="--prometheus-timeout")
+            raise self._ours(failure) from exc
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            self._count_error(purpose)
+            raise self._ours(
+                promanswer.unreachable(self.url, _short(exc, self), flag="--prometheus-url")
             ) from exc
         finally:
             if self._metrics is not None:
                 self._metrics.query_seconds.labels(purpose).observe(time.perf_counter() - start)
 
+    def _decoded(self, answer: _Answer, path: str, purpose: str) -> dict[str, Any]:
+        try:
+            return answer.data(path)
+        except promanswer.PrometheusFailure as exc:
+            self._count_error(purpose)
+            raise self._ours(exc) from None
+
+    def _ours(self, exc: promanswer.PrometheusFailure) -> PrometheusUnavailable:
+        """The shared reader's failure as the adapter's (503 to the HPA; 401/403 stop the tools)."""
+        kind = PrometheusDenied if isinstance(exc, promanswer.PrometheusDenied) else PrometheusUnavailable
+        return kind(self._credentials.scrub(str(exc)))
+
     # -- the API ---------------------------------------------------------------------------------
     def query(self, promql: str, *, at: float | None = None, purpose: str = "value") -> list[Sample]:
-        """Evaluate an instant query (POST). NaN and infinite values are dropped, not turned into 0."""
+        """Evaluate an instant query (POST). Values as Prometheus gave them, NaN and ±Inf included:
+        :mod:`adapter.provider.valuecheck` decides at the door what may be served."""
         form = {"query": promql}
         if at is not None:
             form["time"] = f"{at:.3f}"
-        answer = self._call("POST", "/api/v1/query", data=_encode(tuple(form.items())), purpose=purpose)
-        data = _json(answer.body)
-        if answer.status != 200 or data.get("status") != "success":
-            self._count_error(purpose)
-            raise self._refused(answer, data, "to the query")
+        path = "/api/v1/query"
+        answer = self._call("POST", path, data=_encode(tuple(form.items())), purpose=purpose, query=promql)
+        data = self._decoded(answer, path, purpose)
         try:
-            return _samples(data.get("data", {}))
-        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
-            # JSON, but not the API's shape (a sample value of "abc"): 503 with one line
-            detail = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
-            raise PrometheusUnavailable(
-                f"Prometheus at {self.url} answered with a malformed result ({detail})"
-            ) from None
+            return promanswer.vector(data, answer.body)
+        except promanswer.PrometheusFailure as exc:
+            self._count_error(purpose)
+            raise self._ours(exc) from None
 
     def query_range(
         self, promql: str, *, start: float, end: float, step: float, purpose: str = "history"
@@ -177,42 +197,37 @@ class PrometheusClient:
         while t <= end:
             stop = min(end, t + chunk - step)
             form = (("query", promql), ("start", f"{t:.3f}"), ("end", f"{stop:.3f}"), ("step", f"{step:g}"))
-            answer = self._call("POST", "/api/v1/query_range", data=_encode(form), purpose=purpose)
-            data = _json(answer.body)
-            if answer.status != 200 or data.get("status") != "success":
+            path = "/api/v1/query_range"
+            answer = self._call("POST", path, data=_encode(form), purpose=purpose, query=promql)
+            data = self._decoded(answer, path, purpose)
+            try:
+                got = promanswer.matrix(data, answer.body)
+            except promanswer.PrometheusFailure as exc:
                 self._count_error(purpose)
-                raise self._refused(answer, data, "to a range query")
-            for item in (data.get("data") or {}).get("result") or []:
-                labels = item.get("metric", {})
-                key = tuple(sorted(labels.items()))
-                series = merged.setdefault(key, RangeSeries(labels, []))
-                for ts, raw in item.get("values") or []:
-                    value = float(raw)
-                    if math.isfinite(value):
-                        series.points.append((float(ts), value))
+                raise self._ours(exc) from None
+            for item in got:
+                key = tuple(sorted(item.labels.items()))
+                series = merged.setdefault(key, RangeSeries(item.labels, []))
+                series.points.extend(p for p in item.points if math.isfinite(p[1]))
             t = stop + step
         return list(merged.values())
 
     def metric_names(self) -> set[str]:
         """Every metric name Prometheus holds (``/api/v1/label/__name__/values``)."""
-        answer = self._call("GET", "/api/v1/label/__name__/values", data=None, purpose="discovery")
-        data = _json(answer.body)
-        names = data.get("data")
-        if answer.status != 200 or data.get("status") != "success" or not isinstance(names, list):
-            self._count_error("discovery")
-            raise self._refused(answer, data, "listing metric names")
-        return {str(n) for n in names}
+        path = "/api/v1/label/__name__/values"
+        answer = self._call("GET", path, data=None, purpose="discovery", query="metric names")
+        return set(promanswer.names(self._decoded(answer, path, "discovery")))
 
     def scrape_interval(self) -> float | None:
         """Prometheus' ``global.scrape_interval`` in seconds (``/api/v1/status/config``); None when
         the server does not publish it (Thanos, Mimir and VictoriaMetrics may not) or is down."""
+        path = "/api/v1/status/config"
         try:
-            answer = self._call("GET", "/api/v1/status/config", data=None, purpose="discovery")
-        except PrometheusUnavailable:
+            data = self._call("GET", path, data=None, purpose="discovery").data(path)
+        except (PrometheusUnavailable, promanswer.PrometheusFailure):
             return None
-        data = _json(answer.body).get("data")
-        text = data.get("yaml") if isinstance(data, dict) else None
-        if answer.status != 200 or not isinstance(text, str):
+        text = data.get("yaml")
+        if not isinstance(text, str):
             return None
         match = re.search(r"^global:\n(?:[ \t]+.*\n)*?[ \t]+scrape_interval:[ \t]*(\S+)", text, re.MULTILINE)
         return _duration_seconds(match.group(1)) if match else None
@@ -250,16 +265,6 @@ class PrometheusClient:
         if not self._thread.is_alive():
             self._loop.close()
 
-    def _refused(self, answer: _Answer, data: Mapping[str, Any], what: str) -> PrometheusUnavailable:
-        """One line for a non-200 (or error-status) answer; 401/403 say which flags to check."""
-        detail = data.get("error") or answer.body[:200].decode(errors="replace").strip() or answer.reason
-        hint = promauth.status_hint(answer.status)
-        text = (
-            f"Prometheus at {self.url} answered HTTP {answer.status} {what}: {' '.join(str(detail).split())}"
-        )
-        kind = PrometheusDenied if hint else PrometheusUnavailable
-        return kind(self._credentials.scrub(text + (f"; {hint}" if hint else "")))
-
     def _count_error(self, purpose: str) -> None:
         if self._metrics is not None:
             self._metrics.errors.labels(purpose).inc()
@@ -293,14 +298,14 @@ def _encode(form: tuple[tuple[str, str], ...]) -> str:
 
 
 def _short(exc: BaseException, client: PrometheusClient) -> str:
-    """The root cause in a few words: ``Connection refused``, not the whole exception chain."""
-    if isinstance(exc, TimeoutError):
-        return f"no complete answer within {client.timeout:g}s (--prometheus-timeout)"
+    """The root cause in a few words: ``connection refused``, not the whole exception chain."""
     if isinstance(exc, aiohttp.ClientSSLError) or promauth.is_tls_failure(exc):
         return promauth.tls_failure(exc)
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return promauth.disconnected(client.url)
     if isinstance(exc, aiohttp.ClientConnectorError):
+        if exc.os_error.errno:  # "connection refused", not "Connect call failed ('127.0.0.1', 9)"
+            return os.strerror(exc.os_error.errno).lower()
         return exc.os_error.strerror or str(exc.os_error) or type(exc).__name__
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
@@ -313,31 +318,3 @@ def _duration_seconds(text: str) -> float | None:
         return timefmt.parse_duration(text)
     except ValueError:
         return None
-
-
-def _json(body: bytes) -> dict[str, Any]:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _samples(data: Mapping[str, Any]) -> list[Sample]:
-    kind = data.get("resultType")
-    result: Sequence[Any] = data.get("result") or []
-    if kind == "scalar":
-        ts, raw = result
-        value = float(raw)
-        return [Sample({}, value, float(ts))] if math.isfinite(value) else []
-    if kind != "vector":
-        raise PrometheusUnavailable(
-            f"Prometheus returned a {kind!r} result; the query must give an instant vector"
-        )
-    out = []
-    for item in result:
-        ts, raw = item["value"]
-        value = float(raw)
-        if math.isfinite(value):
-            out.append(Sample(item.get("metric", {}), value, float(ts)))
-    return out

@@ -10,6 +10,7 @@ import yaml
 
 from adapter.config import convert
 from adapter.config.mapping import parse_config
+from gpupilot_common import atomicfile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +35,11 @@ def run(args: argparse.Namespace) -> int:
         + yaml.safe_dump(doc, sort_keys=False, width=110)
     )
     if args.out:
-        args.out.write_text(text)
+        try:
+            atomicfile.write_text(args.out, text)
+        except atomicfile.WriteFailed as exc:
+            print(f"convert-config: {exc}", file=sys.stderr)
+            return 1
         print(
             f"wrote {args.out}: {len(conv.metrics)} metric(s), {len(conv.external)} external", file=sys.stderr
         )

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from adapter.clients.prometheus import PrometheusClient
+from adapter.clients.prometheus import DEFAULT_LIMITS, PrometheusClient
 from adapter.errors import ConfigError, PrometheusDenied
-from gpupilot_common import promauth, timefmt
+from gpupilot_common import numbers, promanswer, promauth, timefmt
 from gpupilot_common.urls import base_url
 
 
@@ -57,6 +57,22 @@ def add_prometheus(p: argparse.ArgumentParser, *, required: bool = True) -> None
         default=5.0,
         help="deadline in seconds for each Prometheus request, connect to last byte (default 5)",
     )
+    limits = DEFAULT_LIMITS
+    p.add_argument(
+        "--max-answer-series",
+        type=numbers.whole(low=1, high=100_000_000),
+        default=limits.max_series,
+        metavar="N",
+        help="series one Prometheus answer may hold; past it the query fails (503, one line naming it) "
+        f"and the answer is not read further (default {limits.max_series:,})",
+    )
+    p.add_argument(
+        "--max-answer-bytes",
+        type=numbers.whole(low=1024, high=1 << 40),
+        default=limits.max_bytes,
+        metavar="N",
+        help=f"bytes one Prometheus answer may hold, likewise (default {limits.max_bytes:,}, 64 MiB)",
+    )
     promauth.add_arguments(p)
     p.add_argument(
         "--config", type=Path, help="metric mapping file (YAML); default: the packaged default-config.yaml"
@@ -84,10 +100,16 @@ def prometheus_auth(args: argparse.Namespace) -> promauth.PrometheusAuth:
         raise ConfigError(str(exc)) from None
 
 
+def answer_limits(args: argparse.Namespace) -> promanswer.AnswerLimits:
+    return promanswer.AnswerLimits(max_series=args.max_answer_series, max_bytes=args.max_answer_bytes)
+
+
 def open_prometheus(args: argparse.Namespace, *, timeout: float) -> PrometheusClient:
     """The client for explain-hpa / replay-hpa, stopped at once (one line, exit 1) when the backend
     refuses the tenant or credentials, rather than a table of per-metric 401s."""
-    prometheus = PrometheusClient(args.prometheus_url, timeout=timeout, auth=prometheus_auth(args))
+    prometheus = PrometheusClient(
+        args.prometheus_url, timeout=timeout, auth=prometheus_auth(args), limits=answer_limits(args)
+    )
     try:
         prometheus.check_access()
     except PrometheusDenied:

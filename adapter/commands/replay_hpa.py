@@ -16,7 +16,7 @@ from adapter.hpa import spec as hpaspec
 from adapter.hpa import state as hpastate
 from adapter.provider.values import MetricValues
 from adapter.quantity import parse_quantity
-from gpupilot_common import output
+from gpupilot_common import atomicfile, output
 
 OUTPUT_SCHEMA = """
 ## Output with `-o json` / `-o yaml`
@@ -150,11 +150,15 @@ def run(args: argparse.Namespace) -> int:
     if args.chart:
         from adapter.hpa.replay_chart import write_chart  # noqa: PLC0415 - matplotlib loads only for a chart
 
-        write_chart(
-            args.chart,
-            runs,
-            title=f"{spec.namespace}/{spec.name}: replicas, recorded and replayed",
-            max_replicas=spec.max_replicas,
-        )
+        try:
+            write_chart(
+                args.chart,
+                runs,
+                title=f"{spec.namespace}/{spec.name}: replicas, recorded and replayed",
+                max_replicas=spec.max_replicas,
+            )
+        except atomicfile.WriteFailed as exc:
+            print(f"replay-hpa: {exc}", file=sys.stderr)
+            return 1
         print(f"  chart: {args.chart}", file=sys.stderr if output.structured(args) else sys.stdout)
     return 0

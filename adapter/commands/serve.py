@@ -231,6 +231,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
             url=args.prometheus_url,
             timeout=args.prometheus_timeout,
             auth=options.prometheus_auth(args),
+            limits=options.answer_limits(args),
         ),
         tls=TlsSettings(args.tls_cert_file, args.tls_private_key_file, args.self_signed_cert_dir),
         auth=AuthSettings(

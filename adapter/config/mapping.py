@@ -30,6 +30,7 @@ its query (``rate(x[5m])`` → 300: the values average over that window); else `
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,8 +54,8 @@ _KNOWN_PLACEHOLDERS = {"series", "matchers", "by"}
 _METRIC_NAME = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:.-]*$")
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOP_KEYS = {"metrics", "external", "defaults"}
-_METRIC_KEYS = {"name", "series", "resources", "query", "window"}
-_EXTERNAL_KEYS = {"name", "series", "query", "window", "namespaceLabel"}
+_METRIC_KEYS = {"name", "series", "resources", "query", "window", "valueRange"}
+_EXTERNAL_KEYS = {"name", "series", "query", "window", "namespaceLabel", "valueRange"}
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class MetricRule:
     query: str
     labels: Mapping[Resource, str]
     window_seconds: int
+    value_range: tuple[float, float] | None = None
+    """``valueRange``: what the metric can mean (0–100 for a utilisation); a value outside it is
+    refused for its object, never served."""
 
     def label_for(self, resource: Resource) -> str | None:
         return self.labels.get(resource)
@@ -78,6 +82,7 @@ class ExternalRule:
     query: str
     namespace_label: str
     window_seconds: int
+    value_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -191,7 +196,26 @@ def _metric_rule(at: Section, *, window: int) -> MetricRule:
         query=_check_query(at, query),
         labels=_labels(at),
         window_seconds=_window(at, query, window),
+        value_range=_value_range(at),
     )
+
+
+def _value_range(at: Section) -> tuple[float, float] | None:
+    """``valueRange: [low, high]``: two finite numbers, low < high."""
+    raw = at.raw("valueRange")
+    if raw is None:
+        return None
+    ok = (
+        isinstance(raw, list)
+        and len(raw) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in raw)
+        and raw[0] < raw[1]
+    )
+    if not ok:
+        raise at.fail(
+            "valueRange", f"must be [low, high], two finite numbers with low < high, got {raw!r:.60}"
+        )
+    return float(raw[0]), float(raw[1])
 
 
 def _window(at: Section, query: str, default: int) -> int:
@@ -213,6 +237,7 @@ def _external_rule(at: Section, *, window: int) -> ExternalRule:
         query=_check_query(at, query),
         namespace_label=ns_label,
         window_seconds=_window(at, query, window),
+        value_range=_value_range(at),
     )
 
 

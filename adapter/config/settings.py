@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpupilot_common.promanswer import AnswerLimits
 from gpupilot_common.promauth import PrometheusAuth
 
 
@@ -15,6 +16,8 @@ class PrometheusSettings:
     """Seconds per Prometheus request; the aggregation layer gives discovery 5 s, the HPA more."""
     auth: PrometheusAuth = field(default_factory=PrometheusAuth)
     """Tenant, basic auth or bearer token file, CA bundle and client certificate."""
+    limits: AnswerLimits = field(default_factory=AnswerLimits)
+    """Series and bytes one answer may hold (``--max-answer-series``, ``--max-answer-bytes``)."""
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ canvas without pyplot: no global state)."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from adapter.hpa.replay import ReplayResult
+from gpupilot_common import atomicfile
 
 
 def write_chart(path: Path, results: Sequence[ReplayResult], *, title: str, max_replicas: int) -> None:
@@ -40,4 +42,6 @@ def write_chart(path: Path, results: Sequence[ReplayResult], *, title: str, max_
     ax.legend(loc="upper left", fontsize=8)
     fig.autofmt_xdate()
     fig.tight_layout()
-    fig.savefig(path, format="png")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    atomicfile.write_bytes(path, buf.getvalue())  # a failed write leaves a previous chart intact

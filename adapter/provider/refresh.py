@@ -120,7 +120,14 @@ class RefreshingCache(Generic[T]):
                     f"{error} (the last good value is {self._clock() - entry.fetched:.0f}s old)"
                 )
             raise error
-        raise UpstreamUnavailable("the first evaluation of this metric is still running; retry shortly")
+        if entry is not None:  # no error, yet the value aged past max_age: its refresh hangs
+            raise UpstreamUnavailable(
+                f"refresh running longer than --max-value-age ({self.max_age:g}s): the last good value "
+                f"is {self._clock() - entry.fetched:.0f}s old and not served; Prometheus answers slowly"
+            )
+        raise UpstreamUnavailable(
+            f"the first evaluation of this metric has not finished within {wait:g}s; retry shortly"
+        )
 
     def oldest_age(self) -> float:
         now = self._clock()

@@ -9,6 +9,7 @@ pod-level rows without a ``container`` label left out), and kube-state-metrics'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from adapter.clients.prometheus import PrometheusClient
@@ -50,12 +51,12 @@ def fetch(
     usage = {
         s.labels["pod"]: s.value
         for s in prometheus.query(usage_query(resource, namespace, container), at=at, purpose="resource")
-        if "pod" in s.labels
+        if "pod" in s.labels and math.isfinite(s.value)
     }
     requests = {
         s.labels["pod"]: to_milli(s.value)
         for s in prometheus.query(requests_query(resource, namespace, container), at=at, purpose="resource")
-        if "pod" in s.labels
+        if "pod" in s.labels and math.isfinite(s.value)
     }
     return usage, requests
 

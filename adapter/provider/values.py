@@ -30,6 +30,7 @@ from adapter.provider import nowait
 from adapter.provider.podsource import Pod, PodSource
 from adapter.provider.refresh import RefreshingCache
 from adapter.provider.selectors import Selector, promql_escape, regex_alternatives, to_promql_matchers
+from adapter.provider.valuecheck import ValueCheck
 
 
 class ObjectValue(NamedTuple):
@@ -123,8 +124,10 @@ class MetricValues:
         pods: PodSource | None,
         max_value_age: float,
         cache: RefreshingCache[object] | None = None,
+        checks: ValueCheck | None = None,
     ) -> None:
         self._config = config
+        self._checks = checks or ValueCheck()
         self._prometheus = prometheus
         self._pods = pods
         self.max_value_age = max_value_age
@@ -232,11 +235,11 @@ class MetricValues:
         samples = self._prometheus.query(query)
         wanted = {p.name for p in picked} if picked is not None else None
         values = _object_values(
-            samples,
+            self._checks.per_object(
+                samples, label=label, metric=metric, wanted=wanted, value_range=rule.value_range
+            ),
             resource=resource,
             namespace=namespace if resource.namespaced else "",
-            label=label,
-            wanted=wanted,
             window=rule.window_seconds,
         )
         if name != "*" and not values:
@@ -280,9 +283,10 @@ class MetricValues:
 
         def load() -> tuple[dict[str, ObjectValue], Memo]:
             samples = self._prometheus.query(query)
-            values = _object_values(
-                samples, resource=resource, namespace=scope, label=label, wanted=None, window=window
+            picked = self._checks.per_object(
+                samples, label=label, metric=metric, wanted=None, value_range=rule.value_range
             )
+            values = _object_values(picked, resource=resource, namespace=scope, window=window)
             return {v.name: v for v in values}, Memo()
 
         return ("custom", query, label, resource, scope, window), load
@@ -320,7 +324,9 @@ class MetricValues:
                     s.timestamp,
                     rule.window_seconds,
                 )
-                for s in self._prometheus.query(query)
+                for s in self._checks.external(
+                    self._prometheus.query(query), metric=metric, value_range=rule.value_range
+                )
             ]
 
         if self._cache is None:
@@ -347,20 +353,10 @@ def _name_pods(selected: int, in_namespace: int) -> bool:
 
 
 def _object_values(
-    samples: list[Sample],
-    *,
-    resource: Resource,
-    namespace: str,
-    label: str,
-    wanted: set[str] | None,
-    window: int,
+    picked: Mapping[str, Sample], *, resource: Resource, namespace: str, window: int
 ) -> list[ObjectValue]:
-    out: dict[str, ObjectValue] = {}
-    for s in samples:
-        name = s.labels.get(label)
-        if not name or (wanted is not None and name not in wanted):
-            continue
-        if name in out:  # a template that does not aggregate: keep the first, deterministically
-            continue
-        out[name] = ObjectValue(resource, namespace, name, s.value, s.timestamp, window)
-    return [out[k] for k in sorted(out)]
+    """The checked samples (one per object name) as served values, sorted by name."""
+    return [
+        ObjectValue(resource, namespace, name, picked[name].value, picked[name].timestamp, window)
+        for name in sorted(picked)
+    ]

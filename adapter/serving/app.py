@@ -18,6 +18,7 @@ from adapter.errors import ConfigError
 from adapter.provider.discovery import Discovery
 from adapter.provider.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
 from adapter.provider.refresh import RefreshingCache
+from adapter.provider.valuecheck import ValueCheck
 from adapter.provider.values import MetricValues
 from adapter.serving.api import MetricsApi
 from adapter.serving.auth import Authenticator, Authorizer, RequestHeaderSettings, load_pem_certs
@@ -66,6 +67,7 @@ class Adapter:
             timeout=p.timeout,
             auth=p.auth,
             registry_metrics=self.metrics.prometheus,
+            limits=p.limits,
         )
         auth = settings.auth
         needs_kube = (
@@ -107,6 +109,7 @@ class Adapter:
             pods=self.pods,
             max_value_age=settings.max_value_age,
             cache=self.cache,
+            checks=ValueCheck(self.metrics.registry),
         )
         self.api = MetricsApi(
             values=self.values,

@@ -7,6 +7,7 @@ dashboards, the adapter and the rightsizer use; nothing is read from the scenari
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from devkit.demo import promql
@@ -60,7 +61,7 @@ class Gpu:
     devices: list[Device] = field(default_factory=list)
 
 
-def _key(labels: dict[str, str]) -> tuple[str, str, str]:
+def _key(labels: Mapping[str, str]) -> tuple[str, str, str]:
     return labels.get("Hostname", ""), labels.get("UUID", ""), labels.get("GPU_I_ID", "")
 
 

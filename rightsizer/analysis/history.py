@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -107,7 +107,7 @@ class AnalysisSettings:
     """Label naming a series' cluster in a multi-cluster store; series without it: one unnamed cluster."""
 
 
-def _ident(labels: dict[str, str], cluster_label: str) -> Ident:
+def _ident(labels: Mapping[str, str], cluster_label: str) -> Ident:
     return Ident(labels.get(cluster_label, ""), *(labels.get(k, "") for k in IDENT))
 
 
@@ -176,7 +176,8 @@ def peak_hour_query(hourly: str, *, sub: str, origin: float) -> str:
 
 
 def decode_peak_hour(value: float, origin: float) -> float:
-    """The end (Unix seconds) of the hour :func:`peak_hour_query` encoded in ``value``."""
+    """The end (Unix seconds) of the hour :func:`peak_hour_query` encoded in ``value`` (finite:
+    :func:`_fold` leaves NaN and ±Inf out)."""
     return origin + (HOUR_CODE - 1 - int(value) % HOUR_CODE) * 3600.0
 
 
@@ -294,6 +295,8 @@ def _fold(
 ) -> None:
     summed = column not in MAXED
     for s in samples:
+        if not math.isfinite(s.value):  # NaN/±Inf (a division by zero upstream): no statistic
+            continue
         row = into.setdefault(_ident(s.labels, cluster_label), {})
         old = row.get(column)
         if old is None:

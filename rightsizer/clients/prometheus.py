@@ -1,11 +1,14 @@
 """The rightsizer's one door to Prometheus (or anything speaking its HTTP API: Thanos, Mimir, VM).
 
 A small generic API returning plain Python data — :meth:`PrometheusClient.instant` and
-:meth:`PrometheusClient.range` — used by the analysis and the weekly report alike. Errors::
+:meth:`PrometheusClient.range` — used by the analysis and the weekly report alike. Answers are read
+by :mod:`gpupilot_common.promanswer` (bounded: ``--max-answer-series``/``--max-answer-bytes``), whose
+failures map to::
 
     PrometheusError                 base class, one-line messages
     ├── PrometheusUnavailable       could not connect / timed out / 5xx (temporary: retry later)
-    └── PrometheusQueryError        the server rejected the query (permanent: fix the query/URL)
+    └── PrometheusQueryError        the server rejected the query, or its answer is unusable or over
+        │                           the limits (permanent: fix the query, URL or limit)
         └── PrometheusDenied        401/403: the tenant or credentials are wrong
     PrometheusAuthError             (an InputError) a tenant, credential or TLS flag or file is wrong
 
@@ -17,8 +20,8 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +29,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from gpupilot_common import credentials, promauth
+from gpupilot_common import credentials, promanswer, promauth
 from gpupilot_common.urls import split_userinfo
 from rightsizer.errors import InputError, RightsizerError
 
@@ -63,17 +66,17 @@ class _Credentials(requests.auth.AuthBase):
         return r
 
 
-@dataclass(frozen=True)
-class Sample:
-    labels: dict[str, str]
-    value: float
-    timestamp: float
+Sample = promanswer.Sample
+Series = promanswer.Series
 
+DEFAULT_LIMITS = promanswer.AnswerLimits(max_series=200_000, max_bytes=128 << 20)
+"""Per answer. A fleet of 10,000 GPUs with seven slices each answers 70,000 series per statistic;
+128 MiB of answer parse into well under 1 GiB."""
 
-@dataclass(frozen=True)
-class Series:
-    labels: dict[str, str]
-    points: list[tuple[float, float]]
+CHUNK = 1 << 16
+
+_EMPTY = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+"""What prometheus-api-client is left to parse once :mod:`promanswer` has read the answer."""
 
 
 LONG_QUERY = 2000
@@ -88,10 +91,6 @@ def _as_time(at: float | datetime | None) -> float | None:
             at = at.replace(tzinfo=UTC)
         return at.timestamp()
     return float(at)
-
-
-def _value(text: str) -> float:
-    return float(text) if text not in ("NaN", "+Inf", "-Inf") else float(text.replace("+", ""))
 
 
 class PrometheusClient:
@@ -112,11 +111,14 @@ class PrometheusClient:
         headers: dict[str, str] | None = None,
         session: requests.Session | None = None,
         auth: promauth.PrometheusAuth | None = None,
+        limits: promanswer.AnswerLimits = DEFAULT_LIMITS,
     ) -> None:
         # user:password@ in the URL goes into the Authorization header; the URL shown in messages,
         # plan.json and reports has none. A path prefix (/prometheus) stays in it.
         self.url, basic_auth = split_userinfo(url.rstrip("/"))
         self.timeout = timeout
+        self.limits = limits
+        self._local = threading.local()  # node groups are queried from several threads
         settings = auth or promauth.PrometheusAuth()
         try:  # reads the secret and TLS files now: a bad one stops the command before any query
             self._credentials = credentials.Credentials(settings, userinfo=basic_auth)
@@ -131,9 +133,9 @@ class PrometheusClient:
             self._session.cert = (str(settings.cert_file), str(key)) if key else str(settings.cert_file)
         if headers:
             self._session.headers.update(headers)
-        # errors are ours before the library sees the response (it would raise one generic exception
-        # holding the whole body); a non-200 answer never reaches its parsing
-        self._session.hooks["response"].append(self._check)
+        # the answer is read (bounded) and its errors are ours before the library sees the response
+        # (it would read any size, and raise one generic exception holding the whole body)
+        self._session.hooks["response"].append(self._read)
         self._api = PrometheusConnect(
             self.url,
             session=self._session,
@@ -155,92 +157,75 @@ class PrometheusClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _check(self, resp: requests.Response, *_args: object, **_kwargs: object) -> None:
-        """Response hook: a non-200 answer becomes :class:`PrometheusUnavailable` (unreachable, 5xx
-        other than a query's own execution error) or :class:`PrometheusQueryError`."""
-        if resp.status_code == 200:
-            return
+    def _read(self, resp: requests.Response, *_args: object, **_kwargs: object) -> requests.Response:
+        """Response hook (it runs before ``requests`` reads the body): the body read here in chunks,
+        bounded by the limits and the deadline, decoded by :mod:`gpupilot_common.promanswer`; the
+        library is left a small empty answer to parse. Failures leave as the shared reader's."""
         path = resp.request.path_url.split("?", 1)[0] if resp.request is not None else ""
-        hint = promauth.status_hint(resp.status_code)
-        if hint:
-            detail = " ".join(resp.text[:200].split()) or resp.reason
-            raise PrometheusDenied(
-                self._credentials.scrub(
-                    f"Prometheus at {self.url} answered HTTP {resp.status_code} for {path} ({detail}); {hint}"
-                )
-            )
+        query = getattr(self._local, "query", path)
+        body = promanswer.AnswerBody(url=self.url, query=query, limits=self.limits)
+        deadline = getattr(self._local, "deadline", None)
         try:
-            body = resp.json()
-        except ValueError:
-            body = None
-        if resp.status_code >= 500 and not (isinstance(body, dict) and body.get("errorType") == "execution"):
-            raise PrometheusUnavailable(
-                f"Prometheus at {self.url} answered HTTP {resp.status_code} for {path}"
-            )
-        if not isinstance(body, dict):
-            raise PrometheusQueryError(
-                f"{self.url}{path} answered HTTP {resp.status_code} without a Prometheus API body; "
-                "is the URL right?"
-            )
-        err = str(body.get("error", "unknown error")).splitlines()[0]
-        raise PrometheusQueryError(f"Prometheus at {self.url} rejected a query: {err}")
+            for chunk in resp.iter_content(CHUNK):
+                body.feed(chunk)
+                if deadline is not None and time.monotonic() > deadline:
+                    raise promanswer.timed_out(self.url, self.timeout, flag="--timeout")
+        finally:
+            resp.close()  # over a limit or past the deadline: the rest is not read
+        self._local.answer = (promanswer.decode(resp.status_code, resp.reason or "", body, path=path), body)
+        # requests has no public way to say what was read: the library parses this small answer
+        resp._content = _EMPTY
+        resp._content_consumed = True  # type: ignore[attr-defined]
+        return resp
 
-    def _call(self, path: str, query: Callable[[], Any]) -> Any:
-        """Run one library query; connection errors and a 200 that is not the API's JSON are ours."""
+    def _call(
+        self, path: str, query: str, send: Callable[[], object]
+    ) -> tuple[dict[str, Any], promanswer.AnswerBody]:
+        """Send one query through the library's session; the answer as the reader decoded it."""
         with self._count:
             self.queries += 1
+        self._local.query = query
+        self._local.deadline = time.monotonic() + self.timeout
+        self._local.answer = None
         try:
-            return query()
-        except PrometheusError:
-            raise
-        except requests.JSONDecodeError as exc:  # also a RequestException: a 200 that is not JSON
-            raise PrometheusQueryError(
-                f"{self.url}{path} answered HTTP 200 without a Prometheus API body; is the URL right?"
-            ) from exc
+            send()
+        except promanswer.PrometheusFailure as exc:
+            raise _ours(exc) from None
         except requests.Timeout as exc:
-            raise PrometheusUnavailable(
-                f"Prometheus at {self.url} did not answer within {self.timeout:.0f}s"
-            ) from exc
+            raise _ours(promanswer.timed_out(self.url, self.timeout, flag="--timeout")) from exc
         except requests.RequestException as exc:
+            if "Read timed out" in str(exc):  # a read timeout while the body streams
+                raise _ours(promanswer.timed_out(self.url, self.timeout, flag="--timeout")) from exc
             if promauth.is_tls_failure(exc):  # SSLError, or a peer's alert inside a ConnectionError
                 raise PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.tls_failure(exc)}") from exc
             if "RemoteDisconnected" in repr(exc):  # closed before any answer (a refused client cert)
                 raise PrometheusUnavailable(
                     f"Prometheus at {self.url}: {promauth.disconnected(self.url)}"
                 ) from exc
-            raise PrometheusUnavailable(
-                f"cannot reach Prometheus at {self.url} ({type(exc).__name__}); is it running? check --prometheus-url"
-            ) from exc
-        except (ValueError, KeyError, TypeError) as exc:  # the library's ["data"]["result"] of other JSON
-            raise PrometheusQueryError(
-                f"{self.url}{path} answered HTTP 200 without a Prometheus API body; is the URL right?"
-            ) from exc
+            raise _ours(promanswer.unreachable(self.url, _cause(exc), flag="--prometheus-url")) from exc
+        finally:
+            self._local.query = None
+        answer: tuple[dict[str, Any], promanswer.AnswerBody] | None = self._local.answer
+        self._local.answer = None
+        if answer is None:  # a redirect chain or a hook skipped: never expected
+            raise PrometheusQueryError(f"{self.url}{path} gave no answer to read")
+        return answer
 
     def instant(self, query: str, at: float | datetime | None = None) -> list[Sample]:
-        """Evaluate ``query`` at ``at`` (Unix seconds or datetime; default now). Vectors and scalars."""
+        """Evaluate ``query`` at ``at`` (Unix seconds or datetime; default now). Vectors and scalars.
+        NaN and ±Inf values are dropped (a statistic of them means nothing)."""
         t = _as_time(at)
         params = {"time": f"{t:.3f}"} if t is not None else {}
+        path = "/api/v1/query"
         if len(query) > LONG_QUERY:
-            result = self._call(
-                "/api/v1/query", lambda: self._post("/api/v1/query", {"query": query, **params})
-            )
+            data, body = self._call(path, query, lambda: self._post(path, {"query": query, **params}))
         else:
-            result = self._call("/api/v1/query", lambda: self._api.custom_query(query, params=params))
-        if _is_scalar(result):
-            ts, val = result
-            return [Sample({}, _value(val), float(ts))]
-        if not isinstance(result, list):
-            raise PrometheusQueryError(f"expected a vector from {query!r:.60}, got {type(result).__name__}")
-        if any(not isinstance(r, dict) or "value" not in r for r in result):
-            raise PrometheusQueryError(f"expected a vector from {query!r:.60}, got a matrix or strings")
+            data, body = self._call(path, query, lambda: self._api.custom_query(query, params=params))
         try:
-            return [
-                Sample(dict(r["metric"]), _value(r["value"][1]), float(r["value"][0]))
-                for r in result
-                if not math.isnan(_value(r["value"][1]))
-            ]
-        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
-            raise self._malformed(exc) from None
+            samples = promanswer.vector(data, body)
+        except promanswer.PrometheusFailure as exc:
+            raise _ours(exc) from None
+        return [s for s in samples if math.isfinite(s.value)]
 
     def range(self, query: str, start: float | datetime, end: float | datetime, step: float) -> list[Series]:
         """``query_range`` from ``start`` to ``end`` every ``step`` seconds.
@@ -252,12 +237,14 @@ class PrometheusClient:
         # the library rounds start and end to whole seconds; its ``params`` are applied last, so
         # they carry the exact times (to the millisecond Prometheus works in; never ':g' rounding)
         exact = {"start": f"{lo:.3f}", "end": f"{hi:.3f}", "nocache": "1"}
+        path = "/api/v1/query_range"
         if len(query) > LONG_QUERY:
             form = {"query": query, "step": f"{step:.3f}", **exact}
-            result: Any = self._call("/api/v1/query_range", lambda: self._post("/api/v1/query_range", form))
+            data, body = self._call(path, query, lambda: self._post(path, form))
         else:
-            result = self._call(
-                "/api/v1/query_range",
+            data, body = self._call(
+                path,
+                query,
                 lambda: self._api.custom_query_range(
                     query,
                     start_time=datetime.fromtimestamp(lo, UTC),
@@ -267,26 +254,14 @@ class PrometheusClient:
                 ),
             )
         try:
-            return [
-                Series(dict(r["metric"]), [(float(t), _value(v)) for t, v in r["values"]])
-                for r in result or []
-            ]
-        except (AttributeError, KeyError, TypeError, ValueError, IndexError) as exc:
-            raise self._malformed(exc) from None
+            return promanswer.matrix(data, body)
+        except promanswer.PrometheusFailure as exc:
+            raise _ours(exc) from None
 
-    def _post(self, path: str, form: dict[str, str]) -> Any:
+    def _post(self, path: str, form: dict[str, str]) -> None:
         """One query as a form body (``application/x-www-form-urlencoded``), as both Prometheus and
-        VictoriaMetrics accept on their query endpoints; the result as the library would return it."""
-        resp = self._session.post(f"{self.url}{path}", data=form, timeout=self.timeout)
-        return resp.json()["data"]["result"]
-
-    def _malformed(self, exc: Exception) -> PrometheusQueryError:
-        """An answer that is JSON but not the Prometheus API's shape (a sample value of "abc")."""
-        detail = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
-        return PrometheusQueryError(
-            f"Prometheus at {self.url} answered with a malformed result ({detail}); "
-            "is --prometheus-url a Prometheus-compatible API?"
-        )
+        VictoriaMetrics accept on their query endpoints, on the library's session (read by the hook)."""
+        self._session.post(f"{self.url}{path}", data=form, timeout=self.timeout)
 
     def has_data(self, selector: str, *, start: float, end: float) -> bool:
         """Whether any series of ``selector`` has a sample in ``(start, end]``."""
@@ -294,17 +269,23 @@ class PrometheusClient:
         return bool(self.instant(f"count(count_over_time({selector}[{span}s]))", end))
 
 
+def _ours(exc: promanswer.PrometheusFailure) -> PrometheusError:
+    """The shared reader's failure in the rightsizer's tree: temporary ones are unavailability."""
+    if isinstance(exc, promanswer.PrometheusDenied):
+        return PrometheusDenied(str(exc))
+    return (PrometheusUnavailable if exc.temporary else PrometheusQueryError)(str(exc))
+
+
+def _cause(exc: requests.RequestException) -> str:
+    """The root cause in a few words (``connection refused``), not urllib3's whole chain."""
+    text = str(exc)
+    for known in ("Connection refused", "Name or service not known", "Connection reset", "No route to host"):
+        if known in text:
+            return known.lower()
+    return type(exc).__name__
+
+
 def _seconds(at: float | datetime) -> float:
     t = _as_time(at)
     assert t is not None
     return t
-
-
-def _is_scalar(result: object) -> bool:
-    """A scalar's ``result`` is ``[time, "value"]``; a vector's is a list of objects."""
-    return (
-        isinstance(result, list)
-        and len(result) == 2
-        and isinstance(result[0], int | float)
-        and isinstance(result[1], str)
-    )

@@ -9,9 +9,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gpupilot_common import numbers, output, promauth, timefmt
+from gpupilot_common import atomicfile, numbers, output, promanswer, promauth, timefmt
 from gpupilot_common.urls import base_url
 from rightsizer.analysis.history import CLUSTER
+from rightsizer.clients import prometheus as prometheus_client
 from rightsizer.clients.chunks import QueryLimits
 from rightsizer.clients.prometheus import PrometheusAuthError, PrometheusClient, PrometheusError
 from rightsizer.migparted import manifest
@@ -290,6 +291,22 @@ def add_query_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"node groups queried at the same time (default {defaults.concurrency})",
     )
+    answers = prometheus_client.DEFAULT_LIMITS
+    parser.add_argument(
+        "--max-answer-series",
+        type=numbers.whole(low=1, high=100_000_000),
+        default=answers.max_series,
+        metavar="N",
+        help="series one Prometheus answer may hold; past it the query fails with an error naming it "
+        f"and the answer is not read further (default {answers.max_series:,})",
+    )
+    parser.add_argument(
+        "--max-answer-bytes",
+        type=numbers.whole(low=1024, high=1 << 40),
+        default=answers.max_bytes,
+        metavar="N",
+        help=f"bytes one Prometheus answer may hold, likewise (default {answers.max_bytes:,}, 128 MiB)",
+    )
     parser.add_argument(
         "--quiet",
         action="store_true",
@@ -303,6 +320,10 @@ def query_limits_from(args: argparse.Namespace) -> QueryLimits:
         max_samples=args.max_query_samples,
         concurrency=args.query_concurrency,
     )
+
+
+def answer_limits_from(args: argparse.Namespace) -> promanswer.AnswerLimits:
+    return promanswer.AnswerLimits(max_series=args.max_answer_series, max_bytes=args.max_answer_bytes)
 
 
 def progress_printer(args: argparse.Namespace, *, tty_only: bool = False) -> Callable[[str], None]:
@@ -365,7 +386,10 @@ def run(args: argparse.Namespace) -> int:
     progress = progress_printer(args)
     try:
         with PrometheusClient(
-            args.prometheus_url, timeout=args.timeout, auth=prometheus_auth(args)
+            args.prometheus_url,
+            timeout=args.timeout,
+            auth=prometheus_auth(args),
+            limits=answer_limits_from(args),
         ) as client:
             plan = make_plan(
                 client,
@@ -380,6 +404,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         dump_plan(plan, args.out)
+    except atomicfile.WriteFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 1

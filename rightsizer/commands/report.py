@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpupilot_common import numbers, promauth
+from gpupilot_common import atomicfile, numbers, promauth
 from gpupilot_common.timefmt import parse_duration
 from gpupilot_common.urls import base_url
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
@@ -117,7 +117,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         plan = load_plan(args.plan) if args.plan is not None else None
         with PrometheusClient(
-            args.prometheus_url, timeout=args.timeout, auth=plan_cmd.prometheus_auth(args)
+            args.prometheus_url,
+            timeout=args.timeout,
+            auth=plan_cmd.prometheus_auth(args),
+            limits=plan_cmd.answer_limits_from(args),
         ) as client:
             settings = PlanSettings(
                 window_s=args.window,
@@ -138,6 +141,9 @@ def run(args: argparse.Namespace) -> int:
                 progress=plan_cmd.progress_printer(args, tty_only=True),
             )
     except (PlanError, PrometheusError, NoInventoryError, UnknownClusterError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except atomicfile.WriteFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

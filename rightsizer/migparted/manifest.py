@@ -142,6 +142,12 @@ def load_manifest(text: str, *, source: str) -> Manifest:
         if _is_object(doc):
             assert isinstance(doc, dict)
             kind = doc.get("kind")
+            meta = doc.get("metadata")
+            if meta is not None and not isinstance(meta, dict):
+                raise MigPartedError(
+                    f"{source}:{_key_line(node, 'metadata') + 1}: {kind} metadata must be a mapping "
+                    f"(name, namespace, labels), got {type(meta).__name__}; fix the manifest"
+                )
             if kind == "ConfigMap":
                 _config_map(out, doc, node, label=label, file_source=source)
             else:
@@ -212,6 +218,16 @@ def _value_line(node: yaml.Node | None, key: str) -> int:
                     # A block scalar (|) starts on the line after its key.
                     return int(dv.start_mark.line) + (1 if dv.style in ("|", ">") else 0)
     return 0
+
+
+def _key_line(node: yaml.Node | None, key: str) -> int:
+    """The 0-based line of a top-level ``key`` of a document (its first line if not found)."""
+    if not isinstance(node, yaml.MappingNode):
+        return 0
+    for k, _v in node.value:
+        if getattr(k, "value", None) == key:
+            return int(k.start_mark.line)
+    return int(node.start_mark.line)
 
 
 def _broken(source: str, reason: str) -> MigPartedConfig:

@@ -5,7 +5,8 @@ A field's JSON key is its name; its type decides how it is read (``str``, ``int`
 ``float | None``, ``bool``, a mapping, a nested dataclass, or a tuple of ints, strings or
 dataclasses). A field with a default may be missing from the file (older plans), one without is
 required. Field metadata: ``digits`` rounds a float when written, ``omit_empty`` leaves an empty
-value out of the file, ``counts`` checks a mapping's values are counts >= 0. Every problem is one
+value out of the file, ``counts`` checks a mapping's values are counts >= 0, ``mig_doc`` checks a
+mig-parted document's ``mig-configs``. Every problem is one
 :class:`PlanError`-shaped line naming the file, line and field path.
 """
 
@@ -28,6 +29,8 @@ def digits(n: int) -> dict[str, Any]:
 
 
 OMIT_EMPTY: dict[str, Any] = {"omit_empty": True}
+MIG_DOC: dict[str, Any] = {"mig_doc": True}
+"""A mig-parted document: ``mig-configs`` must map names to lists of entry objects when present."""
 COUNTS: dict[str, Any] = {"counts": True}
 
 
@@ -96,6 +99,19 @@ _SCALARS: dict[type, tuple[tuple[type, ...], str]] = {
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
+def _check_mig_doc(r: Reader) -> None:
+    """A mig-parted document: its ``mig-configs`` (when present) maps each config name to a list of
+    entries (objects); the entries themselves are checked by ``apply``'s plan check."""
+    if "mig-configs" not in r.data:
+        return
+    configs = r.sub("mig-configs", r.data["mig-configs"])
+    for name in configs.data:
+        if not isinstance(name, str):
+            raise r.doc.fail(configs.path, f"config names must be strings, got {name!r:.40}")
+        for i, entry in enumerate(configs.get(name, list, "a list")):
+            configs.sub(name, entry, i)
+
+
 def _hints(cls: type) -> dict[str, Any]:
     """The field types of ``cls`` (resolved once per class)."""
     if cls not in _HINTS:
@@ -142,6 +158,8 @@ def _decode(hint: Any, r: Reader, key: str, default: object, meta: Mapping[str, 
         return tuple(item(v) for v in values)
     if origin in (Mapping, dict) or hint is dict:
         value: JsonDict = r.get(key, dict, "an object", {} if default is not ... else ...)
+        if meta.get("mig_doc"):
+            _check_mig_doc(r.sub(key, value))
         if meta.get("counts"):
             for name, count in value.items():
                 if not isinstance(count, int) or isinstance(count, bool) or count < 0:

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpupilot_common import checked
+from gpupilot_common import atomicfile, checked
 from rightsizer.errors import InputError
 from rightsizer.plan import codec
 
@@ -178,7 +178,7 @@ class NodePlan:
     current: tuple[GpuLayout, ...]
     proposed: tuple[GpuLayout, ...]
     config_name: str
-    config_document: Mapping[str, Any]
+    config_document: Mapping[str, Any] = field(metadata=codec.MIG_DOC)
     slices_freed: int
     gpus_freed: int
     expected_utilisation: float = field(metadata=codec.digits(4))
@@ -281,7 +281,7 @@ class Plan:
     settings: Mapping[str, Any] = field(default_factory=dict)
     solver: SolverInfo
     totals: Totals
-    mig_parted_config: Mapping[str, Any]
+    mig_parted_config: Mapping[str, Any] = field(metadata=codec.MIG_DOC)
     nodes: tuple[NodePlan, ...]
     time_slicing: tuple[TimeSlicingRecommendation, ...] = ()
     strategy_changes: tuple[StrategyChange, ...] = field(default=(), metadata=codec.OMIT_EMPTY)
@@ -337,8 +337,9 @@ def plan_to_dict(plan: Plan) -> JsonDict:
 
 
 def dump_plan(plan: Plan, path: Path) -> None:
-    """Write ``plan`` as indented JSON (stable key order) to ``path``."""
-    path.write_text(json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n")
+    """Write ``plan`` as indented JSON (stable key order) to ``path``, atomically: a failed write
+    (full disk, crash) leaves the previous plan intact (:class:`atomicfile.WriteFailed`)."""
+    atomicfile.write_text(path, json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- load

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gpupilot_common import atomicfile
 from gpupilot_common.text import plural
 from mig_geometry.catalogue import find_model
 from mig_geometry.placement import describe
@@ -344,23 +345,29 @@ class Written:
     csv: Path | None = None
 
 
-def _write(path: Path, data: bytes) -> Path:
-    """Write through a temporary file in the same directory and rename it into place (readers of
-    the report directory never see half a file)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-    return path
+def _report_file(name: str) -> bool:
+    """A name a report directory holds (what :func:`write_report` writes)."""
+    return name in ("report.html", "report.md") or name.endswith((".png", ".csv"))
 
 
 def write_report(report: Report, out_dir: Path) -> Written:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    images = tuple(_write(out_dir / name, png) for name, png in report.charts.items())
-    csv = _write(out_dir / "namespaces.csv", report.namespaces_csv.encode())
+    """Write the report's files into ``out_dir``, replacing the directory as a whole: they are built
+    in a directory beside it and swapped in, so a failed write (full disk) leaves the previous
+    report as it was, never a new chart beside old pages (:class:`atomicfile.WriteFailed`)."""
     doc = sections.document(report)
-    html = _write(out_dir / "report.html", report_render.html(doc, report.charts).encode())
-    md = _write(out_dir / "report.md", report_render.markdown(doc).encode())
-    return Written(html, md, images, csv)
+    html_text = report_render.html(doc, report.charts)
+    md_text = report_render.markdown(doc)
+
+    def build(staging: Path) -> None:
+        for name, png in report.charts.items():
+            (staging / name).write_bytes(png)
+        (staging / "namespaces.csv").write_text(report.namespaces_csv, encoding="utf-8")
+        (staging / "report.html").write_text(html_text, encoding="utf-8")
+        (staging / "report.md").write_text(md_text, encoding="utf-8")
+
+    atomicfile.replace_dir(out_dir, build, owned=_report_file)
+    images = tuple(out_dir / name for name in report.charts)
+    return Written(out_dir / "report.html", out_dir / "report.md", images, out_dir / "namespaces.csv")
 
 
 def generate(

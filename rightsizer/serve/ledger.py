@@ -18,14 +18,13 @@ The ConfigMap is replaced with its ``resourceVersion``; a concurrent writer make
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from gpupilot_common import atomicfile
 from rightsizer.clients.kube import ConflictError, Kube
 from rightsizer.errors import RightsizerError
 
@@ -134,16 +133,7 @@ class FileLedger:
     def save(self, entries: Entries) -> None:
         """Atomically: a temporary file in the same directory, fsynced, renamed over the ledger."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(_text(entries))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomicfile.write_text(self.path, _text(entries))
 
 
 class ConfigMapLedger:

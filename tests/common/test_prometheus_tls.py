@@ -134,7 +134,7 @@ def test_wrong_password_is_401_named(tls_prom: TlsProm, tmp_path: Path) -> None:
     wrong.write_text("not-the-password")
     adapter = AdapterClient(tls_prom.url, timeout=5, auth=full(tls_prom, password_file=wrong))
     try:
-        with pytest.raises(AdapterDenied, match="answered HTTP 401 to the query") as err:
+        with pytest.raises(AdapterDenied, match="answered HTTP 401 for /api/v1/query") as err:
             adapter.query("vector(1)")
     finally:
         adapter.close()

@@ -97,14 +97,16 @@ def test_report_renders_every_service() -> None:
 
 @pytest.fixture(scope="session")
 def archives() -> dict[str, Path]:
-    """The images `make images` wrote to dist/images, built now when they are missing."""
+    """The images `make images` wrote to dist/images. Building them takes minutes of CPU, so the test
+    suite never builds them itself: `make images` (run by CI after `make test`) builds each one and
+    starts it with the same checks; this re-checks archives already built."""
     from devkit import images  # noqa: PLC0415
 
-    if shutil.which("buildah") is None or shutil.which("mmdebstrap") is None:
-        pytest.skip("buildah and mmdebstrap are not installed (make image-tools); CI runs make images")
+    if shutil.which("buildah") is None:
+        pytest.skip("buildah is not installed (make image-tools); CI runs make images")
     found = {s: images.OUT / f"gpupilot-{s}.oci.tar" for s in images.SERVICES}
     if not all(p.is_file() for p in found.values()):
-        assert images.main([]) == 0, "make images failed (its output above names the step)"
+        pytest.skip("no archives in dist/images yet: run make images (CI does, with the same checks)")
     return found
 
 

@@ -48,6 +48,7 @@ def test_names_are_matched_whole_in_a_blocks_index(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # the demo's whole default history: 2-5 minutes of CPU on 2 cores
 def test_default_demo_history_backfills_every_rule(tmp_path: Path) -> None:
     """The demo's default settings (14 days at a 120 s step, rules every 300 s over the last 7 days):
     every recording rule the plan and report read has samples over the rules' window."""

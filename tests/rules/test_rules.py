@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -168,3 +169,35 @@ def test_seed_replay_shows_each_fault() -> None:
     }
     seed_rules = yaml.safe_load((REPO / "rules" / "tests" / "seed" / "gpu-alerts.yaml").read_text())
     assert len(seed_rules["groups"][0]["rules"]) == 6
+
+
+_WINDOW = re.compile(r"(gpupilot:[a-z_:0-9]+)(\{[^}]*\})?\[(\d+)([hdw])\]")
+"""A recording rule's series read over a window of hours or more."""
+
+
+def _coverage_guards(expr: str) -> set[tuple[str, str]]:
+    """(series, offset) pairs an expression requires to exist in the past: ``series offset W``
+    outside any range selector."""
+    return set(re.findall(r"(gpupilot:[a-z_:0-9]+)(?:\{[^}]*\})?\s+offset\s+(\d+[hdw])", expr))
+
+
+@pytest.mark.parametrize("alert", ALERTS, ids=[a["alert"] for a in ALERTS])
+def test_an_alert_over_a_window_of_a_rule_requires_the_rule_to_cover_it(alert: dict[str, Any]) -> None:
+    """A recording rule installed today over old raw history has minutes of samples: an alert that
+    reads it over 24 h (or 7 d) must also require the rule's series to reach that far back."""
+    expr = alert["expr"]
+    for series, _matchers, n, unit in _WINDOW.findall(expr):
+        assert (series, f"{n}{unit}") in _coverage_guards(expr), (
+            f"{alert['alert']} reads {series} over {n}{unit} without requiring it to exist {n}{unit} ago"
+        )
+        page = (RUNBOOKS / f"{alert['alert'].lower()}.md").read_text()
+        assert "history" in page.lower() and "recording rule" in page.lower(), (
+            f"{alert['alert']}: the runbook does not say the alert waits for the rule's history"
+        )
+
+
+def test_the_window_check_sees_an_unguarded_alert() -> None:
+    unguarded = 'max_over_time(gpupilot:slice_activity:avg5m{pod!=""}[24h]) < 0.05'
+    assert _WINDOW.findall(unguarded) and not _coverage_guards(unguarded)
+    guarded = unguarded + ' and on (pod) gpupilot:slice_activity:avg5m{pod!=""} offset 24h'
+    assert _coverage_guards(guarded) == {("gpupilot:slice_activity:avg5m", "24h")}

@@ -68,9 +68,21 @@ def _alert_expr(name: str) -> str:
     return next(a["expr"] for a in ALERTS if a["alert"] == name)
 
 
-def test_idle_notebook_slice_is_flagged_over_real_history(metrics_history: Any) -> None:
+def _without_coverage_clause(expr: str) -> str:
+    """MIGSliceIdle24h without its last clause (the rule's series must exist 24 h ago)."""
+    head, _, last = expr.strip().rpartition("and on (Hostname, UUID, GPU_I_ID, namespace, pod)")
+    assert "offset 24h" in last and "gpupilot:slice_activity:avg5m" in last
+    return head
+
+
+def test_a_fresh_rule_over_old_raw_history_does_not_call_a_slice_idle_for_24h(metrics_history: Any) -> None:
+    """The fixture's rules run live from its start over a week of backfilled raw series: their
+    series hold minutes, not a day. The idle notebook slice is what the alert looks for, yet it
+    must stay silent until the rule's own series covers 24 h."""
     at = time.time()
-    idle = _query(metrics_history.url, _alert_expr("MIGSliceIdle24h"), at)
+    expr = _alert_expr("MIGSliceIdle24h")
+    assert _query(metrics_history.url, expr, at) == []
+    idle = _query(metrics_history.url, _without_coverage_clause(expr), at)
     assert [
         (r["metric"]["Hostname"], r["metric"]["GPU_I_PROFILE"], r["metric"]["pod"][:9]) for r in idle
     ] == [("sim-h100-b", "1g.10gb", "notebook-")]

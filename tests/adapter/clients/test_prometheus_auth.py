@@ -148,13 +148,13 @@ def test_explain_hpa_through_basic_auth_and_prefix(
         (
             "team-gpu",
             "wrong-password-xyz",
-            "answered HTTP 401 to the query: invalid username or password; not authenticated: check --prometheus-username/--prometheus-password-file",
+            "answered HTTP 401 for /api/v1/query (invalid username or password); not authenticated: check --prometheus-username/--prometheus-password-file",
         ),
-        ("", PASSWORD, "answered HTTP 401 to the query: no org id; not authenticated"),
+        ("", PASSWORD, "answered HTTP 401 for /api/v1/query (no org id); not authenticated"),
         (
             "team-other",
             PASSWORD,
-            "answered HTTP 403 to the query: tenant team-other is not allowed for these credentials; forbidden: the credentials are valid but may not read this tenant or path; check --prometheus-tenant",
+            "answered HTTP 403 for /api/v1/query (tenant team-other is not allowed for these credentials); forbidden: the credentials are valid but may not read this tenant or path; check --prometheus-tenant",
         ),
     ],
 )
@@ -283,6 +283,6 @@ def test_replay_hpa_through_the_gateway_and_refused(
         code = main([*argv, "--prometheus-tenant", "team-other"])
         out2, err2 = capsys.readouterr()
     assert code == 1 and out2 == ""
-    assert err2.count("\n") == 1 and "answered HTTP 403 to the query" in err2, err2
+    assert err2.count("\n") == 1 and "answered HTTP 403 for /api/v1/query" in err2, err2
     assert len(proxy.seen) == seen + 1
     no_secret_in(out, err, out2, err2, secrets=TOKENS)

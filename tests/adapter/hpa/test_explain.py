@@ -104,7 +104,10 @@ def test_prometheus_down_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     code = main(["explain-hpa", "-f", str(SEED_HPA), "--prometheus-url", "http://127.0.0.1:9"])
     err = capsys.readouterr().err.strip()
     assert code == 1
-    assert err.startswith("gpupilot-adapter explain-hpa: Prometheus at http://127.0.0.1:9 unreachable")
+    assert err == (
+        "gpupilot-adapter explain-hpa: cannot reach Prometheus at http://127.0.0.1:9: connection refused; "
+        "is it running? check --prometheus-url"
+    )
 
 
 def test_object_and_external_metrics(

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import Gauge
 
 from adapter.config.settings import ServeSettings
-from adapter.errors import PrometheusUnavailable
+from adapter.errors import PrometheusUnavailable, UpstreamUnavailable
 from adapter.provider.refresh import RefreshingCache
 from adapter.serving.app import Adapter
 from tests.adapter.conftest import Client, PromEnv, base_settings
@@ -106,6 +106,35 @@ def test_failed_refresh_serves_the_last_value_until_max_age_then_the_error() -> 
     clock.now += 25
     with pytest.raises(PrometheusUnavailable, match=r"Connection refused \(the last good value is 40s old\)"):
         c.get("k", load, wait=1)
+
+
+def test_a_refresh_that_hangs_past_max_age_says_so() -> None:
+    """A refresh still running when the value passes --max-value-age: the error names the refresh
+    and the age, not a first evaluation."""
+    clock, gate = Clock(), threading.Event()
+    state = {"hang": False}
+
+    def load() -> int:
+        if state["hang"]:
+            gate.wait(5)
+        return 5
+
+    c = cache(clock, max_age=30.0)
+    assert c.get("k", load, wait=1).value == 5
+    state["hang"] = True
+    clock.now += 10
+    assert c.refresh_due() == 1  # starts, and hangs
+    clock.now += 25
+    try:
+        with pytest.raises(UpstreamUnavailable) as err:
+            c.get("k", load, wait=0.05)
+        assert str(err.value) == (
+            "refresh running longer than --max-value-age (30s): the last good value is 35s old and "
+            "not served; Prometheus answers slowly"
+        )
+    finally:
+        gate.set()
+        drain(c)
 
 
 def test_keys_nobody_asks_for_are_dropped() -> None:

@@ -208,13 +208,13 @@ def test_victoriametrics_series_limit_refuses_whole_fleet_queries_not_cut_ones(
         capsys.readouterr()
         assert main(["plan", *url, *common, "--out", str(tmp_path / "refused.json")]) == 1
         err = capsys.readouterr().err
-        assert "rejected a query" in err and "Traceback" not in err
+        assert "refused the query" in err and "Traceback" not in err
         cut = ["--max-query-series", str(limit // 2)]
         assert main(["plan", *url, *common, *cut, "--out", str(tmp_path / "cut.json")]) == 0
         assert _plan(tmp_path / "cut.json") == _plan(tmp_path / "whole.json")
         report = ["report", *url, *common, "--plan", str(tmp_path / "cut.json")]
         assert main([*report, "--out", str(tmp_path / "refused-report")]) == 1
-        assert "rejected a query" in capsys.readouterr().err
+        assert "refused the query" in capsys.readouterr().err
         assert main([*report, *cut, "--out", str(tmp_path / "report")]) == 0
         # the heatmap of a large fleet keeps its least active nodes, read per node group
         with PrometheusClient(vm.url) as client:

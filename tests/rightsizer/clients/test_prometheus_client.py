@@ -4,10 +4,13 @@ would (the real Prometheus cases are in test_analysis.py)."""
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Iterator, Mapping
 
 import pytest
 
+from gpupilot_common import promanswer
 from gpupilot_common.httpserve import HTTPServer, Reply
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusQueryError, PrometheusUnavailable
 
@@ -49,23 +52,96 @@ def test_execution_error_is_a_query_error(fake: tuple[Answers, str]) -> None:
     )
     with PrometheusClient(url) as client, pytest.raises(PrometheusQueryError) as err:
         client.range("up", 0, 3600, 60)
-    assert (
-        str(err.value)
-        == f"Prometheus at {url} rejected a query: query processing would load too many samples"
+    assert str(err.value) == (
+        f"Prometheus at {url} refused the query (execution: query processing would load too many samples)"
     )
 
 
 @pytest.mark.parametrize(
-    ("status", "body"), [(200, b"<html>Grafana</html>"), (404, b"404 page not found"), (200, b'{"data": 1}')]
+    ("status", "body", "says"),
+    [
+        (200, b"<html>Grafana</html>", "answered '<html>Grafana</h'…,"),
+        (404, b"404 page not found", "answered HTTP 404,"),
+        (200, b'{"data": 1}', "answered HTTP 200,"),
+    ],
 )
-def test_not_the_prometheus_api_is_one_line(fake: tuple[Answers, str], status: int, body: bytes) -> None:
+def test_not_the_prometheus_api_is_one_line(
+    fake: tuple[Answers, str], status: int, body: bytes, says: str
+) -> None:
     answers, url = fake
     answers.reply = Reply(status, body)
     with PrometheusClient(url) as client, pytest.raises(PrometheusQueryError) as err:
         client.instant("up")
     message = str(err.value)
     assert "\n" not in message
-    assert (
-        message
-        == f"{url}/api/v1/query answered HTTP {status} without a Prometheus API body; is the URL right?"
+    assert message == f"{url}/api/v1/query {says} not a Prometheus API body; is the URL right?"
+
+
+def test_an_error_status_in_a_200_answer_keeps_prometheus_own_text(fake: tuple[Answers, str]) -> None:
+    answers, url = fake
+    answers.reply = Reply(
+        200, b'{"status":"error","errorType":"bad_data","error":"invalid parameter \\"query\\""}'
     )
+    with PrometheusClient(url) as client, pytest.raises(PrometheusQueryError) as err:
+        client.instant("up{")
+    assert str(err.value) == f'Prometheus at {url} refused the query (bad_data: invalid parameter "query")'
+
+
+def test_non_finite_values_are_left_out(fake: tuple[Answers, str]) -> None:
+    """NaN, +Inf and -Inf (a ratio over zero) mean no statistic; plan used to end in an
+    OverflowError decoding an infinite peak hour."""
+    answers, url = fake
+    result = [
+        {"metric": {"pod": p}, "value": [1700000000, v]}
+        for p, v in (("a", "NaN"), ("b", "+Inf"), ("c", "-Inf"), ("d", "0.25"))
+    ]
+    answers.reply = Reply(
+        200, json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+    )
+    with PrometheusClient(url) as client:
+        assert [(s.labels["pod"], s.value) for s in client.instant("x")] == [("d", 0.25)]
+
+
+def test_truncated_answer_is_called_truncated(fake: tuple[Answers, str]) -> None:
+    answers, url = fake
+    answers.reply = Reply(200, b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{}')
+    with PrometheusClient(url) as client, pytest.raises(PrometheusQueryError) as err:
+        client.instant("x")
+    assert str(err.value) == f"{url}/api/v1/query: answer is not valid JSON (truncated after 72 bytes)"
+
+
+def test_an_answer_over_the_series_limit_names_the_query_and_the_flag(fake: tuple[Answers, str]) -> None:
+    answers, url = fake
+    result = [{"metric": {"pod": f"p{i}"}, "value": [1, "1"]} for i in range(50)]
+    answers.reply = Reply(
+        200,
+        json.dumps(
+            {"status": "success", "data": {"resultType": "vector", "result": result}}, separators=(",", ":")
+        ).encode(),
+    )
+    limits = promanswer.AnswerLimits(max_series=10, max_bytes=1 << 20)
+    with PrometheusClient(url, limits=limits) as client, pytest.raises(PrometheusQueryError) as err:
+        client.range("gpupilot:slice_activity:avg5m", 0, 3600, 60)
+    assert str(err.value) == (
+        f"Prometheus at {url}: the answer to 'gpupilot:slice_activity:avg5m' holds more than 10 series "
+        "(--max-answer-series); narrow the query or raise the limit"
+    )
+
+
+def test_refused_and_timed_out_are_told_apart() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with PrometheusClient(f"http://127.0.0.1:{port}") as client, pytest.raises(PrometheusUnavailable) as err:
+        client.instant("up")
+    assert str(err.value) == (
+        f"cannot reach Prometheus at http://127.0.0.1:{port}: connection refused; is it running? "
+        "check --prometheus-url"
+    )
+    with socket.socket() as silent:  # accepts (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with PrometheusClient(url, timeout=0.3) as client, pytest.raises(PrometheusUnavailable) as err:
+            client.instant("up")
+    assert str(err.value) == f"Prometheus at {url}: no complete answer, timed out after 0.3 s (--timeout)"

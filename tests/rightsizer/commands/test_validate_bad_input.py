@@ -34,11 +34,12 @@ def test_config_map_whose_metadata_is_a_string(tmp_path: Path, capsys: pytest.Ca
         "apiVersion: v1\nkind: ConfigMap\nmetadata: just-a-string\ndata:\n  config.yaml: |\n"
         "    version: v1\n    mig-configs:\n      disabled:\n        - devices: all\n          mig-enabled: false\n"
     )
-    code, out, _ = run(tmp_path, text, capsys)
-    assert code == 0 and out.splitlines()[2].split()[:2] == [
-        "disabled",
-        "any",
-    ]  # after the header and its rule
+    code, out, err = run(tmp_path, text, capsys)
+    assert code == 1 and out == ""
+    assert err == (
+        f"error: {tmp_path / 'in.yaml'}:3: ConfigMap metadata must be a mapping (name, namespace, labels), "
+        "got str; fix the manifest\n"
+    )
 
 
 def test_time_slicing_config_map_whose_metadata_is_a_list(
@@ -48,8 +49,12 @@ def test_time_slicing_config_map_whose_metadata_is_a_list(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: [a, b]\ndata:\n  any: |\n    version: v1\n"
         "    sharing:\n      timeSlicing:\n        resources:\n          - name: nvidia.com/gpu\n            replicas: 4\n"
     )
-    code, out, _ = run(tmp_path, text, capsys)
-    assert code == 0 and "1 time-slicing config(s)" in out
+    code, out, err = run(tmp_path, text, capsys)
+    assert code == 1 and out == ""
+    assert err.endswith(
+        ":3: ConfigMap metadata must be a mapping (name, namespace, labels), got list; fix the manifest\n"
+    )
+    assert len(err.splitlines()) == 1
 
 
 def test_deeply_nested_yaml_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

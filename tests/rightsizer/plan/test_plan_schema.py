@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from gpupilot_common import atomicfile
 from rightsizer.plan import model as planmod
 from rightsizer.plan.model import (
     DisruptedPod,
@@ -152,3 +155,21 @@ def test_errors_name_the_line_of_the_field(tmp_path: Path, mutate, needle: str, 
 def test_missing_file_is_plan_error(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="cannot read the plan"):
         planmod.load_plan(tmp_path / "nope.json")
+
+
+def test_a_failed_write_keeps_the_previous_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan --out and serve's state_dir/plan.json: a full disk mid-write leaves the good plan."""
+    path = tmp_path / "plan.json"
+    planmod.dump_plan(sample_plan(), path)
+    before = path.read_bytes()
+
+    def full(*_a: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomicfile.os, "write", full)
+    with pytest.raises(
+        atomicfile.WriteFailed, match="No space left on device; the previous one is left intact"
+    ):
+        planmod.dump_plan(sample_plan(), path)
+    assert path.read_bytes() == before and planmod.load_plan(path) == sample_plan()
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]

@@ -4,7 +4,9 @@ appear in the HTML and Markdown, alerts from ALERTS are listed; plus its command
 from __future__ import annotations
 
 import csv
+import errno
 import io
+import os
 import re
 import time
 from dataclasses import replace
@@ -12,6 +14,7 @@ from dataclasses import replace
 import pytest
 from PIL import Image
 
+from gpupilot_common import atomicfile
 from gpupilot_common.text import plural
 from rightsizer.cli import main
 from rightsizer.clients.prometheus import PrometheusClient
@@ -308,6 +311,36 @@ def test_trend_of_any_window_lines_up_and_time_before_the_history_is_missing(pro
     late = [v for t, v in zip(before.times, before.idle, strict=True) if t > prometheus_history.start + 600]
     assert early and all(v is None for v in early)
     assert late and all(v is not None for v in late)
+
+
+def test_a_failed_write_leaves_the_previous_report_whole(tmp_path, monkeypatch):
+    """A full disk while writing this week's report: last week's pages and charts stay as they
+    were, with no new chart beside them, and the error says so in one line."""
+    out = tmp_path / "report"
+    write_report(build_report(report_data(price=None, alerts=False)), out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert "alerts.png" not in before
+
+    def full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomicfile.os, "fsync", full)
+    with pytest.raises(atomicfile.WriteFailed) as err:
+        write_report(build_report(report_data(price=2.5)), out)
+    assert str(err.value) == f"cannot write {out}: No space left on device; the previous one is left intact"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["report"]
+    monkeypatch.undo()
+    written = write_report(build_report(report_data(price=2.5)), out)
+    assert (out / "alerts.png").exists() and "1,260" in written.html.read_text()
+
+
+def test_a_plan_beside_the_report_is_kept_when_the_report_is_replaced(tmp_path):
+    (tmp_path / "plan.json").write_text("{}")
+    (tmp_path / "old-chart.png").write_bytes(b"last week")
+    write_report(build_report(report_data(price=None, alerts=False)), tmp_path)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert "plan.json" in names and "old-chart.png" not in names and "report.html" in names
 
 
 def test_one_change_reads_in_the_singular(tmp_path):
