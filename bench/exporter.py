@@ -401,8 +401,13 @@ def table(
             growth < 1.0,
         ),
     ]
-    header = ("measure", "goal", "gpupilot", "baseline", "ratio", "met")
-    cells = [header] + [(*r[:5], "—" if r[5] is None else ("yes" if r[5] else "NO")) for r in rows]
+    return markdown_table(("measure", "goal", "gpupilot", "baseline", "ratio", "met"), rows)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table with padded columns; each row's last cell says whether the goal was met
+    (True, False, or None where there is no goal)."""
+    cells = [tuple(header)] + [(*r[:-1], "—" if r[-1] is None else ("yes" if r[-1] else "NO")) for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     lines = ["| " + " | ".join(c[i].ljust(widths[i]) for i in range(len(header))) + " |" for c in cells]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 
-from bench.exporter import load_test, process_cpu_s
+from bench.exporter import load_test, markdown_table, process_cpu_s
 
 HERE = Path(__file__).resolve().parent
 GPUS, PODS_PER_GPU, PROCESSES = 8, 8, 100
@@ -206,12 +206,7 @@ def table(cpu: dict[str, float], with_: dict[str, float], without: dict[str, flo
             None,
         ),
     ]
-    header = ("measure", "goal", "with per-pod figures", "today's exporter", "met")
-    cells = [header] + [(*r[:4], "—" if r[4] is None else ("yes" if r[4] else "NO")) for r in rows]
-    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
-    lines = ["| " + " | ".join(c[i].ljust(widths[i]) for i in range(len(header))) + " |" for c in cells]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
+    return markdown_table(("measure", "goal", "with per-pod figures", "today's exporter", "met"), rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

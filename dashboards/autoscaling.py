@@ -68,7 +68,7 @@ def dashboard() -> Dashboard:
                 ),
             ),
             "short",
-            description="The seed's second HPA metric, an application series served per pod.",
+            description="An application series served per pod, the second metric of the example HPA.",
         ),
         Panel(
             "GPU memory used per pod",

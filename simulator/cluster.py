@@ -26,7 +26,7 @@ _PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 CPU_REQUEST_CORES = 4.0
 MEMORY_REQUEST_BYTES = 32.0 * 2**30
-"""Every simulated pod's container requests what the seed's inference Deployment does (cpu 4, 32Gi)."""
+"""Every simulated pod's container requests what examples/hpa-llm-inference.yaml's Deployment does (cpu 4, 32Gi)."""
 CPU_IDLE_CORES, CPU_BUSY_CORES = 0.5, 3.5
 """CPU model: 0.5 cores idle plus 3.5 × GPU utilisation (a server feeding its GPU)."""
 HOST_MEMORY_BASE_BYTES = 6.0 * 2**30
@@ -127,6 +127,20 @@ def _nodes(scenario: Scenario, out: list[Series]) -> None:
             )
 
 
+def _phase_series(base: LabelPairs, current: str) -> list[Series]:
+    """kube-state-metrics' ``kube_pod_status_phase``: one series per phase, 1 for ``current``."""
+    return [
+        Series(
+            "kube_pod_status_phase",
+            "gauge",
+            "The pods current phase.",
+            (*base, ("phase", phase)),
+            1.0 if phase == current else 0.0,
+        )
+        for phase in _PHASES
+    ]
+
+
 def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
     uid = identity.pod_uid(scenario.seed, pod.namespace, pod.name)
     base: LabelPairs = (("namespace", pod.namespace), ("pod", pod.name), ("uid", uid))
@@ -146,16 +160,7 @@ def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
     )
     owner = (*base, ("owner_kind", owner_kind), ("owner_name", owner_name), ("owner_is_controller", "true"))
     out.append(Series("kube_pod_owner", "gauge", "Information about the Pod's owner.", owner, 1.0))
-    for phase in _PHASES:
-        out.append(
-            Series(
-                "kube_pod_status_phase",
-                "gauge",
-                "The pods current phase.",
-                (*base, ("phase", phase)),
-                1.0 if phase == "Running" else 0.0,
-            )
-        )
+    out.extend(_phase_series(base, "Running"))
     out.append(
         Series(
             "kube_pod_container_info",
@@ -193,16 +198,7 @@ def _pending(scenario: Scenario, pod: PendingPod, out: list[Series]) -> None:
             1.0,
         )
     )
-    for phase in _PHASES:
-        out.append(
-            Series(
-                "kube_pod_status_phase",
-                "gauge",
-                "The pods current phase.",
-                (*base, ("phase", phase)),
-                1.0 if phase == "Pending" else 0.0,
-            )
-        )
+    out.extend(_phase_series(base, "Pending"))
     out.append(
         Series(
             "kube_pod_container_resource_requests",

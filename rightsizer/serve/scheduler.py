@@ -260,8 +260,9 @@ class Service(Collector):
         now = self.clock().astimezone(self.config.timezone)
         if (waiting := self.failures.backing_off("auto_apply", now.timestamp())) is not None:
             return self._skip(f"backing off after {waiting.count} failure(s) in a row: {waiting.message}")
-        plan = self.state.plan
-        if (refusal := self._refusal(now, guard)) is not None or plan is None:
+        with self._lock:  # the plan job may replace the plan meanwhile: check and apply the same one
+            plan, made = self.state.plan, self.state.plan_made_at
+        if (refusal := self._refusal(now, guard, plan, made)) is not None or plan is None:
             return self._skip(refusal or "no plan yet")
         try:
             entries = self.ledger.load()
@@ -353,12 +354,11 @@ class Service(Collector):
         except RightsizerError as exc:
             log.warning("could not update the auto-apply ledger: %s", exc)
 
-    def _refusal(self, now: datetime, guard: AutoApply) -> str | None:
-        """Why the guard refuses to apply the current plan now (None: it may)."""
+    def _refusal(self, now: datetime, guard: AutoApply, plan: Plan | None, made: float) -> str | None:
+        """Why the guard refuses to apply ``plan`` (made at ``made``) now (None: it may)."""
         assert guard.window is not None
         if not in_window(now, guard.window):
             return "outside the maintenance window"
-        plan, made = self.state.plan, self.state.plan_made_at
         if plan is None:
             return "no plan yet"
         if now.timestamp() - made > guard.max_plan_age_s:

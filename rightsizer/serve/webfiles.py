@@ -16,6 +16,7 @@ read. Content types come from a fixed table by suffix.
 from __future__ import annotations
 
 import html
+import os
 import re
 import stat
 from dataclasses import dataclass
@@ -111,19 +112,24 @@ class ReportFiles:
         return self._file(folder / name, missing=f"not found: {name}")
 
     def _file(self, path: Path, *, missing: str) -> Reply:
+        # One open that follows no symbolic link and never waits (a FIFO put in the file's place),
+        # then checks on what was opened: nothing can be swapped in between a check and the read.
         try:
-            info = path.lstat()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return _text(404, missing)
-        if not stat.S_ISREG(info.st_mode):  # a symbolic link, a folder, a device: never followed
-            return _text(404, missing)
-        if info.st_size > self.max_bytes:
-            return _text(500, f"{path.name} is larger than {self.max_bytes} bytes; read it from the volume")
-        try:
-            with path.open("rb") as f:  # it may have grown since lstat
-                body = f.read(self.max_bytes + 1)
-        except OSError as exc:
-            return _text(500, f"cannot read {path.name}: {exc.strerror or exc}")
+        with os.fdopen(fd, "rb") as f:
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):  # a folder, a device, a FIFO: never read
+                    return _text(404, missing)
+                if info.st_size > self.max_bytes:
+                    return _text(
+                        500, f"{path.name} is larger than {self.max_bytes} bytes; read it from the volume"
+                    )
+                body = f.read(self.max_bytes + 1)  # it may have grown since fstat
+            except OSError as exc:
+                return _text(500, f"cannot read {path.name}: {exc.strerror or exc}")
         if len(body) > self.max_bytes:
             return _text(500, f"{path.name} is larger than {self.max_bytes} bytes; read it from the volume")
         return Reply(200, body, CONTENT_TYPES.get(path.suffix, "application/octet-stream"))

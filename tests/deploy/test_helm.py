@@ -456,3 +456,27 @@ def test_dra_resourceslice_access_is_list_watch_and_switches_off() -> None:
         "args"
     ]
     assert "--kubernetes-enable-dra" in on_args
+
+
+def _ingress_to(objs: tuple[dict[str, Any], ...], policy: str, port: str) -> list[dict[str, Any]]:
+    (netpol,) = (o for o in objs if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == policy)
+    return [rule for rule in netpol["spec"]["ingress"] if any(p["port"] == port for p in rule["ports"])]
+
+
+def test_the_keda_scaler_port_is_open_to_kedas_namespace_only() -> None:
+    """The scaler answers any namespace's external metrics without authorisation: its port is let in
+    from KEDA's namespace alone (networkPolicy.kedaNamespace), never from any source as https is."""
+    for sets, namespace in (
+        ((), "keda"),
+        (("networkPolicy.kedaNamespace=keda-system",), "keda-system"),
+    ):
+        objs = template("defaults", "adapter.externalScaler.enabled=true", *sets)
+        (rule,) = _ingress_to(objs, "gpupilot-adapter", "keda")
+        assert rule["from"] == [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+        ]
+        assert [p["port"] for p in rule["ports"]] == ["keda"]
+    (https,) = _ingress_to(
+        template("defaults", "adapter.externalScaler.enabled=true"), "gpupilot-adapter", "https"
+    )
+    assert "from" not in https  # the aggregation layer calls from the control plane's host network

@@ -37,7 +37,8 @@ class Trigger(NamedTuple):
     and to zero on this); finite, default 0."""
 
 
-def _shown(text: str) -> str:
+def shown(text: str) -> str:
+    """``text`` quoted for a message, cut at 64 characters (a client may send any length)."""
     return repr(text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "…")
 
 
@@ -52,11 +53,11 @@ def _number(metadata: Mapping[str, str], field: str, *, default: float | None, p
     try:
         value = float(text)
     except ValueError:
-        raise BadRequest(f"scalerMetadata.{field} {_shown(text)}: not a number") from None
+        raise BadRequest(f"scalerMetadata.{field} {shown(text)}: not a number") from None
     if not math.isfinite(value):
-        raise BadRequest(f"scalerMetadata.{field} {_shown(text)}: must be a finite number")
+        raise BadRequest(f"scalerMetadata.{field} {shown(text)}: must be a finite number")
     if positive and value <= 0:
-        raise BadRequest(f"scalerMetadata.{field} {_shown(text)}: must be greater than 0")
+        raise BadRequest(f"scalerMetadata.{field} {shown(text)}: must be greater than 0")
     return value
 
 

@@ -43,7 +43,7 @@ class Scaler:
             self._values.external_rule(trigger.metric)
         except NotFound:
             raise BadRequest(
-                f"scalerMetadata.metric {trigger.metric!r}: not an external metric of the adapter's "
+                f"scalerMetadata.metric {metadata.shown(trigger.metric)}: not an external metric of the adapter's "
                 "config; use a name from its 'external:' section"
             ) from None
         return trigger

@@ -118,7 +118,15 @@ def test_bookmarks_keep_a_quiet_watch_resumable(watcher_of) -> None:
             lambda: now in kube.api.bookmarks_sent, timeout=5, what="a bookmark at the latest version"
         )
         kube.compact(up_to=now)  # everything before the bookmark is gone
-        time.sleep(1.5)  # the watch times out and resumes from the bookmark's version
+        seen = len(kube.api.request_log)
+        kube.wait_for(  # the watch times out (1 s) and resumes from the bookmark's version
+            lambda: any(
+                "watch=" in path and f"resourceVersion={now}" in path
+                for _, path in kube.api.request_log[seen:]
+            ),
+            timeout=10,
+            what="a watch resumed from the bookmark's version",
+        )
         assert w.resets == 1 and lists(kube) == 1
         kube.add_pod("b", node="n")
         kube.wait_for(lambda: "b" in w.pods, timeout=5)

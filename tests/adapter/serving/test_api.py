@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-import time
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
@@ -308,10 +307,12 @@ def test_too_many_requests_in_flight_is_429(
     adapter = start_adapter(settings)
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     gate = threading.Event()
+    entered = threading.Semaphore(0)
     real = adapter.app.api.answer
 
     def slow(path: str, query: Mapping[str, str]) -> Any:
         nowait.check()  # an answer that needs a worker thread (a first evaluation, say)
+        entered.release()
         gate.wait(10)
         return real(path, query)
 
@@ -319,7 +320,7 @@ def test_too_many_requests_in_flight_is_429(
     path = f"{V2}/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL"
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         held = [pool.submit(client.as_hpa, path, LLM) for _ in range(2)]  # two slow requests hold both slots
-        time.sleep(0.5)
+        assert entered.acquire(timeout=10) and entered.acquire(timeout=10)
         r = client.as_hpa(path, LLM)
         assert r.status_code == 429
         assert r.json()["reason"] == "TooManyRequests"

@@ -144,6 +144,10 @@ def test_empty_stale_and_unknown_are_errors_never_zero(stub: pb_grpc.ExternalSca
     [
         ({"targetValue": "1"}, "scalerMetadata.metric is required"),
         ({"metric": "nope", "targetValue": "1"}, "scalerMetadata.metric 'nope': not an external metric"),
+        (  # a client's text is cut in the answer, whatever its length
+            {"metric": "m" * 5000, "targetValue": "1"},
+            "scalerMetadata.metric '" + "m" * 64 + "…': not an external metric",
+        ),
         ({"metric": "gpu_utilization_sum"}, "scalerMetadata.targetValue is required"),
         (
             {"metric": "gpu_utilization_sum", "targetValue": "0"},

@@ -5,7 +5,9 @@ folders (traversal, hidden files, symbolic links, oversized files all refused)."
 from __future__ import annotations
 
 import json
+import os
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,33 @@ def test_oversized_files_are_refused_unread(tmp_path: Path):
     assert reply.status == 500 and b"larger than 1024 bytes" in reply.body
     (day / "report.html").write_bytes(b"x" * 1024)
     assert files.answer("/report/").status == 200
+
+
+def test_a_file_swapped_for_a_link_after_a_check_is_not_followed(tmp_path: Path):
+    """The file is opened without following links and checked on what was opened: a plan.json
+    replaced by a symbolic link between a check of the path and its opening is never read."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the web")
+
+    class SwappedOnCheck(type(Path())):
+        def lstat(self):
+            info = super().lstat()
+            self.unlink()
+            self.symlink_to(secret)
+            return info
+
+    plan = SwappedOnCheck(tmp_path / "plan.json")
+    plan.write_text('{"plan_id": "p-1"}')
+    reply = ReportFiles(reports_dir=tmp_path / "reports", plan_path=plan).answer("/plan.json")
+    assert b"not for the web" not in reply.body
+    assert reply.status == 200 and b"p-1" in reply.body
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path):
+    os.mkfifo(tmp_path / "plan.json")
+    files = ReportFiles(reports_dir=tmp_path / "reports", plan_path=tmp_path / "plan.json")
+    result: list[int] = []
+    reader = threading.Thread(target=lambda: result.append(files.answer("/plan.json").status), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert result == [404]
