@@ -8,7 +8,7 @@ import json
 import os
 import socket
 import threading
-from pathlib import Path
+from pathlib import Path, PosixPath
 
 import pytest
 
@@ -133,7 +133,7 @@ def test_a_file_swapped_for_a_link_after_a_check_is_not_followed(tmp_path: Path)
     secret = tmp_path / "secret.txt"
     secret.write_text("not for the web")
 
-    class SwappedOnCheck(type(Path())):
+    class SwappedOnCheck(PosixPath):
         def lstat(self):
             info = super().lstat()
             self.unlink()
