@@ -40,6 +40,10 @@ def default_identity() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
+RENEW_CONFLICT_RETRIES = 5
+"""Conflicts answered by a re-read within one renewal before waiting for the next one."""
+
+
 class ApplyLease:
     def __init__(
         self,
@@ -157,24 +161,33 @@ class ApplyLease:
 
     # -- renewing --------------------------------------------------------------------------------
     def renew(self) -> bool:
-        """One renewal; False when the Lease is no longer ours (``lost`` is then set)."""
-        current = self._current
-        if current is None:
-            return False
-        spec = {**lease_spec(current), "renewTime": micro(self.wall())}
-        started = time.monotonic()
-        try:
-            self._current = self.kube.replace_lease({**current, "spec": spec})
-            self._renewed_at = started
-            return True
-        except ConflictError:
-            fresh = self.kube.get_lease(self.namespace, self.name)
-            if fresh is not None and lease_spec(fresh).get("holderIdentity") == self.identity:
+        """One renewal; False when the Lease is no longer ours (``lost`` is then set). A 409 (the
+        object changed meanwhile) is answered by re-reading it and trying again, at most
+        :data:`RENEW_CONFLICT_RETRIES` times: a server answering 409 forever cannot hold the thread."""
+        for _ in range(RENEW_CONFLICT_RETRIES + 1):
+            current = self._current
+            if current is None:
+                return False
+            spec = {**lease_spec(current), "renewTime": micro(self.wall())}
+            started = time.monotonic()
+            try:
+                self._current = self.kube.replace_lease({**current, "spec": spec})
+                self._renewed_at = started
+                return True
+            except ConflictError:
+                fresh = self.kube.get_lease(self.namespace, self.name)
+                if fresh is None or lease_spec(fresh).get("holderIdentity") != self.identity:
+                    log.error("lost Lease %s/%s to another holder", self.namespace, self.name)
+                    self.lost.set()
+                    return False
                 self._current = fresh
-                return self.renew()
-            log.error("lost Lease %s/%s to another holder", self.namespace, self.name)
-            self.lost.set()
-            return False
+        log.warning(
+            "renewing Lease %s/%s: %d conflicts in a row; trying again at the next renewal",
+            self.namespace,
+            self.name,
+            RENEW_CONFLICT_RETRIES + 1,
+        )
+        return True  # still ours as far as we know; expiry (measured by the others) is what matters
 
     def _renew_loop(self) -> None:
         interval = self.duration_s / 3

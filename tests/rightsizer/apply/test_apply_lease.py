@@ -144,3 +144,28 @@ def test_apply_runs_with_nothing_but_the_rightsizer_rbac_of_deploy():
         with pytest.raises(Exception) as err:
             other.create_configmap("default", "x", {"a": "b"})
         assert "HTTP 403" in str(err.value)
+
+
+def test_a_renewal_answered_409_forever_gives_up_after_a_few_rereads():
+    """A server that answers every Lease update with 409 while the Lease still names us: the renewal
+    re-reads and retries a bounded number of times, then waits for the next one (it used to recurse
+    until the interpreter's limit)."""
+    from rightsizer.apply import lease as lease_mod  # noqa: PLC0415
+    from rightsizer.clients.kube import ConflictError  # noqa: PLC0415
+
+    ours = {"metadata": {"name": LEASE_NAME}, "spec": {"holderIdentity": "me", "leaseDurationSeconds": 3}}
+
+    class Conflicting:
+        updates = 0
+
+        def replace_lease(self, body: dict) -> dict:  # type: ignore[type-arg]
+            Conflicting.updates += 1
+            raise ConflictError("409 Conflict")
+
+        def get_lease(self, namespace: str, name: str) -> dict:  # type: ignore[type-arg]
+            return ours
+
+    held = lease_mod.ApplyLease(Conflicting(), "gpu-operator", identity="me", duration_s=3)  # type: ignore[arg-type]
+    held._current = ours
+    assert held.renew() is True and not held.lost.is_set()
+    assert Conflicting.updates == lease_mod.RENEW_CONFLICT_RETRIES + 1
