@@ -18,6 +18,7 @@ The ConfigMap is replaced with its ``resourceVersion``; a concurrent writer make
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
 from datetime import date, timedelta
@@ -28,7 +29,12 @@ from gpupilot_common import atomicfile
 from rightsizer.clients.kube import ConflictError, Kube
 from rightsizer.errors import RightsizerError
 
+log = logging.getLogger(__name__)
+
 DATA_KEY = "ledger.json"
+DAMAGED_KEY = "ledger.json.damaged"
+"""Where a ledger that could not be read is kept (a ConfigMap key, or a file beside the ledger) when
+the next save starts a new one: a damaged ledger is set aside, never silently overwritten."""
 CONFIGMAP = "gpupilot-rightsizer-ledger"
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -125,14 +131,34 @@ class FileLedger:
         self.path = path
 
     def load(self) -> Entries:
+        self._damaged: str | None = None
         try:
-            return Entries.from_json(json.loads(self.path.read_text()))
-        except (OSError, ValueError):
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return Entries()
+        except (OSError, ValueError) as exc:
+            log.error("ledger %s cannot be read (%s); starting a new one", self.path, exc)
+            return Entries()
+        try:
+            return Entries.from_json(json.loads(text))
+        except ValueError as exc:
+            self._damaged = text
+            log.error(
+                "ledger %s is not valid (%s); starting a new one, the damaged file is kept as %s",
+                self.path,
+                str(exc)[:200],
+                self.path.with_name(f"{self.path.name}.damaged"),
+            )
             return Entries()
 
     def save(self, entries: Entries) -> None:
-        """Atomically: a temporary file in the same directory, fsynced, renamed over the ledger."""
+        """Atomically: a temporary file in the same directory, fsynced, renamed over the ledger. A
+        ledger that :meth:`load` could not read is first kept beside it (``<name>.damaged``)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        damaged = getattr(self, "_damaged", None)
+        if damaged is not None:
+            atomicfile.write_text(self.path.with_name(f"{self.path.name}.damaged"), damaged)
+            self._damaged = None
         atomicfile.write_text(self.path, _text(entries))
 
 
@@ -144,15 +170,34 @@ class ConfigMapLedger:
     def load(self) -> Entries:
         cm = self.kube.get_configmap(self.namespace, self.name)
         self._seen = cm
+        self._damaged: str | None = None
         if cm is None:
             return Entries()
+        data = cm.get("data") or {}
+        text = str(data.get(DATA_KEY) or "{}") if isinstance(data, dict) else "{}"
         try:
-            return Entries.from_json(json.loads((cm.get("data") or {}).get(DATA_KEY) or "{}"))
-        except ValueError:
+            return Entries.from_json(json.loads(text))
+        except ValueError as exc:
+            self._damaged = text
+            log.error(
+                "ledger ConfigMap %s/%s: %s is not valid (%s); starting a new one, the damaged text is "
+                "kept under %s",
+                self.namespace,
+                self.name,
+                DATA_KEY,
+                str(exc)[:200],
+                DAMAGED_KEY,
+            )
             return Entries()
 
     def save(self, entries: Entries) -> None:
         data = {DATA_KEY: _text(entries)}
+        damaged = getattr(self, "_damaged", None)
+        kept = ((self._seen or {}).get("data") or {}) if isinstance(self._seen, dict) else {}
+        if damaged is not None:
+            data[DAMAGED_KEY] = damaged
+        elif isinstance(kept, dict) and DAMAGED_KEY in kept:
+            data[DAMAGED_KEY] = str(kept[DAMAGED_KEY])
         try:
             if self._seen is None:
                 self._seen = self.kube.create_configmap(self.namespace, self.name, data)

@@ -529,3 +529,17 @@ def test_bad_config_file_exits_2_with_one_line(tmp_path, capsys):
     assert main(["serve", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}") and len(err.strip().splitlines()) == 1
+
+
+def test_a_damaged_ledger_is_set_aside_not_overwritten(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "ledger.json"
+    path.write_text('{"2026-11-30": ["gpu-a"], "plan:p1": ["gpu-a"')  # cut short: not valid JSON
+    ledger = FileLedger(path)
+    entries = ledger.load()
+    assert entries.days == {} and "is not valid" in caplog.text and "ledger.json.damaged" in caplog.text
+    entries.days["2026-12-01"] = ["gpu-b"]
+    ledger.save(entries)
+    assert (tmp_path / "ledger.json.damaged").read_text().startswith('{"2026-11-30": ["gpu-a"]')
+    assert FileLedger(path).load().days == {"2026-12-01": ["gpu-b"]}
