@@ -30,9 +30,12 @@ T = TypeVar("T")
 class WriteFailed(OSError):
     """A file or directory could not be written; the previous one is left as it was."""
 
-    def __init__(self, path: Path, cause: OSError, *, kept: bool) -> None:
+    def __init__(self, path: Path, cause: OSError, *, kept: bool, replaced: bool = False) -> None:
         reason = cause.strerror or str(cause) or type(cause).__name__
-        left = "the previous one is left intact" if kept else "nothing was written"
+        if replaced:  # renamed into place, but the directory could not be flushed to disk
+            left = "the new file is in place but may not survive a crash"
+        else:
+            left = "the previous one is left intact" if kept else "nothing was written"
         super().__init__(cause.errno or errno.EIO, f"cannot write {path}: {reason}; {left}")
         self.path = path
 
@@ -73,11 +76,14 @@ def write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise WriteFailed(path, exc, kept=existed) from exc
+    try:
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise WriteFailed(path, exc, kept=existed, replaced=True) from exc
 
 
 def write_text(path: Path, text: str, *, encoding: str = "utf-8") -> None:

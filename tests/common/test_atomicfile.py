@@ -118,3 +118,20 @@ def test_other_files_are_kept_and_other_directories_refused(tmp_path: Path) -> N
     ):
         atomicfile.replace_dir(tmp_path, lambda staging: None, owned=_report_name)
     assert sorted(os.listdir(tmp_path)) == ["report", "src"]
+
+
+def test_a_directory_that_cannot_be_flushed_is_not_called_intact(tmp_path, monkeypatch):
+    target = tmp_path / "plan.json"
+    target.write_text("old")
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(atomicfile.WriteFailed) as err:
+        atomicfile.write_text(target, "new")
+    assert "may not survive a crash" in str(err.value) and "left intact" not in str(err.value)
+    assert target.read_text() == "new"
