@@ -107,8 +107,17 @@ def listen_address(text: str) -> tuple[str, int]:
     and side-by-side runs use it). Anything above 65535, signs, spaces and non-ASCII digits are not.
     """
     host, sep, port = text.rpartition(":")
-    if not sep or not _PORT.fullmatch(port) or int(port) > 65535:
+    bracketed = host.startswith("[") and host.endswith("]") and len(host) > 2
+    if (
+        not sep
+        or not _PORT.fullmatch(port)
+        or int(port) > 65535
+        or (":" in host and not bracketed)  # an IPv6 address goes in brackets: [::1]:9400
+        or (host.startswith("[") != host.endswith("]"))
+        or any(c.isspace() for c in host)
+    ):
         raise argparse.ArgumentTypeError(
-            f"{text[:60]!r}: expected HOST:PORT or :PORT with a port 0-65535, e.g. :9400 or 127.0.0.1:9400"
+            f"{text[:60]!r}: expected HOST:PORT, [IPv6]:PORT or :PORT with a port 0-65535, "
+            "e.g. :9400 or 127.0.0.1:9400"
         )
-    return host.strip("[]"), int(port)
+    return (host[1:-1] if bracketed else host), int(port)

@@ -19,7 +19,7 @@ from adapter.config.settings import (
 )
 from adapter.errors import ConfigError
 from adapter.serving.app import Adapter
-from gpupilot_common import numbers
+from gpupilot_common import argtypes, numbers
 
 log = logging.getLogger("adapter")
 
@@ -201,10 +201,13 @@ def scaler_settings(args: argparse.Namespace) -> ScalerSettings | None:
             )
         return None
     text = args.external_scaler_address
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+    try:
+        host, port = argtypes.listen_address(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ConfigError(f"--external-scaler-address {exc}") from None
+    if port == 0:
         raise ConfigError(
-            f"--external-scaler-address {text!r}: expected HOST:PORT or :PORT with a port 1-65535, e.g. :9443"
+            f"--external-scaler-address {text[:60]!r}: KEDA needs a fixed port (1-65535), e.g. :9443"
         )
     if bool(cert) != bool(key):
         raise ConfigError("--external-scaler-tls-cert-file and --external-scaler-tls-key-file go together")
@@ -213,7 +216,7 @@ def scaler_settings(args: argparse.Namespace) -> ScalerSettings | None:
             "--external-scaler-client-ca-file needs --external-scaler-tls-cert-file and -key-file"
         )
     return ScalerSettings(
-        host=host.strip("[]") or "0.0.0.0",  # noqa: S104 - in a pod KEDA reaches it through a Service
+        host=host or "0.0.0.0",  # noqa: S104 - in a pod KEDA reaches it through a Service
         port=int(port),
         tls_cert_file=cert,
         tls_key_file=key,

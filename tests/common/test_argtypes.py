@@ -24,10 +24,26 @@ def test_listen_address_reads_host_and_port_and_takes_port_zero(text: str, expec
 
 
 @pytest.mark.parametrize(
-    "text", ["nowhere", "h:", "h:65536", "h:-1", "h:+80", "h:²", "h:８０", "h: 80", "h:123456"]
+    "text",
+    [
+        "nowhere",
+        "h:",
+        "h:65536",
+        "h:-1",
+        "h:+80",
+        "h:²",
+        "h:８０",
+        "h: 80",
+        "h:123456",
+        "[::1:80",
+        "::1:80",
+        "a b:80",
+    ],
 )
 def test_listen_address_refuses_what_is_not_a_port(text: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError, match="expected HOST:PORT or :PORT with a port 0-65535"):
+    with pytest.raises(
+        argparse.ArgumentTypeError, match=r"expected HOST:PORT, \[IPv6\]:PORT or :PORT with a port 0-65535"
+    ):
         argtypes.listen_address(text)
 
 
@@ -68,5 +84,5 @@ def test_a_parser_error_is_one_line_naming_the_flag(capsys: pytest.CaptureFixtur
     assert info.value.code == 2
     assert (
         err
-        == "x: error: argument --listen: 'a:b': expected HOST:PORT or :PORT with a port 0-65535, e.g. :9400 or 127.0.0.1:9400 (see --help)\n"
+        == "x: error: argument --listen: 'a:b': expected HOST:PORT, [IPv6]:PORT or :PORT with a port 0-65535, e.g. :9400 or 127.0.0.1:9400 (see --help)\n"
     )
