@@ -5,6 +5,7 @@ Kept import-cheap: the simulator and devkit are imported inside the fixture, onl
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -163,6 +164,13 @@ def metrics_history(request: pytest.FixtureRequest) -> PrometheusHistory:
     VictoriaMetrics alike."""
     history: PrometheusHistory = request.getfixturevalue(f"{request.param}_history")
     return history
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tables fit the terminal (gpupilot_common.table): pin the width every test sees to the width of
+    a pipe or a log (100 columns), whatever terminal or pytest-xdist worker runs the tests. Tests of
+    other widths set ``COLUMNS`` themselves."""
+    os.environ["COLUMNS"] = "100"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

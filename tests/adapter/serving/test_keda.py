@@ -346,7 +346,7 @@ def test_flags() -> None:
     assert s is not None and (s.host, s.client_ca_file) == ("::1", Path("ca.pem"))
     for argv, message in (
         (["--external-scaler-address", "9443"], "--external-scaler-address '9443': expected HOST:PORT"),
-        (["--external-scaler-address", ":0"], "a fixed port (1-65535)"),
+        (["--external-scaler-address", ":0"], r"a fixed port \(1-65535\)"),
         (["--external-scaler-address", "[::1:9443"], "expected HOST:PORT, [IPv6]:PORT"),
         (["--external-scaler-address", ":1", "--external-scaler-tls-cert-file", "c"], "go together"),
         (
