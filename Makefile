@@ -103,7 +103,7 @@ rules-test: prometheus
 	promtool test rules rules/tests/*.test.yaml
 
 # pytest-xdist workers: more than the cores, since many tests wait on servers they started.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 3
 PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Every test (what `make test` runs after the static checks).

@@ -3,14 +3,16 @@ PKI, and an in-process adapter on a free port."""
 
 from __future__ import annotations
 
+import threading
 import time
+import wsgiref.simple_server
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 import requests
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from adapter.config.settings import AuthSettings, PrometheusSettings, ServeSettings, TlsSettings
 from adapter.serving.app import Adapter
@@ -36,6 +38,26 @@ class PromEnv:
         return self.server.url
 
 
+class _QuietHandler(wsgiref.simple_server.WSGIRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _text_exposition_server(port: int, registry: CollectorRegistry) -> wsgiref.simple_server.WSGIServer:
+    """The live target, always in the text format (0.0.4): prometheus_client answers Prometheus'
+    OpenMetrics Accept header with colons escaped to underscores in sample names, so a scraped
+    ``gpupilot:fleet_waste:gpu_equivalents`` would arrive as ``gpupilot_fleet_waste_gpu_equivalents``
+    and the recording-rule-named series would stop at the backfill's end."""
+
+    def app(_environ: object, start_response: Callable[..., object]) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+        return [generate_latest(registry)]
+
+    server = wsgiref.simple_server.make_server("127.0.0.1", port, app, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="live-target", daemon=True).start()
+    return server
+
+
 @pytest.fixture(scope="session")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromEnv]:
     root = tmp_path_factory.mktemp("adapter-prom")
@@ -45,7 +67,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromEnv]:
     target = {"job": "live", "instance": f"127.0.0.1:{port}"}
     source = data.write_openmetrics(root / "cluster.om.txt", now=time.time(), target=target)
     backfill_openmetrics(source, root / "data")
-    http_server, _thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    http_server = _text_exposition_server(port, registry)
     live = LiveTarget(registry, port, http_server.shutdown)
     server = PrometheusServer(
         root / "data",
