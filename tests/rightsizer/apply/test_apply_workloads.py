@@ -270,6 +270,7 @@ def test_a_workload_that_cannot_settle_rolls_the_node_back_with_the_schedulers_r
         assert (out.workloads[0].running, out.workloads[0].desired) == (0, 1)
 
 
+@pytest.mark.serial  # a real SIGKILL timed against a subprocess
 def test_kill_9_between_the_request_patch_and_the_relabel_is_resumed_by_the_next_run(tmp_path):
     with KubeDouble() as kube:
         (pod,) = seed_reports(kube)

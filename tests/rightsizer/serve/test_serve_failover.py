@@ -43,7 +43,10 @@ from tests.support.rightsizer.takeover_support import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
-pytestmark = pytest.mark.prometheus  # every replica plans from a real Prometheus
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.serial,
+]  # every replica plans from a real Prometheus; Leases of seconds
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +94,7 @@ def replicas(
     return a, b
 
 
-def lead(replica: Replica, kube: KubeDouble, timeout: float = 10) -> None:
+def lead(replica: Replica, kube: KubeDouble, timeout: float = 25) -> None:
     kube.wait_for(replica.elector.is_leader, timeout=timeout, what=f"{replica.name} leading")
 
 
@@ -143,7 +146,7 @@ def test_simultaneous_start_one_applies_within_the_budget(
             t.start()
         for t in both:
             t.join()
-        kube.wait_for(lambda: a.elector.is_leader() or b.elector.is_leader(), timeout=10, what="a leader")
+        kube.wait_for(lambda: a.elector.is_leader() or b.elector.is_leader(), timeout=20, what="a leader")
         for r in (a, b):
             r.service.run_plan()
 
@@ -169,8 +172,8 @@ def test_a_replica_whose_clock_runs_120s_ahead_does_not_take_a_live_lease(
 ) -> None:
     with KubeDouble() as kube:
         seed_cluster(kube, pods)
-        # a 4 s Lease: a leader starved of CPU on a busy test machine must not miss its renew deadline
-        a, b = replicas(kube, history, tmp_path, lease_s=4.0, wall_offset_s=120.0)
+        # a 3 s Lease: a leader starved of CPU on a busy test machine must not miss its renew deadline
+        a, b = replicas(kube, history, tmp_path, lease_s=3.0, wall_offset_s=120.0)
         a.start()
         lead(a, kube)
         b.start()
@@ -179,7 +182,7 @@ def test_a_replica_whose_clock_runs_120s_ahead_does_not_take_a_live_lease(
             assert a.elector.is_leader() and not b.elector.is_leader()
             time.sleep(0.05)
         a.stop()  # a clean stop hands over at once, whatever the clocks say
-        lead(b, kube, timeout=15)
+        lead(b, kube, timeout=25)
         b.stop()
 
 
@@ -188,7 +191,7 @@ def test_409_on_lease_updates_neither_splits_leadership_nor_stops_the_apply(
 ) -> None:
     with KubeDouble(mig_manager=MigManagerSettings(pending_s=0.4)) as kube:
         seed_cluster(kube, pods)
-        a, b = replicas(kube, history, tmp_path, lease_s=4.0)
+        a, b = replicas(kube, history, tmp_path, lease_s=3.0)
         a.start()
         lead(a, kube)
         b.start()
@@ -308,7 +311,7 @@ def test_sigkill_of_the_leading_serve_process_after_its_cordon(
                     "kubeconfig": str(kube.write_kubeconfig(tmp_path / f"{name}.kubeconfig", token=token)),
                     "repoint_cluster_policy": True,
                     "configmap_sync": "0s",
-                    "lease_duration": "6s",
+                    "lease_duration": "4s",
                     "leader_election": {"namespace": NAMESPACE, "lease_duration": "3s"},
                 },
             }

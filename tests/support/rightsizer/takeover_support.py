@@ -36,7 +36,7 @@ from tests.support.rightsizer.small_history import DAYS, write_history
 NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
 PER_DAY = 2
 NAMESPACE = "gpupilot"
-LEADER_LEASE_S = 3.0
+LEADER_LEASE_S = 2.0
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 _NODE_A_PODS = ("infer-a-5d8f7c9b6-abcde", "infer-a-5d8f7c9b6-fghij", "train-0", "batch-1", "old-job")
 
@@ -110,7 +110,7 @@ def serve_config(state_dir: Path, url: str) -> ServeConfig:
                 "min_gpus_freed": 1,
                 "repoint_cluster_policy": True,  # the GPU Operator as installed by default
                 "configmap_sync": "0s",
-                "lease_duration": "6s",
+                "lease_duration": "4s",
                 "leader_election": {"namespace": NAMESPACE, "lease_duration": "3s"},
             },
         },
