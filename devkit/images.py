@@ -34,7 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "dist" / "images"
 SERVICES = ("exporter", "adapter", "rightsizer")
 BASE_IMAGE = "localhost/gpupilot-base:bookworm"
-BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "libstdc++6")
+"""libstdc++6: grpcio's extension links it (the exporter's pod-resources client, the adapter's KEDA
+scaler); Debian's essential variant leaves it out."""
 # No documentation, manual pages or translations in the base (about a third of its size).
 DPKG_EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
 EXPORTER_FORBIDDEN = ("numpy", "aiohttp", "pandas", "scipy", "matplotlib", "kubernetes")
@@ -57,7 +59,8 @@ def run(step: str, cmd: Sequence[str], *, capture: bool = True) -> str:
         list(cmd), cwd=ROOT, env=buildah_env(), capture_output=capture, text=True, check=False
     )
     if res.returncode != 0:
-        lines = ((res.stderr or "") + (res.stdout or "")).strip().splitlines() if capture else []
+        # stderr last: where buildah and pip say what went wrong
+        lines = ((res.stdout or "") + (res.stderr or "")).strip().splitlines() if capture else []
         last = lines[-1] if lines else f"exit status {res.returncode}"
         raise ImageBuildError(f"{step}: {' '.join(cmd[:3])} … failed: {last}")
     return res.stdout or ""
