@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from adapter.errors import ConfigError
+from gpupilot_common import atomicfile
 
 
 def self_signed_pair(
@@ -45,13 +46,12 @@ def self_signed_pair(
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+    # atomically, and the key never readable by others, not even between its write and a chmod
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    key_path.chmod(0o600)
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    atomicfile.write_bytes(key_path, key_pem, mode=0o600)
+    atomicfile.write_bytes(cert_path, cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
 
 
