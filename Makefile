@@ -106,17 +106,10 @@ rules-test: prometheus
 PYTEST_WORKERS ?= 3
 PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
-# Every test (what `make test` runs after the static checks): the parallel pass, then the tests
-# marked serial (Leases of a few seconds between two replicas, real SIGKILLs) alone, on a machine
-# no longer shared with other workers. Those depend on thread timing (the two-replica failover
-# cases fail now and then: see docs/development.md), so a failure there is run again on its own
-# (--last-failed), twice at most; a third failure fails the target.
-SERIAL := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -p no:xdist -m serial
+# Every test (what `make test` runs after the static checks), in parallel: a module's tests on one
+# worker (its module fixtures built once), the expensive histories built once per run (tests/conftest.py).
 pytest: venv prometheus victoriametrics helm kubectl
-	$(PYTEST) -m "not serial" $(PYTEST_ARGS)
-	$(SERIAL) $(PYTEST_ARGS) || { echo "==> serial tests: running the failures again, alone"; \
-		$(SERIAL) --last-failed --last-failed-no-failures none $(PYTEST_ARGS) || \
-		$(SERIAL) --last-failed --last-failed-no-failures none $(PYTEST_ARGS); }
+	$(PYTEST) $(PYTEST_ARGS)
 
 # The inner loop: the tests that start no Prometheus and are not marked slow.
 unit: venv

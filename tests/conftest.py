@@ -173,10 +173,13 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["COLUMNS"] = "100"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for ``pytest -n N --dist loadgroup`` (``make test``): a module's tests stay on one
     worker, so module fixtures (a Prometheus over a history, a report) are built once; every test
-    on VictoriaMetrics runs on one worker, so one VictoriaMetrics history is imported per run."""
+    on VictoriaMetrics runs on one worker, so one VictoriaMetrics history is imported per run.
+    ``tryfirst``: pytest-xdist reads the groups in its own hook of the same name (it appends
+    ``@group`` to each node id), so they must be marked before it runs."""
     for item in items:
         if item.get_closest_marker("xdist_group"):
             continue
@@ -184,3 +187,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         engine = callspec.params.get("metrics_history") if callspec else None
         on_vm = "victoriametrics_history" in getattr(item, "fixturenames", ()) or engine == "victoriametrics"
         item.add_marker(pytest.mark.xdist_group("victoriametrics" if on_vm else item.nodeid.split("::")[0]))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker under ``--dist loadgroup``: the groups must have reached the node
+    ids (``…@group``), else every module's tests are spread over the workers and each worker
+    rebuilds its module fixtures — silently, as with pytest 9.2 and pytest-xdist 3.8
+    (pytest-xdist#1386)."""
+    config = session.config
+    if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
+        return
+    lost = [i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist dropped the test groups ({lost[0]} has none): pytest {pytest.__version__} "
+            "and this pytest-xdist do not work together under --dist loadgroup "
+            "(pytest-xdist#1386); install the versions pyproject.toml names"
+        )

@@ -19,6 +19,7 @@ from rightsizer.plan.model import Plan, PlanError, load_plan
 _duration = argtypes.duration(maximum=86400.0)
 _duration_or_zero = argtypes.duration(maximum=86400.0, allow_zero=True)
 _positive = argtypes.whole(low=1, high=1000)
+_lease = argtypes.duration(minimum=1.0, maximum=3600.0)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,6 +88,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="wait after changing the ConfigMap before relabelling, for kubelet to deliver it to the "
         "MIG Manager (default 60s; 0 to skip)",
+    )
+    parser.add_argument(
+        "--lease-duration",
+        type=_lease,
+        default=60.0,
+        metavar="DURATION",
+        help="the apply Lease (one apply at a time, in --namespace) expires this long after its holder "
+        "stopped renewing it: a run killed mid-apply is taken over by the next one after this wait; "
+        "renewed every third of it (default 60s; 1s to 1h)",
     )
     parser.add_argument(
         "--configmap",
@@ -163,6 +173,7 @@ def settings_from(args: argparse.Namespace) -> ApplySettings:
         timeout_s=args.timeout,
         eviction_timeout_s=args.eviction_timeout,
         configmap_sync_s=args.configmap_sync,
+        lease_duration_s=round(args.lease_duration),
         workloads=args.workloads,
         settle_timeout_s=args.settle_timeout,
         gitops_dir=args.gitops_dir,

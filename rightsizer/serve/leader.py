@@ -38,15 +38,18 @@ class LeaderElector:
         name: str = LEASE_NAME,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], dt.datetime] | None = None,
+        retry_s: float | None = None,
     ) -> None:
-        """``monotonic``: expiry and renew deadlines; ``wall``: the times written into the Lease."""
+        """``monotonic``: expiry and renew deadlines; ``wall``: the times written into the Lease;
+        ``retry_s``: client-go's RetryPeriod, how often to try or renew (default: a fifth of the
+        duration; never beyond half the renew deadline)."""
         self.kube, self.namespace, self.name, self.identity = kube, namespace, name, identity
         self.monotonic = monotonic
         self.wall = wall or (lambda: dt.datetime.now(dt.UTC))
         self._observer = LeaseObserver(monotonic)
         self.duration_s = max(1.0, duration_s)
         self.renew_deadline_s = self.duration_s * 2 / 3
-        self.retry_s = self.duration_s / 5
+        self.retry_s = min(retry_s or self.duration_s / 5, self.renew_deadline_s / 2)
         self._renewed_at = 0.0  # monotonic time of our last successful write as holder
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -13,6 +13,7 @@ import json
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,7 +28,7 @@ from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.commands.serve import apply_settings
 from rightsizer.plan.pipeline import make_plan
 from rightsizer.serve.config import ServeConfig, parse
-from rightsizer.serve.leader import LeaderElector
+from rightsizer.serve.leader import LEASE_NAME, LeaderElector
 from rightsizer.serve.ledger import CONFIGMAP, DATA_KEY, ConfigMapLedger
 from rightsizer.serve.scheduler import Service
 from tests.support.kubedouble import KubeDouble, fromplan
@@ -36,7 +37,10 @@ from tests.support.rightsizer.small_history import DAYS, write_history
 NODES = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
 PER_DAY = 2
 NAMESPACE = "gpupilot"
-LEADER_LEASE_S = 2.0
+LEADER_LEASE_S = 10.0
+"""Long enough that no leader on a loaded 2-core machine misses its renew deadline (6.7 s); a test
+that needs the Lease of a dead replica to expire moves the survivor's clock (:meth:`Replica.skip`)."""
+RETRY_S = 0.2
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 _NODE_A_PODS = ("infer-a-5d8f7c9b6-abcde", "infer-a-5d8f7c9b6-fghij", "train-0", "batch-1", "old-job")
 
@@ -127,6 +131,8 @@ class Mortal:
 
     def __init__(self, kube: Kube, dead: threading.Event) -> None:
         self._kube, self._dead = kube, dead
+        self.lease_reads: Counter[str] = Counter()
+        """Lease name → reads that returned (the elector's rounds, for :meth:`Replica.skip`)."""
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._kube, name)
@@ -136,7 +142,10 @@ class Mortal:
         def call(*args: Any, **kwargs: Any) -> Any:
             if self._dead.is_set():
                 raise PermanentKubeError(f"{name}: the replica's process is dead")
-            return attr(*args, **kwargs)
+            answer = attr(*args, **kwargs)
+            if name == "get_lease":
+                self.lease_reads[args[1]] += 1
+            return answer
 
         return call
 
@@ -166,6 +175,7 @@ class Replica:
     ) -> None:
         self.name, self.history, self.plan_end = name, history, plan_end
         self.dead = threading.Event()
+        self._skipped_s = 0.0
         self.kube = Mortal(Kube(kube.api_client(token)), self.dead)
         self.config = serve_config(state_dir, history.url)
         election = self.config.auto_apply.leader_election
@@ -176,6 +186,8 @@ class Replica:
             identity=name,
             duration_s=lease_s,
             wall=lambda: datetime.now(UTC) + timedelta(seconds=wall_offset_s),
+            monotonic=lambda: time.monotonic() + self._skipped_s,
+            retry_s=RETRY_S,
         )
         self.crash_at = ""
         self.on_step: Callable[[str, str], None] | None = None
@@ -225,6 +237,18 @@ class Replica:
         """SIGKILL, in effect: no more API calls, no Lease renewals, no release."""
         self.dead.set()
         raise Killed(self.name)
+
+    def skip(self, seconds: float) -> None:
+        """Let ``seconds`` pass on this replica's elector clock at once (a dead holder's Lease
+        expires as it would after that wait, judged by the same observation rule) — once its elector
+        has read the Lease as it is now: a round that started before the call may have read the
+        holder's previous record, and the last change is timed from when it is seen."""
+        seen = self.kube.lease_reads[LEASE_NAME]
+        deadline = time.monotonic() + 30
+        while self.kube.lease_reads[LEASE_NAME] < seen + 2:
+            assert time.monotonic() < deadline, f"{self.name}'s elector read no Lease for 30 s"
+            time.sleep(0.01)
+        self._skipped_s += seconds
 
     def start(self) -> Replica:
         self.elector.start()
