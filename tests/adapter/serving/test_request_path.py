@@ -68,11 +68,9 @@ def test_request_stats_can_be_read_while_the_loop_records() -> None:
     try:
         for _ in range(200):  # new kinds and codes appear while the registry reads them
             text = metrics.exposition().decode()
+            buckets = _samples(text, "gpupilot_adapter_request_duration_seconds_bucket")
             for labels, n in _samples(text, "gpupilot_adapter_request_duration_seconds_count").items():
-                inf = _samples(text, "gpupilot_adapter_request_duration_seconds_bucket")[
-                    f'{labels},le="+Inf"'
-                ]
-                assert inf == n
+                assert buckets[f'{labels},le="+Inf"'] == n
     finally:
         stop.set()
         writer.join()

@@ -74,9 +74,9 @@ class DaemonSetController:
                 self.store.changed.wait(timeout=self.poll_s)
 
     def reconcile(self) -> None:
-        nodes = self.store.list("/nodes")
-        pods = self.store.list("/pods")
-        for ds in self.store.list(DAEMONSETS):
+        nodes = self.store.view("/nodes")
+        pods = self.store.view("/pods")
+        for ds in self.store.view(DAEMONSETS):
             meta = ds["metadata"]
             ns, uid = meta.get("namespace", ""), meta["uid"]
             template = ds["spec"]["template"]

@@ -55,7 +55,7 @@ def matching_pdbs(store: Store, pod: dict[str, Any]) -> list[dict[str, Any]]:
     labels; "a PDB with a nil or empty selector ... should match nothing, not everything"."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     out = []
-    for pdb in store.list(PDB, pod["metadata"].get("namespace", "")):
+    for pdb in store.view(PDB, pod["metadata"].get("namespace", "")):
         sel = (pdb.get("spec") or {}).get("selector")
         if not sel or not (sel.get("matchLabels") or sel.get("matchExpressions")):
             continue
@@ -79,7 +79,7 @@ class DisruptionController:
 
     def hook(self, skey: str) -> None:
         if skey in (PODS, PDB, REPLICASETS):
-            for pdb in self.store.list(PDB):
+            for pdb in self.store.view(PDB):
                 self.sync(pdb)
 
     def _expected_scale(self, pods: list[dict[str, Any]]) -> int | None:
@@ -105,7 +105,7 @@ class DisruptionController:
         ns = pdb["metadata"].get("namespace", "")
         spec = pdb.get("spec") or {}
         pred = selectors.label_selector_object(spec.get("selector"))
-        pods = [p for p in self.store.list(PODS, ns) if pred(p["metadata"].get("labels") or {})]
+        pods = [p for p in self.store.view(PODS, ns) if pred(p["metadata"].get("labels") or {})]
         # getExpectedPodCount: maxUnavailable and a percentage minAvailable need the controllers'
         # scale; an integer minAvailable uses the number of pods.
         scale = None
@@ -266,13 +266,13 @@ class ReplicaSetController:
     def hook(self, skey: str) -> None:
         if skey not in (PODS, REPLICASETS):
             return
-        for rs in self.store.list(REPLICASETS):
+        for rs in self.store.view(REPLICASETS):
             self._manage(rs)
 
     def _owned(self, rs: dict[str, Any]) -> list[dict[str, Any]]:
         uid, name = rs["metadata"].get("uid"), rs["metadata"]["name"]
         out = []
-        for pod in self.store.list(PODS, rs["metadata"].get("namespace", "")):
+        for pod in self.store.view(PODS, rs["metadata"].get("namespace", "")):
             for ref in pod["metadata"].get("ownerReferences") or []:
                 if (
                     ref.get("kind") == "ReplicaSet"

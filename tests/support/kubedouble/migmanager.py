@@ -128,7 +128,7 @@ def node_gpu_holders(store: Store, node: str, gpus: set[int] | None = None) -> l
     """``ns/name`` of non-terminated pods on ``node`` that request whole GPUs or MIG devices (only
     those that may hold one of ``gpus`` when it is given)."""
     out = []
-    for pod in store.list("/pods"):
+    for pod in store.view("/pods"):
         if pod.get("spec", {}).get("nodeName") != node:
             continue
         held = ((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_INDICES_ANNOTATION)
@@ -229,7 +229,7 @@ class MigManager:
         while not self._stop.is_set():
             with self.store.changed:
                 self.store.changed.wait(timeout=self.settings.poll_s)
-            for node in self.store.list("/nodes"):
+            for node in self.store.view("/nodes"):
                 name = node["metadata"]["name"]
                 labels = node["metadata"].get("labels") or {}
                 want = labels.get(CONFIG_LABEL, "")
@@ -244,7 +244,7 @@ class MigManager:
                 worker.start()
 
     def _configmap_name(self) -> str:
-        for cp in self.store.list("nvidia.com/clusterpolicies"):
+        for cp in self.store.view("nvidia.com/clusterpolicies"):
             name = ((cp.get("spec") or {}).get("migManager") or {}).get("config", {}).get("name")
             if name:
                 return str(name)
@@ -359,9 +359,9 @@ class MigManager:
 
     def _client_pods(self, node: str) -> list[str]:
         """Pods on ``node`` owned by a DaemonSet whose template nodeSelector has the client key."""
-        daemonsets = {ds["metadata"]["uid"]: ds for ds in self.store.list("apps/daemonsets")}
+        daemonsets = {ds["metadata"]["uid"]: ds for ds in self.store.view("apps/daemonsets")}
         out = []
-        for pod in self.store.list("/pods"):
+        for pod in self.store.view("/pods"):
             if pod.get("spec", {}).get("nodeName") != node:
                 continue
             for owner in pod["metadata"].get("ownerReferences") or []:

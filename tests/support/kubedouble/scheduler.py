@@ -72,14 +72,14 @@ class Scheduler:
             self.schedule()
 
     def schedule(self) -> None:
-        pods = self.store.list(PODS)
+        pods = self.store.view(PODS)
         pending = sorted(
             (p for p in pods if _pending(p)),
             key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"]["name"]),
         )
         if not pending:
             return
-        nodes = {n["metadata"]["name"]: n for n in self.store.list(NODES)}
+        nodes = {n["metadata"]["name"]: n for n in self.store.view(NODES)}
         used: dict[str, Counter[str]] = {name: Counter() for name in nodes}
         for p in pods:
             bound = (p.get("spec") or {}).get("nodeName")

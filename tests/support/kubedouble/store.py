@@ -119,6 +119,8 @@ class Store:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._kinds: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+        """The same objects by kind (``skey`` → (namespace, name) → object): lists read one kind."""
         self._rv = 100
         self.history: list[WatchEvent] = []
         self.history_limit = history_limit
@@ -142,13 +144,17 @@ class Store:
             return copy.deepcopy(obj) if obj is not None else None
 
     def list(self, skey: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Copies of the objects of one kind (of ``namespace``), by namespace and name."""
+        return [copy.deepcopy(o) for o in self.view(skey, namespace)]
+
+    def view(self, skey: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The stored objects themselves, read-only, as :meth:`list` orders them: for the double's
+        controllers, which read on every write and change objects only through :meth:`update` /
+        :meth:`put` (a stored object is replaced on each write, never changed in place, so a view
+        is a snapshot)."""
         with self.lock:
-            out = [
-                copy.deepcopy(o)
-                for (k, ns, _), o in sorted(self._objects.items())
-                if k == skey and (namespace is None or ns == namespace)
-            ]
-        return out
+            kind = self._kinds.get(skey) or {}
+            return [o for (ns, _), o in sorted(kind.items()) if namespace is None or ns == namespace]
 
     # -- writing -------------------------------------------------------------------------------
     def _bump(self, obj: dict[str, Any]) -> None:
@@ -163,7 +169,7 @@ class Store:
             meta.setdefault("creationTimestamp", now_rfc3339())
             self._bump(obj)
             key = (skey, meta.get("namespace", ""), meta["name"])
-            self._objects[key] = copy.deepcopy(obj)
+            self._objects[key] = self._kinds.setdefault(skey, {})[key[1:]] = copy.deepcopy(obj)
             self._append(WatchEvent(self._rv, event, skey, copy.deepcopy(obj)))
             out = copy.deepcopy(obj)
             self._run_hooks(skey)
@@ -171,9 +177,11 @@ class Store:
 
     def remove(self, skey: str, namespace: str, name: str) -> dict[str, Any] | None:
         with self.lock:
-            obj = self._objects.pop((skey, namespace, name), None)
-            if obj is None:
+            stored = self._objects.pop((skey, namespace, name), None)
+            if stored is None:
                 return None
+            del self._kinds[skey][(namespace, name)]
+            obj = copy.deepcopy(stored)  # a view taken before keeps the object as it was
             self._bump(obj)
             self._append(WatchEvent(self._rv, "DELETED", skey, copy.deepcopy(obj)))
             self._run_hooks(skey)

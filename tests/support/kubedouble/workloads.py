@@ -104,13 +104,13 @@ class WorkloadControllers:
 
     def hook(self, skey: str) -> None:
         if skey in (DEPLOYMENTS, REPLICASETS, PODS):
-            for d in self.store.list(DEPLOYMENTS):
+            for d in self.store.view(DEPLOYMENTS):
                 self._deployment(d)
         if skey in (STATEFULSETS, PODS):
-            for s in self.store.list(STATEFULSETS):
+            for s in self.store.view(STATEFULSETS):
                 self._statefulset(s)
         if skey in (JOBS, PODS):
-            for j in self.store.list(JOBS):
+            for j in self.store.view(JOBS):
                 self._job(j)
 
     # -- Deployment → ReplicaSets ----------------------------------------------------------------
@@ -120,7 +120,7 @@ class WorkloadControllers:
         desired = int(spec.get("replicas", 1))
         template = spec.get("template") or {}
         h = template_hash(template)
-        owned = [rs for rs in self.store.list(REPLICASETS, ns) if _owned_by(rs, "Deployment", d)]
+        owned = [rs for rs in self.store.view(REPLICASETS, ns) if _owned_by(rs, "Deployment", d)]
         current = next((rs for rs in owned if rs["metadata"]["name"] == f"{meta['name']}-{h}"), None)
         if current is None:
             labels = {**((template.get("metadata") or {}).get("labels") or {}), "pod-template-hash": h}
@@ -169,7 +169,7 @@ class WorkloadControllers:
                 unavailable = 1
             new_ready = sum(
                 1
-                for p in self.store.list(PODS, ns)
+                for p in self.store.view(PODS, ns)
                 if _owned_by(p, "ReplicaSet", current) and _active(p) and _ready(p)
             )
             keep = max(0, desired - unavailable - new_ready)
@@ -184,7 +184,7 @@ class WorkloadControllers:
         sets = [*owned, current]
         mine = [
             p
-            for p in self.store.list(PODS, ns)
+            for p in self.store.view(PODS, ns)
             if _active(p) and any(_owned_by(p, "ReplicaSet", rs) for rs in sets)
         ]
         updated = [p for p in mine if _owned_by(p, "ReplicaSet", current)]
@@ -220,7 +220,7 @@ class WorkloadControllers:
         ns = meta.get("namespace", "default")
         template = spec.get("template") or {}
         revision = f"{meta['name']}-{template_hash(template)}"
-        pods = {p["metadata"]["name"]: p for p in self.store.list(PODS, ns) if _owned_by(p, "StatefulSet", s)}
+        pods = {p["metadata"]["name"]: p for p in self.store.view(PODS, ns) if _owned_by(p, "StatefulSet", s)}
         replicas = int(spec.get("replicas", 1))
         for i in range(replicas):
             name = f"{meta['name']}-{i}"
@@ -251,7 +251,7 @@ class WorkloadControllers:
     def _job(self, j: dict[str, Any]) -> None:
         meta, spec = j["metadata"], j.get("spec") or {}
         ns = meta.get("namespace", "default")
-        active = [p for p in self.store.list(PODS, ns) if _owned_by(p, "Job", j) and _active(p)]
+        active = [p for p in self.store.view(PODS, ns) if _owned_by(p, "Job", j) and _active(p)]
         for _ in range(int(spec.get("parallelism", 1)) - len(active)):
             self._serial += 1
             pod = new_pod(
