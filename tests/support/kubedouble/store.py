@@ -143,10 +143,6 @@ class Store:
             obj = self._objects.get((skey, namespace, name))
             return copy.deepcopy(obj) if obj is not None else None
 
-    def list(self, skey: str, namespace: str | None = None) -> list[dict[str, Any]]:
-        """Copies of the objects of one kind (of ``namespace``), by namespace and name."""
-        return [copy.deepcopy(o) for o in self.view(skey, namespace)]
-
     def view(self, skey: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """The stored objects themselves, read-only, as :meth:`list` orders them: for the double's
         controllers, which read on every write and change objects only through :meth:`update` /
@@ -155,6 +151,10 @@ class Store:
         with self.lock:
             kind = self._kinds.get(skey) or {}
             return [o for (ns, _), o in sorted(kind.items()) if namespace is None or ns == namespace]
+
+    def list(self, skey: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Copies of the objects of one kind (of ``namespace``), by namespace and name."""
+        return [copy.deepcopy(o) for o in self.view(skey, namespace)]
 
     # -- writing -------------------------------------------------------------------------------
     def _bump(self, obj: dict[str, Any]) -> None:
