@@ -7,6 +7,7 @@
 * :mod:`gpupilot_common.cli` — an argparse parser whose errors are one line and exit status 2.
 * :mod:`gpupilot_common.urls` — URLs as they may be shown: user-info redacted.
 * :mod:`gpupilot_common.text` — error messages kept to one line of bounded length.
+* :mod:`gpupilot_common.httpbase` — the bounded aiohttp loop server both HTTP servers build on.
 * :mod:`gpupilot_common.httpserve` — a bounded aiohttp server for small GET endpoints.
 
 Depends on nothing of the project (an import-linter contract says so).

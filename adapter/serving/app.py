@@ -270,8 +270,7 @@ class Adapter:
     def stop(self) -> None:
         if self.scaler is not None:
             self.scaler.stop()
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
         self.tls_watch.stop()
         self.cache.stop()
         self.discovery.stop()

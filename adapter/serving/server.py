@@ -1,4 +1,5 @@
-"""HTTPS front on aiohttp's low-level web server: one event loop in one thread holds every
+"""HTTPS front on aiohttp's low-level web server, built on :mod:`gpupilot_common.httpbase` (shared
+with the rightsizer's and the simulator's endpoints): one event loop in one thread holds every
 connection (a slow or idle client costs a few kilobytes, not a thread), and a small pool of worker
 threads runs authentication, authorisation and :class:`adapter.serving.api.MetricsApi` (pure, from memory).
 
@@ -23,22 +24,19 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.sslproto
-import concurrent.futures
 import contextlib
 import functools
 import logging
 import socket
 import ssl
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 import orjson
-from aiohttp import http_exceptions, web, web_protocol
+from aiohttp import web
 from cryptography import x509
 
 from adapter.config.settings import ServerLimits
@@ -49,16 +47,10 @@ from adapter.serving.api import CUSTOM, EXTERNAL, MetricsApi, request_info, stat
 from adapter.serving.auth import Authenticator, Authorizer, Headers
 from adapter.serving.compress import GZIP_ABOVE, GzipCache, accepts_gzip, gzip_bytes
 from adapter.serving.selfmetrics import SelfMetrics
+from gpupilot_common.httpbase import BoundedProtocol, LoopServer, Refusal, Reply
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
-
-
-@dataclass(slots=True)
-class Reply:
-    code: int
-    body: bytes
-    content_type: str
 
 
 class App:
@@ -167,58 +159,13 @@ def _kind(path: str) -> tuple[str, bool]:
     return "other", False
 
 
-class _Protocol(web_protocol.RequestHandler):
-    """aiohttp's connection handler with our answers to malformed requests (metav1.Status, 414/431)
-    and a deadline for writing an answer."""
+class _Protocol(BoundedProtocol):
+    """The shared connection handler (:mod:`gpupilot_common.httpbase`: 400/413/414/431, the write
+    deadline) answering refusals as ``metav1.Status`` objects, and the client's certificate."""
 
-    write_timeout = 30.0
-    max_url_bytes = 16384
-
-    def handle_error(
-        self,
-        request: web.BaseRequest,
-        status: int = 500,
-        exc: BaseException | None = None,
-        message: str | None = None,
-    ) -> web.StreamResponse:
-        code, reason = status, "BadRequest" if status == 400 else "InternalError"
-        if isinstance(exc, http_exceptions.LineTooLong):
-            limit = exc.args[1] if len(exc.args) > 1 else None
-            if limit == self.max_url_bytes:
-                code, reason = 414, "RequestURITooLong"
-                message = f"the request URL is longer than {limit} bytes"
-            else:
-                code, reason = 431, "RequestHeaderFieldsTooLarge"
-                message = f"a request header is longer than {limit} bytes"
-        elif isinstance(exc, http_exceptions.BadHttpMessage) and "Too many headers" in str(exc):
-            code, reason = 431, "RequestHeaderFieldsTooLarge"
-            message = "too many request headers"
-        elif code == 400:
-            message = f"malformed HTTP request: {exc or message}"[:300]
-        log.debug("refused a malformed request from %s: %s", request.remote, message or exc)
-        reply = error_reply(code, reason, message or "internal error")
-        resp = web.Response(status=code, body=reply.body, headers={"Content-Type": JSON})
-        resp.force_close()
-        return resp
-
-    async def _drain_helper(self) -> None:
-        """Wait for the client to take what was written, up to ``write_timeout``. Only a client that
-        leaves the transport's buffer above its high-water mark makes a response wait here, so the
-        deadline costs nothing on the way of an answer the socket takes at once."""
-        async with asyncio.timeout(self.write_timeout):
-            await super()._drain_helper()
-
-    async def finish_response(
-        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
-    ) -> tuple[web.StreamResponse, bool]:
-        try:
-            return await super().finish_response(request, resp, start_time)
-        except TimeoutError:
-            log.debug(
-                "client %s did not take its answer within %gs; closing", request.remote, self.write_timeout
-            )
-            self.force_close()
-            return resp, True
+    def refusal_response(self, refused: Refusal) -> web.Response:
+        reply = error_reply(refused.status, refused.reason, refused.message)
+        return web.Response(status=reply.status, body=reply.body, headers={"Content-Type": JSON})
 
     def peer_certificate(self) -> bytes | None:
         """The client certificate (DER), read once per connection: renegotiation is refused
@@ -231,36 +178,6 @@ class _Protocol(web_protocol.RequestHandler):
 
     _peer_read = False
     _peer_der: bytes | None = None
-
-
-class _Server(web.Server):
-    """Counts open connections (handshake included) so the accept loop can stop at the limit."""
-
-    def __init__(
-        self, handler: Any, *, on_closed: Callable[[], None], limits: ServerLimits, **kw: Any
-    ) -> None:
-        super().__init__(handler, **kw)
-        self._on_closed = on_closed
-        self._limits = limits
-
-    def __call__(self) -> web_protocol.RequestHandler:
-        proto = _Protocol(
-            self,
-            loop=self._loop,
-            keepalive_timeout=self._limits.idle_timeout,
-            access_log=None,  # type: ignore[arg-type]
-            max_line_size=self._limits.max_url_bytes,
-            max_field_size=self._limits.max_header_bytes,
-            max_headers=self._limits.max_headers,
-            lingering_time=0,
-        )
-        proto.write_timeout = self._limits.write_timeout
-        proto.max_url_bytes = self._limits.max_url_bytes
-        return proto
-
-    def connection_lost(self, handler: web_protocol.RequestHandler, exc: BaseException | None = None) -> None:
-        super().connection_lost(handler, exc)
-        self._on_closed()
 
 
 TLS_SHUTDOWN_TIMEOUT = 2.0
@@ -278,8 +195,12 @@ STREAM_ABOVE = 256 * 1024
 STREAM_CHUNK = 64 * 1024
 
 
-class AdapterHTTPServer:
-    """The listening socket, the event loop thread and the worker pool."""
+class AdapterHTTPServer(LoopServer[ServerLimits]):
+    """The shared loop server (:mod:`gpupilot_common.httpbase`: the listening socket, the event loop
+    thread, the worker pool, the connection count) with TLS handshakes, shed when stalled at the
+    connection limit, and :class:`App` answering requests."""
+
+    protocol = _Protocol
 
     def __init__(
         self,
@@ -289,8 +210,11 @@ class AdapterHTTPServer:
         ssl_context: Callable[[], ssl.SSLContext] | ssl.SSLContext,
         limits: ServerLimits | None = None,
     ) -> None:
+        limits = limits or ServerLimits()
+        super().__init__(
+            *address, limits=limits, workers=limits.max_inflight + 2, name="http-server", pool_name="request"
+        )
         self.app = app
-        self.limits = limits or ServerLimits()
         # a class attribute read in SSLProtocol.__init__; there is no per-server way to pass it
         asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
         if isinstance(ssl_context, ssl.SSLContext):
@@ -298,107 +222,38 @@ class AdapterHTTPServer:
             self._ssl: Callable[[], ssl.SSLContext] = lambda: fixed
         else:
             self._ssl = ssl_context
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(address)
-        self._sock.listen(self.limits.backlog)
-        self._sock.setblocking(False)
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            self.limits.max_inflight + 2, thread_name_prefix="request"
-        )
-        self._loop = asyncio.new_event_loop()
-        self._thread: threading.Thread | None = None
-        self._slots: asyncio.Semaphore | None = None
         self._inflight: asyncio.Semaphore | None = None
-        self._accepting: asyncio.Task[None] | None = None
-        self._server: _Server | None = None
         self._handshakes: dict[asyncio.Task[None], float] = {}
         """Connections not yet past their TLS handshake, by start time (oldest first)."""
-        self.open_connections = 0
         self.shed_handshakes = 0
         self._gzip = GzipCache()
 
-    @property
-    def port(self) -> int:
-        return int(self._sock.getsockname()[1])
-
-    # -- lifecycle -------------------------------------------------------------------------------
-    def start(self) -> None:
-        started = threading.Event()
-
-        def run() -> None:
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._setup())
-            started.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, name="http-server", daemon=True)
-        self._thread.start()
-        started.wait(10)
-
     async def _setup(self) -> None:
-        self._slots = asyncio.Semaphore(self.limits.max_connections)
         self._inflight = asyncio.Semaphore(self.limits.max_inflight)
-        self._server = _Server(self._handle, on_closed=self._release, limits=self.limits, loop=self._loop)
-        self._accepting = self._loop.create_task(self._accept_loop())
+        await super()._setup()
 
-    def shutdown(self) -> None:
-        if self._thread is None:
-            return
-
-        async def stop() -> None:
-            if self._accepting is not None:
-                self._accepting.cancel()
-            pending = list(self._handshakes)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            if self._server is not None:
-                await self._server.shutdown(1.0)
-
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-        self._thread = None
-
-    def server_close(self) -> None:
-        self._sock.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        if not self._loop.is_running():
-            self._loop.close()
+    async def _cancel_connecting(self) -> None:
+        pending = list(self._handshakes)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     # -- connections -----------------------------------------------------------------------------
-    def _release(self) -> None:
-        self.open_connections -= 1
-        assert self._slots is not None
-        self._slots.release()
-
-    async def _accept_loop(self) -> None:
+    async def _wait_for_slot(self) -> None:
+        """At the limit new connections wait in the backlog; every quarter second, handshakes
+        stalled for longer than a healthy client needs are shed to make room."""
         assert self._slots is not None
         while True:
-            # at the limit new connections wait in the backlog; every quarter second, handshakes
-            # stalled for longer than a healthy client needs are shed to make room
-            while True:
-                try:
-                    await asyncio.wait_for(self._slots.acquire(), 0.25)
-                    break
-                except TimeoutError:
-                    self._shed_stalled_handshakes()
             try:
-                conn, peer = await self._loop.sock_accept(self._sock)
-            except asyncio.CancelledError:
-                raise
-            except OSError as exc:  # EMFILE and friends: wait, do not spin
-                self._slots.release()
-                log.warning("accept failed: %s", exc)
-                await asyncio.sleep(0.5)
-                continue
-            self.open_connections += 1
-            task = self._loop.create_task(self._connect(conn, peer))
-            self._handshakes[task] = self._loop.time()
-            task.add_done_callback(self._handshake_done)
+                await asyncio.wait_for(self._slots.acquire(), 0.25)
+                return
+            except TimeoutError:
+                self._shed_stalled_handshakes()
+
+    async def _accepted(self, conn: socket.socket, peer: Any) -> None:
+        task = self._loop.create_task(self._connect(conn, peer))
+        self._handshakes[task] = self._loop.time()
+        task.add_done_callback(self._handshake_done)
 
     def _handshake_done(self, task: asyncio.Task[None]) -> None:
         self._handshakes.pop(task, None)
@@ -462,19 +317,19 @@ class AdapterHTTPServer:
         headers = {"Content-Type": reply.content_type, "Cache-Control": "no-cache, private"}
         if len(reply.body) >= GZIP_ABOVE:
             headers["Vary"] = "Accept-Encoding"
-            if reply.code == 200 and accepts_gzip(request.headers.getall("Accept-Encoding", ())):
+            if reply.status == 200 and accepts_gzip(request.headers.getall("Accept-Encoding", ())):
                 # an answer from memory is one object until it changes: compressed once, in a worker
                 gz = self._gzip.get(reply.body)
                 if gz is None:
                     gz = await self._loop.run_in_executor(self._pool, gzip_bytes, reply.body)
                     self._gzip.put(reply.body, gz)
-                reply = Reply(reply.code, gz, reply.content_type)
+                reply = Reply(reply.status, gz, reply.content_type)
                 headers["Content-Encoding"] = "gzip"
-        self.app.metrics.requests.record(kind, reply.code, time.perf_counter() - start)
+        self.app.metrics.requests.record(kind, reply.status, time.perf_counter() - start)
         if len(reply.body) > STREAM_ABOVE and request.method == "GET":
             return await self._stream(request, reply, headers, path)
-        resp = web.Response(status=reply.code, body=reply.body, headers=headers)
-        if reply.code in (413, 405):
+        resp = web.Response(status=reply.status, body=reply.body, headers=headers)
+        if reply.status in (413, 405):
             resp.force_close()
         return resp
 
@@ -483,7 +338,7 @@ class AdapterHTTPServer:
     ) -> web.StreamResponse:
         """A large answer (5,000 items is 1.3 MB) in 64 KiB writes that wait for the client, so a
         slow reader holds one body, not the body plus its encrypted copy in the transport buffer."""
-        resp = web.StreamResponse(status=reply.code, headers=headers)
+        resp = web.StreamResponse(status=reply.status, headers=headers)
         resp.content_length = len(reply.body)
         view = memoryview(reply.body)
         try:

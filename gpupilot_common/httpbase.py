@@ -1,0 +1,318 @@
+"""What every HTTP server of the project built on aiohttp's low-level web server shares: the
+listening socket, one event loop in one thread holding every connection (a slow or idle client costs
+a few kilobytes, not a thread), a pool of worker threads, and the bounds.
+
+* connections: the loop accepts only while fewer than ``max_connections`` are open; the rest wait in
+  the kernel's listen backlog (``backlog``), costing the process nothing;
+* a connection that sends no complete request head within ``idle_timeout`` (slowloris), or stays
+  idle that long between requests, is closed;
+* a request line over ``max_url_bytes`` → 414, a header field over ``max_header_bytes`` or more than
+  ``max_headers`` fields → 431, any other malformed request → 400, each one DEBUG line, an answer
+  the server renders (:meth:`BoundedProtocol.refusal_response`) and a closed connection; a handler
+  that raises → 500 and one ERROR line; no traceback, in the log or to the client;
+* writing an answer to a client that does not read it: ``write_timeout``, then the connection is cut.
+
+:class:`LoopServer` is the base: :mod:`gpupilot_common.httpserve` (the rightsizer's and the
+simulator's ``/metrics`` and ``/health``) and the adapter's HTTPS server each add their request
+handler, and the adapter its TLS handshakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, Self, TypeVar
+
+from aiohttp import http_exceptions, web, web_protocol
+
+log = logging.getLogger(__name__)
+
+TEXT = "text/plain; charset=utf-8"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reply:
+    """One answer: status, body and its content type."""
+
+    status: int
+    body: bytes
+    content_type: str = TEXT
+
+    @property
+    def code(self) -> int:
+        """The status (the adapter's word for it, as in ``metav1.Status.code``)."""
+        return self.status
+
+
+class ConnectionLimits(Protocol):
+    """The bounds :class:`LoopServer` enforces (``gpupilot_common.httpserve.Limits``, the adapter's
+    ``ServerLimits``)."""
+
+    @property
+    def max_connections(self) -> int: ...
+    @property
+    def idle_timeout(self) -> float: ...
+    @property
+    def write_timeout(self) -> float: ...
+    @property
+    def max_url_bytes(self) -> int: ...
+    @property
+    def max_header_bytes(self) -> int: ...
+    @property
+    def max_headers(self) -> int: ...
+    @property
+    def backlog(self) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    status: int
+    reason: str
+    """``metav1.Status`` reason (``RequestURITooLong``, ``BadRequest`` …)."""
+    message: str
+
+
+def refusal(status: int, exc: BaseException | None, message: str | None, *, max_url_bytes: int) -> Refusal:
+    """What aiohttp's call to ``handle_error`` means: the one status → answer mapping of both servers."""
+    if isinstance(exc, http_exceptions.LineTooLong):
+        limit = exc.args[1] if len(exc.args) > 1 else None
+        if limit == max_url_bytes:
+            return Refusal(414, "RequestURITooLong", f"the request line is longer than {limit} bytes")
+        return Refusal(431, "RequestHeaderFieldsTooLarge", f"a request header is longer than {limit} bytes")
+    if isinstance(exc, http_exceptions.BadHttpMessage) and "Too many headers" in str(exc):
+        return Refusal(431, "RequestHeaderFieldsTooLarge", "too many request headers")
+    if status == 400:
+        detail = getattr(exc, "message", None) or exc or message
+        text = " ".join(str(detail).split())  # aiohttp's messages span lines; a log line must not
+        return Refusal(400, "BadRequest", f"malformed HTTP request: {text}"[:300])
+    return Refusal(status, "InternalError", message or "internal error")
+
+
+class BoundedProtocol(web_protocol.RequestHandler):
+    """aiohttp's connection handler with a deadline for writing an answer, and malformed or oversized
+    requests answered through :func:`refusal` in one DEBUG line (aiohttp's own logs a traceback)."""
+
+    write_timeout = 30.0
+    max_url_bytes = 8192
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        refused = refusal(status, exc, message, max_url_bytes=self.max_url_bytes)
+        if refused.status == 500:
+            log.error("error serving %s: %s: %s", request.path, type(exc).__name__, exc)
+        log.debug("refused a request from %s: %d %s", request.remote, refused.status, refused.message)
+        resp = self.refusal_response(refused)
+        resp.force_close()
+        return resp
+
+    def refusal_response(self, refused: Refusal) -> web.Response:
+        """The answer to a refused request (plain text here)."""
+        return web.Response(status=refused.status, text=refused.message + "\n")
+
+    async def _drain_helper(self) -> None:
+        """Wait for the client to take what was written, up to ``write_timeout``. Only a client that
+        leaves the transport's buffer above its high-water mark makes a response wait here, so the
+        deadline costs nothing on the way of an answer the socket takes at once."""
+        async with asyncio.timeout(self.write_timeout):
+            await super()._drain_helper()
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        try:
+            return await super().finish_response(request, resp, start_time)
+        except TimeoutError:
+            log.debug(
+                "client %s did not take its answer within %gs; closing", request.remote, self.write_timeout
+            )
+            self.force_close()
+            return resp, True
+
+
+class _Server(web.Server):
+    """Makes each connection's protocol with the limits, and reports each closed connection (its
+    TLS handshake included) so the accept loop can stop at the limit."""
+
+    def __init__(
+        self,
+        handler: Any,
+        *,
+        protocol: type[BoundedProtocol],
+        on_closed: Callable[[], None],
+        limits: ConnectionLimits,
+        **kw: Any,
+    ) -> None:
+        super().__init__(handler, **kw)
+        self._protocol = protocol
+        self._on_closed = on_closed
+        self._limits = limits
+
+    def __call__(self) -> web_protocol.RequestHandler:
+        proto = self._protocol(
+            self,
+            loop=self._loop,
+            keepalive_timeout=self._limits.idle_timeout,
+            access_log=None,  # type: ignore[arg-type]  # each server logs or counts requests itself
+            max_line_size=self._limits.max_url_bytes,
+            max_field_size=self._limits.max_header_bytes,
+            max_headers=self._limits.max_headers,
+            lingering_time=0,
+        )
+        proto.write_timeout = self._limits.write_timeout
+        proto.max_url_bytes = self._limits.max_url_bytes
+        return proto
+
+    def connection_lost(self, handler: web_protocol.RequestHandler, exc: BaseException | None = None) -> None:
+        super().connection_lost(handler, exc)
+        self._on_closed()
+
+
+def listen(host: str, port: int, backlog: int) -> socket.socket:
+    """A non-blocking listening socket on ``host:port`` (0: a free port); OSError when it is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+L = TypeVar("L", bound=ConnectionLimits)
+
+
+class LoopServer(Generic[L]):
+    """Listens on ``host:port`` when constructed; :meth:`start` serves in a background thread,
+    :meth:`serve_forever` in the calling one; :meth:`close` stops and frees the port. A subclass
+    answers requests in :meth:`_handle` (on the loop; blocking work goes to ``self._pool``)."""
+
+    protocol: type[BoundedProtocol] = BoundedProtocol
+
+    def __init__(self, host: str, port: int, *, limits: L, workers: int, name: str, pool_name: str) -> None:
+        self.name = name
+        self.limits = limits
+        self._sock = listen(host, port, limits.backlog)
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=pool_name)
+        self._loop = asyncio.new_event_loop()
+        self._thread: threading.Thread | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._server: _Server | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._ready = threading.Event()
+        self._stopped = threading.Event()
+        self.open_connections = 0
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._sock.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def port(self) -> int:
+        return self.address[1]
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def serve_forever(self) -> None:
+        """Serve in this thread until :meth:`close` (from another thread or a signal handler)."""
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._setup())
+        self._ready.set()
+        self._loop.run_forever()
+        self._stopped.set()
+
+    def start(self) -> Self:
+        """Serve in a background thread (returns once the loop accepts)."""
+        self._thread = threading.Thread(target=self.serve_forever, name=self.name, daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def close(self) -> None:
+        """Stop accepting, close every connection (one second for answers being written), free the
+        port, the workers and the loop. Safe to call twice."""
+        if self._loop.is_running():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(5)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._stopped.wait(5)
+        elif not self._loop.is_closed() and self._server is not None:  # interrupted serve_forever
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(self._stop())
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        self._sock.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if not self._loop.is_running() and not self._loop.is_closed():
+            self._loop.close()
+
+    async def _setup(self) -> None:
+        self._slots = asyncio.Semaphore(self.limits.max_connections)
+        self._server = _Server(
+            self._handle, protocol=self.protocol, on_closed=self._release, limits=self.limits, loop=self._loop
+        )
+        self._accepting = self._loop.create_task(self._accept_loop())
+
+    async def _stop(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+        await self._cancel_connecting()
+        if self._server is not None:
+            await self._server.shutdown(1.0)
+
+    async def _cancel_connecting(self) -> None:
+        """Close connections accepted but not yet handed to aiohttp (none here)."""
+
+    # -- connections -----------------------------------------------------------------------------
+    def _release(self) -> None:
+        self.open_connections -= 1
+        assert self._slots is not None
+        self._slots.release()
+
+    async def _wait_for_slot(self) -> None:
+        """Until fewer than ``max_connections`` are open; meanwhile new clients wait in the backlog."""
+        assert self._slots is not None
+        await self._slots.acquire()
+
+    async def _accept_loop(self) -> None:
+        assert self._slots is not None
+        while True:
+            await self._wait_for_slot()
+            try:
+                conn, peer = await self._loop.sock_accept(self._sock)
+            except OSError as exc:  # EMFILE and friends: wait, do not spin
+                self._slots.release()
+                log.warning("%s: accept failed: %s", self.name, exc)
+                await asyncio.sleep(0.5)
+                continue
+            self.open_connections += 1
+            await self._accepted(conn, peer)
+
+    async def _accepted(self, conn: socket.socket, peer: Any) -> None:
+        """Hand an accepted socket (counted already) to aiohttp."""
+        assert self._server is not None
+        try:
+            await self._loop.connect_accepted_socket(self._server, conn)
+        except OSError as exc:  # reset before we got to it
+            log.debug("%s: connection dropped at accept: %s", self.name, exc)
+            conn.close()
+            self._release()
+
+    # -- requests --------------------------------------------------------------------------------
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        raise NotImplementedError
