@@ -44,11 +44,6 @@ class Reply:
     body: bytes
     content_type: str = TEXT
 
-    @property
-    def code(self) -> int:
-        """The status (the adapter's word for it, as in ``metav1.Status.code``)."""
-        return self.status
-
 
 class ConnectionLimits(Protocol):
     """The bounds :class:`LoopServer` enforces (``gpupilot_common.httpserve.Limits``, the adapter's

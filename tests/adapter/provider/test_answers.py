@@ -254,16 +254,16 @@ def test_only_answers_from_memory_are_given_on_the_event_loop(world: World) -> N
     assert app.handle_inline(UTIL, query, {}, None) is None  # first ask: a Prometheus query
     assert world.prom.queries == 0 and len(world.cache) == 0  # …not even started on the loop
     worker = app.handle(UTIL, query, {}, None)
-    assert worker.code == 200 and world.prom.queries == 1
+    assert worker.status == 200 and world.prom.queries == 1
     inline = app.handle_inline(UTIL, query, {}, None)
     assert inline is not None and inline.body is worker.body
     world.refresh()
     assert app.handle_inline(UTIL, query, {}, None) is None  # new values: encoding is a worker's
-    assert app.handle(UTIL, query, {}, None).code == 200
+    assert app.handle(UTIL, query, {}, None).status == 200
     assert app.handle_inline(UTIL, query, {}, None) is not None
     # errors that need nothing from the network are answered on the loop too
     missing = app.handle_inline(f"{V2}/namespaces/{NS}/pods/*/no_such_metric", {}, {}, None)
-    assert missing is not None and missing.code == 404
+    assert missing is not None and missing.status == 404
     assert nowait.active() is False
 
 
@@ -277,4 +277,4 @@ def test_answers_on_the_loop_still_check_credentials(world: World) -> None:
     )
     world.get(UTIL, labelSelector="app=llm")  # encoded and stored
     refused = app.handle_inline(UTIL, {"labelSelector": "app=llm"}, {"X-Remote-User": ["hpa"]}, None)
-    assert refused is not None and refused.code == 401
+    assert refused is not None and refused.status == 401
