@@ -279,6 +279,21 @@ class Section:
     def raw(self, key: str, default: Any = None) -> Any:
         return self.data.get(key, default)
 
+    def typed(self, key: str, kinds: type | tuple[type, ...], what: str, default: object = REQUIRED) -> Any:
+        """The value under ``key`` as it is, when it is an instance of ``kinds`` (``bool`` only
+        when named: it is an ``int`` to Python); ``what`` names the kinds in the message (``"an
+        integer"``). For readers driven by declared types, such as a dataclass codec; a null is a
+        value here, not an absent field."""
+        if key not in self.data:
+            if default is REQUIRED:
+                raise self.fail(key, f"required, {what}")
+            return default
+        value = self.data[key]
+        allowed = kinds if isinstance(kinds, tuple) else (kinds,)
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            raise self.fail(key, f"must be {what}, got {_short(value)}")
+        return value
+
     def text(self, key: str, default: str | None = None) -> str:
         v = self.data.get(key, default)
         if self.coerce and isinstance(v, int | float) and not isinstance(v, bool):
