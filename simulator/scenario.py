@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, cast
 
 from exporter.errors import ScenarioError
 from gpupilot_common import checked
+from gpupilot_common.checked import Section
 from mig_geometry import catalogue, placement
 from mig_geometry.catalogue import GpuModel
 from simulator import identity, migconfigs
@@ -35,7 +36,6 @@ from simulator.patterns import IDLE
 from simulator.scenario_parse import (
     MAX_GPUS_PER_ENTRY,
     MAX_REPLICAS,
-    Ctx,
     parse_faults,
     parse_hpas,
     parse_pattern,
@@ -46,18 +46,18 @@ from simulator.scenario_parse import (
 def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file; :class:`ScenarioError` (one line) on any problem."""
     doc = checked.load_yaml(Path(path), error=ScenarioError, what="scenario")
-    return _build(Ctx(doc), doc.data)
+    return _build(doc)
 
 
 def loads(text: str, *, name: str = "<scenario>") -> Scenario:
     doc = checked.parse_yaml(text, source=name, error=ScenarioError)
-    return _build(Ctx(doc), doc.data)
+    return _build(doc)
 
 
-_TOP = {"seed", "epoch", "nodes", "workloads", "hpas", "faults", "pending", "description"}
-_NODE = {"name", "labels", "gpus", "driver_version", "dra"}
-_GPU = {"model", "count", "mig", "driver_version", "time_slicing"}
-_WORKLOAD = {
+_TOP = ("seed", "epoch", "nodes", "workloads", "hpas", "faults", "pending", "description")
+_NODE = ("name", "labels", "gpus", "driver_version", "dra")
+_GPU = ("model", "count", "mig", "driver_version", "time_slicing")
+_WORKLOAD = (
     "namespace",
     "pod",
     "deployment",
@@ -68,119 +68,122 @@ _WORKLOAD = {
     "utilization",
     "memory_mib",
     "app_metrics",
-}
+)
 
 
-def _build(ctx: Ctx, doc: object) -> Scenario:
-    top = ctx.mapping(doc, "", _TOP)
-    seed = ctx.integer(top.get("seed", 0), "seed")
-    epoch = ctx.time(top["epoch"], "epoch") if "epoch" in top else DEFAULT_EPOCH
-    nodes_raw = ctx.sequence(top.get("nodes"), "nodes", required=True)
+def _build(doc: checked.Document) -> Scenario:
+    # an empty file is an empty scenario (its first problem: no nodes); numbers are taken as text
+    # where text is wanted (driver_version: 535) and digits as numbers (count: "2")
+    top = Section(doc, {}, (), coerce=True) if doc.data is None else doc.root("the scenario", coerce=True)
+    top.keys(_TOP)
+    seed = top.integer("seed", 0, minimum=None)
+    epoch = top.time("epoch", DEFAULT_EPOCH, now=0.0)
     nodes: list[Node] = []
-    for i, raw in enumerate(nodes_raw):
-        node = _node(ctx, raw, f"nodes[{i}]", seed)
-        if any(n.name == node.name for n in nodes):
-            ctx.fail(f"nodes[{i}].name", f"duplicate node name {node.name!r}")
+    for n in top.sections("nodes", required=True):
+        node = _node(n, seed)
+        if any(other.name == node.name for other in nodes):
+            raise n.fail("name", f"duplicate node name {node.name!r}")
         nodes.append(node)
     by_name = {n.name: n for n in nodes}
     held: dict[str, list[str]] = {}
-    workloads = tuple(
-        _workload(ctx, raw, f"workloads[{i}]", seed=seed, nodes=by_name, held=held)
-        for i, raw in enumerate(ctx.sequence(top.get("workloads"), "workloads"))
-    )
+    workloads = tuple(_workload(w, seed=seed, nodes=by_name, held=held) for w in top.sections("workloads"))
     pod_keys = [(p.namespace, p.name) for w in workloads for p in w.pods]
     if len(set(pod_keys)) != len(pod_keys):
         dup = next(k for k in pod_keys if pod_keys.count(k) > 1)
-        ctx.fail("workloads", f"pod {dup[0]}/{dup[1]} is defined twice")
+        raise top.fail("workloads", f"pod {dup[0]}/{dup[1]} is defined twice")
     deployments = {(w.namespace, w.name) for w in workloads if w.kind == "Deployment"}
-    hpas = parse_hpas(ctx, top.get("hpas"), deployments=deployments)
-    faults = parse_faults(
-        ctx, top.get("faults"), nodes=by_name, mig=lambda raw, path, model: _mig(ctx, raw, path, model)
-    )
-    pending = parse_pending(ctx, top.get("pending"), running=set(pod_keys))
-    return Scenario(ctx.file, seed, epoch, tuple(nodes), workloads, hpas, faults, pending)
+    hpas = parse_hpas(top, deployments=deployments)
+    faults = parse_faults(top, nodes=by_name, mig=_mig)
+    pending = parse_pending(top, running=set(pod_keys))
+    return Scenario(doc.source, seed, epoch, tuple(nodes), workloads, hpas, faults, pending)
 
 
-def _node(ctx: Ctx, raw: object, path: str, seed: int) -> Node:
-    m = ctx.mapping(raw, path, _NODE)
-    name = ctx.string(m.get("name"), f"{path}.name", required=True)
-    labels = ctx.string_map(m.get("labels"), f"{path}.labels")
-    driver = ctx.string(m.get("driver_version", DEFAULT_DRIVER), f"{path}.driver_version")
+def _node(n: Section, seed: int) -> Node:
+    n.keys(_NODE)
+    name = n.text("name")
+    labels = n.text_map("labels")
+    driver = n.text("driver_version", DEFAULT_DRIVER)
     gpus: list[Gpu] = []
-    for j, graw in enumerate(ctx.sequence(m.get("gpus"), f"{path}.gpus", required=True)):
-        gpath = f"{path}.gpus[{j}]"
-        g = ctx.mapping(graw, gpath, _GPU)
-        model_text = g.get("model")
-        if isinstance(model_text, int) and not isinstance(model_text, bool):
-            model_text = f"0x{model_text:04x}"
-        model_name = ctx.string(model_text, f"{gpath}.model", required=True)
+    for g in n.sections("gpus", required=True):
+        g.keys(_GPU)
+        pci_id = g.raw("model")
+        if isinstance(pci_id, int) and not isinstance(pci_id, bool):
+            model_name = f"0x{pci_id:04x}"
+        else:
+            model_name = g.text("model")
         model = catalogue.find_model(model_name)
         if model is None:
             known = ", ".join(catalogue.known_model_keys())
-            ctx.fail(f"{gpath}.model", f"unknown GPU model {model_name!r} (known: {known}, or a PCI id)")
-        count = ctx.integer(g.get("count", 1), f"{gpath}.count", minimum=1, maximum=MAX_GPUS_PER_ENTRY)
-        gdriver = ctx.string(g.get("driver_version", driver), f"{gpath}.driver_version")
-        mig_name, counts = _mig(ctx, g.get("mig"), f"{gpath}.mig", model)
-        sliced = ctx.integer(
-            g.get("time_slicing", 0), f"{gpath}.time_slicing", minimum=0, maximum=MAX_TIME_SLICES
-        )
+            raise g.fail("model", f"unknown GPU model {model_name!r} (known: {known}, or a PCI id)")
+        count = g.integer("count", 1, minimum=1, maximum=MAX_GPUS_PER_ENTRY)
+        gdriver = g.text("driver_version", driver)
+        mig_name, counts = _mig(g, "mig", model)
+        sliced = g.integer("time_slicing", 0, minimum=0, maximum=MAX_TIME_SLICES)
         if sliced and counts is not None:
-            ctx.fail(
-                f"{gpath}.time_slicing", "time-slicing shares a whole GPU: remove 'mig' or 'time_slicing'"
-            )
+            raise g.fail("time_slicing", "time-slicing shares a whole GPU: remove 'mig' or 'time_slicing'")
         if sliced == 1:
-            ctx.fail(f"{gpath}.time_slicing", "1 replica is no sharing: give 2 or more, or leave it out")
+            raise g.fail("time_slicing", "1 replica is no sharing: give 2 or more, or leave it out")
         for _ in range(count):
             index = len(gpus)
             gpu = build_gpu(
                 seed, name, index=index, model=model, mig_name=mig_name, counts=counts, driver=gdriver
             )
             gpus.append(replace(gpu, time_slicing=sliced) if sliced else gpu)
-    mode, claim_every = _dra(ctx, m.get("dra"), f"{path}.dra")
-    node_labels = MappingProxyType(_node_labels(ctx, path, labels, gpus))
+    mode, claim_every = _dra(n)
+    node_labels = MappingProxyType(_node_labels(n, labels, gpus))
     return Node(name, node_labels, tuple(gpus), dra=mode, claim_every=claim_every)
 
 
-_DRA = {"mode", "claim_every"}
+_DRA = ("mode", "claim_every")
+_DRA_MODES = ("static", "dynamic")
 
 
-def _dra(ctx: Ctx, raw: object, path: str) -> tuple[DraMode, float]:
+def _dra(n: Section) -> tuple[DraMode, float]:
     """``dra: static``, ``dra: dynamic`` or ``dra: {mode: dynamic, claim_every: 6h}``."""
+    raw = n.raw("dra")
     if raw is None:
         return "", DEFAULT_CLAIM_EVERY_S
-    spec = ctx.mapping(raw, path, _DRA) if isinstance(raw, dict) else {"mode": raw}
-    mode = spec.get("mode")
-    if mode not in ("static", "dynamic"):
-        ctx.fail(f"{path}.mode" if isinstance(raw, dict) else path, f"{mode!r} is not one of static, dynamic")
-    every = ctx.duration(spec.get("claim_every", DEFAULT_CLAIM_EVERY_S), f"{path}.claim_every")
+    if not isinstance(raw, dict):
+        if raw not in _DRA_MODES:
+            raise n.fail("dra", f"{raw!r} is not one of static, dynamic")
+        return cast(DraMode, raw), DEFAULT_CLAIM_EVERY_S
+    d = n.at(raw, "dra")
+    d.keys(_DRA)
+    mode = d.raw("mode")
+    if mode not in _DRA_MODES:
+        raise d.fail("mode", f"{mode!r} is not one of static, dynamic")
+    every = d.duration("claim_every", DEFAULT_CLAIM_EVERY_S, allow_zero=True)
     if every <= 0:
-        ctx.fail(f"{path}.claim_every", "must be positive")
-    if mode == "static" and "claim_every" in spec:
-        ctx.fail(f"{path}.claim_every", "only dynamic MIG renews claims")
-    return mode, every
+        raise d.fail("claim_every", "must be positive")
+    if mode == "static" and "claim_every" in d:
+        raise d.fail("claim_every", "only dynamic MIG renews claims")
+    return cast(DraMode, mode), every
 
 
-def _mig(ctx: Ctx, raw: object, path: str, model: GpuModel) -> tuple[str | None, dict[str, int] | None]:
+def _mig(sec: Section, key: str, model: GpuModel) -> tuple[str | None, dict[str, int] | None]:
+    """``sec``'s field ``key``: a built-in config name, profile counts, or nothing (MIG off)."""
+    raw = sec.raw(key)
     if raw is None or raw is False:
         return None, None
     if isinstance(raw, str):
         try:
-            counts = migconfigs.resolve_builtin(model, raw)
+            return raw, migconfigs.resolve_builtin(model, raw)
         except KeyError as e:
-            ctx.fail(path, str(e.args[0]))
-        return raw, counts
+            raise sec.fail(key, str(e.args[0])) from None
     if not isinstance(raw, dict):
-        ctx.fail(path, "expected a built-in config name (all-1g.10gb, all-balanced, …) or profile: count")
-    counts = {}
-    for key, value in raw.items():
+        raise sec.fail(
+            key, "expected a built-in config name (all-1g.10gb, all-balanced, …) or profile: count"
+        )
+    counts: dict[str, int] = {}
+    for profile, value in raw.items():
         if not isinstance(value, int) or isinstance(value, bool):
-            ctx.fail(f"{path}.{key}", f"count must be an integer, got {value!r}")
+            raise sec.doc.fail((*sec.path, key, str(profile)), f"count must be an integer, got {value!r}")
         if not 0 <= value <= 7:  # no GPU holds more than 7 MIG instances
-            ctx.fail(f"{path}.{key}", f"count must be between 0 and 7, got {value}")
-        counts[str(key)] = value
+            raise sec.doc.fail((*sec.path, key, str(profile)), f"count must be between 0 and 7, got {value}")
+        counts[str(profile)] = value
     result = placement.place(model, counts)
     if not result.ok:
-        ctx.fail(path, result.reason)
+        raise sec.fail(key, result.reason)
     return None, counts
 
 
@@ -216,18 +219,19 @@ MAX_TIME_SLICES = 64
 """NVIDIA's device plugin allows more; 64 pods on one GPU is past any sensible share."""
 
 
-def _node_labels(ctx: Ctx, path: str, given: dict[str, str], gpus: list[Gpu]) -> dict[str, str]:
+def _node_labels(n: Section, given: dict[str, str], gpus: list[Gpu]) -> dict[str, str]:
     labels = dict(given)
     strategy = labels.setdefault("nvidia.com/mig.strategy", "mixed")
+    at_strategy = (*n.path, "labels", "nvidia.com/mig.strategy")
     if strategy not in ("single", "mixed", "none"):
-        ctx.fail(f"{path}.labels.nvidia.com/mig.strategy", f"{strategy!r} is not one of single, mixed, none")
+        raise n.doc.fail(at_strategy, f"{strategy!r} is not one of single, mixed, none")
     first = gpus[0]
     product = "NVIDIA-" + first.model.product_name.removeprefix("NVIDIA ").replace(" ", "-")
     if strategy == "single":
         profiles = {name for g in gpus for name, c in (g.mig_counts or {}).items() if c}
         if any(not g.mig_enabled for g in gpus) or len(profiles) != 1:
-            ctx.fail(
-                f"{path}.labels.nvidia.com/mig.strategy",
+            raise n.doc.fail(
+                at_strategy,
                 "single needs every GPU of the node in MIG mode with one and the same profile",
             )
         product += f"-MIG-{profiles.pop()}"
@@ -247,35 +251,31 @@ def _node_labels(ctx: Ctx, path: str, given: dict[str, str], gpus: list[Gpu]) ->
     return labels
 
 
-def _workload(
-    ctx: Ctx, raw: object, path: str, *, seed: int, nodes: Mapping[str, Node], held: dict[str, list[str]]
-) -> Workload:
-    m = ctx.mapping(raw, path, _WORKLOAD)
-    namespace = ctx.string(m.get("namespace", "default"), f"{path}.namespace")
-    if ("pod" in m) == ("deployment" in m):
-        ctx.fail(path, "give exactly one of 'pod' or 'deployment'")
-    kind: Literal["Pod", "Deployment"] = "Pod" if "pod" in m else "Deployment"
-    name = ctx.string(m.get("pod") or m.get("deployment"), f"{path}.{kind.lower()}", required=True)
-    replicas = ctx.integer(m.get("replicas", 1), f"{path}.replicas", minimum=1, maximum=MAX_REPLICAS)
-    if kind == "Pod" and "replicas" in m:
-        ctx.fail(f"{path}.replicas", "only a deployment has replicas")
-    container = ctx.string(m.get("container", name), f"{path}.container")
-    labels = ctx.string_map(m.get("labels"), f"{path}.labels")
-    util = parse_pattern(ctx, m.get("utilization", "idle"), f"{path}.utilization", maximum=100.0)
-    memory = parse_pattern(ctx, m.get("memory_mib", 0), f"{path}.memory_mib")
-    apps_raw = ctx.mapping(m.get("app_metrics") or {}, f"{path}.app_metrics", None)
-    apps = {str(k): parse_pattern(ctx, v, f"{path}.app_metrics.{k}") for k, v in apps_raw.items()}
+def _workload(w: Section, *, seed: int, nodes: Mapping[str, Node], held: dict[str, list[str]]) -> Workload:
+    w.keys(_WORKLOAD)
+    namespace = w.text("namespace", "default")
+    if ("pod" in w) == ("deployment" in w):
+        raise w.fail_here("give exactly one of 'pod' or 'deployment'")
+    kind: Literal["Pod", "Deployment"] = "Pod" if "pod" in w else "Deployment"
+    name = w.text(kind.lower())
+    replicas = w.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS)
+    if kind == "Pod" and "replicas" in w:
+        raise w.fail("replicas", "only a deployment has replicas")
+    container = w.text("container", name)
+    labels = w.text_map("labels")
+    util = parse_pattern(w, "utilization", default="idle", maximum=100.0)
+    memory = parse_pattern(w, "memory_mib", default=0)
+    named = w.named("app_metrics")
+    apps = {} if named is None else {k: parse_pattern(named, k, default=None) for k in named.data}
     refs = [
-        _device(ctx, r, f"{path}.devices[{i}]", nodes=nodes, held=held, owner=f"{namespace}/{name}")
-        for i, r in enumerate(ctx.sequence(m.get("devices"), f"{path}.devices", required=True))
+        _device(w, i, raw, nodes=nodes, held=held, owner=f"{namespace}/{name}")
+        for i, raw in enumerate(w.sequence("devices", required=True))
     ]
     if kind == "Deployment" and len(refs) != replicas:
-        ctx.fail(
-            f"{path}.devices", f"{len(refs)} devices for {replicas} replicas: give one device per replica"
-        )
+        raise w.fail("devices", f"{len(refs)} devices for {replicas} replicas: give one device per replica")
     if kind == "Pod":
         if len({r.node for r in refs}) != 1:
-            ctx.fail(f"{path}.devices", "a pod's devices must all be on one node")
+            raise w.fail("devices", "a pod's devices must all be on one node")
         groups = [(name, tuple(refs))]
     else:
         groups = [(identity.replica_pod_name(seed, namespace, name, i), (r,)) for i, r in enumerate(refs)]
@@ -300,16 +300,17 @@ def _workload(
     return Workload(namespace, name, kind, replicas if kind == "Deployment" else 1, pods)
 
 
-_DEVICE = {"node", "gpu", "profile", "slot"}
+_DEVICE = ("node", "gpu", "profile", "slot")
 
 
 def _device(
-    ctx: Ctx, raw: object, path: str, *, nodes: Mapping[str, Node], held: dict[str, list[str]], owner: str
+    w: Section, i: int, raw: object, *, nodes: Mapping[str, Node], held: dict[str, list[str]], owner: str
 ) -> DeviceRef:
+    """``devices[i]`` of workload ``w``: ``NODE/GPU[/PROFILE[#SLOT]]`` or the same as fields."""
     if isinstance(raw, str):
         parts = raw.split("/")
         if len(parts) not in (2, 3):
-            ctx.fail(path, f"{raw!r}: write NODE/GPU or NODE/GPU/PROFILE[#SLOT]")
+            raise w.doc.fail((*w.path, "devices", i), f"{raw!r}: write NODE/GPU or NODE/GPU/PROFILE[#SLOT]")
         spec: dict[str, object] = {"node": parts[0], "gpu": parts[1]}
         if len(parts) == 3:
             prof, _, slot_text = parts[2].partition("#")
@@ -317,52 +318,51 @@ def _device(
             if slot_text:
                 spec["slot"] = slot_text
         raw = spec
-    m = ctx.mapping(raw, path, _DEVICE)
-    node_name = ctx.string(m.get("node"), f"{path}.node", required=True)
+    d = w.at(raw, "devices", i, what="NODE/GPU[/PROFILE[#SLOT]] or a mapping of node, gpu, profile, slot")
+    d.keys(_DEVICE)
+    node_name = d.text("node")
     node = nodes.get(node_name)
     if node is None:
-        ctx.fail(f"{path}.node", f"no node {node_name!r} in the scenario")
-    index = ctx.integer(m.get("gpu"), f"{path}.gpu", minimum=0)
+        raise d.fail("node", f"no node {node_name!r} in the scenario")
+    index = d.integer("gpu", minimum=0)
     if index >= len(node.gpus):
-        ctx.fail(f"{path}.gpu", f"{node_name} has {len(node.gpus)} GPUs (0–{len(node.gpus) - 1})")
+        raise d.fail("gpu", f"{node_name} has {len(node.gpus)} GPUs (0–{len(node.gpus) - 1})")
     gpu = node.gpus[index]
-    profile = m.get("profile")
-    if profile is None:
+    if d.raw("profile") is None:
         if gpu.mig_enabled:
-            ctx.fail(
-                path,
-                f"{node_name} GPU {index} is in MIG mode: name a profile (e.g. {node_name}/{index}/1g.10gb)",
+            raise d.fail_here(
+                f"{node_name} GPU {index} is in MIG mode: name a profile (e.g. {node_name}/{index}/1g.10gb)"
             )
         ref = DeviceRef(node_name, index, None, gpu.uuid)
     else:
-        pname = ctx.string(profile, f"{path}.profile")
+        pname = d.text("profile")
         candidates = [inst for inst in gpu.instances if inst.profile.name == pname]
         if not candidates:
             have = placement.describe(gpu.mig_counts or {}) if gpu.mig_enabled else "MIG disabled"
-            ctx.fail(f"{path}.profile", f"{node_name} GPU {index} has no {pname} instance ({have})")
-        if "slot" in m:
-            slot = ctx.integer(m["slot"], f"{path}.slot", minimum=0)
+            raise d.fail("profile", f"{node_name} GPU {index} has no {pname} instance ({have})")
+        if "slot" in d:
+            slot = d.integer("slot", minimum=0)
             if slot >= len(candidates):
-                ctx.fail(f"{path}.slot", f"{node_name} GPU {index} has {len(candidates)} × {pname}")
+                raise d.fail("slot", f"{node_name} GPU {index} has {len(candidates)} × {pname}")
             chosen = candidates[slot]
         else:
             free = [inst for inst in candidates if not held.get(inst.uuid)]
             if not free:
-                ctx.fail(path, f"every {pname} instance of {node_name} GPU {index} is already held")
+                raise d.fail_here(f"every {pname} instance of {node_name} GPU {index} is already held")
             chosen = free[0]
         ref = DeviceRef(node_name, index, chosen.gi_id, chosen.uuid, pname)
-    _hold(ctx, path, held, ref=ref, gpu=gpu, owner=owner)
+    _hold(d, held, ref=ref, gpu=gpu, owner=owner)
     return ref
 
 
-def _hold(ctx: Ctx, path: str, held: dict[str, list[str]], *, ref: DeviceRef, gpu: Gpu, owner: str) -> None:
+def _hold(d: Section, held: dict[str, list[str]], *, ref: DeviceRef, gpu: Gpu, owner: str) -> None:
     """Record ``owner`` as a holder of ``ref``: one holder, or up to N on a GPU time-sliced N ways."""
     holders = held.setdefault(ref.uuid, [])
     limit = gpu.time_slicing if ref.gi_id is None and gpu.time_slicing else 1
     if len(holders) >= limit:
         if limit == 1:
-            ctx.fail(path, f"device already held by {holders[0]}")
-        ctx.fail(
-            path, f"{ref.node} GPU {ref.gpu} is time-sliced {limit} ways, all held ({', '.join(holders)})"
+            raise d.fail_here(f"device already held by {holders[0]}")
+        raise d.fail_here(
+            f"{ref.node} GPU {ref.gpu} is time-sliced {limit} ways, all held ({', '.join(holders)})"
         )
     holders.append(owner)

@@ -17,8 +17,7 @@ import types
 from collections.abc import Mapping
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from gpupilot_common import checked
-from gpupilot_common.checked import FieldPath
+from gpupilot_common.checked import REQUIRED, Document, Section
 
 JsonDict = dict[str, Any]
 
@@ -63,29 +62,18 @@ def _encode(value: Any, meta: Mapping[str, Any]) -> Any:
 # ---------------------------------------------------------------------------------------------- read
 
 
-class Reader(checked.Section):
-    """A :class:`checked.Section` over one JSON object, with the look-up by Python type the codec
-    needs; errors in the project's shape, ``file:line: field.path: problem``."""
+OBJECT = "an object"
+"""How the plan names a mapping: JSON's word."""
 
-    def __init__(self, doc: checked.Document, data: object, path: FieldPath) -> None:
-        if not isinstance(data, dict):
-            raise doc.fail(path, f"must be an object, got {type(data).__name__}")
-        super().__init__(doc, data, path)
 
-    def get(self, key: str, kinds: type | tuple[type, ...], kind_name: str, default: object = ...) -> Any:
-        if key not in self.data:
-            if default is not ...:
-                return default
-            raise self.doc.fail((*self.path, key), f"required, {kind_name}")
-        value = self.data[key]
-        allowed = kinds if isinstance(kinds, tuple) else (kinds,)
-        ok = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
-        if not ok:
-            raise self.doc.fail((*self.path, key), f"must be {kind_name}, got {value!r:.40}")
-        return value
+def obj(parent: Section, data: object, *keys: str | int) -> Section:
+    """The JSON object ``data`` at ``keys`` below ``parent``, as a :class:`checked.Section`."""
+    return parent.at(data, *keys, what=OBJECT)
 
-    def sub(self, key: str, data: object, *index: int) -> Reader:
-        return Reader(self.doc, data, (*self.path, key, *index))
+
+def top(doc: Document) -> Section:
+    """The document's top-level JSON object."""
+    return obj(Section(doc, {}, ()), doc.data)
 
 
 _SCALARS: dict[type, tuple[tuple[type, ...], str]] = {
@@ -99,17 +87,17 @@ _SCALARS: dict[type, tuple[tuple[type, ...], str]] = {
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
-def _check_mig_doc(r: Reader) -> None:
+def _check_mig_doc(r: Section) -> None:
     """A mig-parted document: its ``mig-configs`` (when present) maps each config name to a list of
     entries (objects); the entries themselves are checked by ``apply``'s plan check."""
     if "mig-configs" not in r.data:
         return
-    configs = r.sub("mig-configs", r.data["mig-configs"])
+    configs = obj(r, r.data["mig-configs"], "mig-configs")
     for name in configs.data:
         if not isinstance(name, str):
             raise r.doc.fail(configs.path, f"config names must be strings, got {name!r:.40}")
-        for i, entry in enumerate(configs.get(name, list, "a list")):
-            configs.sub(name, entry, i)
+        for i, entry in enumerate(configs.typed(name, list, "a list")):
+            obj(configs, entry, name, i)
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -119,7 +107,7 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def from_json(cls: type[Any], r: Reader) -> Any:
+def from_json(cls: type[Any], r: Section) -> Any:
     """An instance of the dataclass ``cls`` from the JSON object ``r``."""
     kwargs: dict[str, Any] = {}
     hints = _hints(cls)
@@ -129,37 +117,37 @@ def from_json(cls: type[Any], r: Reader) -> Any:
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
         else:
-            default = ...
+            default = REQUIRED
         kwargs[f.name] = _decode(hints[f.name], r, f.name, default, f.metadata)
     return cls(**kwargs)
 
 
-def _decode(hint: Any, r: Reader, key: str, default: object, meta: Mapping[str, Any]) -> Any:
+def _decode(hint: Any, r: Section, key: str, default: object, meta: Mapping[str, Any]) -> Any:
     origin = get_origin(hint)
     if origin in (Union, types.UnionType):  # ``float | None``: absent or null is None
         (inner,) = [a for a in get_args(hint) if a is not type(None)]
-        return None if r.data.get(key) is None else _decode(inner, r, key, ..., meta)
+        return None if r.data.get(key) is None else _decode(inner, r, key, REQUIRED, meta)
     if hint in _SCALARS:
         kinds, name = _SCALARS[hint]
-        return hint(r.get(key, kinds, name, default))
+        return hint(r.typed(key, kinds, name, default))
     if dataclasses.is_dataclass(hint):
-        if key not in r.data and default is not ...:
+        if key not in r.data and default is not REQUIRED:
             return default
-        return from_json(hint, r.sub(key, r.get(key, dict, "an object")))  # type: ignore[arg-type]
+        return from_json(hint, obj(r, r.typed(key, dict, OBJECT), key))  # type: ignore[arg-type]
     if origin is tuple:
         item = get_args(hint)[0]
-        values = r.get(key, list, "a list", [] if default is not ... else ...)
+        values = r.typed(key, list, "a list", [] if default is not REQUIRED else REQUIRED)
         if dataclasses.is_dataclass(item):
-            return tuple(from_json(item, r.sub(key, v, i)) for i, v in enumerate(values))  # type: ignore[arg-type]
+            return tuple(from_json(item, obj(r, v, key, i)) for i, v in enumerate(values))  # type: ignore[arg-type]
         kinds, name = _SCALARS[item]
         for i, v in enumerate(values):
             if not isinstance(v, kinds) or (isinstance(v, bool) and item is not bool):
                 raise r.doc.fail((*r.path, key, i), f"must be {name}, got {v!r:.40}")
         return tuple(item(v) for v in values)
     if origin in (Mapping, dict) or hint is dict:
-        value: JsonDict = r.get(key, dict, "an object", {} if default is not ... else ...)
+        value: JsonDict = r.typed(key, dict, OBJECT, {} if default is not REQUIRED else REQUIRED)
         if meta.get("mig_doc"):
-            _check_mig_doc(r.sub(key, value))
+            _check_mig_doc(obj(r, value, key))
         if meta.get("counts"):
             for name, count in value.items():
                 if not isinstance(count, int) or isinstance(count, bool) or count < 0:

@@ -351,8 +351,8 @@ def plan_from_dict(data: object, *, source: str = "plan") -> Plan:
 
 
 def _plan(doc: checked.Document) -> Plan:
-    r = codec.Reader(doc, doc.data, ())
-    schema = r.get("schema", str, "a string")
+    r = codec.top(doc)
+    schema = r.typed("schema", str, "a string")
     if schema != SCHEMA:
         raise doc.fail(("schema",), f"is {schema!r}; this gpupilot reads {SCHEMA!r} (re-run 'plan')")
     plan: Plan = codec.from_json(Plan, r)

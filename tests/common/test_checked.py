@@ -164,6 +164,42 @@ def test_messages_stay_one_short_line() -> None:
     doc = checked.Document({"a\nb": 1}, source="x.yaml", error=MyError)
     _fails(lambda: doc.root().keys(()), "x.yaml: a\\nb: unknown field (known: )")
     with pytest.raises(MyError) as err:
-        raise doc.fail_dotted("items[0]", "got " + "y" * 10_000)
+        raise doc.fail(("items", 0), "got " + "y" * 10_000)
     assert str(err.value).startswith("x.yaml: items[0]: got yyy")
     assert len(str(err.value)) < 2 * checked.MAX_PART
+
+
+def test_required_fields_and_open_bounds() -> None:
+    """A getter without a default names what to give; a bound of None leaves that side open."""
+    top = checked.parse_yaml(
+        "a: -3\nb: ''\nc: 2.5\nwhen: 2026-01-01\n", source="r.yaml", error=MyError
+    ).root()
+    assert top.integer("a", minimum=None) == -3 and top.number("c", maximum=None, minimum=None) == 2.5
+    assert top.time("when", 0.0, now=0.0) == 1767225600.0 and top.time("absent", 7.0, now=0.0) == 7.0
+    _fails(lambda: top.integer("n", minimum=1), "r.yaml:1: n: required, a whole number >= 1")
+    _fails(lambda: top.number("x", minimum=None), "r.yaml:1: x: required, a number")
+    _fails(
+        lambda: top.integer("a", maximum=-4, minimum=None),
+        "r.yaml:1: a: must be a whole number <= -4, got -3",
+    )
+    _fails(lambda: top.text("b"), "r.yaml:2: b: must not be empty")
+    _fails(lambda: top.sequence("items", required=True), "r.yaml:1: items: required, give a list")
+    _fails(
+        lambda: top.time("b", 0.0, now=0.0),
+        "r.yaml:2: b: '' is not a time (use RFC 3339 like 2026-11-01T00:00:00Z, Unix seconds, now or now-7d)",
+    )
+
+
+def test_coerce_reads_scalars_as_the_type_asked_for() -> None:
+    text = 'driver: 535\ncount: "2"\nsup: "²"\nlabels: {8: 9, app: x}\nitems: []\n'
+    plain = checked.parse_yaml(text, source="r.yaml", error=MyError).root()
+    _fails(lambda: plain.text("driver"), "r.yaml:1: driver: must be a string, got 535")
+    _fails(lambda: plain.integer("count"), "r.yaml:2: count: must be a whole number >= 0, got '2'")
+    top = checked.parse_yaml(text, source="r.yaml", error=MyError).root(coerce=True)
+    assert top.text("driver") == "535" and top.integer("count") == 2
+    assert top.text_map("labels") == {"8": "9", "app": "x"} and top.text_map("absent") == {}
+    _fails(lambda: top.integer("sup"), "r.yaml:3: sup: must be a whole number >= 0, got '²'")  # not int('²')
+    _fails(lambda: top.sequence("items", required=True), "r.yaml:5: items: must not be empty")
+    child = top.at({"n": "7"}, "items", 0)  # a short form written out as fields inherits coerce
+    assert child.integer("n") == 7 and child.path == ("items", 0)
+    _fails(lambda: top.at("x", "items", 0, what="a rule"), "r.yaml:5: items[0]: must be a rule, got 'x'")

@@ -54,7 +54,10 @@ pending:
             "{namespace: ml, pod: running, resource: nvidia.com/gpu}",
             "pending[0].pod: pod ml/running is defined twice",
         ),
-        ("{pod: x, resource: nvidia.com/gpu, count: 0}", "pending[0].count: must be at least 1"),
+        (
+            "{pod: x, resource: nvidia.com/gpu, count: 0}",
+            "pending[0].count: must be a whole number from 1 to 64, got 0",
+        ),
         ("{pod: x, resource: nvidia.com/gpu, colour: red}", "colour"),
     ],
 )

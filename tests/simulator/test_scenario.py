@@ -39,7 +39,7 @@ def _error(tmp_path: Path, text: str) -> str:
         ),
         (
             "nodes: [{name: a, gpus: [{model: H100 80GB, colour: red}]}]\n",
-            "nodes[0].gpus[0].colour: unknown key",
+            "nodes[0].gpus[0].colour: unknown field (known: model, count",
         ),
         ("nodes: [{name: a, gpus: [{model: Z9000}]}]\n", "nodes[0].gpus[0].model: unknown GPU model 'Z9000'"),
         (
@@ -75,7 +75,10 @@ def _error(tmp_path: Path, text: str) -> str:
             GOOD_NODE + "workloads: [{pod: p, devices: [n1/0], utilization: 140}]\n",
             "workloads[0].utilization: 140 is outside [0, 100]",
         ),
-        (GOOD_NODE + "faults: [{kind: xid, node: n1, gpu: 0}]\n", "faults[0].code: expected an integer"),
+        (
+            GOOD_NODE + "faults: [{kind: xid, node: n1, gpu: 0}]\n",
+            "faults[0].code: required, a whole number >= 1",
+        ),
         (GOOD_NODE + "faults: [{kind: meltdown, node: n1}]\n", "faults[0].kind: 'meltdown' is not one of"),
         (
             GOOD_NODE + "faults: [{kind: nvml_error, node: n1, gpu: 0, field: DCGM_FI_NOPE}]\n",
@@ -97,7 +100,14 @@ def _error(tmp_path: Path, text: str) -> str:
             GOOD_NODE + "hpas: [{name: h, target: nope, max_replicas: 3, metrics: [{name: m, value: 1}]}]\n",
             "no deployment default/nope",
         ),
-        ("seed: 1\nsurprise: true\n" + GOOD_NODE, "surprise: unknown key"),
+        ("seed: 1\nsurprise: true\n" + GOOD_NODE, "surprise: unknown field (known: seed, epoch, nodes"),
+        ('seed: "²"\n' + GOOD_NODE, ":1: seed: must be a whole number, got '²'"),
+        ("", "fleet.yaml: nodes: required, give a list"),
+        ("- nodes\n", "fleet.yaml:1: the scenario must be a mapping of fields, got list"),
+        (
+            GOOD_NODE + "workloads: [{pod: p, devices: [n1/0], utilization: daily}]\n",
+            "workloads[0].utilization: must be a number, idle, or a mapping with pattern: constant, daily or",
+        ),
     ],
 )
 def test_errors_are_one_line_with_path(tmp_path: Path, text: str, expected: str) -> None:
@@ -124,7 +134,7 @@ def test_errors_are_one_line_with_path(tmp_path: Path, text: str, expected: str)
             GOOD_NODE + "faults:\n  - kind: hung\n    node: n1\n    gpu: 0\n    at: soon\n",
             ":6: faults[0].at: ",
         ),
-        ("seed: 1\nsurprise: true\n" + GOOD_NODE, ":2: surprise: unknown key"),
+        ("seed: 1\nsurprise: true\n" + GOOD_NODE, ":2: surprise: unknown field"),
     ],
 )
 def test_errors_name_the_line_of_the_field(tmp_path: Path, text: str, expected: str) -> None:
