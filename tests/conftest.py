@@ -1,6 +1,8 @@
-"""Shared fixtures. ``prometheus_history``: a real Prometheus over a week of simulated fleet history.
+"""Shared fixtures. ``prometheus_history``: a real Prometheus over a week of simulated fleet history;
+``kube``: an empty Kubernetes API double for one test.
 
-Kept import-cheap: the simulator and devkit are imported inside the fixture, only when a test asks.
+Kept import-cheap: the simulator, devkit and the API double are imported inside the fixtures, only
+when a test asks.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -59,6 +62,20 @@ def _wait_for(url: str, query: str, *, minimum: float, timeout: float) -> None:
             return
         time.sleep(0.5)
     raise TimeoutError(f"prometheus_history: {query} stayed below {minimum} for {timeout:.0f}s")
+
+
+if TYPE_CHECKING:
+    from tests.support.kubedouble import KubeDouble
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeDouble]:
+    """An empty API double (MIG Manager, ClusterPolicy and default MIG ConfigMap as it starts them),
+    serving on a free loopback port for one test. Modules that need more seed it themselves."""
+    from tests.support.kubedouble import KubeDouble  # noqa: PLC0415
+
+    with KubeDouble() as k:
+        yield k
 
 
 @pytest.fixture(scope="session")

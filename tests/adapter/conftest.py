@@ -3,6 +3,7 @@ PKI, and an in-process adapter on a free port."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 import wsgiref.simple_server
@@ -86,6 +87,13 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PromEnv]:
             raise RuntimeError(f"the live target was not scraped within 60 s; see {server.log_file}")
         yield PromEnv(server, live)
     http_server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def kubectl_present() -> None:
+    """kubectl is part of the development machines (DESIGN.md); its absence is a failure, not a skip.
+    Modules that run kubectl ask for it: ``pytestmark = pytest.mark.usefixtures("kubectl_present")``."""
+    assert shutil.which("kubectl"), "kubectl is needed for these tests: install it and rerun"
 
 
 @pytest.fixture(scope="session")

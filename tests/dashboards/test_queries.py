@@ -49,27 +49,28 @@ class Prom:
 
 
 @pytest.fixture(scope="module")
-def prom(metrics_history: Any) -> Prom:
+def history_prom(metrics_history: Any) -> Prom:
+    """The session's simulated week (on each engine), queried once its recording rules have data."""
     recorded.wait_for_records(metrics_history.url)
     return Prom(metrics_history.url, time.time(), engine=metrics_history.engine)
 
 
-def _values(prom: Prom, variable: dict[str, Any], chosen: dict[str, str]) -> list[str]:
+def _values(history_prom: Prom, variable: dict[str, Any], chosen: dict[str, str]) -> list[str]:
     text = panels.substitute(variable["definition"], chosen, range_s=RANGE_S, interval_s=STEP_S)
     m = panels.LABEL_VALUES.match(text.strip())
     assert m, f"variable {variable['name']}: only label_values(selector, label) is supported: {text}"
     label = m["label"]
-    rows = prom.run(f"group by ({label}) ({m['selector']})", instant=True)
+    rows = history_prom.run(f"group by ({label}) ({m['selector']})", instant=True)
     return sorted({r["metric"][label] for r in rows if label in r["metric"]})
 
 
-def _selections(prom: Prom, dashboard: dict[str, Any]) -> list[dict[str, str]]:
+def _selections(history_prom: Prom, dashboard: dict[str, Any]) -> list[dict[str, str]]:
     """Every combination of real variable values (and All where offered), chained in order."""
     selections: list[dict[str, str]] = [{}]
     for variable in panels.variables(dashboard):
         grown = []
         for chosen in selections:
-            values = _values(prom, variable, chosen)
+            values = _values(history_prom, variable, chosen)
             assert values, f"variable {variable['name']} has no values for {chosen}"
             if variable.get("includeAll"):
                 values = [variable["allValue"], *values]
@@ -79,8 +80,8 @@ def _selections(prom: Prom, dashboard: dict[str, Any]) -> list[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def selections(prom: Prom) -> dict[str, list[dict[str, str]]]:
-    return {p.name: _selections(prom, panels.load(p)) for p in panels.DASHBOARD_FILES}
+def selections(history_prom: Prom) -> dict[str, list[dict[str, str]]]:
+    return {p.name: _selections(history_prom, panels.load(p)) for p in panels.DASHBOARD_FILES}
 
 
 def test_every_dashboard_has_queries() -> None:
@@ -98,30 +99,30 @@ def test_variables_resolve_to_real_values(selections: dict[str, list[dict[str, s
 
 @pytest.mark.parametrize("query", QUERIES, ids=[q.id for q in QUERIES])
 def test_panel_query_returns_data(
-    query: panels.Query, prom: Prom, selections: dict[str, list[dict[str, str]]]
+    query: panels.Query, history_prom: Prom, selections: dict[str, list[dict[str, str]]]
 ) -> None:
     tried = []
     for chosen in selections[query.file]:
         expr = panels.substitute(query.expr, chosen, range_s=RANGE_S, interval_s=STEP_S)
         assert "$" not in expr, f"unsubstituted variable in {expr!r}"
-        if prom.run(expr, instant=query.instant):
+        if history_prom.run(expr, instant=query.instant):
             return
         tried.append(chosen)
     pytest.fail(f"{query.id}: empty for every selection {tried}: {query.expr}")
 
 
-def test_an_empty_query_is_caught(prom: Prom) -> None:
-    assert prom.run('DCGM_FI_DEV_GPU_TEMP{Hostname="no-such-node"}', instant=False) == []
+def test_an_empty_query_is_caught(history_prom: Prom) -> None:
+    assert history_prom.run('DCGM_FI_DEV_GPU_TEMP{Hostname="no-such-node"}', instant=False) == []
     # Prometheus says bad_data; VictoriaMetrics says 422 (its HTTP status) for the same parse error.
-    with pytest.raises(AssertionError, match="bad_data" if prom.engine == "prometheus" else "422"):
-        prom.run("sum by (", instant=True)
+    with pytest.raises(AssertionError, match="bad_data" if history_prom.engine == "prometheus" else "422"):
+        history_prom.run("sum by (", instant=True)
 
 
-def test_mig_and_whole_gpu_utilisation_agree_with_the_raw_series(prom: Prom) -> None:
+def test_mig_and_whole_gpu_utilisation_agree_with_the_raw_series(history_prom: Prom) -> None:
     """The per-pod recording rule on real data: whole GPUs = GPU_UTIL, MIG = 100 × GR_ENGINE_ACTIVE."""
     # Evaluate at the rule's own sample time, where it saw the same raw samples.
-    stamp = prom.run("max(timestamp(gpupilot:pod_gpu_utilization:percent))", instant=True)
-    at_rule = Prom(prom.url, float(stamp[0]["value"][1]), engine=prom.engine)
+    stamp = history_prom.run("max(timestamp(gpupilot:pod_gpu_utilization:percent))", instant=True)
+    at_rule = Prom(history_prom.url, float(stamp[0]["value"][1]), engine=history_prom.engine)
     # The rule saw the raw samples as of its evaluation; VictoriaMetrics' vmalert queries with a
     # small latency offset, so look for the shift (0-30 s) at which every pod agrees exactly.
     differences = []
@@ -143,7 +144,7 @@ def test_mig_and_whole_gpu_utilisation_agree_with_the_raw_series(prom: Prom) -> 
         differences.append(max(rows))
         if max(rows) < 1e-6:
             break
-        if prom.engine == "prometheus":
+        if history_prom.engine == "prometheus":
             break  # Prometheus evaluates rules on exactly the samples an instant query sees
     assert differences[-1] < 1e-6, differences
     # MIG pods have no DCGM_FI_DEV_GPU_UTIL at all: the seed's GPU_UTIL-only rules never saw them.

@@ -17,8 +17,7 @@ from exporter.podresources.client import PodResourcesClient
 from exporter.settings import CollectorSettings
 from exporter.snapshot import NodeSnapshot
 from tests.support.exporter import fakes
-from tests.support.exporter.kubelet_double import KubeletDouble, claim, container, pod
-from tests.support.exporter.pki import mint
+from tests.support.exporter.kubelet_double import claim, container, pod
 from tests.support.kubedouble import KubeDouble
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -29,12 +28,6 @@ H100_1G_ID = 19  # nvidia-smi mig -lgip id of 1g.10gb on H100
 def node_snapshot() -> NodeSnapshot:
     """GPU 0 whole, GPU 1 in MIG mode with seven 1g.10gb instances at placements 0..6."""
     return NodeSnapshot(taken_at=1.0, gpus=(fakes.whole_gpu(0), fakes.mig_gpu(1)))
-
-
-@pytest.fixture
-def kubelet(tmp_path):
-    with KubeletDouble(tmp_path / "k.sock") as double:
-        yield double
 
 
 def series(text: str, name: str) -> list[str]:
@@ -208,17 +201,18 @@ def _slice(node: str, devices: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def kube():
+def module_kube():
+    """One empty API double for this module's watch tests (each puts its own ResourceSlices)."""
     with KubeDouble() as double:
         yield double
 
 
-def test_slice_watcher_lists_and_follows_the_api_over_http(kube):
+def test_slice_watcher_lists_and_follows_the_api_over_http(module_kube):
     snap = node_snapshot()
     gpu0, gpu1 = snap.gpus[0].info.uuid, snap.gpus[1].info.uuid
-    kube.store.put(SLICES, _slice("node-a", {"gpu-0": gpu0}), event="ADDED")
-    kube.store.put(SLICES, _slice("node-b", {"gpu-0": gpu1}), event="ADDED")
-    access = kubeapi.ApiAccess(url=kube.url, token_file=None, ca_file=None, timeout_s=2.0)
+    module_kube.store.put(SLICES, _slice("node-a", {"gpu-0": gpu0}), event="ADDED")
+    module_kube.store.put(SLICES, _slice("node-b", {"gpu-0": gpu1}), event="ADDED")
+    access = kubeapi.ApiAccess(url=module_kube.url, token_file=None, ca_file=None, timeout_s=2.0)
     watcher = kubeapi.SliceWatcher(access, node="node-a", watch_s=1).start()
     try:
         deadline = time.monotonic() + 5
@@ -229,7 +223,7 @@ def test_slice_watcher_lists_and_follows_the_api_over_http(kube):
         # the driver republishes the slice: the watch follows without a relist
         lists = watcher.lists
         obj = _slice("node-a", {"gpu-0": gpu0, "gpu-1": gpu1})
-        kube.store.put(SLICES, obj, event="MODIFIED")
+        module_kube.store.put(SLICES, obj, event="MODIFIED")
         while ("node-a", "gpu-1") not in (watcher.current()[0] or {}) and time.monotonic() < deadline:
             time.sleep(0.02)
         now_index = watcher.current()[0]
@@ -239,18 +233,20 @@ def test_slice_watcher_lists_and_follows_the_api_over_http(kube):
         watcher.stop()
 
 
-def test_an_expired_watch_is_relisted_and_the_index_kept_current(kube):
-    access = kubeapi.ApiAccess(url=kube.url, token_file=None, ca_file=None, timeout_s=2.0)
-    kube.store.put(SLICES, _slice("node-x", {"gpu-0": "GPU-x0"}), event="ADDED")
+def test_an_expired_watch_is_relisted_and_the_index_kept_current(module_kube):
+    access = kubeapi.ApiAccess(url=module_kube.url, token_file=None, ca_file=None, timeout_s=2.0)
+    module_kube.store.put(SLICES, _slice("node-x", {"gpu-0": "GPU-x0"}), event="ADDED")
     watcher = kubeapi.SliceWatcher(access, node="node-x", watch_s=1, backoff_max_s=0.05)
-    kube.expire_watches(1)  # the first watch gets 410 Expired in-stream
+    module_kube.expire_watches(1)  # the first watch gets 410 Expired in-stream
     watcher.start()
     try:
         deadline = time.monotonic() + 5
         while watcher.lists < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
         assert watcher.lists >= 2  # listed, the watch expired, listed again
-        kube.store.put(SLICES, _slice("node-x", {"gpu-0": "GPU-x0", "gpu-1": "GPU-x1"}), event="MODIFIED")
+        module_kube.store.put(
+            SLICES, _slice("node-x", {"gpu-0": "GPU-x0", "gpu-1": "GPU-x1"}), event="MODIFIED"
+        )
         while ("node-x", "gpu-1") not in (watcher.current()[0] or {}) and time.monotonic() < deadline:
             time.sleep(0.02)
         now_index = watcher.current()[0]
@@ -259,17 +255,18 @@ def test_an_expired_watch_is_relisted_and_the_index_kept_current(kube):
         watcher.stop()
 
 
-def test_slice_watcher_over_https_with_a_service_account_token(tmp_path):
+def test_slice_watcher_over_https_with_a_service_account_token(tmp_path, exporter_pki):
     """In a pod: HTTPS checked against the cluster CA, the token file read for each request, and a
     missing RBAC grant named in the one-line error."""
-    pki = mint(tmp_path)
     token = tmp_path / "token"
     token.write_text("exporter-token\n")
     sa = "system:serviceaccount:gpupilot:gpupilot-exporter"
-    with KubeDouble(tls=(pki.server_cert, pki.server_key), require_token=True, enforce_rules=True) as api:
+    with KubeDouble(
+        tls=(exporter_pki.server_cert, exporter_pki.server_key), require_token=True, enforce_rules=True
+    ) as api:
         assert api.url.startswith("https://")
         api.add_token("exporter-token", sa)
-        access = kubeapi.ApiAccess(url=api.url, token_file=token, ca_file=pki.ca_cert, timeout_s=2.0)
+        access = kubeapi.ApiAccess(url=api.url, token_file=token, ca_file=exporter_pki.ca_cert, timeout_s=2.0)
         watcher = kubeapi.SliceWatcher(access, node="node-a")
         with pytest.raises(
             kubeapi.KubeApiError, match=r"HTTP 403 \(check the exporter's RBAC for resourceslices\)"

@@ -40,7 +40,8 @@ def as_prometheus(rule: dict[str, object]) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+def hostname_label_prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+    """One exporter per hostname-label mode, scraped through the ServiceMonitor's relabelling."""
     scenario = scenario_mod.load(SCENARIO)
     frozen = scenario.epoch + 15 * 3600
     endpoint = service_monitor_endpoint()
@@ -88,7 +89,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]
 
 
 def wait_for(
-    prom: PrometheusServer,
+    hostname_label_prom: PrometheusServer,
     promql: str,
     *,
     count: int,
@@ -100,7 +101,7 @@ def wait_for(
     deadline = time.monotonic() + timeout
     result: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
-        r = requests.get(f"{prom.url}/api/v1/query", params={"query": promql}, timeout=10)
+        r = requests.get(f"{hostname_label_prom.url}/api/v1/query", params={"query": promql}, timeout=10)
         result = r.json()["data"]["result"]
         seen = {s["metric"].get("Hostname") for s in result}
         if len(result) >= count and hosts <= seen:
@@ -109,18 +110,18 @@ def wait_for(
     raise AssertionError(f"{promql}: {len(result)} series after {timeout:.0f}s, wanted {count}")
 
 
-def test_every_mode_reaches_rules_and_dashboards_as_hostname(prom: PrometheusServer) -> None:
+def test_every_mode_reaches_rules_and_dashboards_as_hostname(hostname_label_prom: PrometheusServer) -> None:
     # the alert expression of GPUHighTemperature and the fleet dashboard's temperature panel
-    temps = wait_for(prom, "max by (Hostname) (DCGM_FI_DEV_GPU_TEMP)", count=3)
+    temps = wait_for(hostname_label_prom, "max by (Hostname) (DCGM_FI_DEV_GPU_TEMP)", count=3)
     assert {s["metric"]["Hostname"] for s in temps} == set(MODES)  # type: ignore[index]
     # a recording rule of rules/recording.rules.yaml, grouped by Hostname
     recorded = wait_for(
-        prom,
+        hostname_label_prom,
         "count by (Hostname) (gpupilot:slice_activity:avg5m)",
         count=2,
         hosts=frozenset({"gpu-h100-a", "gpu-h100-b"}),
     )
     assert {s["metric"]["Hostname"] for s in recorded} >= {"gpu-h100-a", "gpu-h100-b"}  # type: ignore[index]
     # the exporter's own label is kept as sent: hostname in that mode, none in the other
-    lower = wait_for(prom, 'DCGM_FI_DEV_GPU_TEMP{hostname!=""}', count=1)
+    lower = wait_for(hostname_label_prom, 'DCGM_FI_DEV_GPU_TEMP{hostname!=""}', count=1)
     assert {s["metric"]["hostname"] for s in lower} == {"gpu-h100-b"}  # type: ignore[index]

@@ -89,7 +89,7 @@ def test_flag_parses() -> None:
 
 
 @pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
+def mig_series_prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer]:
     """gpu-h100-b and gpu-a100-a (all MIG) in per-instance mode, gpu-h100-a in per-gpu mode."""
     scenario = scenario_mod.load(SCENARIO)
     frozen = scenario.epoch + 15 * 3600
@@ -138,39 +138,45 @@ def labels(series: dict[str, object]) -> dict[str, str]:
 
 
 @pytest.mark.prometheus
-def test_nvidia_dashboard_panels_answer_for_mig_nodes_in_per_instance_mode(prom: PrometheusServer) -> None:
+def test_nvidia_dashboard_panels_answer_for_mig_nodes_in_per_instance_mode(
+    mig_series_prom: PrometheusServer,
+) -> None:
     for title, promql in NVIDIA_PANELS.items():
         only_instance_mode = promql.replace('instance=~".*"', 'job="per-instance"')
-        assert instant(prom.url, only_instance_mode), f"panel {title!r} has no data"
+        assert instant(mig_series_prom.url, only_instance_mode), f"panel {title!r} has no data"
     # the all-MIG A100 node: one temperature series per instance (2 GPUs × 2 × 3g.20gb), as upstream
-    temps = instant(prom.url, 'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-a100-a"}')
+    temps = instant(mig_series_prom.url, 'DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-a100-a"}')
     assert len(temps) == 4
     assert {labels(t)["GPU_I_PROFILE"] for t in temps} == {"3g.20gb"}
     # MIG instances held by pods carry them on GPU-level series too (dcgm-exporter's layout)
-    held = instant(prom.url, 'DCGM_FI_DEV_POWER_USAGE{Hostname="gpu-h100-b", GPU_I_ID!="", pod!=""}')
+    held = instant(
+        mig_series_prom.url, 'DCGM_FI_DEV_POWER_USAGE{Hostname="gpu-h100-b", GPU_I_ID!="", pod!=""}'
+    )
     assert len(held) >= 4
     # gpupilot's own rules and dashboards take max by GPU first, so they stay right in this mode:
     # one power series per physical GPU (gpu-h100-b: 3, gpu-a100-a: 2)
     fleet_power = 'max by (Hostname, UUID) (DCGM_FI_DEV_POWER_USAGE{job="per-instance"})'
-    assert len(instant(prom.url, fleet_power)) == 5
+    assert len(instant(mig_series_prom.url, fleet_power)) == 5
 
 
 @pytest.mark.prometheus
-def test_gpu_level_series_reach_the_pods_of_a_mig_gpu_in_per_gpu_mode(prom: PrometheusServer) -> None:
+def test_gpu_level_series_reach_the_pods_of_a_mig_gpu_in_per_gpu_mode(
+    mig_series_prom: PrometheusServer,
+) -> None:
     # the README's join: a MIG GPU's power, once per pod holding one of its instances
     join = (
         'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"} * on (Hostname, UUID) group_right () '
         'gpupilot_device_pod_info{job="per-gpu", GPU_I_ID!=""}'
     )
-    result = instant(prom.url, join)
+    result = instant(mig_series_prom.url, join)
     assert result
     power = {
         labels(s)["UUID"]: float(s["value"][1])
-        for s in instant(prom.url, 'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"}')
+        for s in instant(mig_series_prom.url, 'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"}')
     }
     for series in result:
         lb = labels(series)
         assert lb["pod"] and lb["GPU_I_ID"]
         assert float(series["value"][1]) == power[lb["UUID"]]
     # power once per physical GPU there: the node's sum is the sum over its 4 GPUs
-    assert len(instant(prom.url, 'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"}')) == 4
+    assert len(instant(mig_series_prom.url, 'DCGM_FI_DEV_POWER_USAGE{job="per-gpu"}')) == 4

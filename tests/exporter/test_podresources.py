@@ -16,22 +16,12 @@ from exporter.podresources.client import (
     strip_sharing_suffix,
 )
 from exporter.snapshot import PodRef
-from tests.support.exporter.kubelet_double import KubeletDouble, container, pod
+from tests.support.exporter.kubelet_double import container, pod
 
 GPU0 = "GPU-0f2c1a7e-8d61-4bb8-9f0a-1c2d3e4f5a60"
 GPU1 = "GPU-7b1e2d3c-4a5b-6c7d-8e9f-0a1b2c3d4e5f"
 MIG_A = "MIG-2a9b7c51-3d4e-5f60-8172-93a4b5c6d7e8"
 MIG_B = "MIG-9e8d7c6b-5a49-3827-1605-f4e3d2c1b0a9"
-
-
-@pytest.fixture
-def kubelet(tmp_path):
-    # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be long.
-    path = tmp_path / "k.sock"
-    if len(str(path)) > 100:
-        pytest.fail(f"tmp_path too long for a unix socket: {path}")
-    with KubeletDouble(path) as double:
-        yield double
 
 
 @pytest.fixture

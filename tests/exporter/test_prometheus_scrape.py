@@ -133,12 +133,11 @@ class _SecurePrometheus(PrometheusServer):
         return cfg
 
 
-def test_prometheus_scrapes_over_tls_with_basic_auth(tmp_path: Path) -> None:
-    pki = pki_mod.mint(tmp_path / "pki")
+def test_prometheus_scrapes_over_tls_with_basic_auth(tmp_path: Path, exporter_pki: pki_mod.Pki) -> None:
     hashed = bcrypt.hashpw(b"s3cret-scrape", bcrypt.gensalt(4)).decode()
     web = tmp_path / "web.yml"
     web.write_text(
-        f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
+        f"tls_server_config:\n  cert_file: {exporter_pki.server_cert}\n  key_file: {exporter_pki.server_key}\n"
         f"basic_auth_users:\n  prometheus: {hashed}\n"
     )
     scenario = scenario_mod.load(SCENARIO)
@@ -151,7 +150,7 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(tmp_path: Path) -> None:
         job = ScrapeJob(name="secure", targets=[f"127.0.0.1:{exporter.port}"], interval="1s", scheme="https")
         prom = _SecurePrometheus(
             tmp_path / "data",
-            ca_file=pki.ca_cert,
+            ca_file=exporter_pki.ca_cert,
             password="s3cret-scrape",
             scrape_jobs=[job],
             scrape_interval="1s",

@@ -23,8 +23,8 @@ from exporter.layout import SeriesLayout
 from exporter.server import MetricsServer, accepts_gzip, wants_openmetrics
 from exporter.settings import CollectorSettings
 from tests.support.clocks import ManualClock
-from tests.support.exporter import fakes
 from tests.support.exporter import pki as pki_mod
+from tests.support.exporter import fakes
 
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
@@ -201,17 +201,17 @@ def web_config(tmp_path: Path, text: str) -> webconfig.WebConfig:
     return webconfig.load(p)
 
 
-def test_tls_and_basic_auth(tmp_path: Path, pki: pki_mod.Pki, collector: Collector) -> None:
+def test_tls_and_basic_auth(tmp_path: Path, exporter_pki: pki_mod.Pki, collector: Collector) -> None:
     cfg = web_config(
         tmp_path,
-        f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
+        f"tls_server_config:\n  cert_file: {exporter_pki.server_cert}\n  key_file: {exporter_pki.server_key}\n"
         f"basic_auth_users:\n  prometheus: {PASSWORD_HASH}\n"
         "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n",
     )
     collector.collect_once()
     with MetricsServer(collector, host="127.0.0.1", port=0, web_config=cfg) as srv:
         assert srv.url.startswith("https://")
-        ca = str(pki.ca_cert)
+        ca = str(exporter_pki.ca_cert)
         r = requests.get(srv.url + "/metrics", verify=ca, timeout=5)
         assert r.status_code == 401
         assert r.headers["WWW-Authenticate"] == 'Basic realm="gpupilot-exporter"'
@@ -232,35 +232,37 @@ def test_tls_and_basic_auth(tmp_path: Path, pki: pki_mod.Pki, collector: Collect
 
 
 def test_client_certificates_required_and_verified(
-    tmp_path: Path, pki: pki_mod.Pki, collector: Collector
+    tmp_path: Path, exporter_pki: pki_mod.Pki, collector: Collector
 ) -> None:
     cfg = web_config(
         tmp_path,
-        f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
-        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki.ca_cert}\n",
+        f"tls_server_config:\n  cert_file: {exporter_pki.server_cert}\n  key_file: {exporter_pki.server_key}\n"
+        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {exporter_pki.ca_cert}\n",
     )
     collector.collect_once()
     with MetricsServer(collector, host="127.0.0.1", port=0, web_config=cfg) as srv:
-        ca = str(pki.ca_cert)
-        good = (str(pki.client_cert), str(pki.client_key))
+        ca = str(exporter_pki.ca_cert)
+        good = (str(exporter_pki.client_cert), str(exporter_pki.client_key))
         r = requests.get(srv.url + "/metrics", verify=ca, cert=good, timeout=5)
         assert r.status_code == 200 and "DCGM_FI_DEV_GPU_TEMP" in r.text
-        for cert in (None, (str(pki.stranger_cert), str(pki.stranger_key))):
+        for cert in (None, (str(exporter_pki.stranger_cert), str(exporter_pki.stranger_key))):
             with pytest.raises((requests.exceptions.SSLError, requests.exceptions.ConnectionError)):
                 requests.get(srv.url + "/metrics", verify=ca, cert=cert, timeout=5)
 
 
-def test_tls13_minimum_refuses_tls12_clients(tmp_path: Path, pki: pki_mod.Pki, collector: Collector) -> None:
+def test_tls13_minimum_refuses_tls12_clients(
+    tmp_path: Path, exporter_pki: pki_mod.Pki, collector: Collector
+) -> None:
     cfg = web_config(
         tmp_path,
-        f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n  min_version: TLS13\n",
+        f"tls_server_config:\n  cert_file: {exporter_pki.server_cert}\n  key_file: {exporter_pki.server_key}\n  min_version: TLS13\n",
     )
     with MetricsServer(collector, host="127.0.0.1", port=0, web_config=cfg) as srv:
-        ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+        ctx = ssl.create_default_context(cafile=str(exporter_pki.ca_cert))
         ctx.maximum_version = ssl.TLSVersion.TLSv1_2
         with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw, pytest.raises(ssl.SSLError):
             ctx.wrap_socket(raw, server_hostname="127.0.0.1")
-        ctx13 = ssl.create_default_context(cafile=str(pki.ca_cert))
+        ctx13 = ssl.create_default_context(cafile=str(exporter_pki.ca_cert))
         with (
             socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw,
             ctx13.wrap_socket(raw, server_hostname="127.0.0.1") as tls,

@@ -16,8 +16,6 @@ import requests
 
 from exporter.collector import Collector
 from exporter.server import MetricsServer
-from exporter.settings import CollectorSettings
-from tests.support.exporter import fakes
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "tests" / "data" / "fleet-small.yaml"
@@ -99,11 +97,8 @@ def test_pipelining_client_that_never_reads_is_bounded(
 
 
 @pytest.fixture
-def small_server() -> Iterator[MetricsServer]:
-    backend = fakes.FakeBackend(fakes.node(fakes.whole_gpu(0)))
-    collector = Collector(backend, hostname="n", settings=CollectorSettings(interval=10, collect_timeout=1))
-    collector.collect_once()
-    with MetricsServer(collector, host="127.0.0.1", port=0, max_connections=2) as srv:
+def small_server(one_gpu_collector: Collector) -> Iterator[MetricsServer]:
+    with MetricsServer(one_gpu_collector, host="127.0.0.1", port=0, max_connections=2) as srv:
         yield srv
 
 

@@ -19,21 +19,11 @@ from exporter import server as server_mod
 from exporter import webconfig
 from exporter.collector import Collector
 from exporter.server import MetricsServer
-from exporter.settings import CollectorSettings
-from tests.support.exporter import fakes
 
 
 @pytest.fixture
-def collector() -> Collector:
-    backend = fakes.FakeBackend(fakes.node(fakes.whole_gpu(0)))
-    c = Collector(backend, hostname="n", settings=CollectorSettings(interval=10, collect_timeout=1))
-    c.collect_once()
-    return c
-
-
-@pytest.fixture
-def srv(collector: Collector) -> Iterator[MetricsServer]:
-    with MetricsServer(collector, host="127.0.0.1", port=0) as s:
+def srv(one_gpu_collector: Collector) -> Iterator[MetricsServer]:
+    with MetricsServer(one_gpu_collector, host="127.0.0.1", port=0) as s:
         yield s
 
 
@@ -180,14 +170,14 @@ def test_trickled_head_gets_408_and_idle_connection_is_closed(
 
 
 def test_pipelined_requests_wait_for_bcrypt_and_keep_their_order(
-    tmp_path: Path, collector: Collector
+    tmp_path: Path, one_gpu_collector: Collector
 ) -> None:
     hashed = bcrypt.hashpw(b"scrape-me", bcrypt.gensalt(4)).decode()
     (tmp_path / "web.yml").write_text(f"basic_auth_users:\n  prometheus: {hashed}\n")
     cfg = webconfig.load(tmp_path / "web.yml")
     good = base64.b64encode(b"prometheus:scrape-me").decode().encode()
     bad = base64.b64encode(b"prometheus:wrong").decode().encode()
-    with MetricsServer(collector, host="127.0.0.1", port=0, web_config=cfg) as s:
+    with MetricsServer(one_gpu_collector, host="127.0.0.1", port=0, web_config=cfg) as s:
         data = exchange(
             s,
             b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic " + good + b"\r\n\r\n"

@@ -31,15 +31,15 @@ def error_of(path: Path) -> str:
     return message
 
 
-def test_full_config_loads(tmp_path: Path, pki: pki_mod.Pki) -> None:
+def test_full_config_loads(tmp_path: Path, exporter_pki: pki_mod.Pki) -> None:
     p = write(
         tmp_path,
         f"""
 tls_server_config:
-  cert_file: {pki.server_cert}
-  key_file: {pki.server_key}
+  cert_file: {exporter_pki.server_cert}
+  key_file: {exporter_pki.server_key}
   client_auth_type: RequireAndVerifyClientCert
-  client_ca_file: {pki.ca_cert}
+  client_ca_file: {exporter_pki.ca_cert}
   min_version: TLS13
 http_server_config:
   headers:
@@ -56,9 +56,9 @@ basic_auth_users:
     assert cfg.headers == {"X-Frame-Options": "deny"}
 
 
-def test_relative_paths_resolve_against_the_file(tmp_path: Path, pki: pki_mod.Pki) -> None:
-    (tmp_path / "s.crt").write_bytes(pki.server_cert.read_bytes())
-    (tmp_path / "s.key").write_bytes(pki.server_key.read_bytes())
+def test_relative_paths_resolve_against_the_file(tmp_path: Path, exporter_pki: pki_mod.Pki) -> None:
+    (tmp_path / "s.crt").write_bytes(exporter_pki.server_cert.read_bytes())
+    (tmp_path / "s.key").write_bytes(exporter_pki.server_key.read_bytes())
     p = write(tmp_path, "tls_server_config:\n  cert_file: s.crt\n  key_file: s.key\n")
     assert webconfig.load(p).tls is not None
 
@@ -120,13 +120,13 @@ def test_errors_name_the_line_of_the_field(tmp_path: Path) -> None:
     assert error_of(path).startswith(f"{path}:4: http_server_config.headers.Content-Type: ")
 
 
-def test_bad_tls_choices(tmp_path: Path, pki: pki_mod.Pki) -> None:
-    base = f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
+def test_bad_tls_choices(tmp_path: Path, exporter_pki: pki_mod.Pki) -> None:
+    base = f"tls_server_config:\n  cert_file: {exporter_pki.server_cert}\n  key_file: {exporter_pki.server_key}\n"
     msg = error_of(write(tmp_path, base + "  min_version: TLS14\n"))
     assert "tls_server_config.min_version: 'TLS14' is not one of TLS12, TLS13" in msg
     msg = error_of(write(tmp_path, base + "  client_auth_type: RequireAndVerifyClientCert\n"))
     assert "client_ca_file: required with client_auth_type RequireAndVerifyClientCert" in msg
-    msg = error_of(write(tmp_path, base + f"  client_ca_file: {pki.ca_cert}\n"))
+    msg = error_of(write(tmp_path, base + f"  client_ca_file: {exporter_pki.ca_cert}\n"))
     assert "client_auth_type: client_ca_file is set but client_auth_type is NoClientCert" in msg
     msg = error_of(write(tmp_path, base + "  client_auth_type: RequireAnyClientCert\n"))
     assert "use VerifyClientCertIfGiven or RequireAndVerifyClientCert" in msg
@@ -137,19 +137,22 @@ def test_bad_tls_choices(tmp_path: Path, pki: pki_mod.Pki) -> None:
     assert "'Sometimes' is not one of" in msg
 
 
-def test_mismatched_key_fails_at_load(tmp_path: Path, pki: pki_mod.Pki) -> None:
-    p = write(tmp_path, f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.client_key}\n")
+def test_mismatched_key_fails_at_load(tmp_path: Path, exporter_pki: pki_mod.Pki) -> None:
+    p = write(
+        tmp_path,
+        f"tls_server_config:\n  cert_file: {exporter_pki.server_cert}\n  key_file: {exporter_pki.client_key}\n",
+    )
     msg = error_of(p)
     assert "tls_server_config.cert_file/key_file: cannot load" in msg
     assert "matching private key" in msg
 
 
-def test_garbage_ca_file_fails_at_load(tmp_path: Path, pki: pki_mod.Pki) -> None:
+def test_garbage_ca_file_fails_at_load(tmp_path: Path, exporter_pki: pki_mod.Pki) -> None:
     junk = tmp_path / "junk.pem"
     junk.write_text("not a certificate\n")
     p = write(
         tmp_path,
-        f"tls_server_config:\n  cert_file: {pki.server_cert}\n  key_file: {pki.server_key}\n"
+        f"tls_server_config:\n  cert_file: {exporter_pki.server_cert}\n  key_file: {exporter_pki.server_key}\n"
         f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {junk}\n",
     )
     assert "tls_server_config.client_ca_file: cannot load" in error_of(p)

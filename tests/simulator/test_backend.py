@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 
@@ -13,17 +12,11 @@ from exporter.exposition import device_families
 from simulator import scenario
 from simulator.backend import SimBackend
 from simulator.model import Scenario
+from tests.simulator.conftest import DEMO
 from tests.support.exporter.allocations import plugin_allocations
 
-REPO = Path(__file__).resolve().parents[2]
-DEMO = REPO / "examples" / "fleet-demo.yaml"
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 T = EPOCH + 300 * 86400 + 15 * 3600  # a weekday afternoon
-
-
-@pytest.fixture(scope="module")
-def demo() -> Scenario:
-    return scenario.load(DEMO)
 
 
 def test_same_time_same_snapshot_across_backends(demo: Scenario) -> None:

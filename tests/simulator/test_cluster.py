@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpupilot_common.httpserve import Limits
-from simulator import cluster, scenario
+from simulator import cluster
 from simulator.backend import SimBackend
 from simulator.cli import cluster_main
 from simulator.cluster_server import ClusterServer
@@ -18,11 +18,6 @@ from tests.support.common.httpclients import get, oversized_header_status, slow_
 
 REPO = Path(__file__).resolve().parents[2]
 T = 1_767_225_600.0 + 300 * 86400 + 15 * 3600
-
-
-@pytest.fixture(scope="module")
-def demo() -> Scenario:
-    return scenario.load(REPO / "examples" / "fleet-demo.yaml")
 
 
 def _by_name(s: Scenario, t: float) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -30,7 +30,9 @@ LLM = {"labelSelector": "app=llm-inference"}
 
 
 @pytest.fixture
-def kube(tmp_path: Path) -> Iterator[KubeDouble]:
+def kube_with_pods(tmp_path: Path) -> Iterator[KubeDouble]:
+    """The API double as the adapter sees a cluster: no MIG Manager, no ClusterPolicy, and three pods
+    in ai-serving (two llm-inference, one embedder)."""
     with KubeDouble(run_mig_manager=False, cluster_policy=False, default_mig_configmap=False) as double:
         for suffix in ("a", "b"):
             double.add_pod(
@@ -75,12 +77,12 @@ def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
 def test_subject_access_review_then_watch_driven_values(
     prom: PromEnv,
     pki: Pki,
-    kube: KubeDouble,
+    kube_with_pods: KubeDouble,
     tmp_path: Path,
     start_adapter: Callable[[ServeSettings], Adapter],
 ) -> None:
     gc.unfreeze()
-    adapter = start_adapter(kube_settings(prom, pki, kube, tmp_path))
+    adapter = start_adapter(kube_settings(prom, pki, kube_with_pods, tmp_path))
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     assert wait_for(lambda: client.get("/readyz").status_code == 200)
     # the listed pods (and the rest of the heap) are out of the cyclic collector's full passes
@@ -95,7 +97,7 @@ def test_subject_access_review_then_watch_driven_values(
         f"user \"{HPA_SA}\" cannot get pods/DCGM_FI_DEV_GPU_UTIL in API group 'custom.metrics.k8s.io'"
         in body["message"]
     )
-    reviews = [a for a in kube.actions(verb="review") if a.name == HPA_SA]
+    reviews = [a for a in kube_with_pods.actions(verb="review") if a.name == HPA_SA]
     assert reviews[-1].detail["attrs"] == {
         "verb": "get",
         "group": "custom.metrics.k8s.io",
@@ -106,35 +108,37 @@ def test_subject_access_review_then_watch_driven_values(
         "subresource": "DCGM_FI_DEV_GPU_UTIL",
     }
 
-    kube.allow(HPA_SA, "get", "*", group="custom.metrics.k8s.io")
+    kube_with_pods.allow(HPA_SA, "get", "*", group="custom.metrics.k8s.io")
     assert wait_for(lambda: client.as_hpa(PODS_PATH, LLM).status_code == 200)  # after the 0.3 s cache
     assert names(client.as_hpa(PODS_PATH, LLM)) == {"llm-inference-7d9f-a", "llm-inference-7d9f-b"}
 
     # from now on the API server fails every pods request: the watch's index keeps serving
-    kube.inject_fault(503, path_contains="/pods", count=1000)
-    reviews_before = len(kube.actions(verb="review"))
+    kube_with_pods.inject_fault(503, path_contains="/pods", count=1000)
+    reviews_before = len(kube_with_pods.actions(verb="review"))
     for _ in range(5):
         assert client.as_hpa(PODS_PATH, LLM).status_code == 200
-    assert len(kube.actions(verb="review")) - reviews_before <= 1  # SubjectAccessReview answers are cached
-    kube.api.faults.clear()
+    assert (
+        len(kube_with_pods.actions(verb="review")) - reviews_before <= 1
+    )  # SubjectAccessReview answers are cached
+    kube_with_pods.api.faults.clear()
 
-    kube.add_pod("llm-inference-7d9f-c", namespace="ai-serving", labels={"app": "llm-inference"})
+    kube_with_pods.add_pod("llm-inference-7d9f-c", namespace="ai-serving", labels={"app": "llm-inference"})
     assert wait_for(lambda: "llm-inference-7d9f-c" in names(client.as_hpa(PODS_PATH, LLM)))
-    kube.delete_pod("llm-inference-7d9f-a", namespace="ai-serving")
+    kube_with_pods.delete_pod("llm-inference-7d9f-a", namespace="ai-serving")
     assert wait_for(lambda: "llm-inference-7d9f-a" not in names(client.as_hpa(PODS_PATH, LLM)))
 
 
 def test_bearer_tokens_go_through_token_review(
     prom: PromEnv,
     pki: Pki,
-    kube: KubeDouble,
+    kube_with_pods: KubeDouble,
     tmp_path: Path,
     start_adapter: Callable[[ServeSettings], Adapter],
 ) -> None:
-    kube.add_token("hpa-token", HPA_SA, ["system:serviceaccounts"])
-    kube.allow("system:serviceaccounts", "get", "*", group="custom.metrics.k8s.io")
-    kube.allow(HPA_SA, path="/apis/*")
-    adapter = start_adapter(kube_settings(prom, pki, kube, tmp_path))
+    kube_with_pods.add_token("hpa-token", HPA_SA, ["system:serviceaccounts"])
+    kube_with_pods.allow("system:serviceaccounts", "get", "*", group="custom.metrics.k8s.io")
+    kube_with_pods.allow(HPA_SA, path="/apis/*")
+    adapter = start_adapter(kube_settings(prom, pki, kube_with_pods, tmp_path))
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     assert wait_for(lambda: client.get("/readyz").status_code == 200)
     ok = client.get(PODS_PATH, headers={"Authorization": "Bearer hpa-token"}, params=LLM)
@@ -158,13 +162,13 @@ def test_bearer_tokens_go_through_token_review(
 def test_kubernetes_failure_is_503(
     prom: PromEnv,
     pki: Pki,
-    kube: KubeDouble,
+    kube_with_pods: KubeDouble,
     tmp_path: Path,
     start_adapter: Callable[[ServeSettings], Adapter],
 ) -> None:
-    adapter = start_adapter(kube_settings(prom, pki, kube, tmp_path))
+    adapter = start_adapter(kube_settings(prom, pki, kube_with_pods, tmp_path))
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
-    kube.inject_fault(500, path_contains="subjectaccessreviews", count=5)
+    kube_with_pods.inject_fault(500, path_contains="subjectaccessreviews", count=5)
     r = client.as_hpa(PODS_PATH, LLM)
     assert r.status_code == 503
     assert r.json()["message"].startswith("SubjectAccessReview failed: HTTP 500")
@@ -173,11 +177,11 @@ def test_kubernetes_failure_is_503(
 def test_request_header_ca_from_the_published_configmap(
     prom: PromEnv,
     pki: Pki,
-    kube: KubeDouble,
+    kube_with_pods: KubeDouble,
     tmp_path: Path,
     start_adapter: Callable[[ServeSettings], Adapter],
 ) -> None:
-    kube.add_configmap(
+    kube_with_pods.add_configmap(
         "extension-apiserver-authentication",
         namespace="kube-system",
         data={
@@ -187,12 +191,12 @@ def test_request_header_ca_from_the_published_configmap(
             "client-ca-file": pki.client_ca.path.read_text(),
         },
     )
-    kube.allow(HPA_SA, "get", "*", group="custom.metrics.k8s.io")
+    kube_with_pods.allow(HPA_SA, "get", "*", group="custom.metrics.k8s.io")
     adapter = start_adapter(
         kube_settings(
             prom,
             pki,
-            kube,
+            kube_with_pods,
             tmp_path,
             requestheader_client_ca_file=None,
             client_ca_file=None,
@@ -209,10 +213,10 @@ def test_request_header_ca_from_the_published_configmap(
 
 
 def test_explain_hpa_with_the_kubernetes_pod_source(
-    prom: PromEnv, kube: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    prom: PromEnv, kube_with_pods: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kube.add_pod("llm-inference-7d9f-c", namespace="ai-serving", labels={"app": "llm-inference"})
-    kube.add_pod(
+    kube_with_pods.add_pod("llm-inference-7d9f-c", namespace="ai-serving", labels={"app": "llm-inference"})
+    kube_with_pods.add_pod(
         "llm-inference-7d9f-new", namespace="ai-serving", labels={"app": "llm-inference"}, phase="Pending"
     )
     seed = Path(__file__).resolve().parents[3] / "examples" / "hpa-llm-inference.yaml"
@@ -226,7 +230,7 @@ def test_explain_hpa_with_the_kubernetes_pod_source(
             "--pod-source",
             "kubernetes",
             "--kubeconfig",
-            str(kube.write_kubeconfig(tmp_path / "kc")),
+            str(kube_with_pods.write_kubeconfig(tmp_path / "kc")),
         ]
     )
     out = capsys.readouterr().out
@@ -238,14 +242,14 @@ def test_explain_hpa_with_the_kubernetes_pod_source(
 
 
 def test_explain_hpa_cross_checks_the_hpa_status(
-    prom: PromEnv, kube: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    prom: PromEnv, kube_with_pods: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """With a cluster at hand explain-hpa reads the HPA object's status: a scale 30 s ago that the
     Prometheus history (3 replicas throughout) does not show is reported as a caveat."""
     seed = Path(__file__).resolve().parents[3] / "examples" / "hpa-llm-inference.yaml"
     doc = next(d for d in yaml.safe_load_all(seed.read_text()) if d["kind"] == "HorizontalPodAutoscaler")
     last = time.time() - 30
-    kube.add_hpa(
+    kube_with_pods.add_hpa(
         doc,
         status={
             "currentReplicas": 3,
@@ -253,7 +257,7 @@ def test_explain_hpa_cross_checks_the_hpa_status(
             "lastScaleTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(last)),
         },
     )
-    kubeconfig = str(kube.write_kubeconfig(tmp_path / "kc"))
+    kubeconfig = str(kube_with_pods.write_kubeconfig(tmp_path / "kc"))
     args = ["explain-hpa", "-f", str(seed), "--prometheus-url", prom.url, "--kubeconfig", kubeconfig]
     code = main(args)
     out = capsys.readouterr().out
@@ -269,13 +273,13 @@ def test_explain_hpa_cross_checks_the_hpa_status(
 
 
 def test_explain_hpa_resource_metrics_from_metrics_server(
-    prom: PromEnv, kube: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    prom: PromEnv, kube_with_pods: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """With a cluster at hand, Resource metrics come from metrics.k8s.io and requests from the pods'
     specs: 16 + 24 + 20 GiB used of 3 × 32 GiB requested = 62 % vs 50 % → ceil(1.24 × 3) = 4."""
     for name, gib in (("web-a", 16), ("web-b", 24), ("web-c", 20)):
-        kube.add_pod(name, namespace="shop", labels={"app": "web"}, resources={"memory": "32Gi"})
-        kube.add_pod_metrics(name, namespace="shop", usage={"memory": f"{gib}Gi"})
+        kube_with_pods.add_pod(name, namespace="shop", labels={"app": "web"}, resources={"memory": "32Gi"})
+        kube_with_pods.add_pod_metrics(name, namespace="shop", usage={"memory": f"{gib}Gi"})
     hpa = tmp_path / "hpa.yaml"
     hpa.write_text(
         """apiVersion: autoscaling/v2
@@ -300,7 +304,7 @@ spec:
             "--selector",
             "app=web",
             "--kubeconfig",
-            str(kube.write_kubeconfig(tmp_path / "kc")),
+            str(kube_with_pods.write_kubeconfig(tmp_path / "kc")),
             "--no-history",
         ]
     )
@@ -312,16 +316,20 @@ spec:
     assert "FINAL: 3 → 4 replicas (scale up)" in out
 
 
-def test_pod_list_is_paginated_and_keeps_slim_shared_records(kube: KubeDouble, tmp_path: Path) -> None:
+def test_pod_list_is_paginated_and_keeps_slim_shared_records(
+    kube_with_pods: KubeDouble, tmp_path: Path
+) -> None:
     for i in range(1_203):
-        kube.add_pod(f"batch-{i:04d}", namespace="jobs", labels={"app": "batch", "tier": "gpu"}, owner=None)
-    client = KubeClient(kubeconfig=str(kube.write_kubeconfig(tmp_path / "kc")), page_size=500)
+        kube_with_pods.add_pod(
+            f"batch-{i:04d}", namespace="jobs", labels={"app": "batch", "tier": "gpu"}, owner=None
+        )
+    client = KubeClient(kubeconfig=str(kube_with_pods.write_kubeconfig(tmp_path / "kc")), page_size=500)
     try:
-        before = len(kube.api.request_log)
+        before = len(kube_with_pods.api.request_log)
         pods, version = client.list_pods()
     finally:
         client.close()
-    lists = [p for m, p in kube.api.request_log[before:] if m == "GET" and "/pods" in p]
+    lists = [p for m, p in kube_with_pods.api.request_log[before:] if m == "GET" and "/pods" in p]
     assert len(lists) == 3 and all("limit=500" in p for p in lists)
     assert "continue=" not in lists[0] and "continue=" in lists[1] and "continue=" in lists[2]
     assert len(pods) == 1_206 and len({(p.namespace, p.name) for p in pods}) == 1_206 and version
@@ -390,17 +398,17 @@ def test_every_call_maps_an_unreadable_answer_to_one_error(tmp_path: Path, body:
 
     server = _HtmlEverywhere(body)
     try:
-        kube = KubeClient(kubeconfig=str(server.kubeconfig(tmp_path / "kubeconfig")), timeout=5)
+        kube_with_pods = KubeClient(kubeconfig=str(server.kubeconfig(tmp_path / "kubeconfig")), timeout=5)
         calls: dict[str, Callable[[], object]] = {
-            "listing pods of ai-serving": lambda: kube.pod_details("ai-serving"),
-            "metrics.k8s.io pods of ai-serving": lambda: kube.pod_usage("ai-serving"),
-            "reading HPA ai-serving/llm": lambda: kube.hpa_status("ai-serving", "llm"),
-            "reading APIService v1beta1.custom.metrics.k8s.io": lambda: kube.apiservices(
+            "listing pods of ai-serving": lambda: kube_with_pods.pod_details("ai-serving"),
+            "metrics.k8s.io pods of ai-serving": lambda: kube_with_pods.pod_usage("ai-serving"),
+            "reading HPA ai-serving/llm": lambda: kube_with_pods.hpa_status("ai-serving", "llm"),
+            "reading APIService v1beta1.custom.metrics.k8s.io": lambda: kube_with_pods.apiservices(
                 ["v1beta1.custom.metrics.k8s.io"]
             ),
-            "listing pods": kube.list_pods,
-            "extension-apiserver-authentication": kube.authentication_configmap,
-            "TokenReview": lambda: kube.token_review("abc"),
+            "listing pods": kube_with_pods.list_pods,
+            "extension-apiserver-authentication": kube_with_pods.authentication_configmap,
+            "TokenReview": lambda: kube_with_pods.token_review("abc"),
         }
         for what, call in calls.items():
             with pytest.raises(KubernetesUnavailable) as caught:
@@ -410,6 +418,6 @@ def test_every_call_maps_an_unreadable_answer_to_one_error(tmp_path: Path, body:
             assert "\n" not in message
             if what != "TokenReview":  # the typed model path says only that it could not be read
                 assert said in message, message
-        kube.close()
+        kube_with_pods.close()
     finally:
         server.close()

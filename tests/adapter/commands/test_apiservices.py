@@ -82,7 +82,8 @@ def test_names_match_what_deploy_installs():
 
 
 @pytest.fixture
-def kube(tmp_path: Path):
+def kube_and_kubeconfig(tmp_path: Path):
+    """The API double without a MIG Manager, and a kubeconfig for it."""
     with KubeDouble(run_mig_manager=False) as k:
         yield k, k.write_kubeconfig(tmp_path / "kubeconfig")
 
@@ -93,8 +94,8 @@ def run(argv: list[str], capsys) -> tuple[int, str]:
     return code, out.out + out.err
 
 
-def test_check_refuses_to_take_over_prometheus_adapter(kube, capsys):
-    k, cfg = kube
+def test_check_refuses_to_take_over_prometheus_adapter(kube_and_kubeconfig, capsys):
+    k, cfg = kube_and_kubeconfig
     k.store.put("apiregistration.k8s.io/apiservices", PROM_ADAPTER, event="ADDED")
     code, text = run(["check-apiservices", "--kubeconfig", str(cfg)], capsys)
     assert code == 1
@@ -104,8 +105,8 @@ def test_check_refuses_to_take_over_prometheus_adapter(kube, capsys):
     assert code == 0 and "taking over (--take-over)" in text
 
 
-def test_check_passes_on_a_free_or_own_cluster(kube, capsys):
-    k, cfg = kube
+def test_check_passes_on_a_free_or_own_cluster(kube_and_kubeconfig, capsys):
+    k, cfg = kube_and_kubeconfig
     code, text = run(["check-apiservices", "--kubeconfig", str(cfg), "--external"], capsys)
     assert code == 0 and "OK" in text and text.count("absent") == 3
     for name in apiservices.apiservice_names(external=False):
@@ -141,8 +142,8 @@ def test_owner_flag_is_validated(capsys):
     assert "expected NAMESPACE/SERVICE" in capsys.readouterr().err
 
 
-def test_serve_warns_at_start_and_never_fails(kube, caplog):
-    k, _ = kube
+def test_serve_warns_at_start_and_never_fails(kube_and_kubeconfig, caplog):
+    k, _ = kube_and_kubeconfig
     k.store.put("apiregistration.k8s.io/apiservices", PROM_ADAPTER, event="ADDED")
 
     class Reader:

@@ -4,7 +4,6 @@ delegated-auth RBAC, the HPA's access to the metrics, and a config the adapter a
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,7 @@ ROOT = Path(__file__).resolve().parents[3]
 BASE = ROOT / "deploy" / "adapter"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _kubectl_present() -> None:
-    """kubectl is part of the development machines (DESIGN.md); its absence is a failure, not a skip."""
-    assert shutil.which("kubectl"), "kubectl is needed for these tests: install it and rerun"
+pytestmark = pytest.mark.usefixtures("kubectl_present")
 
 
 def render(path: Path) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ and values, ``kubectl api-versions`` (the discovery walk); and SIGHUP reloading 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,11 +21,7 @@ from devkit.prometheus import free_port
 from tests.adapter.conftest import PromEnv
 from tests.support.adapter.pki import Pki
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _kubectl_present() -> None:
-    """kubectl is part of the development machines (DESIGN.md); its absence is a failure, not a skip."""
-    assert shutil.which("kubectl"), "kubectl is needed for these tests: install it and rerun"
+pytestmark = pytest.mark.usefixtures("kubectl_present")
 
 
 @dataclass

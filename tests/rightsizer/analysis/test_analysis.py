@@ -5,37 +5,21 @@ Prometheus down; and the plan CLI end to end on that history."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
-from devkit.prometheus import PrometheusServer, free_port
+from devkit.prometheus import free_port
 from rightsizer.analysis import history as analysis
 from rightsizer.analysis.types import Analysis, PodKey
 from rightsizer.cli import main
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusQueryError, PrometheusUnavailable
 from rightsizer.plan.model import load_plan
-from tests.support.rightsizer.small_history import DAYS, GAP_HOURS, shared_blocks
+from tests.support.rightsizer.history import History
+from tests.support.rightsizer.small_history import DAYS, GAP_HOURS
 
 pytestmark = pytest.mark.prometheus
-
-
-@dataclass(frozen=True)
-class History:
-    url: str
-    start: float
-    end: float
-
-
-@pytest.fixture(scope="module")
-def small_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
-    base = tmp_path_factory.mktemp("rightsizer-history")
-    start, end = shared_blocks(tmp_path_factory, base / "data")
-    with PrometheusServer(base / "data", log_file=base / "prometheus.log") as server:
-        yield History(server.url, start, end)
 
 
 @pytest.fixture(scope="module")

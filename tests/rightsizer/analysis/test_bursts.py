@@ -12,7 +12,6 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 import yaml
@@ -28,21 +27,15 @@ from rightsizer.plan.pipeline import PlanSettings, make_plan
 from tests.support.kubedouble import KubeDouble, fromplan
 from tests.support.rightsizer.apply_support import FAST
 from tests.support.rightsizer.burst_history import BURSTS, JOBS, NAMESPACE, Job, write_history
+from tests.support.rightsizer.history import History
 
 pytestmark = pytest.mark.prometheus
 
 WINDOWS = {"1d": 86400.0, "2d": 2 * 86400.0, "7d": 7 * 86400.0}
 
 
-@dataclass(frozen=True)
-class History:
-    url: str
-    start: float
-    end: float
-
-
 @pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+def burst_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     base = tmp_path_factory.mktemp("bursts")
     now = time.time()
     end = now - now % 3600 - 3600
@@ -141,19 +134,19 @@ def check_disruption(node: NodePlan, notes: tuple[str, ...], label: str) -> list
 
 @pytest.mark.slow
 @pytest.mark.parametrize("window", list(WINDOWS))
-def test_no_burst_is_shrunk_at_any_hour(history: History, window: str) -> None:
+def test_no_burst_is_shrunk_at_any_hour(burst_history: History, window: str) -> None:
     failures: list[str] = []
-    with PrometheusClient(history.url) as client:
+    with PrometheusClient(burst_history.url) as client:
         # 7-day plans cost 7 daily chunks each: every other hour keeps the sweep near a minute.
-        for at in sweep_times(history.end, every_h=2 if window == "7d" else 1):
+        for at in sweep_times(burst_history.end, every_h=2 if window == "7d" else 1):
             plan = plan_at(client, at, WINDOWS[window])
             failures += check_plan(plan, f"--window {window} --at {time.strftime('%H:%M', time.gmtime(at))}")
     assert not failures, "\n".join(failures[:20])
 
 
-def test_evidence_names_the_peak_and_its_hour(history: History) -> None:
-    with PrometheusClient(history.url) as client:
-        plan = plan_at(client, history.end, WINDOWS["2d"])
+def test_evidence_names_the_peak_and_its_hour(burst_history: History) -> None:
+    with PrometheusClient(burst_history.url) as client:
+        plan = plan_at(client, burst_history.end, WINDOWS["2d"])
     node = plan.node("burst-a")
     assert node is not None
     job = next(e for e in node.evidence if e.pod == "ml/job-1h")
@@ -167,10 +160,10 @@ def test_evidence_names_the_peak_and_its_hour(history: History) -> None:
     assert [p.name for p in node.pods_disrupted] == ["idle-2g"]
 
 
-def test_peak_does_not_depend_on_the_cut(history: History) -> None:
+def test_peak_does_not_depend_on_the_cut(burst_history: History) -> None:
     """The 2 h burst straddles midnight; a window ending inside it still sees a full 15-min mean."""
-    with PrometheusClient(history.url) as client:
-        inside = plan_at(client, history.end - (history.end % 86400) + 1800, WINDOWS["1d"])
+    with PrometheusClient(burst_history.url) as client:
+        inside = plan_at(client, burst_history.end - (burst_history.end % 86400) + 1800, WINDOWS["1d"])
     node = inside.node("burst-a")
     assert node is not None
     two_h = next(e for e in node.evidence if e.pod == "ml/job-2h")
@@ -205,9 +198,9 @@ def _seed(kube: KubeDouble, node: NodePlan) -> None:
     kube.add_pod("cpu-only", namespace=NAMESPACE, node=node.name, resources={"cpu": 1})
 
 
-def test_plan_dry_run_and_apply_evict_the_same_pods(history: History) -> None:
-    with PrometheusClient(history.url) as client:
-        plan = plan_at(client, history.end - 5 * 3600, WINDOWS["2d"])
+def test_plan_dry_run_and_apply_evict_the_same_pods(burst_history: History) -> None:
+    with PrometheusClient(burst_history.url) as client:
+        plan = plan_at(client, burst_history.end - 5 * 3600, WINDOWS["2d"])
     node = plan.node("burst-a")
     assert node is not None and node.changed
     # Plans name "custom" as the current config (from kube_node_labels); the double knows it by its layout.

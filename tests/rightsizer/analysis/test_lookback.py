@@ -22,7 +22,7 @@ pytestmark = pytest.mark.prometheus
 
 
 @pytest.fixture(scope="module")
-def weekly(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
+def weekly_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
     base = tmp_path_factory.mktemp("weekly")
     now = time.time()
     end = now - now % 3600 - 3600
@@ -50,9 +50,9 @@ def after(node: dict[str, Any], pod: str) -> str:
 
 
 def test_weekly_burst_beyond_a_short_window_is_kept(
-    weekly: tuple[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    weekly_prometheus: tuple[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url, end = weekly
+    url, end = weekly_prometheus
     plan, text = run_plan(url, end, tmp_path / "plan.json", "--window", "1d", capsys=capsys)
     (node,) = plan["nodes"]
     assert after(node, "monday") == "3g.40gb"
@@ -72,9 +72,9 @@ def test_weekly_burst_beyond_a_short_window_is_kept(
 
 
 def test_ignore_history_shrinks_the_weekly_slice(
-    weekly: tuple[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    weekly_prometheus: tuple[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url, end = weekly
+    url, end = weekly_prometheus
     plan, _ = run_plan(url, end, tmp_path / "plan.json", "--window", "1d", "--ignore-history", capsys=capsys)
     (node,) = plan["nodes"]
     assert after(node, "monday") == "1g.10gb"
@@ -82,9 +82,9 @@ def test_ignore_history_shrinks_the_weekly_slice(
 
 
 def test_a_week_long_window_reads_no_more(
-    weekly: tuple[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    weekly_prometheus: tuple[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url, end = weekly
+    url, end = weekly_prometheus
     plan, _ = run_plan(url, end, tmp_path / "plan.json", "--window", "7d", capsys=capsys)
     assert "lookback_s" not in plan["settings"]
     assert not any("beyond the" in n for n in plan["notes"])

@@ -22,12 +22,6 @@ class Crash(Exception):
     """Stands in for the apply process being killed."""
 
 
-@pytest.fixture
-def kube():
-    with KubeDouble() as k:
-        yield k
-
-
 def run_apply(kube, plan, settings=FAST, progress=None):
     lines: list[tuple[str, str]] = []
 

@@ -24,11 +24,10 @@ from tests.support.rightsizer.apply_support import FAST, Change, break_node, mak
 WRITES = ("create", "update", "patch", "delete", "evict")
 
 
-@pytest.fixture
-def kube():
-    with KubeDouble() as k:
-        seed_node(k, "gpu-a")
-        yield k
+@pytest.fixture(autouse=True)
+def _gpu_a(kube: KubeDouble) -> None:
+    """Every test here starts from the empty double (tests/conftest.py) with node gpu-a seeded."""
+    seed_node(kube, "gpu-a")
 
 
 def writes(kube: KubeDouble) -> list[str]:

@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from devkit.prometheus import PrometheusServer
 from rightsizer.analysis import history as analysis
 from rightsizer.analysis.types import Analysis
 from rightsizer.cli import main
 from rightsizer.clients.chunks import QueryLimits, matcher, node_groups, scoped
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.report import data as report_data
-from tests.support.rightsizer.small_history import DAYS, shared_blocks
+from tests.support.rightsizer.history import History
+from tests.support.rightsizer.small_history import DAYS
 
 # ---------------------------------------------------------------------------------------------- units
 
@@ -69,17 +68,9 @@ def test_a_node_over_the_limit_still_gets_its_own_group() -> None:
 # ---------------------------------------------------------------------------------------------- Prometheus
 
 
-@pytest.fixture(scope="module")
-def small_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, float]]:
-    base = tmp_path_factory.mktemp("chunking-history")
-    _, end = shared_blocks(tmp_path_factory, base / "data")
-    with PrometheusServer(base / "data", log_file=base / "prometheus.log") as server:
-        yield server.url, end
-
-
 @pytest.mark.prometheus
-def test_analysis_is_the_same_however_the_fleet_is_cut(small_history: tuple[str, float]) -> None:
-    url, end = small_history
+def test_analysis_is_the_same_however_the_fleet_is_cut(small_history: History) -> None:
+    url, end = small_history.url, small_history.end
     settings = analysis.AnalysisSettings(window_s=DAYS * 86400.0)
     with PrometheusClient(url) as client:
         whole = analysis.analyse(client, end=end, settings=settings)
@@ -115,9 +106,9 @@ def _sizing(result: Analysis) -> list[tuple[object, ...]]:
 
 
 @pytest.mark.prometheus
-def test_daily_pieces_fold_to_the_whole_window(small_history: tuple[str, float]) -> None:
+def test_daily_pieces_fold_to_the_whole_window(small_history: History) -> None:
     """Asked day by day, the folded peaks, their hours and the hour counts equal the whole window's."""
-    url, end = small_history
+    url, end = small_history.url, small_history.end
     with PrometheusClient(url) as client:
         whole = analysis.analyse(client, end=end, settings=analysis.AnalysisSettings(window_s=DAYS * 86400.0))
     daily = analysis.AnalysisSettings(window_s=DAYS * 86400.0, chunk_s=86400.0)
@@ -131,11 +122,11 @@ def test_daily_pieces_fold_to_the_whole_window(small_history: tuple[str, float])
 
 @pytest.mark.prometheus
 def test_sparse_samples_step_the_means_by_their_interval_with_the_same_answer(
-    small_history: tuple[str, float], monkeypatch: pytest.MonkeyPatch
+    small_history: History, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The history is sampled every 900 s: its 15-minute means are stepped by 900 s, not 60 s, and
     every peak, peak hour and idle hour is what 60-second steps give."""
-    url, end = small_history
+    url, end = small_history.url, small_history.end
     settings = analysis.AnalysisSettings(window_s=DAYS * 86400.0)
     lines: list[str] = []
     with PrometheusClient(url) as client:
@@ -164,8 +155,8 @@ def test_subquery_step_divides_the_mean_the_interval_and_the_hour() -> None:
 
 
 @pytest.mark.prometheus
-def test_plan_is_the_same_however_the_fleet_is_cut(small_history: tuple[str, float], tmp_path: Path) -> None:
-    url, end = small_history
+def test_plan_is_the_same_however_the_fleet_is_cut(small_history: History, tmp_path: Path) -> None:
+    url, end = small_history.url, small_history.end
     common = ["plan", "--prometheus-url", url, "--window", f"{DAYS}d", "--at", str(end), "--quiet"]
     assert main([*common, "--out", str(tmp_path / "whole.json")]) == 0
     assert main([*common, "--max-query-series", "1", "--out", str(tmp_path / "cut.json")]) == 0
@@ -242,10 +233,10 @@ def test_victoriametrics_series_limit_refuses_whole_fleet_queries_not_cut_ones(
 
 @pytest.mark.prometheus
 def test_long_report_window_stays_under_the_points_limit(
-    small_history: tuple[str, float], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    small_history: History, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """60 days at the alerts' 5-minute step would be 17,280 points a series: over Prometheus' 11,000."""
-    url, end = small_history
+    url, end = small_history.url, small_history.end
     common = ["--prometheus-url", url, "--at", str(end), "--quiet"]
     assert main(["plan", *common, "--window", f"{DAYS}d", "--out", str(tmp_path / "plan.json")]) == 0
     report = ["report", *common, "--window", "60d", "--plan", str(tmp_path / "plan.json")]

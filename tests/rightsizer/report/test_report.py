@@ -39,7 +39,7 @@ def pixel_spread(png: bytes) -> float:
 
 
 @pytest.fixture(scope="module")
-def weekly(metrics_history, tmp_path_factory):
+def weekly_report(metrics_history, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     plan_file = out / "plan.json"
     end = metrics_history.end
@@ -70,8 +70,8 @@ def weekly(metrics_history, tmp_path_factory):
 
 
 @pytest.mark.prometheus
-def test_charts_are_non_empty_pictures(weekly):
-    written, _ = weekly
+def test_charts_are_non_empty_pictures(weekly_report):
+    written, _ = weekly_report
     names = {p.name for p in written.images}
     assert {"trend.png", "heatmap.png", "top-idle.png"} <= names
     for path in written.images:
@@ -81,8 +81,8 @@ def test_charts_are_non_empty_pictures(weekly):
 
 
 @pytest.mark.prometheus
-def test_plan_numbers_appear_in_html_and_markdown(weekly):
-    written, plan = weekly
+def test_plan_numbers_appear_in_html_and_markdown(weekly_report):
+    written, plan = weekly_report
     html = written.html.read_text()
     md = written.markdown.read_text()
     assert plan.plan_id in html and plan.plan_id in md

@@ -48,18 +48,20 @@ pytestmark = pytest.mark.prometheus  # every replica plans from a real Prometheu
 
 
 @pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
+def takeover_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[History]:
     yield from fleet_history(tmp_path_factory.mktemp("takeover-history"))
 
 
 @pytest.fixture(scope="module")
-def pods(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+def pods(
+    takeover_history: History, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, list[dict[str, Any]]]:
     """node → the GPU pods the history shows on it now (what the cluster runs): plan-shaped
     ``name`` and ``devices`` (GPU index and MIG profile)."""
-    job = serve_config(tmp_path_factory.mktemp("plan"), history.url).plan
+    job = serve_config(tmp_path_factory.mktemp("plan"), takeover_history.url).plan
     assert job is not None
-    with PrometheusClient(history.url) as client:
-        plan = make_plan(client, end=history.end, settings=job.plan_settings())
+    with PrometheusClient(takeover_history.url) as client:
+        plan = make_plan(client, end=takeover_history.end, settings=job.plan_settings())
     assert sorted(n.name for n in plan.changed_nodes) == list(NODES)
     return {
         n.name: [
@@ -71,18 +73,20 @@ def pods(history: History, tmp_path_factory: pytest.TempPathFactory) -> dict[str
 
 
 def replicas(
-    kube: KubeDouble, history: History, tmp_path: Path, **b_options: float
+    kube: KubeDouble, takeover_history: History, tmp_path: Path, **b_options: float
 ) -> tuple[Replica, Replica]:
     """Two replicas, each its own token (the same service account) and its own plan's end."""
     token_a = kube.add_service_account(NAMESPACE, "gpupilot-rightsizer")
     token_b = kube.add_service_account(NAMESPACE, "gpupilot-rightsizer")
-    a = Replica(kube, history, "replica-a", tmp_path / "a", plan_end=history.end, token=token_a)
+    a = Replica(
+        kube, takeover_history, "replica-a", tmp_path / "a", plan_end=takeover_history.end, token=token_a
+    )
     b = Replica(
         kube,
-        history,
+        takeover_history,
         "replica-b",
         tmp_path / "b",
-        plan_end=history.end - 900,
+        plan_end=takeover_history.end - 900,
         token=token_b,
         **b_options,
     )
@@ -96,11 +100,11 @@ def lead(replica: Replica, kube: KubeDouble, timeout: float = 25) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("step", list(STEPS))
 def test_a_leader_killed_at_any_step_is_finished_by_the_other_within_the_budget(
-    step: str, history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
+    step: str, takeover_history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble(mig_manager=MigManagerSettings(pending_s=0.05)) as kube:
         seed_cluster(kube, pods)
-        a, b = replicas(kube, history, tmp_path)
+        a, b = replicas(kube, takeover_history, tmp_path)
         a.start()
         lead(a, kube)
         b.start()
@@ -132,11 +136,11 @@ def test_a_leader_killed_at_any_step_is_finished_by_the_other_within_the_budget(
 
 
 def test_simultaneous_start_one_applies_within_the_budget(
-    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
+    takeover_history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble() as kube:
         seed_cluster(kube, pods)
-        a, b = replicas(kube, history, tmp_path)
+        a, b = replicas(kube, takeover_history, tmp_path)
         both = [threading.Thread(target=r.start) for r in (a, b)]
         for t in both:
             t.start()
@@ -164,11 +168,11 @@ def test_simultaneous_start_one_applies_within_the_budget(
 
 
 def test_a_replica_whose_clock_runs_120s_ahead_does_not_take_a_live_lease(
-    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
+    takeover_history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble() as kube:
         seed_cluster(kube, pods)
-        a, b = replicas(kube, history, tmp_path, wall_offset_s=120.0)
+        a, b = replicas(kube, takeover_history, tmp_path, wall_offset_s=120.0)
         a.start()
         lead(a, kube)
         b.start()
@@ -184,11 +188,11 @@ def test_a_replica_whose_clock_runs_120s_ahead_does_not_take_a_live_lease(
 
 
 def test_409_on_lease_updates_neither_splits_leadership_nor_stops_the_apply(
-    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
+    takeover_history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble(mig_manager=MigManagerSettings(pending_s=0.4)) as kube:
         seed_cluster(kube, pods)
-        a, b = replicas(kube, history, tmp_path)
+        a, b = replicas(kube, takeover_history, tmp_path)
         a.start()
         lead(a, kube)
         b.start()
@@ -225,11 +229,11 @@ def test_409_on_lease_updates_neither_splits_leadership_nor_stops_the_apply(
 
 
 def test_a_leader_that_loses_leadership_mid_apply_stops_at_a_safe_step_and_the_other_resumes(
-    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
+    takeover_history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     with KubeDouble() as kube:
         seed_cluster(kube, pods)
-        a, b = replicas(kube, history, tmp_path)
+        a, b = replicas(kube, takeover_history, tmp_path)
         a.start()
         lead(a, kube)
         b.start()
@@ -285,7 +289,7 @@ def _serve_process(config: Path, identity: str, log: Path) -> subprocess.Popen[b
 
 @pytest.mark.slow
 def test_sigkill_of_the_leading_serve_process_after_its_cordon(
-    history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
+    takeover_history: History, pods: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     """Two real `serve` processes (each its own kubeconfig, Lease elector and plan from Prometheus);
     the leader gets SIGKILL right after it cordoned a node; the other finishes that node and stays
@@ -296,7 +300,7 @@ def test_sigkill_of_the_leading_serve_process_after_its_cordon(
         for name in ("replica-a", "replica-b"):
             token = kube.add_service_account(NAMESPACE, "gpupilot-rightsizer")
             doc = {
-                "prometheus_url": history.url,
+                "prometheus_url": takeover_history.url,
                 "timezone": "UTC",
                 "listen": f"127.0.0.1:{free_port()}",
                 "state_dir": str(tmp_path / name),

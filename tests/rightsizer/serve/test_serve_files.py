@@ -14,10 +14,7 @@ import pytest
 
 from rightsizer.commands.serve import http_server
 from rightsizer.serve.webfiles import ReportFiles
-from tests.rightsizer.serve import test_scheduler
-from tests.rightsizer.serve.test_scheduler import FakeJobs, config, start
-
-clock = test_scheduler.clock  # the fake scheduler clock, a fixture
+from tests.support.rightsizer.serve_support import FakeJobs, config, start
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
 
