@@ -276,7 +276,7 @@ def test_slice_watcher_over_https_with_a_service_account_token(tmp_path, exporte
         api.store.put(SLICES, _slice("node-a", {"gpu-0": "GPU-abc"}), event="ADDED")
         watcher.list_once()
         assert watcher.current()[0] == {("node-a", "gpu-0"): dra.SliceDevice(uuid="GPU-abc")}
-        wrong_ca = kubeapi.ApiAccess(url=api.url, token_file=token, ca_file=tmp_path / "other-ca.crt")
+        wrong_ca = kubeapi.ApiAccess(url=api.url, token_file=token, ca_file=exporter_pki.other_ca_cert)
         with pytest.raises(kubeapi.KubeApiError, match="CERTIFICATE_VERIFY_FAILED"):
             kubeapi.SliceWatcher(wrong_ca, node="node-a").list_once()
 

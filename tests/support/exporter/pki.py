@@ -18,6 +18,8 @@ class Pki:
     stranger_cert: Path
     """Signed by another CA: must be refused."""
     stranger_key: Path
+    other_ca_cert: Path
+    """The other CA (the stranger's): a CA the exporter's certificates do not chain to."""
 
 
 def mint(folder: Path) -> Pki:
@@ -26,4 +28,6 @@ def mint(folder: Path) -> Pki:
     server = ca.issue(folder, cn="exporter", server=True, stem="server")
     client = ca.issue(folder, cn="prometheus", stem="client")
     stranger = other.issue(folder, cn="stranger", stem="stranger")
-    return Pki(ca.path, server.cert, server.key, client.cert, client.key, stranger.cert, stranger.key)
+    return Pki(
+        ca.path, server.cert, server.key, client.cert, client.key, stranger.cert, stranger.key, other.path
+    )
