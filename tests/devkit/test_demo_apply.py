@@ -10,8 +10,7 @@ from devkit.demo import applyplan
 from devkit.demo.console import Console
 from devkit.demo.procs import Supervisor
 from devkit.demo.settings import from_env
-from tests.rightsizer.apply.test_apply_workloads import resize_plan
-from tests.support.rightsizer.apply_support import write_plan
+from tests.support.rightsizer.apply_support import resize_plan, write_plan
 
 
 def test_the_demo_applies_a_resizing_plan_to_its_simulated_cluster(tmp_path, monkeypatch):

@@ -23,8 +23,8 @@ from exporter.layout import SeriesLayout
 from exporter.server import MetricsServer, accepts_gzip, wants_openmetrics
 from exporter.settings import CollectorSettings
 from tests.support.clocks import ManualClock
-from tests.support.exporter import pki as pki_mod
 from tests.support.exporter import fakes
+from tests.support.exporter import pki as pki_mod
 
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"

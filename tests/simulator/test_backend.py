@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -12,9 +13,9 @@ from exporter.exposition import device_families
 from simulator import scenario
 from simulator.backend import SimBackend
 from simulator.model import Scenario
-from tests.simulator.conftest import DEMO
 from tests.support.exporter.allocations import plugin_allocations
 
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "fleet-demo.yaml"
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 T = EPOCH + 300 * 86400 + 15 * 3600  # a weekday afternoon
 

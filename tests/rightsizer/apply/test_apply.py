@@ -9,29 +9,21 @@ import pytest
 import yaml
 
 from rightsizer.apply import protocol as proto
-from rightsizer.apply.applier import Applier
 from rightsizer.apply.configmap import GPUPILOT_CONFIGMAP
-from rightsizer.clients.kube import Kube
 from tests.support.kubedouble import KubeDouble, MigManagerSettings, default_mig_configs
-from tests.support.rightsizer.apply_support import FAST, Change, break_node, make_plan, seed_node
-
-GOOD = {"3g.40gb": 1, "1g.10gb": 4}
+from tests.support.rightsizer.apply_support import (
+    FAST,
+    GOOD,
+    Change,
+    break_node,
+    make_plan,
+    run_apply,
+    seed_node,
+)
 
 
 class Crash(Exception):
     """Stands in for the apply process being killed."""
-
-
-def run_apply(kube, plan, settings=FAST, progress=None):
-    lines: list[tuple[str, str]] = []
-
-    def record(node: str, msg: str) -> None:
-        lines.append((node, msg))
-        if progress is not None:
-            progress(node, msg)
-
-    report = Applier(Kube(kube.api_client()), plan, settings, progress=record).run()
-    return report, lines
 
 
 def configs_in(kube, name):

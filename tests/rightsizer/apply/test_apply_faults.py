@@ -12,9 +12,16 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rightsizer.apply import protocol as proto
-from tests.rightsizer.apply.test_apply import GOOD, run_apply
 from tests.support.kubedouble import KubeDouble
-from tests.support.rightsizer.apply_support import FAST, Change, break_node, make_plan, seed_node
+from tests.support.rightsizer.apply_support import (
+    FAST,
+    GOOD,
+    Change,
+    break_node,
+    make_plan,
+    run_apply,
+    seed_node,
+)
 
 SCENARIOS = {
     "success": (False, "applied", "done"),

@@ -17,9 +17,16 @@ from rightsizer.apply.configmap import GPUPILOT_CONFIGMAP
 from rightsizer.cli import main
 from rightsizer.clients.kube import Kube
 from rightsizer.plan.model import PlanError, plan_from_dict, plan_to_dict
-from tests.rightsizer.apply.test_apply import GOOD
 from tests.support.kubedouble import KubeDouble
-from tests.support.rightsizer.apply_support import FAST, Change, break_node, make_plan, seed_node, write_plan
+from tests.support.rightsizer.apply_support import (
+    FAST,
+    GOOD,
+    Change,
+    break_node,
+    make_plan,
+    seed_node,
+    write_plan,
+)
 
 WRITES = ("create", "update", "patch", "delete", "evict")
 

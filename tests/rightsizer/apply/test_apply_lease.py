@@ -12,9 +12,8 @@ import pytest
 from rightsizer.apply.applier import Applier, ApplyError
 from rightsizer.apply.lease import LEASE_NAME
 from rightsizer.clients.kube import Kube
-from tests.rightsizer.apply.test_apply import GOOD
 from tests.support.kubedouble import KubeDouble, MigManagerSettings
-from tests.support.rightsizer.apply_support import FAST, Change, make_plan, seed_node
+from tests.support.rightsizer.apply_support import FAST, GOOD, Change, make_plan, seed_node
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
 LEASED = dataclasses.replace(FAST, lease_duration_s=3)

@@ -12,9 +12,8 @@ from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import Applier
 from rightsizer.clients.kube import Kube
 from rightsizer.plan.model import Plan
-from tests.rightsizer.apply.test_apply import GOOD
 from tests.support.kubedouble import KubeDouble
-from tests.support.rightsizer.apply_support import FAST, Change, make_plan, seed_node
+from tests.support.rightsizer.apply_support import FAST, GOOD, Change, make_plan, seed_node
 
 OTHER = {"7g.80gb": 1}
 

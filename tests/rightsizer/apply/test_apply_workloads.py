@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,32 +23,18 @@ import yaml
 from rightsizer.apply import protocol as proto
 from rightsizer.apply import workloads as wl
 from rightsizer.cli import main
-from rightsizer.plan.model import DisruptedPod, HeldDevice, Plan, TargetDevice, plan_id_for
-from tests.rightsizer.apply.test_apply import run_apply
 from tests.support.kubedouble import KubeDouble
-from tests.support.rightsizer.apply_support import FAST, Change, break_node, make_plan, write_plan
+from tests.support.rightsizer.apply_support import (
+    FAST,
+    break_node,
+    resize_plan,
+    run_apply,
+    write_plan,
+)
 
 MIG1, MIG2, MIG3 = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"
 SETTINGS = dataclasses.replace(FAST, settle_timeout_s=5, lease_duration_s=0)
 REPO = Path(__file__).resolve().parents[3]
-
-
-def resize_plan(
-    node: str, current: str, layout: Mapping[str, int], moves: Sequence[tuple[str, str, str]]
-) -> Plan:
-    """A one-GPU node moved to ``layout``; ``moves``: (namespace, pod, target profile) from 3g.40gb."""
-    plan = make_plan([Change(node, current, layout, gpus=1)])
-    pods = tuple(
-        DisruptedPod(
-            namespace=ns,
-            name=name,
-            devices=(HeldDevice(gpu=0, profile="3g.40gb"),),
-            targets=(TargetDevice(node=node, gpu=0, profile=target),),
-        )
-        for ns, name, target in moves
-    )
-    nodes = tuple(dataclasses.replace(n, pods_disrupted=pods) for n in plan.nodes)
-    return dataclasses.replace(plan, nodes=nodes, plan_id=plan_id_for(nodes=nodes, window=plan.window))
 
 
 def live_pods(kube: KubeDouble, namespace: str = "ml") -> list[dict[str, Any]]:

@@ -8,8 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rightsizer.apply.applier import ApplySettings
-from rightsizer.plan.model import Plan, config_name_for, dump_plan, plan_from_dict, plan_id_for
+from rightsizer.apply.applier import Applier, ApplySettings
+from rightsizer.clients.kube import Kube
+from rightsizer.plan.model import (
+    DisruptedPod,
+    HeldDevice,
+    Plan,
+    TargetDevice,
+    config_name_for,
+    dump_plan,
+    plan_from_dict,
+    plan_id_for,
+)
 from tests.support.kubedouble import KubeDouble
 
 H100_FILTER = "0x233010DE"
@@ -127,3 +137,37 @@ def seed_node(
             labels={"app": app or f"{name}-infer"},
         )
     kube.add_pod(f"{name}-cpu-job", namespace="ml", node=name, resources={"cpu": 1}, labels={"app": "cpu"})
+
+
+GOOD = {"3g.40gb": 1, "1g.10gb": 4}
+"""A per-GPU layout every seeded H100 node can take."""
+
+
+def run_apply(kube, plan, settings=FAST, progress=None):
+    lines: list[tuple[str, str]] = []
+
+    def record(node: str, msg: str) -> None:
+        lines.append((node, msg))
+        if progress is not None:
+            progress(node, msg)
+
+    report = Applier(Kube(kube.api_client()), plan, settings, progress=record).run()
+    return report, lines
+
+
+def resize_plan(
+    node: str, current: str, layout: Mapping[str, int], moves: Sequence[tuple[str, str, str]]
+) -> Plan:
+    """A one-GPU node moved to ``layout``; ``moves``: (namespace, pod, target profile) from 3g.40gb."""
+    plan = make_plan([Change(node, current, layout, gpus=1)])
+    pods = tuple(
+        DisruptedPod(
+            namespace=ns,
+            name=name,
+            devices=(HeldDevice(gpu=0, profile="3g.40gb"),),
+            targets=(TargetDevice(node=node, gpu=0, profile=target),),
+        )
+        for ns, name, target in moves
+    )
+    nodes = tuple(dataclasses.replace(n, pods_disrupted=pods) for n in plan.nodes)
+    return dataclasses.replace(plan, nodes=nodes, plan_id=plan_id_for(nodes=nodes, window=plan.window))
