@@ -47,38 +47,38 @@ def collector(clock: ManualClock) -> Collector:
 
 
 @pytest.fixture
-def server(collector: Collector, clock: ManualClock) -> Iterator[MetricsServer]:
+def metrics_server(collector: Collector, clock: ManualClock) -> Iterator[MetricsServer]:
     with MetricsServer(collector, host="127.0.0.1", port=0, clock=clock) as srv:
         yield srv
 
 
 def test_metrics_text_by_default_and_ready_after_first_collection(
-    server: MetricsServer, collector: Collector, clock: ManualClock
+    metrics_server: MetricsServer, collector: Collector, clock: ManualClock
 ) -> None:
-    r = requests.get(server.url + "/ready", timeout=5)
+    r = requests.get(metrics_server.url + "/ready", timeout=5)
     assert r.status_code == 503
     assert "no successful collection" in r.text
-    assert requests.get(server.url + "/health", timeout=5).status_code == 200
+    assert requests.get(metrics_server.url + "/health", timeout=5).status_code == 200
     collector.collect_once()
     clock.now += 3
-    r = requests.get(server.url + "/metrics", headers={"Accept": "*/*"}, timeout=5)
+    r = requests.get(metrics_server.url + "/metrics", headers={"Accept": "*/*"}, timeout=5)
     assert r.status_code == 200
     assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert 'DCGM_FI_DEV_GPU_TEMP{gpu="1"' in r.text
     assert 'gpupilot_exporter_snapshot_age_seconds{backend="fake"} 3.000' in r.text
-    assert requests.get(server.url + "/ready", timeout=5).status_code == 200
+    assert requests.get(metrics_server.url + "/ready", timeout=5).status_code == 200
     clock.now += 31  # older than 3 intervals
-    r = requests.get(server.url + "/ready", timeout=5)
+    r = requests.get(metrics_server.url + "/ready", timeout=5)
     assert r.status_code == 503
     assert "34.0s old" in r.text
-    assert requests.get(server.url + "/health", timeout=5).status_code == 200
+    assert requests.get(metrics_server.url + "/health", timeout=5).status_code == 200
 
 
 def test_text_even_when_openmetrics_is_preferred_while_dcgm_counters_lack_total(
-    server: MetricsServer, collector: Collector
+    metrics_server: MetricsServer, collector: Collector
 ) -> None:
     collector.collect_once()
-    r = requests.get(server.url + "/metrics", headers={"Accept": PROMETHEUS_ACCEPT}, timeout=5)
+    r = requests.get(metrics_server.url + "/metrics", headers={"Accept": PROMETHEUS_ACCEPT}, timeout=5)
     assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
     assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n" in r.text
     assert not r.text.endswith("# EOF\n")
@@ -109,17 +109,17 @@ def raw_get(srv: MetricsServer, path: str, headers: dict[str, str]) -> http.clie
     return conn.getresponse()
 
 
-def test_gzip_only_when_accepted(server: MetricsServer, collector: Collector) -> None:
+def test_gzip_only_when_accepted(metrics_server: MetricsServer, collector: Collector) -> None:
     collector.collect_once()
-    r = raw_get(server, "/metrics", {"Accept-Encoding": "gzip, deflate"})
+    r = raw_get(metrics_server, "/metrics", {"Accept-Encoding": "gzip, deflate"})
     body = r.read()
     assert r.getheader("Content-Encoding") == "gzip"
     assert int(r.getheader("Content-Length") or 0) == len(body)
     assert b"DCGM_FI_PROF_GR_ENGINE_ACTIVE" in gzip.decompress(body)
-    r = raw_get(server, "/metrics", {"Accept-Encoding": "identity"})
+    r = raw_get(metrics_server, "/metrics", {"Accept-Encoding": "identity"})
     assert r.getheader("Content-Encoding") is None
     assert b"DCGM_FI_PROF_GR_ENGINE_ACTIVE" in r.read()
-    r = raw_get(server, "/metrics", {"Accept-Encoding": "gzip;q=0"})
+    r = raw_get(metrics_server, "/metrics", {"Accept-Encoding": "gzip;q=0"})
     assert r.getheader("Content-Encoding") is None
 
 
@@ -132,12 +132,14 @@ def test_negotiation_helpers() -> None:
     assert not accepts_gzip("br, gzip;q=0")
 
 
-def test_keep_alive_head_404_405_and_bad_requests(server: MetricsServer, collector: Collector) -> None:
+def test_keep_alive_head_404_405_and_bad_requests(
+    metrics_server: MetricsServer, collector: Collector
+) -> None:
     collector.collect_once()
     backend = collector.backend
     assert isinstance(backend, fakes.FakeBackend)
     reads = backend.read_calls
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    conn = http.client.HTTPConnection("127.0.0.1", metrics_server.port, timeout=5)
     for _ in range(3):  # one connection, several requests
         conn.request("GET", "/metrics")
         r = conn.getresponse()
@@ -155,22 +157,24 @@ def test_keep_alive_head_404_405_and_bad_requests(server: MetricsServer, collect
     assert r.status == 405 and r.getheader("Allow") == "GET, HEAD"
     r.read()
     conn.close()
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+    with socket.create_connection(("127.0.0.1", metrics_server.port), timeout=5) as s:
         s.sendall(b"GARBAGE\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 400")
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+    with socket.create_connection(("127.0.0.1", metrics_server.port), timeout=5) as s:
         s.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Long: " + b"a" * 20000 + b"\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 431")
 
 
-def test_concurrent_scrapes_while_collections_swap_pages(server: MetricsServer, collector: Collector) -> None:
+def test_concurrent_scrapes_while_collections_swap_pages(
+    metrics_server: MetricsServer, collector: Collector
+) -> None:
     collector.collect_once()
     failures: list[str] = []
 
     def scraper() -> None:
         with requests.Session() as sess:
             for _ in range(15):
-                r = sess.get(server.url + "/metrics", timeout=10)
+                r = sess.get(metrics_server.url + "/metrics", timeout=10)
                 if r.status_code != 200 or "gpupilot_exporter_backend_up" not in r.text:
                     failures.append(f"{r.status_code}")
 
@@ -296,9 +300,9 @@ def test_bcrypt_paid_once_per_credential(
     assert calls == [b"scrape-me", b"nope"]
 
 
-def test_pipelined_requests_and_http10_close(server: MetricsServer, collector: Collector) -> None:
+def test_pipelined_requests_and_http10_close(metrics_server: MetricsServer, collector: Collector) -> None:
     collector.collect_once()
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+    with socket.create_connection(("127.0.0.1", metrics_server.port), timeout=5) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /ready HTTP/1.0\r\n\r\n")
         data = b""
         while chunk := s.recv(65536):  # the server closes after the HTTP/1.0 answer

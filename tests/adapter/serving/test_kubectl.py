@@ -34,7 +34,7 @@ class Served:
 
 
 @pytest.fixture
-def served(prom: PromEnv, pki: Pki, tmp_path: Path) -> Iterator[Served]:
+def served_adapter(prom: PromEnv, pki: Pki, tmp_path: Path) -> Iterator[Served]:
     config = tmp_path / "adapter.yaml"
     config.write_text("metrics:\n  - name: DCGM_FI_DEV_GPU_UTIL\n")
     port = free_port()
@@ -96,14 +96,14 @@ def served(prom: PromEnv, pki: Pki, tmp_path: Path) -> Iterator[Served]:
         proc.kill()
 
 
-def kubectl(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
+def kubectl(served_adapter: Served, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             "kubectl",
             "--kubeconfig",
-            str(served.kubeconfig),
+            str(served_adapter.kubeconfig),
             "--cache-dir",
-            str(served.kubeconfig.parent / "cache"),
+            str(served_adapter.kubeconfig.parent / "cache"),
             *args,
         ],
         capture_output=True,
@@ -113,17 +113,17 @@ def kubectl(served: Served, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_kubectl_version_and_raw_gets(served: Served) -> None:
-    version = kubectl(served, "version", "-o", "json")
+def test_kubectl_version_and_raw_gets(served_adapter: Served) -> None:
+    version = kubectl(served_adapter, "version", "-o", "json")
     assert version.returncode == 0, version.stderr
     assert json.loads(version.stdout)["serverVersion"]["gitVersion"].startswith("v1.32")
 
-    disc = kubectl(served, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2")
+    disc = kubectl(served_adapter, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2")
     assert disc.returncode == 0, disc.stderr
     assert "pods/DCGM_FI_DEV_GPU_UTIL" in {r["name"] for r in json.loads(disc.stdout)["resources"]}
 
     raw = kubectl(
-        served,
+        served_adapter,
         "get",
         "--raw",
         "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/DCGM_FI_DEV_GPU_UTIL?labelSelector=app%3Dllm-inference",
@@ -137,34 +137,37 @@ def test_kubectl_version_and_raw_gets(served: Served) -> None:
     }
 
     missing = kubectl(
-        served, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/nope"
+        served_adapter,
+        "get",
+        "--raw",
+        "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/nope",
     )
     assert missing.returncode != 0
     assert "could not find the metric nope" in missing.stderr or "NotFound" in missing.stderr
 
 
-def test_kubectl_discovery_walk(served: Served) -> None:
+def test_kubectl_discovery_walk(served_adapter: Served) -> None:
     # api-versions walks /api, /apis (aggregated-discovery request, plain fallback) and each group
-    res = kubectl(served, "api-versions")
+    res = kubectl(served_adapter, "api-versions")
     assert res.returncode == 0, res.stderr
     assert {"custom.metrics.k8s.io/v1beta2", "custom.metrics.k8s.io/v1beta1"} <= set(res.stdout.split())
     # this config serves no external metric: the empty group is left out rather than break discovery
     assert "external.metrics.k8s.io/v1beta1" not in res.stdout.split()
     # api-resources hides sub-resource-like names (pods/X) but must not fail on our discovery
-    assert kubectl(served, "api-resources", "--api-group=custom.metrics.k8s.io").returncode == 0
+    assert kubectl(served_adapter, "api-resources", "--api-group=custom.metrics.k8s.io").returncode == 0
 
 
-def test_sighup_reloads_the_config(served: Served) -> None:
-    served.config.write_text("metrics:\n  - name: gpu_busy\n    series: DCGM_FI_DEV_GPU_UTIL\n")
-    served.proc.send_signal(signal.SIGHUP)
+def test_sighup_reloads_the_config(served_adapter: Served) -> None:
+    served_adapter.config.write_text("metrics:\n  - name: gpu_busy\n    series: DCGM_FI_DEV_GPU_UTIL\n")
+    served_adapter.proc.send_signal(signal.SIGHUP)
     path = "/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/embedder-0/gpu_busy"
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        out = kubectl(served, "get", "--raw", path)
+        out = kubectl(served_adapter, "get", "--raw", path)
         if out.returncode == 0:
             break
         time.sleep(0.3)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["items"][0]["value"] == "30"
-    assert served.proc.poll() is None  # still the same process
-    assert "config reloaded" in served.log.read_text()
+    assert served_adapter.proc.poll() is None  # still the same process
+    assert "config reloaded" in served_adapter.log.read_text()

@@ -12,7 +12,7 @@ from tests.support.rightsizer.serve_support import BERLIN, Clock
 
 
 @pytest.fixture
-def clock(monkeypatch):
+def scheduler_clock(monkeypatch):
     """The scheduler's clock, set by hand: ``Service`` reads it, and APScheduler's own ``datetime.now``
     follows it. Starts on a Saturday evening in Berlin."""
     c = Clock(datetime(2026, 11, 28, 20, 0, tzinfo=BERLIN))  # a Saturday evening

@@ -40,10 +40,10 @@ from tests.support.rightsizer.serve_support import (
 REPO = Path(__file__).resolve().parents[3]
 
 
-def test_weekly_report_and_plans_fire_at_their_local_times(tmp_path, clock):
+def test_weekly_report_and_plans_fire_at_their_local_times(tmp_path, scheduler_clock):
     jobs = FakeJobs()
-    service, sched = start(config(tmp_path), jobs, clock)
-    tick(sched, clock, datetime(2026, 11, 30, 12, 0, tzinfo=BERLIN))
+    service, sched = start(config(tmp_path), jobs, scheduler_clock)
+    tick(sched, scheduler_clock, datetime(2026, 11, 30, 12, 0, tzinfo=BERLIN))
     reports = jobs.fired("report")
     assert [r[1] for r in reports] == [
         datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
@@ -69,23 +69,23 @@ def test_weekly_report_and_plans_fire_at_their_local_times(tmp_path, clock):
     sched.shutdown()
 
 
-def test_missed_runs_are_coalesced_and_stale_reports_skipped(tmp_path, clock):
+def test_missed_runs_are_coalesced_and_stale_reports_skipped(tmp_path, scheduler_clock):
     jobs = FakeJobs()
-    _, sched = start(config(tmp_path), jobs, clock)
+    _, sched = start(config(tmp_path), jobs, scheduler_clock)
     sched._process_jobs()  # the start-up plan
-    clock.now += timedelta(days=2, hours=1)  # asleep from Saturday 20:00 to Monday 21:00
+    scheduler_clock.now += timedelta(days=2, hours=1)  # asleep from Saturday 20:00 to Monday 21:00
     sched._process_jobs()
     assert len(jobs.fired("plan")) == 2  # 8 missed plans → one run, not a burst
     assert jobs.fired("report") == []  # Monday 06:00 is past its 6-hour grace: skipped, not run late
-    tick(sched, clock, datetime(2026, 12, 7, 6, 30, tzinfo=BERLIN), step=timedelta(hours=1))
+    tick(sched, scheduler_clock, datetime(2026, 12, 7, 6, 30, tzinfo=BERLIN), step=timedelta(hours=1))
     assert [r[1] for r in jobs.fired("report")] == [datetime(2026, 12, 7, 5, 0, tzinfo=UTC)]
     sched.shutdown()
 
 
-def test_a_failed_plan_is_a_failure_retried_within_minutes(tmp_path, clock, caplog):
+def test_a_failed_plan_is_a_failure_retried_within_minutes(tmp_path, scheduler_clock, caplog):
     quiet_job_failures()
     jobs = FakeJobs(fail_plan=True)
-    service, sched = start(config(tmp_path), jobs, clock)
+    service, sched = start(config(tmp_path), jobs, scheduler_clock)
     caplog.set_level(logging.INFO)
     sched._process_jobs()
     reg = service.registry()
@@ -100,7 +100,7 @@ def test_a_failed_plan_is_a_failure_retried_within_minutes(tmp_path, clock, capl
     health = service.health(sched)
     assert health["status"] == "failing" and health["failing"]["plan"]["message"] == "prometheus down"
     # retried after 1, 2, 4 minutes (not 6 hours later), logged once as an error
-    tick(sched, clock, clock.now + timedelta(minutes=8), step=timedelta(seconds=30))
+    tick(sched, scheduler_clock, scheduler_clock.now + timedelta(minutes=8), step=timedelta(seconds=30))
     assert len(jobs.fired("plan")) == 4
     assert reg.get_sample_value("gpupilot_rightsizer_job_failures_total", {"job": "plan"}) == 4.0
     errors = [
@@ -108,7 +108,7 @@ def test_a_failed_plan_is_a_failure_retried_within_minutes(tmp_path, clock, capl
     ]
     assert len(errors) == 1
     jobs.fail_plan = False  # Prometheus is back: the next retry (8 minutes after the 4th) succeeds
-    tick(sched, clock, clock.now + timedelta(minutes=9), step=timedelta(seconds=30))
+    tick(sched, scheduler_clock, scheduler_clock.now + timedelta(minutes=9), step=timedelta(seconds=30))
     assert len(jobs.fired("plan")) == 5 and service.health(sched)["status"] == "ok"
     assert reg.get_sample_value("gpupilot_rightsizer_last_plan_success") == 1.0
     assert [j.id for j in sched.get_jobs()] == ["plan", "report"]
@@ -124,10 +124,10 @@ GUARD = {
 }
 
 
-def test_auto_apply_only_in_the_window_and_within_the_daily_budget(tmp_path, clock):
+def test_auto_apply_only_in_the_window_and_within_the_daily_budget(tmp_path, scheduler_clock):
     jobs = FakeJobs()
-    service, sched = start(config(tmp_path, auto_apply=GUARD), jobs, clock)
-    tick(sched, clock, datetime(2026, 11, 29, 12, 0, tzinfo=BERLIN))  # through Sunday morning
+    service, sched = start(config(tmp_path, auto_apply=GUARD), jobs, scheduler_clock)
+    tick(sched, scheduler_clock, datetime(2026, 11, 29, 12, 0, tzinfo=BERLIN))  # through Sunday morning
     applies = jobs.fired("apply")
     assert len(applies) == 1
     when, nodes = applies[0][1], applies[0][2]
@@ -140,12 +140,12 @@ def test_auto_apply_only_in_the_window_and_within_the_daily_budget(tmp_path, clo
     ledger = json.loads((tmp_path / "state" / "auto-apply-ledger.json").read_text())
     assert ledger["2026-11-29"] == ["gpu-a"]
     # next Sunday: the other node (the plan was refreshed every 6 hours in between)
-    tick(sched, clock, datetime(2026, 12, 6, 2, 0, tzinfo=BERLIN), step=timedelta(hours=1))
+    tick(sched, scheduler_clock, datetime(2026, 12, 6, 2, 0, tzinfo=BERLIN), step=timedelta(hours=1))
     assert [c[2] for c in jobs.fired("apply")] == [["gpu-a"], ["gpu-b"]]
     sched.shutdown()
 
 
-def test_a_configuration_error_is_said_once_backs_off_and_shows_on_health(tmp_path, clock, caplog):
+def test_a_configuration_error_is_said_once_backs_off_and_shows_on_health(tmp_path, scheduler_clock, caplog):
     caplog.set_level(logging.INFO)
     refusal = ApplyError(
         "ClusterPolicy cluster-policy points the MIG Manager at ConfigMap default-mig-parted-config; writing "
@@ -153,8 +153,10 @@ def test_a_configuration_error_is_said_once_backs_off_and_shows_on_health(tmp_pa
         "--repoint-cluster-policy to allow it"
     )
     jobs = FakeJobs(apply_error=refusal)
-    service, sched = start(config(tmp_path, auto_apply=GUARD), jobs, clock)
-    tick(sched, clock, datetime(2026, 11, 29, 5, 0, tzinfo=BERLIN))  # the whole window, checks every 30 min
+    service, sched = start(config(tmp_path, auto_apply=GUARD), jobs, scheduler_clock)
+    tick(
+        sched, scheduler_clock, datetime(2026, 11, 29, 5, 0, tzinfo=BERLIN)
+    )  # the whole window, checks every 30 min
     # tried at 01:00, then after 30 min, 1 h, 2 h: not at each of the 8 checks
     assert [c[1].astimezone(BERLIN).strftime("%H:%M") for c in jobs.fired("apply")] == [
         "01:00",
@@ -197,14 +199,14 @@ class ConflictOnce(FileLedger):
         super().save(entries)
 
 
-def test_a_conflicting_ledger_write_after_the_apply_loses_nothing(tmp_path, clock):
+def test_a_conflicting_ledger_write_after_the_apply_loses_nothing(tmp_path, scheduler_clock):
     jobs = FakeJobs()
     cfg = config(tmp_path, auto_apply=GUARD)
-    jobs.clock = clock
+    jobs.clock = scheduler_clock
     ledger = ConflictOnce(tmp_path / "ledger.json")
-    service = Service(cfg, jobs=jobs, clock=clock, ledger=ledger)
+    service = Service(cfg, jobs=jobs, clock=scheduler_clock, ledger=ledger)
     service.run_plan()
-    clock.now = datetime(2026, 11, 29, 2, 0, tzinfo=BERLIN)
+    scheduler_clock.now = datetime(2026, 11, 29, 2, 0, tzinfo=BERLIN)
     assert service.run_auto_apply()
     entries = json.loads((tmp_path / "ledger.json").read_text())
     assert entries["2026-11-29"] == ["gpu-a"] and entries["2026-11-28"] == ["elsewhere"]
@@ -237,13 +239,13 @@ def test_messages_name_the_serve_config_fields(message, said):
     assert in_config_terms(message, "s.yaml") == said
 
 
-def test_the_ledger_stays_bounded(tmp_path, clock):
+def test_the_ledger_stays_bounded(tmp_path, scheduler_clock):
     jobs = FakeJobs()
-    _, sched = start(config(tmp_path, auto_apply=GUARD), jobs, clock)
+    _, sched = start(config(tmp_path, auto_apply=GUARD), jobs, scheduler_clock)
     old = {"2026-09-01": ["gpu-x"], "2026-11-01": ["gpu-y"], "plan:0123456789abcdef": ["gpu-z"]}
     (tmp_path / "state").mkdir(parents=True, exist_ok=True)
     (tmp_path / "state" / "auto-apply-ledger.json").write_text(json.dumps(old))
-    tick(sched, clock, datetime(2026, 11, 29, 2, 0, tzinfo=BERLIN))
+    tick(sched, scheduler_clock, datetime(2026, 11, 29, 2, 0, tzinfo=BERLIN))
     entries = json.loads((tmp_path / "state" / "auto-apply-ledger.json").read_text())
     # 31 days kept; what older plans tried is dropped (only the current plan is ever applied)
     assert entries == {
@@ -254,11 +256,11 @@ def test_the_ledger_stays_bounded(tmp_path, clock):
     sched.shutdown()
 
 
-def test_auto_apply_skips_plans_below_min_gpus_freed(tmp_path, clock):
+def test_auto_apply_skips_plans_below_min_gpus_freed(tmp_path, scheduler_clock):
     jobs = FakeJobs()
     guard = {**GUARD, "min_gpus_freed": 5}
-    service, sched = start(config(tmp_path, auto_apply=guard), jobs, clock)
-    tick(sched, clock, datetime(2026, 11, 29, 3, 0, tzinfo=BERLIN))
+    service, sched = start(config(tmp_path, auto_apply=guard), jobs, scheduler_clock)
+    tick(sched, scheduler_clock, datetime(2026, 11, 29, 3, 0, tzinfo=BERLIN))
     assert jobs.fired("apply") == []
     assert "below min_gpus_freed=5" in service.state.last_skip
     sched.shutdown()
@@ -409,8 +411,8 @@ def test_serve_process_answers_health_and_metrics_and_stops_on_sigterm(tmp_path)
             proc.wait()
 
 
-def test_http_endpoints_close_slow_and_refuse_oversized_clients(tmp_path, clock):
-    service, sched = start(config(tmp_path), FakeJobs(), clock)
+def test_http_endpoints_close_slow_and_refuse_oversized_clients(tmp_path, scheduler_clock):
+    service, sched = start(config(tmp_path), FakeJobs(), scheduler_clock)
     limits = Limits(idle_timeout=0.5, max_header_bytes=2048)
     server = http_server(service, sched, "127.0.0.1", 0, limits=limits).start()
     try:

@@ -33,7 +33,7 @@ def fetch(port: int, path: str) -> tuple[int, dict[str, str], bytes]:
 
 
 @pytest.fixture
-def served(tmp_path, clock):
+def served_reports(tmp_path, scheduler_clock):
     cfg = config(tmp_path)
     reports = cfg.state_dir / "reports"
     for day, title in (("2026-11-23", "older"), ("2026-11-30", "newest")):
@@ -47,15 +47,15 @@ def served(tmp_path, clock):
     (reports / "2026-11-30" / "link.html").symlink_to(secret)
     (reports / "2026-11-30" / ".hidden").write_text("hidden")
     (cfg.state_dir / "plan.json").write_text(json.dumps({"plan_id": "p-1"}))
-    service, sched = start(cfg, FakeJobs(), clock)
+    service, sched = start(cfg, FakeJobs(), scheduler_clock)
     server = http_server(service, sched, "127.0.0.1", 0).start()
     yield server.port, cfg
     server.close()
     sched.shutdown(wait=False)
 
 
-def test_latest_report_its_files_and_the_plan(served):
-    port, _ = served
+def test_latest_report_its_files_and_the_plan(served_reports):
+    port, _ = served_reports
     status, headers, body = fetch(port, "/report/")
     assert (status, headers["content-type"]) == (200, "text/html; charset=utf-8")
     assert b"newest" in body
@@ -92,16 +92,16 @@ def test_latest_report_its_files_and_the_plan(served):
         "/report/%00report.html",
     ],
 )
-def test_nothing_outside_the_report_folders(served, path):
-    port, _ = served
+def test_nothing_outside_the_report_folders(served_reports, path):
+    port, _ = served_reports
     status, _, body = fetch(port, path)
     assert status in (400, 404), (path, status)
     assert b"not for the web" not in body and body.strip() != b"hidden"
 
 
-def test_missing_report_and_plan_say_so(tmp_path, clock):
+def test_missing_report_and_plan_say_so(tmp_path, scheduler_clock):
     cfg = config(tmp_path)
-    service, sched = start(cfg, FakeJobs(), clock)
+    service, sched = start(cfg, FakeJobs(), scheduler_clock)
     server = http_server(service, sched, "127.0.0.1", 0).start()
     try:
         status, _, body = fetch(server.port, "/report/")
