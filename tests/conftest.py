@@ -196,8 +196,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     worker, so module fixtures (a Prometheus over a history, a report) are built once; every test
     on VictoriaMetrics runs on one worker, so one VictoriaMetrics history is imported per run.
     ``tryfirst``: pytest-xdist reads the groups in its own hook of the same name (it appends
-    ``@group`` to each node id), so they must be marked before it runs."""
+    ``@group`` to each node id), so they must be marked before it runs. A test that reads one of
+    the shared histories is marked ``prometheus`` (``make unit`` leaves it out)."""
+    histories = {"prometheus_history", "victoriametrics_history", "metrics_history"}
     for item in items:
+        if histories & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.prometheus)
         if item.get_closest_marker("xdist_group"):
             continue
         callspec = getattr(item, "callspec", None)

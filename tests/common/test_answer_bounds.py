@@ -24,6 +24,7 @@ def huge() -> Iterator[HugeAnswerServer]:
         yield server
 
 
+@pytest.mark.slow
 def test_the_adapter_refuses_a_million_series_in_bounded_memory(huge: HugeAnswerServer) -> None:
     run = run_measured(
         [
@@ -51,6 +52,7 @@ def test_the_adapter_refuses_a_million_series_in_bounded_memory(huge: HugeAnswer
     assert peak < 400 * MiB, f"adapter peaked at {peak / MiB:.0f} MiB"
 
 
+@pytest.mark.slow
 def test_plan_refuses_a_million_series_in_bounded_memory(huge: HugeAnswerServer, tmp_path: Path) -> None:
     out = tmp_path / "plan.json"
     out.write_text("the previous plan")
@@ -81,6 +83,7 @@ def test_plan_refuses_a_million_series_in_bounded_memory(huge: HugeAnswerServer,
     assert out.read_text() == "the previous plan"
 
 
+@pytest.mark.slow
 def test_the_demo_query_helper_reads_through_the_same_bounds(huge: HugeAnswerServer) -> None:
     from devkit.demo import promql  # noqa: PLC0415 - the demo's door, only here
 

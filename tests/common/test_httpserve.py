@@ -33,6 +33,7 @@ def test_answers_path_and_query(server: HTTPServer) -> None:
     assert get(server.port, "/metrics?a=1") == (200, b"/metrics {'a': '1'}")
 
 
+@pytest.mark.slow
 def test_slow_client_is_closed_after_idle_timeout(server: HTTPServer) -> None:
     took = slow_client_is_closed(server.port, within=0.5)
     assert 0.4 < took < 3

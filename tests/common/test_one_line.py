@@ -135,6 +135,7 @@ def html_server() -> Iterator[str]:
     yield from _serve(b"<html>\n<body><h1>Welcome to nginx!</h1></body>\n</html>\n", "text/html")
 
 
+@pytest.mark.slow
 def test_prometheus_value_abc_is_one_line(abc_prometheus: str) -> None:
     adapter_client = AdapterPrometheus(abc_prometheus)
     with pytest.raises(PrometheusUnavailable, match="answered with a malformed result") as info:
@@ -151,6 +152,7 @@ def test_prometheus_value_abc_is_one_line(abc_prometheus: str) -> None:
         rightsizer_client.range("up", 0, 60, 15)
 
 
+@pytest.mark.slow
 def test_kubernetes_api_answering_html_is_one_line(html_server: str, tmp_path: Path) -> None:
     cfg = client.Configuration()
     cfg.host = html_server

@@ -157,6 +157,7 @@ def test_scrub_removes_every_secret_form(tmp_path: Path) -> None:
     assert creds.scrub(echoed) == "bad password *** (header Basic ***)"
 
 
+@pytest.mark.slow
 def test_tls_files_checked_at_start(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.pem"
     garbage.write_text("not a certificate\n")
@@ -206,6 +207,7 @@ def _auth_help(parser: argparse.ArgumentParser, command: str) -> str:
     return str(rest[: end.start()] if end else rest)
 
 
+@pytest.mark.slow
 def test_adapter_and_rightsizer_have_the_same_flags_and_help(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "120")
     adapter = _auth_help(adapter_cli.build_parser(), "serve")

@@ -167,6 +167,7 @@ def test_junk_gives_one_line_or_a_result(name: str, content: bytes, tmp_path: Pa
     read_once(name, path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(READERS))
 @pytest.mark.parametrize(
     ("case", "content", "expected"),

@@ -72,6 +72,7 @@ def recorder() -> Iterator[tuple[str, list[str | None]]]:
         server.server_close()
 
 
+@pytest.mark.slow
 def test_both_clients_send_the_credentials_as_basic_auth(recorder: tuple[str, list[str | None]]) -> None:
     url, seen = recorder
     expected = "Basic " + base64.b64encode(f"admin:{SECRET}".encode()).decode()

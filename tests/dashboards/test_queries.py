@@ -90,6 +90,7 @@ def test_every_dashboard_has_queries() -> None:
     assert len(QUERIES) >= 60
 
 
+@pytest.mark.slow
 def test_variables_resolve_to_real_values(selections: dict[str, list[dict[str, str]]]) -> None:
     node = selections["gpupilot-node.json"]
     assert {s["gpu"] for s in node} >= {".*", "0"}

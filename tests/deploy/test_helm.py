@@ -96,6 +96,7 @@ def test_helm_is_v4() -> None:
     assert res.returncode == 0 and res.stdout.startswith("v4."), res.stdout + res.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_lint_is_clean(variant: str) -> None:
     args = ["lint", "--strict", str(CHART)]
@@ -106,6 +107,7 @@ def test_lint_is_clean(variant: str) -> None:
     assert "0 chart(s) failed" in res.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_rendered_objects_pass_the_kustomize_checks(variant: str) -> None:
     objs = template(variant)
@@ -131,6 +133,7 @@ def test_rendered_objects_pass_the_kustomize_checks(variant: str) -> None:
         check_resources_and_probes(f"helm {variant}", obj)
 
 
+@pytest.mark.slow
 def test_each_component_switches_off() -> None:
     full = kinds(template("everything"))
     only = kinds(template("exporter-only"))
@@ -330,6 +333,7 @@ def _compare(
     return len(shared)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overlay", sorted(COUNTERPARTS))
 def test_chart_and_kustomize_render_the_same_objects(overlay: str) -> None:
     """Each overlay against its values file, both rendered (kustomize's output, not a copy): every
@@ -354,6 +358,7 @@ COMPONENTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("component", sorted(COMPONENTS))
 def test_chart_settings_match_kustomize_components(component: str, tmp_path: Path) -> None:
     (tmp_path / "kustomization.yaml").write_text(
@@ -384,6 +389,7 @@ def test_chart_settings_match_kustomize_components(component: str, tmp_path: Pat
     assert {ident(o) for o in kustomize} - {ident(o) for o in chart} == {"Namespace/-/gpupilot"}
 
 
+@pytest.mark.slow
 def test_chart_files_are_links_to_deploy_and_package_resolves_them(tmp_path: Path) -> None:
     """rules/, dashboards/ (through deploy/monitoring), the default configs, admission policies and
     the SCC reach the chart by links to their one source under deploy/, never by copies; a
@@ -404,6 +410,7 @@ def test_chart_files_are_links_to_deploy_and_package_resolves_them(tmp_path: Pat
     assert without_generated_tls(packaged_objs) == without_generated_tls(template("defaults"))
 
 
+@pytest.mark.slow
 def test_settings_reach_the_objects() -> None:
     objs = template(
         "defaults",
@@ -428,12 +435,14 @@ def test_settings_reach_the_objects() -> None:
     assert config["auto_apply"]["mig_configmap"] == "mig-a"
 
 
+@pytest.mark.slow
 def test_clusters_without_admission_policies_v1_are_refused() -> None:
     res = run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.29.0")
     assert res.returncode != 0 and "kubeVersion: >=1.30.0-0" in res.stderr, res.stderr
     assert run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.30.0").returncode == 0
 
 
+@pytest.mark.slow
 def test_dra_resourceslice_access_is_list_watch_and_switches_off() -> None:
     on = template("defaults")
     roles = [
@@ -463,6 +472,7 @@ def _ingress_to(objs: tuple[dict[str, Any], ...], policy: str, port: str) -> lis
     return [rule for rule in netpol["spec"]["ingress"] if any(p["port"] == port for p in rule["ports"])]
 
 
+@pytest.mark.slow
 def test_the_keda_scaler_port_is_open_to_kedas_namespace_only() -> None:
     """The scaler answers any namespace's external metrics without authorisation: its port is let in
     from KEDA's namespace alone (networkPolicy.kedaNamespace), never from any source as https is."""

@@ -87,6 +87,7 @@ def test_every_apiservice_has_a_trust_path(variant: str) -> None:
         assert base64.b64decode(secret["data"]["tls.key"]).startswith(b"-----BEGIN RSA PRIVATE KEY-----")
 
 
+@pytest.mark.slow
 def test_default_install_generates_the_certificate_and_cert_manager_only_when_enabled() -> None:
     defaults = by_name(template("defaults"))
     assert ("Secret", "gpupilot-adapter-tls") in defaults
@@ -119,6 +120,7 @@ def test_no_write_rights_unless_auto_apply(variant: str) -> None:
         assert granted == [], f"{variant}: write rights without auto-apply: {granted}"
 
 
+@pytest.mark.slow
 def test_auto_apply_from_a_config_of_ones_own_gets_its_rights() -> None:
     config = "prometheus_url: http://p:9090\nauto_apply:\n  enabled: true\n"
     objs = by_name(template("defaults", f"rightsizer.config={config}"))
@@ -137,6 +139,7 @@ def test_auto_apply_from_a_config_of_ones_own_gets_its_rights() -> None:
     assert {v for r in read["rules"] for v in r["verbs"]} == {"get", "list", "watch"}
 
 
+@pytest.mark.slow
 def test_exporter_placement() -> None:
     def placement(*sets: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
         spec = pod_spec(by_name(template("defaults", *sets))[("DaemonSet", "gpupilot-exporter")])
@@ -158,12 +161,14 @@ def test_exporter_placement() -> None:
     assert "migPause: auto" in values and "nvidia.com/gpu.deploy.client" in values
 
 
+@pytest.mark.slow
 def test_namespace_with_its_pod_security_level_when_asked() -> None:
     assert ("Namespace", NAMESPACE) not in by_name(template("defaults"))
     ns = by_name(template("defaults", "namespace.create=true"))[("Namespace", NAMESPACE)]
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
+@pytest.mark.slow
 def test_persistence_and_one_prometheus_url() -> None:
     objs = by_name(
         template("defaults", "rightsizer.persistence.enabled=true", "prometheus.url=http://vm:8428")
@@ -254,6 +259,7 @@ def run_test_script(args: list[str]) -> tuple[int, list[str]]:
     return res.returncode, res.stdout.strip().splitlines()
 
 
+@pytest.mark.slow
 def test_helm_test_hook_asks_each_apiservice() -> None:
     objs = by_name(template("everything"))
     pod = objs[("Pod", "gpupilot-adapter-test")]
@@ -319,6 +325,7 @@ def template_against(kube: Any, tmp_path: Path) -> subprocess.CompletedProcess[s
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_lookup_keeps_the_certificate_and_finds_the_pause_label(tmp_path: Path) -> None:
     from tests.support.kubedouble import KubeDouble  # noqa: PLC0415
 
@@ -351,6 +358,7 @@ def test_lookup_keeps_the_certificate_and_finds_the_pause_label(tmp_path: Path) 
     assert selector == {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.client": "true"}
 
 
+@pytest.mark.slow
 def test_a_namespace_that_refuses_the_exporter_stops_the_install(tmp_path: Path) -> None:
     from tests.support.kubedouble import KubeDouble  # noqa: PLC0415
 

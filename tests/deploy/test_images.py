@@ -46,6 +46,7 @@ def distributions_of(module: str) -> set[str]:
     return {image_contents._norm(d) for d in metadata.packages_distributions().get(module, [])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("service", "package", "extras"),
     [
@@ -87,6 +88,7 @@ def test_exporter_core_imports_no_simulator_dependency() -> None:
     assert "numpy" not in core and "simulator" not in core
 
 
+@pytest.mark.slow
 def test_report_renders_every_service() -> None:
     text = image_contents.render([image_contents.contents(s) for s in image_contents.SERVICES])
     lines = text.splitlines()

@@ -153,6 +153,7 @@ def find(rel: str, kind: str, name: str) -> dict[str, Any]:
     raise AssertionError(f"{kind}/{name} not rendered by deploy/{rel}")
 
 
+@pytest.mark.slow
 def test_every_expected_kustomization_exists_and_renders() -> None:
     found = set(kustomizations())
     assert {"exporter", "adapter", "rightsizer", "monitoring", OVERLAY} <= found
@@ -437,6 +438,7 @@ def test_overlay_wires_namespace_images_and_runtime_class(overlay: str, operator
     assert {"DaemonSet", "Deployment", "ServiceMonitor", "PrometheusRule", "APIService"} <= kinds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("component", [c for c in components() if c != "settings"])  # settings: every overlay
 def test_overlay_with_each_optional_component_renders(component: str, tmp_path: Path) -> None:
     (tmp_path / "kustomization.yaml").write_text(
@@ -522,6 +524,7 @@ def test_dockerfile_builds_every_package_as_non_root() -> None:
     assert "COPY --chmod=0755 scripts/gpu-check /usr/local/bin/gpu-check" in by_target["exporter"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rel", ["rightsizer", OVERLAY])
 def test_rightsizer_config_is_accepted_by_serve_check(rel: str, tmp_path: Path) -> None:
     deployment = find(rel, "Deployment", "gpupilot-rightsizer")
@@ -585,6 +588,7 @@ CLIENT_CALLS = {
 }
 
 
+@pytest.mark.slow
 def test_rightsizer_rbac_grants_every_call_its_code_makes() -> None:
     """Read the rightsizer's Kubernetes calls from its source and check each one is granted."""
     source = "\n".join(p.read_text() for p in (ROOT / "rightsizer").rglob("*.py"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import os
 
+import pytest
+
 from devkit.demo import applyplan
 from devkit.demo.console import Console
 from devkit.demo.procs import Supervisor
@@ -13,6 +15,7 @@ from devkit.demo.settings import from_env
 from tests.support.rightsizer.apply_support import resize_plan, write_plan
 
 
+@pytest.mark.slow
 def test_the_demo_applies_a_resizing_plan_to_its_simulated_cluster(tmp_path, monkeypatch):
     monkeypatch.setenv("DEMO_DIR", str(tmp_path / "work"))
     settings = from_env()

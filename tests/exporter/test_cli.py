@@ -38,6 +38,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
+@pytest.mark.slow
 def test_once_prints_the_exposition_of_a_simulated_node() -> None:
     res = run("--backend", "sim", "--scenario", str(SCENARIO), "--node", "gpu-h100-b", "--once")
     assert res.returncode == 0, res.stderr
@@ -51,6 +52,7 @@ def test_once_prints_the_exposition_of_a_simulated_node() -> None:
     assert fams["gpupilot_exporter_backend_up"].samples[0].value == 1.0
 
 
+@pytest.mark.slow
 def test_once_warns_in_one_line_when_the_pod_resources_socket_is_missing(tmp_path: Path) -> None:
     missing = tmp_path / "kubelet.sock"
     res = run("--backend", "sim", "--scenario", str(SCENARIO), "--node", "gpu-h100-b", "--once",
@@ -72,6 +74,7 @@ WITHOUT_NUMPY = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "wanted_by"),
     [
@@ -152,6 +155,7 @@ def test_bad_flags_and_files_are_one_line_exit_2(
     assert expected in err
 
 
+@pytest.mark.slow
 def test_bad_flag_through_the_real_entry_point() -> None:
     res = run("--interval", "-1")
     assert res.returncode == 2
@@ -162,6 +166,7 @@ def test_bad_flag_through_the_real_entry_point() -> None:
     )
 
 
+@pytest.mark.slow
 def test_bad_web_config_fails_at_start(tmp_path: Path) -> None:
     web = tmp_path / "web.yml"
     web.write_text("basic_auth_users:\n  admin: hunter2\n")
@@ -175,6 +180,7 @@ def test_bad_web_config_fails_at_start(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
 def test_help_explains_every_flag() -> None:
     res = run("--help")
     assert res.returncode == 0
@@ -214,6 +220,7 @@ def test_settings_defaults_and_node_name_precedence() -> None:
     assert s.kubernetes and s.pod_resources_socket_given and s.listen.host == "::1" and s.listen.port == 9500
 
 
+@pytest.mark.slow
 def test_serves_until_sigterm(tmp_path: Path) -> None:
     port = free_port()
     argv = ["--backend", "sim", "--scenario", str(SCENARIO), "--node", "gpu-h200-a"]

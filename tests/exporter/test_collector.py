@@ -256,6 +256,7 @@ def test_finished_pod_labels_disappear_on_the_next_collection() -> None:
     assert [lb.get("pod") for lb, _ in s["DCGM_FI_DEV_GPU_TEMP"]] == [None]
 
 
+@pytest.mark.slow
 def test_background_loop_collects_every_interval_and_stops() -> None:
     backend = fakes.FakeBackend(fakes.node(fakes.whole_gpu(0)))
     settings = CollectorSettings(interval=0.05, collect_timeout=0.05)

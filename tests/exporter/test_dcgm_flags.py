@@ -150,6 +150,7 @@ def test_every_option_of_app_go_is_known() -> None:
     } <= envs
 
 
+@pytest.mark.slow
 def test_a_gpu_operator_command_line_runs_the_process(tmp_path: Path) -> None:
     """As the GPU Operator starts dcgm-exporter: flags in the argv, settings in the environment;
     on this machine without a GPU, --once ends with the one no-GPU line, not a usage error."""

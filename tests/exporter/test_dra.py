@@ -207,6 +207,7 @@ def module_kube():
         yield double
 
 
+@pytest.mark.slow
 def test_slice_watcher_lists_and_follows_the_api_over_http(module_kube):
     snap = node_snapshot()
     gpu0, gpu1 = snap.gpus[0].info.uuid, snap.gpus[1].info.uuid
@@ -233,6 +234,7 @@ def test_slice_watcher_lists_and_follows_the_api_over_http(module_kube):
         watcher.stop()
 
 
+@pytest.mark.slow
 def test_an_expired_watch_is_relisted_and_the_index_kept_current(module_kube):
     access = kubeapi.ApiAccess(url=module_kube.url, token_file=None, ca_file=None, timeout_s=2.0)
     module_kube.store.put(SLICES, _slice("node-x", {"gpu-0": "GPU-x0"}), event="ADDED")
@@ -255,6 +257,7 @@ def test_an_expired_watch_is_relisted_and_the_index_kept_current(module_kube):
         watcher.stop()
 
 
+@pytest.mark.slow
 def test_slice_watcher_over_https_with_a_service_account_token(tmp_path, exporter_pki):
     """In a pod: HTTPS checked against the cluster CA, the token file read for each request, and a
     missing RBAC grant named in the one-line error."""

@@ -64,6 +64,7 @@ def exporter_process() -> Iterator[tuple[subprocess.Popen[str], str]]:
         proc.communicate(timeout=20)
 
 
+@pytest.mark.slow
 def test_pipelining_client_that_never_reads_is_bounded(
     exporter_process: tuple[subprocess.Popen[str], str],
 ) -> None:

@@ -143,6 +143,7 @@ def test_half_closed_client_still_gets_its_answers(srv: MetricsServer) -> None:
     assert statuses(data) == [b"200", b"200"]
 
 
+@pytest.mark.slow
 def test_trickled_head_gets_408_and_idle_connection_is_closed(
     srv: MetricsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

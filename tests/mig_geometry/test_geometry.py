@@ -127,6 +127,7 @@ def random_layout(draw: st.DrawFn) -> tuple[GpuModel, dict[str, int]]:
     return m, {k: v for k, v in counts.items() if v}
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(random_layout())
 def test_place_succeeds_iff_brute_force_finds_one(case: tuple[GpuModel, dict[str, int]]) -> None:

@@ -70,6 +70,7 @@ def test_promtool_check_rules() -> None:
     assert res.stdout.count("SUCCESS") == len(RULE_FILES)
 
 
+@pytest.mark.slow
 def test_promtool_unit_tests_pass() -> None:
     res = subprocess.run(
         [_promtool(), "test", "rules", *map(str, TEST_FILES)], capture_output=True, text=True, check=False

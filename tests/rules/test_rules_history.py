@@ -35,6 +35,7 @@ def rules_state(metrics_history: Any) -> list[dict[str, Any]]:
         time.sleep(1)
 
 
+@pytest.mark.slow
 def test_every_rule_evaluates_without_error(rules_state: list[dict[str, Any]]) -> None:
     assert len([r for r in rules_state if r["type"] == "alerting"]) == len(ALERTS)
     bad = [(r["name"], r.get("lastError")) for r in rules_state if r["health"] != "ok"]

@@ -82,6 +82,7 @@ def _expected(s: Scenario, t: float) -> dict[str, float]:
     return want
 
 
+@pytest.mark.slow
 def test_window_equals_live_snapshots_at_every_timestamp(small: tuple[Path, Scenario]) -> None:
     _, s = small
     ts = backfill.timestamps(WINDOW_START, WINDOW_START + 7199, 60.0)
@@ -188,6 +189,7 @@ class _DoneProcess:
         return b"", b""
 
 
+@pytest.mark.slow
 def test_memory_stays_flat_as_days_grow(
     small: tuple[Path, Scenario], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

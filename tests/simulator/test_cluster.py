@@ -151,6 +151,7 @@ def test_resource_series_for_every_pod(demo: Scenario) -> None:
     assert requests[(demo.pods[0].name, "memory", "byte")] == 32 * 2**30
 
 
+@pytest.mark.slow
 def test_server_closes_slow_and_refuses_oversized_clients(demo: Scenario) -> None:
     limits = Limits(idle_timeout=0.5, max_header_bytes=2048)
     server = ClusterServer(demo, port=0, clock=lambda: T, limits=limits).start()

@@ -74,6 +74,7 @@ def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_subject_access_review_then_watch_driven_values(
     prom: PromEnv,
     pki: Pki,
@@ -128,6 +129,7 @@ def test_subject_access_review_then_watch_driven_values(
     assert wait_for(lambda: "llm-inference-7d9f-a" not in names(client.as_hpa(PODS_PATH, LLM)))
 
 
+@pytest.mark.slow
 def test_bearer_tokens_go_through_token_review(
     prom: PromEnv,
     pki: Pki,
@@ -159,6 +161,7 @@ def test_bearer_tokens_go_through_token_review(
     assert spoof.status_code == 401
 
 
+@pytest.mark.slow
 def test_kubernetes_failure_is_503(
     prom: PromEnv,
     pki: Pki,
@@ -174,6 +177,7 @@ def test_kubernetes_failure_is_503(
     assert r.json()["message"].startswith("SubjectAccessReview failed: HTTP 500")
 
 
+@pytest.mark.slow
 def test_request_header_ca_from_the_published_configmap(
     prom: PromEnv,
     pki: Pki,
@@ -212,6 +216,7 @@ def test_request_header_ca_from_the_published_configmap(
     assert wrong.status_code == 401
 
 
+@pytest.mark.slow
 def test_explain_hpa_with_the_kubernetes_pod_source(
     prom: PromEnv, kube_with_pods: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -241,6 +246,7 @@ def test_explain_hpa_with_the_kubernetes_pod_source(
     assert "FINAL: 4 → 4 replicas (no change)" in out
 
 
+@pytest.mark.slow
 def test_explain_hpa_cross_checks_the_hpa_status(
     prom: PromEnv, kube_with_pods: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -272,6 +278,7 @@ def test_explain_hpa_cross_checks_the_hpa_status(
     assert "caveat: HPA ai-serving/not-in-cluster is not in the cluster" in out
 
 
+@pytest.mark.slow
 def test_explain_hpa_resource_metrics_from_metrics_server(
     prom: PromEnv, kube_with_pods: KubeDouble, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -316,6 +323,7 @@ spec:
     assert "FINAL: 3 → 4 replicas (scale up)" in out
 
 
+@pytest.mark.slow
 def test_pod_list_is_paginated_and_keeps_slim_shared_records(
     kube_with_pods: KubeDouble, tmp_path: Path
 ) -> None:
@@ -389,6 +397,7 @@ class _HtmlEverywhere:
         self.server.server_close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "said"),
     [(b"<html><body>Sign in</body></html>", "not JSON"), (b'{"items": [{"metadata"', "truncated")],

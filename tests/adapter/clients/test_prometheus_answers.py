@@ -59,6 +59,7 @@ def errors(registry: CollectorRegistry) -> float:
     return registry.get_sample_value("gpupilot_adapter_prometheus_errors_total", {"purpose": "value"}) or 0.0
 
 
+@pytest.mark.slow
 def test_prometheus_own_error_text_on_an_http_200(fake: tuple[type[Answers], str]) -> None:
     answers, url = fake
     answers.body = (
@@ -77,6 +78,7 @@ def test_prometheus_own_error_text_on_an_http_200(fake: tuple[type[Answers], str
     assert errors(registry) == 1
 
 
+@pytest.mark.slow
 def test_truncated_and_oversized_answers(fake: tuple[type[Answers], str]) -> None:
     answers, url = fake
     registry = CollectorRegistry()

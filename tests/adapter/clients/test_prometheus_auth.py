@@ -34,6 +34,7 @@ def no_secret_in(*texts: str, secrets: tuple[str, ...]) -> None:
             assert secret not in text, f"a secret leaked into: {text[:300]}"
 
 
+@pytest.mark.slow
 def test_serve_through_tenant_gateway_with_client_cert_and_rotating_token(
     prom: PromEnv,
     pki: Pki,

@@ -94,6 +94,7 @@ def run(argv: list[str], capsys) -> tuple[int, str]:
     return code, out.out + out.err
 
 
+@pytest.mark.slow
 def test_check_refuses_to_take_over_prometheus_adapter(kube_and_kubeconfig, capsys):
     k, cfg = kube_and_kubeconfig
     k.store.put("apiregistration.k8s.io/apiservices", PROM_ADAPTER, event="ADDED")
@@ -105,6 +106,7 @@ def test_check_refuses_to_take_over_prometheus_adapter(kube_and_kubeconfig, caps
     assert code == 0 and "taking over (--take-over)" in text
 
 
+@pytest.mark.slow
 def test_check_passes_on_a_free_or_own_cluster(kube_and_kubeconfig, capsys):
     k, cfg = kube_and_kubeconfig
     code, text = run(["check-apiservices", "--kubeconfig", str(cfg), "--external"], capsys)
@@ -142,6 +144,7 @@ def test_owner_flag_is_validated(capsys):
     assert "expected NAMESPACE/SERVICE" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_serve_warns_at_start_and_never_fails(kube_and_kubeconfig, caplog):
     k, _ = kube_and_kubeconfig
     k.store.put("apiregistration.k8s.io/apiservices", PROM_ADAPTER, event="ADDED")

@@ -30,6 +30,7 @@ def history_client(
     return Client(f"https://127.0.0.1:{adapter.port}", pki)
 
 
+@pytest.mark.slow
 def test_selector_values_match_prometheus(metrics_history: Any, history_client: Client) -> None:
     labelled = instant(
         metrics_history.url, 'kube_pod_labels{namespace="ai-serving",label_app="llm-inference"}'

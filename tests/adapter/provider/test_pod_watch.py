@@ -76,6 +76,7 @@ def lists(kube: KubeDouble) -> int:
     )
 
 
+@pytest.mark.slow
 def test_repeated_410_backs_off_instead_of_relisting_in_a_loop(watcher_of) -> None:
     with KubeDouble() as kube:
         kube.add_pod("a", node="n")
@@ -105,6 +106,7 @@ def test_a_single_expiry_relists_at_once(watcher_of) -> None:
         kube.wait_for(lambda: w.resets == 2, timeout=5)
 
 
+@pytest.mark.slow
 def test_bookmarks_keep_a_quiet_watch_resumable(watcher_of) -> None:
     with KubeDouble(bookmark_interval_s=0.1) as kube:
         kube.add_pod("a", node="n")
@@ -132,6 +134,7 @@ def test_bookmarks_keep_a_quiet_watch_resumable(watcher_of) -> None:
         kube.wait_for(lambda: "b" in w.pods, timeout=5)
 
 
+@pytest.mark.slow
 def test_the_adapter_service_account_can_list_and_watch_pods(watcher_of, tmp_path: Path) -> None:
     with KubeDouble() as kube:
         kube.load_rbac(DEPLOY / "adapter")

@@ -158,6 +158,7 @@ def value_queries(client: Client) -> float:
     return float(match.group(1)) if match else 0.0
 
 
+@pytest.mark.slow
 def test_prometheus_load_does_not_follow_the_request_rate(
     prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
 ) -> None:
@@ -175,6 +176,7 @@ def test_prometheus_load_does_not_follow_the_request_rate(
     assert value_queries(client) == 2  # another namespace is another query
 
 
+@pytest.mark.slow
 def test_served_values_follow_the_live_series_within_an_interval(
     prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], tmp_path: Path
 ) -> None:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from prometheus_client import Gauge
 
 from adapter.config.settings import ServeSettings
@@ -27,6 +28,7 @@ def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_config_file_change_reloads_without_dropping_requests(
     prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], tmp_path: Path
 ) -> None:
@@ -66,6 +68,7 @@ def test_config_file_change_reloads_without_dropping_requests(
     assert codes and set(codes) == {200}
 
 
+@pytest.mark.slow
 def test_new_series_are_discovered_within_seconds(
     prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], tmp_path: Path
 ) -> None:

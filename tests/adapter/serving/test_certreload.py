@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 
 from adapter.config.settings import AuthSettings, ServeSettings, TlsSettings
@@ -59,6 +60,7 @@ def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_serving_certificate_and_request_header_ca_are_reloaded(
     prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], tmp_path: Path
 ) -> None:

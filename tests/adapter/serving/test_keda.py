@@ -207,6 +207,7 @@ def test_prometheus_unreachable_is_unavailable(
     assert "127.0.0.1" in err.details()
 
 
+@pytest.mark.slow
 def test_stream_is_active_pushes_changes_and_ends_when_the_server_stops(
     prom: PromEnv, stub: pb_grpc.ExternalScalerStub, scaler_adapter: Adapter
 ) -> None:
@@ -377,6 +378,7 @@ def test_huge_numbers_fit_the_deprecated_integer_fields(stub: pb_grpc.ExternalSc
     assert (spec[0].metricName,) == ("gpu_utilization_sum",)
 
 
+@pytest.mark.slow
 def test_the_adapter_process_serves_the_scaler_from_its_flags(prom: PromEnv, tmp_path: Path) -> None:
     """``gpupilot-adapter serve --external-scaler-address`` as a process: answers, then exits 0 on SIGTERM."""
     config = tmp_path / "config.yaml"
@@ -407,6 +409,7 @@ def test_the_adapter_process_serves_the_scaler_from_its_flags(prom: PromEnv, tmp
             proc.wait()
 
 
+@pytest.mark.slow
 def test_a_renewed_serving_certificate_is_used_for_new_connections(
     prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter], tmp_path: Path
 ) -> None:

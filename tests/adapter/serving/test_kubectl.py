@@ -113,6 +113,7 @@ def kubectl(served_adapter: Served, *args: str) -> subprocess.CompletedProcess[s
     )
 
 
+@pytest.mark.slow
 def test_kubectl_version_and_raw_gets(served_adapter: Served) -> None:
     version = kubectl(served_adapter, "version", "-o", "json")
     assert version.returncode == 0, version.stderr
@@ -146,6 +147,7 @@ def test_kubectl_version_and_raw_gets(served_adapter: Served) -> None:
     assert "could not find the metric nope" in missing.stderr or "NotFound" in missing.stderr
 
 
+@pytest.mark.slow
 def test_kubectl_discovery_walk(served_adapter: Served) -> None:
     # api-versions walks /api, /apis (aggregated-discovery request, plain fallback) and each group
     res = kubectl(served_adapter, "api-versions")
@@ -157,6 +159,7 @@ def test_kubectl_discovery_walk(served_adapter: Served) -> None:
     assert kubectl(served_adapter, "api-resources", "--api-group=custom.metrics.k8s.io").returncode == 0
 
 
+@pytest.mark.slow
 def test_sighup_reloads_the_config(served_adapter: Served) -> None:
     served_adapter.config.write_text("metrics:\n  - name: gpu_busy\n    series: DCGM_FI_DEV_GPU_UTIL\n")
     served_adapter.proc.send_signal(signal.SIGHUP)

@@ -53,6 +53,7 @@ def test_request_stats_expose_counts_and_a_consistent_histogram() -> None:
     assert total['kind="custom"'] == pytest.approx(7.0344)
 
 
+@pytest.mark.slow
 def test_request_stats_can_be_read_while_the_loop_records() -> None:
     metrics = SelfMetrics()
     stop = threading.Event()

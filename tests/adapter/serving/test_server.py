@@ -71,6 +71,7 @@ def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 def test_slow_tls_clients_cost_no_threads_are_bounded_and_timed_out(limited: Adapter, pki: Pki) -> None:
     client = Client(f"https://127.0.0.1:{limited.port}", pki)
     assert client.as_hpa(V2).status_code == 200
@@ -91,6 +92,7 @@ def test_slow_tls_clients_cost_no_threads_are_bounded_and_timed_out(limited: Ada
     assert wait_for(lambda: limited.server.open_connections == 0)
 
 
+@pytest.mark.slow
 def test_slowloris_request_head_is_cut_at_the_idle_timeout(limited: Adapter, pki: Pki) -> None:
     with (
         socket.create_connection(("127.0.0.1", limited.port), timeout=10) as raw,
@@ -137,6 +139,7 @@ def test_limits_and_malformed_requests_are_status_objects(
     assert body["message"]
 
 
+@pytest.mark.slow
 def test_a_client_leaving_before_its_answer_is_one_debug_line(
     limited: Adapter, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -209,6 +212,7 @@ def test_a_silent_connection_costs_kilobytes_not_a_thread(
             s.close()
 
 
+@pytest.mark.slow
 def test_at_the_limit_stalled_handshakes_are_shed_for_real_clients(
     prom: PromEnv, pki: Pki, start_adapter: Callable[[ServeSettings], Adapter]
 ) -> None:
@@ -290,6 +294,7 @@ def test_accept_encoding_parsing_and_the_gzip_store_bound() -> None:
     assert store.get(b"x" * 9000) is None and store.bytes <= 10_000
 
 
+@pytest.mark.slow
 def test_idle_tls_client_that_ignores_close_notify_is_dropped(limited: Adapter, pki: Pki) -> None:
     """An idle connection is cut at ``idle_timeout`` with a TLS close_notify; a client that never
     answers it (nor closes) loses its socket after ``TLS_SHUTDOWN_TIMEOUT``, not the loop's 30 s."""

@@ -58,6 +58,7 @@ def trickling_server() -> Iterator[str]:
     listener.close()
 
 
+@pytest.mark.slow
 def test_a_trickling_prometheus_is_cut_at_the_deadline(trickling_server: str) -> None:
     client = PrometheusClient(trickling_server, timeout=1.0)
     try:
@@ -73,6 +74,7 @@ def test_a_trickling_prometheus_is_cut_at_the_deadline(trickling_server: str) ->
         client.close()
 
 
+@pytest.mark.slow
 def test_a_trickling_kubernetes_api_is_cut_at_the_deadline(trickling_server: str, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(

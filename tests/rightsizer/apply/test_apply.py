@@ -30,6 +30,7 @@ def configs_in(kube, name):
     return yaml.safe_load(kube.configmap(name)["data"]["config.yaml"])["mig-configs"]
 
 
+@pytest.mark.slow
 def test_plan_applies_nodes_and_keeps_every_other_config(kube):
     seed_node(kube, "gpu-a")
     seed_node(kube, "gpu-b")
@@ -53,6 +54,7 @@ def test_plan_applies_nodes_and_keeps_every_other_config(kube):
     assert ("gpu-a", "cordoned") in lines and ("gpu-a", f"{proto.STATE_LABEL}=success") in lines
 
 
+@pytest.mark.slow
 def test_pods_are_evicted_only_after_cordon_and_relabel_only_after_eviction(kube):
     seed_node(kube, "gpu-a")
     report, _ = run_apply(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
@@ -69,6 +71,7 @@ def test_pods_are_evicted_only_after_cordon_and_relabel_only_after_eviction(kube
     assert states == ["pending", "success"]
 
 
+@pytest.mark.slow
 def test_writes_into_the_custom_configmap_the_cluster_policy_already_uses(kube):
     seed = yaml.safe_dump(
         {
@@ -100,6 +103,7 @@ def test_writes_into_the_custom_configmap_the_cluster_policy_already_uses(kube):
     assert kube.actions(resource="clusterpolicies") == []
 
 
+@pytest.mark.slow
 def test_failure_rolls_back_restores_label_uncordons_records_event_and_stops(kube):
     seed_node(kube, "gpu-a")
     seed_node(kube, "gpu-b")
@@ -124,12 +128,14 @@ def test_failure_rolls_back_restores_label_uncordons_records_event_and_stops(kub
     assert any("rolled back" in m for n, m in lines if n == "gpu-a")
 
 
+@pytest.mark.slow
 def test_a_node_cordoned_before_apply_stays_cordoned(kube):
     kube.add_node("gpu-a", mig_config="all-1g.10gb", unschedulable=True)
     report, _ = run_apply(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
     assert report.ok and kube.node("gpu-a")["spec"]["unschedulable"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("crash_after", ["cordoned", "drained: no pod holds its GPUs", "relabelled"])
 def test_killed_apply_resumes_without_repeating_steps(kube, crash_after):
     seed_node(kube, "gpu-a")
@@ -164,6 +170,7 @@ def test_killed_apply_resumes_without_repeating_steps(kube, crash_after):
     assert again.outcomes[0].result == "already-applied"
 
 
+@pytest.mark.slow
 def test_restart_after_the_manager_failed_rolls_back(kube):
     seed_node(kube, "gpu-a")
     break_node(kube, "gpu-a")
@@ -183,6 +190,7 @@ def test_restart_after_the_manager_failed_rolls_back(kube):
     assert third.outcomes[0].result == "skipped" and "rolled back earlier" in third.outcomes[0].reason
 
 
+@pytest.mark.slow
 def test_conflicts_are_retried(kube):
     seed_node(kube, "gpu-a", pods=0)
     kube.add_configmap(GPUPILOT_CONFIGMAP, data={"config.yaml": "version: v1\nmig-configs:\n  mine: []\n"})
@@ -199,6 +207,7 @@ def test_conflicts_are_retried(kube):
     assert len(conflicts) >= 3 + 4  # 3 refused + cordon, drained, relabel, finish
 
 
+@pytest.mark.slow
 def test_nodes_changed_since_the_plan_are_skipped_with_a_reason(kube):
     seed_node(kube, "gpu-a")
     seed_node(kube, "gpu-b", config="all-balanced")
@@ -218,6 +227,7 @@ def test_nodes_changed_since_the_plan_are_skipped_with_a_reason(kube):
     assert kube.actions(name="gpu-b", verb="patch") == [] and len(kube.pods(node="gpu-b")) == 3
 
 
+@pytest.mark.slow
 def test_pdb_blocking_eviction_times_out_and_rolls_back(kube):
     seed_node(kube, "gpu-a", pods=1, app="critical")
     kube.add_pdb("critical", namespace="ml", match_labels={"app": "critical"}, min_available=1)
@@ -234,6 +244,7 @@ def test_pdb_blocking_eviction_times_out_and_rolls_back(kube):
     assert any(e["type"] == "Warning" for e in kube.events(involving="gpu-a"))
 
 
+@pytest.mark.slow
 def test_waits_for_terminating_pods_and_passes_through_rebooting():
     settings = MigManagerSettings(with_reboot=True)
     with KubeDouble(mig_manager=settings, pod_termination_s=0.2) as kube:
@@ -244,6 +255,7 @@ def test_waits_for_terminating_pods_and_passes_through_rebooting():
         assert states == [f"{proto.STATE_LABEL}={s}" for s in ("pending", "rebooting", "success")]
 
 
+@pytest.mark.slow
 def test_manager_too_slow_times_out_and_rolls_back():
     with KubeDouble(mig_manager=MigManagerSettings(apply_s=1.5)) as kube:
         seed_node(kube, "gpu-a", pods=0)
@@ -257,6 +269,7 @@ def test_manager_too_slow_times_out_and_rolls_back():
         assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == "all-1g.10gb"
 
 
+@pytest.mark.slow
 def test_node_whose_mig_manager_does_not_offer_the_layout_is_not_touched(kube):
     """The per-node ConfigMap (MIG Manager v26.3+) is the authority: no cordon, no eviction, no relabel."""
     seed_node(kube, "gpu-a")

@@ -43,6 +43,7 @@ def setup(tmp_path):
         yield kube, plan, args, kubeconfig
 
 
+@pytest.mark.slow
 def test_dry_run_changes_nothing_and_prints_runnable_kubectl_commands(setup, capsys):
     kube, plan, args, kubeconfig = setup
     before = kube.snapshot()
@@ -83,6 +84,7 @@ def test_dry_run_changes_nothing_and_prints_runnable_kubectl_commands(setup, cap
     assert proto.cordoned_at(proto.view(kube.node("gpu-a"))) is not None
 
 
+@pytest.mark.slow
 def test_refuses_without_yes_when_stdin_is_not_a_terminal(setup, capsys, monkeypatch):
     kube, _, args, _ = setup
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
@@ -93,6 +95,7 @@ def test_refuses_without_yes_when_stdin_is_not_a_terminal(setup, capsys, monkeyp
     assert kube.snapshot() == before
 
 
+@pytest.mark.slow
 def test_terminal_answer_no_changes_nothing_and_yes_applies(setup, capsys, monkeypatch):
     kube, _, args, _ = setup
     monkeypatch.setattr("sys.stdin", Tty("n\n"))
@@ -105,6 +108,7 @@ def test_terminal_answer_no_changes_nothing_and_yes_applies(setup, capsys, monke
     assert kube.labels("gpu-a")[proto.STATE_LABEL] == "success"
 
 
+@pytest.mark.slow
 def test_yes_applies_with_progress_on_stderr_and_a_table_on_stdout(setup, capsys):
     kube, plan, args, _ = setup
     assert main([*args, "--yes", "--max-parallel", "2", "--timeout", "30s"]) == 0
@@ -117,6 +121,7 @@ def test_yes_applies_with_progress_on_stderr_and_a_table_on_stdout(setup, capsys
     assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == plan.nodes[0].config_name
 
 
+@pytest.mark.slow
 def test_failed_node_makes_the_exit_code_non_zero(tmp_path, capsys):
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a", pods=0)
@@ -161,6 +166,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, capsys, extra, content, messag
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_unreachable_api_server_is_one_line(tmp_path, capsys):
     plan = write_plan(make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]), tmp_path / "plan.json")
     with KubeDouble() as kube:

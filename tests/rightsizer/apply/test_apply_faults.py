@@ -114,6 +114,7 @@ def test_one_transient_error_on_any_call_changes_nothing_in_the_outcome():
     assert len(not_taken) <= len(cases) // 10, not_taken  # the matrix really hit (almost) every call
 
 
+@pytest.mark.slow
 def test_429_on_the_first_node_read_and_on_the_cordon_are_retried():
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a")
@@ -128,6 +129,7 @@ def test_429_on_the_first_node_read_and_on_the_cordon_are_retried():
         assert "patch node gpu-a" in retry[1] and "retrying in 1.0s (Retry-After)" in retry[1]
 
 
+@pytest.mark.slow
 def test_the_client_transport_itself_honours_retry_after_on_reads():
     """urllib3 (under the official client) retries idempotent requests answered 429/503 with
     Retry-After on its own; apply sees the answer after it."""
@@ -139,6 +141,7 @@ def test_the_client_transport_itself_honours_retry_after_on_reads():
         assert not [m for _, m in lines if "retrying in" in m]
 
 
+@pytest.mark.slow
 def test_503_on_the_pod_list_then_on_the_rollback_read_is_never_reported_rolled_back_when_it_was_not():
     """The issue's case: the pod list fails for good, then so does every node read during rollback."""
     with KubeDouble() as kube:
@@ -167,6 +170,7 @@ def test_503_on_the_pod_list_then_on_the_rollback_read_is_never_reported_rolled_
         assert not kube.node("gpu-a")["spec"].get("unschedulable")
 
 
+@pytest.mark.slow
 def test_a_failed_first_read_is_failed_not_rolled_back_and_stops_later_batches():
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a")
@@ -180,6 +184,7 @@ def test_a_failed_first_read_is_failed_not_rolled_back_and_stops_later_batches()
         assert kube.actions(resource="nodes") == []
 
 
+@pytest.mark.slow
 def test_pod_under_two_budgets_fails_the_node_at_once_with_a_clear_reason():
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a", pods=1, app="infer")
@@ -211,6 +216,7 @@ def seed_replicated(kube: KubeDouble, *, ready_after_s: float | None) -> None:
     kube.add_pdb("llm", namespace="ml", match_labels={"app": "llm"}, max_unavailable=1)
 
 
+@pytest.mark.slow
 def test_max_unavailable_one_waits_for_a_ready_replacement_between_evictions():
     with KubeDouble() as kube:
         seed_replicated(kube, ready_after_s=0.3)
@@ -226,6 +232,7 @@ def test_max_unavailable_one_waits_for_a_ready_replacement_between_evictions():
         assert not [p for p in kube.pods(node="gpu-a")]
 
 
+@pytest.mark.slow
 def test_max_unavailable_one_without_a_ready_replacement_rolls_back_at_the_eviction_timeout():
     with KubeDouble() as kube:
         seed_replicated(kube, ready_after_s=None)  # the replacement stays Pending

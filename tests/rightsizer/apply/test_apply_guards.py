@@ -64,6 +64,7 @@ def _shared_name(doc):
     doc["nodes"][0]["config_name"] = "all-1g.10gb"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("plan_of", "message"),
     [
@@ -100,6 +101,7 @@ def test_untrusted_plans_are_refused_before_any_write(kube, plan_of, message):
     assert writes(kube) == []
 
 
+@pytest.mark.slow
 def test_an_edited_plan_file_is_exit_2_and_one_line(kube, tmp_path: Path, capsys):
     plan = edited(make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]), _swap_layout)
     path = write_plan(plan, tmp_path / "plan.json")
@@ -110,6 +112,7 @@ def test_an_edited_plan_file_is_exit_2_and_one_line(kube, tmp_path: Path, capsys
     assert writes(kube) == []
 
 
+@pytest.mark.slow
 def test_a_config_already_in_the_configmap_with_other_content_is_never_changed(kube):
     plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD)])
     name = plan.nodes[0].config_name
@@ -121,6 +124,7 @@ def test_a_config_already_in_the_configmap_with_other_content_is_never_changed(k
     assert writes(kube) == []
 
 
+@pytest.mark.slow
 def test_wrong_namespace_is_refused_from_the_cluster_policy(kube):
     with pytest.raises(ApplyError) as err:
         apply(
@@ -138,6 +142,7 @@ def test_wrong_namespace_is_refused_from_the_cluster_policy(kube):
     assert writes(kube) == []
 
 
+@pytest.mark.slow
 def test_no_repoint_without_the_flag(kube):
     settings = dataclasses.replace(FAST, repoint_cluster_policy=False)
     with pytest.raises(ApplyError) as err:
@@ -162,6 +167,7 @@ def test_no_repoint_without_the_flag(kube):
     assert writes(kube) == []
 
 
+@pytest.mark.slow
 def test_a_run_no_node_took_undoes_the_repoint(kube):
     break_node(kube, "gpu-a")
     report = apply(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
@@ -173,6 +179,7 @@ def test_a_run_no_node_took_undoes_the_repoint(kube):
     assert kube.labels("gpu-a")[proto.CONFIG_LABEL] == "all-1g.10gb"
 
 
+@pytest.mark.slow
 def test_a_run_no_node_took_restores_the_configmap_it_replaced(kube):
     before = "version: v1\nmig-configs:\n  all-1g.10gb:\n  - devices: all\n    mig-enabled: true\n    mig-devices: {1g.10gb: 7}\n"
     kube.add_configmap("custom", data={"config.yaml": before})
@@ -189,6 +196,7 @@ def test_a_run_no_node_took_restores_the_configmap_it_replaced(kube):
     assert kube.configmap("custom")["data"]["config.yaml"] == before
 
 
+@pytest.mark.slow
 def test_configs_stay_when_a_node_took_them(kube):
     seed_node(kube, "gpu-b")
     break_node(kube, "gpu-b")

@@ -25,6 +25,7 @@ def lease(kube: KubeDouble) -> dict:  # type: ignore[type-arg]
     return found
 
 
+@pytest.mark.slow
 def test_a_second_run_refuses_while_the_first_holds_the_lease():
     with KubeDouble(mig_manager=MigManagerSettings(apply_s=1.0)) as kube:
         seed_node(kube, "gpu-a")
@@ -67,6 +68,7 @@ def seed_lease(kube: KubeDouble, *, renew_time: str, duration_s: int) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "renew_time",
     ["2026-01-01T00:00:00.000000Z", "2099-01-01T00:00:00.000000Z"],
@@ -92,6 +94,7 @@ def test_a_lease_not_renewed_in_time_is_taken_over(renew_time):
         assert any("held by killed-run: watching it for up to 1s" in m for m in lines)
 
 
+@pytest.mark.slow
 def test_a_lease_renewed_while_watched_is_refused_even_with_an_old_renew_time():
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a")
@@ -111,6 +114,7 @@ def test_a_lease_renewed_while_watched_is_refused_even_with_an_old_renew_time():
         assert kube.annotations("gpu-a").get("gpupilot.io/step") is None  # nothing touched
 
 
+@pytest.mark.slow
 def test_the_lease_is_renewed_during_a_long_run():
     with KubeDouble(mig_manager=MigManagerSettings(apply_s=2.5)) as kube:
         seed_node(kube, "gpu-a", pods=0)
@@ -123,6 +127,7 @@ def test_the_lease_is_renewed_during_a_long_run():
         assert len(renewals) >= 4  # every ~0.33 s during 2.5 s, then the release
 
 
+@pytest.mark.slow
 def test_apply_runs_with_nothing_but_the_rightsizer_rbac_of_deploy():
     with KubeDouble() as kube:
         assert kube.load_rbac(DEPLOY / "rightsizer") > 0

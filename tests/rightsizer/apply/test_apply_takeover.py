@@ -33,6 +33,7 @@ def die_after_cordon(kube: KubeDouble, plan: Plan) -> None:
     assert kube.node("gpu-a")["spec"]["unschedulable"] is True
 
 
+@pytest.mark.slow
 def test_another_plans_node_with_the_same_target_is_finished_first_not_repeated() -> None:
     with KubeDouble() as kube:
         for n in ("gpu-a", "gpu-b"):
@@ -59,6 +60,7 @@ def test_another_plans_node_with_the_same_target_is_finished_first_not_repeated(
         assert kube.annotations("gpu-a")[proto.ANN_CORDONED_AT]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wants", ["another-target", "not-in-plan"])
 def test_in_flight_work_this_plan_does_not_finish_is_rolled_back_before_anything_new(wants: str) -> None:
     with KubeDouble() as kube:
@@ -87,6 +89,7 @@ def test_in_flight_work_this_plan_does_not_finish_is_rolled_back_before_anything
         assert last_a < first_b  # settled before anything new started
 
 
+@pytest.mark.slow
 def test_the_dry_run_says_what_it_would_roll_back_first() -> None:
     with KubeDouble() as kube:
         for n in ("gpu-a", "gpu-b"):
@@ -99,6 +102,7 @@ def test_the_dry_run_says_what_it_would_roll_back_first() -> None:
         assert script.index("# node gpu-a:") < script.index("kubectl cordon gpu-b")
 
 
+@pytest.mark.slow
 def test_a_run_told_to_stop_starts_no_node() -> None:
     with KubeDouble() as kube:
         seed_node(kube, "gpu-a")
@@ -110,6 +114,7 @@ def test_a_run_told_to_stop_starts_no_node() -> None:
         assert proto.ANN_STEP not in kube.annotations("gpu-a")
 
 
+@pytest.mark.slow
 def test_a_run_whose_lease_renewals_fail_stops_before_another_can_take_it() -> None:
     with KubeDouble() as kube:
         for n in ("gpu-a", "gpu-b"):

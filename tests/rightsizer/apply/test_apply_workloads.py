@@ -65,6 +65,7 @@ def seed_reports(kube: KubeDouble, *, replicas: int = 1, pinned: bool = True) ->
     return [p["metadata"]["name"] for p in kube.pods(node="gpu-a")]
 
 
+@pytest.mark.slow
 def test_a_workload_shrunk_from_3g_to_1g_ends_running_on_a_1g_slot():
     with KubeDouble() as kube:
         (pod,) = seed_reports(kube)
@@ -99,6 +100,7 @@ def test_a_workload_shrunk_from_3g_to_1g_ends_running_on_a_1g_slot():
         assert [c.ref for c in wl.decode(notes[wl.ANN_WORKLOADS])] == ["deployment/ml/reports"]
 
 
+@pytest.mark.slow
 def test_a_new_request_that_fits_nowhere_is_refused_before_any_eviction():
     with KubeDouble() as kube:
         kube.add_node("gpu-a", gpus=1, mig_config="all-3g.40gb")
@@ -122,6 +124,7 @@ def test_a_new_request_that_fits_nowhere_is_refused_before_any_eviction():
         assert kube.node("gpu-a") == before[("/nodes", "", "gpu-a")]  # not even cordoned
 
 
+@pytest.mark.slow
 def test_a_bare_pod_whose_profile_changes_is_refused_with_what_to_do():
     with KubeDouble() as kube:
         kube.add_node("gpu-a", gpus=1, mig_config="all-3g.40gb")
@@ -159,6 +162,7 @@ def sync_from_git(kube: KubeDouble, directory: Path, stop: threading.Event) -> N
             return
 
 
+@pytest.mark.slow
 def test_gitops_writes_the_patches_and_waits_for_the_live_template(tmp_path):
     with KubeDouble() as kube:
         (pod,) = seed_reports(kube)
@@ -191,6 +195,7 @@ def test_gitops_writes_the_patches_and_waits_for_the_live_template(tmp_path):
         assert limits(now["spec"]) == {MIG1: "1"} and now["spec"]["nodeName"] == "gpu-a"
 
 
+@pytest.mark.slow
 def test_gitops_times_out_cleanly_before_any_eviction(tmp_path):
     with KubeDouble() as kube:
         (pod,) = seed_reports(kube)
@@ -212,6 +217,7 @@ def test_gitops_times_out_cleanly_before_any_eviction(tmp_path):
         assert (tmp_path / plan.plan_id / "ml.deployment.reports.yaml").is_file()
 
 
+@pytest.mark.slow
 def test_rollback_restores_the_templates_and_the_old_pods_come_back():
     with KubeDouble() as kube:
         (pod,) = seed_reports(kube)
@@ -234,6 +240,7 @@ def test_rollback_restores_the_templates_and_the_old_pods_come_back():
         )
 
 
+@pytest.mark.slow
 def test_a_workload_that_cannot_settle_rolls_the_node_back_with_the_schedulers_reason():
     """The fit check counts free devices anywhere; a nodeSelector pins the pod to gpu-a, whose new
     layout has no 1g.10gb: the replacement stays Pending, and the post-condition catches it."""
@@ -255,6 +262,7 @@ def test_a_workload_that_cannot_settle_rolls_the_node_back_with_the_schedulers_r
         assert (out.workloads[0].running, out.workloads[0].desired) == (0, 1)
 
 
+@pytest.mark.slow
 def test_kill_9_between_the_request_patch_and_the_relabel_is_resumed_by_the_next_run(tmp_path):
     with KubeDouble() as kube:
         (pod,) = seed_reports(kube)
@@ -324,6 +332,7 @@ def resize_run(
         return report.outcomes[0].result, calls, taken, limits(now["spec"])
 
 
+@pytest.mark.slow
 def test_a_transient_error_on_any_new_call_changes_nothing_in_the_outcome():
     """429 and 503 (``Retry-After: 0``: waiting proves nothing here) once on each call apply makes for
     the workloads: owner reads, template patches, node and pod lists."""
@@ -343,6 +352,7 @@ def test_a_transient_error_on_any_new_call_changes_nothing_in_the_outcome():
     assert failures == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["StatefulSet"])
 def test_a_statefulset_is_resized_too(kind):
     with KubeDouble() as kube:
@@ -356,6 +366,7 @@ def test_a_statefulset_is_resized_too(kind):
         assert now["metadata"]["name"] == "db-0" and limits(now["spec"]) == {MIG1: "1"}
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_template_patches_and_the_script_runs_as_printed(tmp_path, capsys):
     with KubeDouble() as kube:
         (pod,) = seed_reports(kube)
@@ -399,6 +410,7 @@ def test_dry_run_prints_the_template_patches_and_the_script_runs_as_printed(tmp_
         assert limits(now["spec"]) == {MIG1: "1"} and now["spec"]["nodeName"] == "gpu-a"
 
 
+@pytest.mark.slow
 def test_dry_run_says_when_a_node_would_be_refused(tmp_path, capsys):
     with KubeDouble() as kube:
         kube.add_node("gpu-a", gpus=1, mig_config="all-3g.40gb")

@@ -17,6 +17,7 @@ def double():
         yield d
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("status", "cls", "temporary"),
     [
@@ -39,6 +40,7 @@ def test_status_codes_map_to_typed_errors(double, status, cls, temporary):
     assert isinstance(err.value.__cause__, ApiException)
 
 
+@pytest.mark.slow
 def test_stale_resource_version_is_a_conflict(double):
     api = k.Kube(double.api_client())
     stale = api.get_node("gpu-a")["metadata"]["resourceVersion"]
@@ -47,6 +49,7 @@ def test_stale_resource_version_is_a_conflict(double):
         api.patch_node("gpu-a", {"metadata": {"resourceVersion": stale, "labels": {"a": "2"}}})
 
 
+@pytest.mark.slow
 def test_missing_configmap_is_none_and_cluster_policy_patch_uses_merge_patch(double):
     api = k.Kube(double.api_client())
     assert api.get_configmap("gpu-operator", "absent") is None
@@ -63,6 +66,7 @@ def test_eviction_refused_by_pdb_is_too_many_requests(double):
         api.evict_pod("default", "p")
 
 
+@pytest.mark.slow
 def test_connection_refused_is_temporary(tmp_path):
     with KubeDouble() as d:
         cfg = d.write_kubeconfig(tmp_path / "kc")
@@ -72,6 +76,7 @@ def test_connection_refused_is_temporary(tmp_path):
         api.get_node("gpu-a")
 
 
+@pytest.mark.slow
 def test_kubeconfig_errors_are_permanent_and_name_the_file(tmp_path, double):
     with pytest.raises(k.PermanentKubeError, match="kubeconfig file not found"):
         k.Kube.connect(k.KubeSettings(kubeconfig=tmp_path / "none"))

@@ -35,6 +35,7 @@ def fake() -> Iterator[tuple[Answers, str]]:
     server.close()
 
 
+@pytest.mark.slow
 def test_5xx_is_unavailable_and_not_retried(fake: tuple[Answers, str]) -> None:
     answers, url = fake
     answers.reply = Reply(503, b"upstream down\n")
@@ -44,6 +45,7 @@ def test_5xx_is_unavailable_and_not_retried(fake: tuple[Answers, str]) -> None:
     assert answers.paths == ["/api/v1/query"]
 
 
+@pytest.mark.slow
 def test_execution_error_is_a_query_error(fake: tuple[Answers, str]) -> None:
     answers, url = fake
     answers.reply = Reply(
@@ -57,6 +59,7 @@ def test_execution_error_is_a_query_error(fake: tuple[Answers, str]) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("status", "body", "says"),
     [
@@ -77,6 +80,7 @@ def test_not_the_prometheus_api_is_one_line(
     assert message == f"{url}/api/v1/query {says} not a Prometheus API body; is the URL right?"
 
 
+@pytest.mark.slow
 def test_an_error_status_in_a_200_answer_keeps_prometheus_own_text(fake: tuple[Answers, str]) -> None:
     answers, url = fake
     answers.reply = Reply(
@@ -102,6 +106,7 @@ def test_non_finite_values_are_left_out(fake: tuple[Answers, str]) -> None:
         assert [(s.labels["pod"], s.value) for s in client.instant("x")] == [("d", 0.25)]
 
 
+@pytest.mark.slow
 def test_truncated_answer_is_called_truncated(fake: tuple[Answers, str]) -> None:
     answers, url = fake
     answers.reply = Reply(200, b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{}')
@@ -110,6 +115,7 @@ def test_truncated_answer_is_called_truncated(fake: tuple[Answers, str]) -> None
     assert str(err.value) == f"{url}/api/v1/query: answer is not valid JSON (truncated after 72 bytes)"
 
 
+@pytest.mark.slow
 def test_an_answer_over_the_series_limit_names_the_query_and_the_flag(fake: tuple[Answers, str]) -> None:
     answers, url = fake
     result = [{"metric": {"pod": f"p{i}"}, "value": [1, "1"]} for i in range(50)]

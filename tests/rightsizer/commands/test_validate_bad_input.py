@@ -160,6 +160,7 @@ def _exercise(text: str) -> None:
             assert "\n" not in line
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_tree, st.booleans())
 def test_loader_survives_generated_documents(tree: Any, wrap: bool) -> None:

@@ -112,6 +112,7 @@ def test_device_id_outside_the_catalogue_is_checked_not_refused(capsys: pytest.C
     assert "0x9999 uncatalogued GPU  unknown" in out and "--node NAME" in out
 
 
+@pytest.mark.slow
 def test_console_script_help_mentions_default_device() -> None:
     res = subprocess.run(
         [sys.executable, "-m", "rightsizer", "validate", "--help"],

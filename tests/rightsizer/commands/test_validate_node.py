@@ -35,6 +35,7 @@ def config_file(tmp_path: Path, devs: dict[str, int], *, filt: str | None = None
     return path
 
 
+@pytest.mark.slow
 def test_a_gpu_newer_than_the_catalogue_is_checked_against_its_node(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -57,6 +58,7 @@ def test_a_gpu_newer_than_the_catalogue_is_checked_against_its_node(
         assert "1g.30gb×8 exceeds the 7 node gpu-x's MIG Manager allows" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_disagreements_with_the_catalogue_are_reported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -82,6 +84,7 @@ def test_disagreements_with_the_catalogue_are_reported(
         assert "no valid placement" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_without_the_per_node_configmap_the_catalogue_is_used(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -107,6 +110,7 @@ def test_without_the_per_node_configmap_the_catalogue_is_used(
         )
 
 
+@pytest.mark.slow
 def test_unknown_node_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with KubeDouble() as kube:
         cfg = kube.write_kubeconfig(tmp_path / "kc")

@@ -142,6 +142,7 @@ def test_pinned_me_gpu_beside_a_shrinking_2g_is_planned() -> None:
     assert any(n.name == "adv-shrink-in-place" and n.changed for n in plans)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["adversarial", "random"])
 def test_disruption_equals_the_exact_optimum(kind: str) -> None:
     rng = random.Random(30)

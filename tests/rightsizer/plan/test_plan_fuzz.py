@@ -78,6 +78,7 @@ def test_mig_configs_of_the_wrong_type_is_one_line(
     assert len(err.strip().splitlines()) == 1 and "mig_parted_config.mig-configs" in err, err
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.sampled_from(PATHS), value=JSON)
 def test_any_field_of_any_type_is_one_line_or_accepted(

@@ -143,6 +143,7 @@ def test_bad_window_is_rejected_by_the_parser(tmp_path, capsys):
     assert "not a duration" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_synthetic_week_renders_every_section_with_the_plan_numbers(tmp_path):
     data = report_data(price=2.5)
     written = write_report(build_report(data), tmp_path)
@@ -222,6 +223,7 @@ def test_top_idle_slices_leave_out_a_slice_that_bursts():
     )
 
 
+@pytest.mark.slow
 def test_the_first_table_lists_the_pods_holding_idle_gpus_by_idle_gpu_hours(tmp_path):
     written = write_report(build_report(report_data()), tmp_path)
     md = written.markdown.read_text()
@@ -242,6 +244,7 @@ def test_the_first_table_lists_the_pods_holding_idle_gpus_by_idle_gpu_hours(tmp_
     assert "| gpu-node-1 | H100 80GB | 1 | 0.14 |" in unallocated
 
 
+@pytest.mark.slow
 def test_per_namespace_table_and_csv_agree():
     report = build_report(report_data(price=2.0))
     rows = list(csv.DictReader(io.StringIO(report.namespaces_csv)))
@@ -263,6 +266,7 @@ def test_per_namespace_table_and_csv_agree():
     ]
 
 
+@pytest.mark.slow
 def test_written_report_has_the_csv_beside_it(tmp_path):
     written = write_report(build_report(report_data()), tmp_path)
     assert written.csv == tmp_path / "namespaces.csv"
@@ -271,6 +275,7 @@ def test_written_report_has_the_csv_beside_it(tmp_path):
     assert "namespaces.csv" in written.html.read_text()
 
 
+@pytest.mark.slow
 def test_every_plan_node_has_a_heatmap_row_grey_without_data():
     data = report_data()
     no_node3 = replace(
@@ -282,6 +287,7 @@ def test_every_plan_node_has_a_heatmap_row_grey_without_data():
     assert all(v is None for v in heat.values[2])
 
 
+@pytest.mark.slow
 def test_charts_carry_titles():
     """Each chart's title is drawn above it (the top band differs from the same chart untitled) and
     stored as the PNG's Title."""
@@ -317,6 +323,7 @@ def test_trend_of_any_window_lines_up_and_time_before_the_history_is_missing(pro
     assert late and all(v is not None for v in late)
 
 
+@pytest.mark.slow
 def test_a_failed_write_leaves_the_previous_report_whole(tmp_path, monkeypatch):
     """A full disk while writing this week's report: last week's pages and charts stay as they
     were, with no new chart beside them, and the error says so in one line."""
@@ -339,6 +346,7 @@ def test_a_failed_write_leaves_the_previous_report_whole(tmp_path, monkeypatch):
     assert (out / "alerts.png").exists() and "1,260" in written.html.read_text()
 
 
+@pytest.mark.slow
 def test_a_plan_beside_the_report_is_kept_when_the_report_is_replaced(tmp_path):
     (tmp_path / "plan.json").write_text("{}")
     (tmp_path / "old-chart.png").write_bytes(b"last week")

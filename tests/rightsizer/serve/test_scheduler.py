@@ -359,6 +359,7 @@ def test_the_shipped_example_is_valid():
     assert cfg.timezone.key == "Europe/Berlin" and cfg.report is not None and not cfg.auto_apply.enabled
 
 
+@pytest.mark.slow
 def test_serve_process_answers_health_and_metrics_and_stops_on_sigterm(tmp_path):
     port = free_port()
     cfg = tmp_path / "serve.yaml"
@@ -411,6 +412,7 @@ def test_serve_process_answers_health_and_metrics_and_stops_on_sigterm(tmp_path)
             proc.wait()
 
 
+@pytest.mark.slow
 def test_http_endpoints_close_slow_and_refuse_oversized_clients(tmp_path, scheduler_clock):
     service, sched = start(config(tmp_path), FakeJobs(), scheduler_clock)
     limits = Limits(idle_timeout=0.5, max_header_bytes=2048)

@@ -108,6 +108,7 @@ def with_value(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     return doc
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(FIELDS), value=VALUES)
 def test_any_value_in_any_field_is_accepted_or_refused_in_one_line(path: tuple[str, ...], value: Any) -> None:

@@ -28,6 +28,7 @@ def pdb_status(kube: KubeDouble, name: str) -> client.V1PodDisruptionBudgetStatu
     return status
 
 
+@pytest.mark.slow
 def test_max_unavailable_one_over_three_replicas_allows_one_eviction_until_a_replacement_is_ready():
     with KubeDouble() as kube:
         kube.add_replicaset(
@@ -48,6 +49,7 @@ def test_max_unavailable_one_over_three_replicas_allows_one_eviction_until_a_rep
         )
 
 
+@pytest.mark.slow
 def test_a_ready_replacement_restores_the_budget():
     with KubeDouble() as kube:
         kube.add_replicaset(
@@ -62,6 +64,7 @@ def test_a_ready_replacement_restores_the_budget():
         assert len(replacements) == 2
 
 
+@pytest.mark.slow
 def test_min_available_percentage_counts_against_the_scale_and_rounds_up():
     with KubeDouble() as kube:
         kube.add_replicaset(
@@ -79,6 +82,7 @@ def test_min_available_percentage_counts_against_the_scale_and_rounds_up():
         assert evict(kube, "w-0") == 429
 
 
+@pytest.mark.slow
 def test_only_ready_pods_are_healthy_and_unready_pods_follow_the_policy():
     with KubeDouble() as kube:
         kube.add_pod("a", node="n", labels={"app": "x"})
@@ -101,6 +105,7 @@ def test_only_ready_pods_are_healthy_and_unready_pods_follow_the_policy():
         assert evict(kube, "a") == 429
 
 
+@pytest.mark.slow
 def test_a_pod_under_two_budgets_gets_500():
     with KubeDouble() as kube:
         kube.add_pod("a", node="n", labels={"app": "x", "tier": "gpu"})
@@ -114,6 +119,7 @@ def test_a_pod_under_two_budgets_gets_500():
         assert len(kube.pods()) == 2
 
 
+@pytest.mark.slow
 def test_terminal_pending_and_terminating_pods_skip_the_budget():
     with KubeDouble(pod_termination_s=0.5) as kube:
         kube.add_pod("done", node="n", labels={"app": "x"}, phase="Succeeded")
@@ -125,6 +131,7 @@ def test_terminal_pending_and_terminating_pods_skip_the_budget():
         assert evict(kube, "run") == 201  # already terminating: canIgnorePDB
 
 
+@pytest.mark.slow
 def test_eviction_name_must_match_the_url():
     with KubeDouble() as kube:
         kube.add_pod("a", node="n")

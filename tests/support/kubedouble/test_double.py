@@ -24,6 +24,7 @@ def core(kube: KubeDouble) -> client.CoreV1Api:
     return client.CoreV1Api(kube.api_client())
 
 
+@pytest.mark.slow
 def test_nodes_get_list_patch_with_all_three_patch_types(kube):
     kube.add_node("gpu-a", mig_config="all-1g.10gb")
     kube.add_node("cpu-b", model="L4", gpus=1, mig_config=None)
@@ -45,6 +46,7 @@ def test_nodes_get_list_patch_with_all_three_patch_types(kube):
     assert "team" not in kube.labels("gpu-a")
 
 
+@pytest.mark.slow
 def test_stale_resource_version_conflicts_and_injected_conflicts(kube):
     kube.add_node("gpu-a")
     v1 = core(kube)
@@ -61,6 +63,7 @@ def test_stale_resource_version_conflicts_and_injected_conflicts(kube):
     assert kube.labels("gpu-a")["x"] == "3"
 
 
+@pytest.mark.slow
 def test_status_errors_not_found_invalid_and_injected(kube):
     v1 = core(kube)
     with pytest.raises(ApiException) as err:
@@ -77,6 +80,7 @@ def test_status_errors_not_found_invalid_and_injected(kube):
     assert v1.list_node().items
 
 
+@pytest.mark.slow
 def test_pod_list_by_node_watch_and_delete(kube):
     kube.add_node("gpu-a")
     kube.add_pod("p1", node="gpu-a", resources={"nvidia.com/gpu": 1})
@@ -104,6 +108,7 @@ def test_pod_list_by_node_watch_and_delete(kube):
     assert seen == [("ADDED", "p1"), ("MODIFIED", "p1"), ("DELETED", "p1")]
 
 
+@pytest.mark.slow
 def test_watch_replays_from_resource_version(kube):
     kube.add_node("gpu-a")
     v1 = core(kube)
@@ -117,6 +122,7 @@ def test_watch_replays_from_resource_version(kube):
     assert steps == ["1", "2"]
 
 
+@pytest.mark.slow
 def test_eviction_respects_pod_disruption_budget(kube):
     kube.add_pod("a", node="gpu-a", labels={"app": "infer"})
     kube.add_pod("b", node="gpu-b", labels={"app": "infer"})
@@ -136,6 +142,7 @@ def test_eviction_respects_pod_disruption_budget(kube):
     assert [a.verb for a in kube.actions(resource="pods")] == ["evict", "evict-refused"]
 
 
+@pytest.mark.slow
 def test_terminating_pods_linger_then_go():
     with KubeDouble(pod_termination_s=0.1) as kube:
         kube.add_pod("a", node="gpu-a")
@@ -144,6 +151,7 @@ def test_terminating_pods_linger_then_go():
         kube.wait_for(lambda: not kube.pods(), timeout=3)
 
 
+@pytest.mark.slow
 def test_configmaps_events_and_cluster_policy(kube):
     v1 = core(kube)
     cm = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="c"), data={"config.yaml": "x"})
@@ -204,6 +212,7 @@ def test_configmaps_events_and_cluster_policy(kube):
     assert cp["spec"]["migManager"]["config"] == {"name": "custom", "default": "all-disabled"}
 
 
+@pytest.mark.slow
 def test_token_and_subject_access_reviews():
     with KubeDouble(require_token=True) as kube:
         kube.add_token(
@@ -244,6 +253,7 @@ def _relabel_and_wait(kube: KubeDouble, node: str, config: str) -> str:
     return kube.labels(node)[STATE]
 
 
+@pytest.mark.slow
 def test_mig_manager_applies_known_configs_and_pauses_operands(kube):
     kube.add_node("gpu-a", mig_config="all-1g.10gb")
     assert _relabel_and_wait(kube, "gpu-a", "all-balanced") == "success"
@@ -255,6 +265,7 @@ def test_mig_manager_applies_known_configs_and_pauses_operands(kube):
     assert paused and kube.mig_manager.applied["gpu-a"] == "all-balanced"
 
 
+@pytest.mark.slow
 def test_mig_manager_fails_unknown_names_bad_layouts_and_busy_gpus(kube):
     kube.add_node("gpu-a", mig_config="all-1g.10gb")
     assert _relabel_and_wait(kube, "gpu-a", "no-such-config") == "failed"
@@ -286,6 +297,7 @@ def test_mig_manager_fails_unknown_names_bad_layouts_and_busy_gpus(kube):
     assert kube.labels("gpu-a")["nvidia.com/gpu.deploy.dcgm-exporter"] == "true"
 
 
+@pytest.mark.slow
 def test_mig_manager_reboot_path():
     with KubeDouble(mig_manager=MigManagerSettings(with_reboot=True)) as kube:
         kube.add_node("gpu-a", mig_config="all-disabled")
@@ -293,6 +305,7 @@ def test_mig_manager_reboot_path():
         assert kube.mig_manager.states("gpu-a") == ["pending", "rebooting", "success"]
 
 
+@pytest.mark.slow
 def test_kubectl_works_against_the_double(kube, tmp_path: Path):
     kube.add_node("gpu-a")
     cfg = kube.write_kubeconfig(tmp_path / "kubeconfig")

@@ -23,6 +23,7 @@ def core(kube: KubeDouble, token: str | None = None) -> client.CoreV1Api:
     return client.CoreV1Api(kube.api_client(token) if token else kube.api_client())
 
 
+@pytest.mark.slow
 def test_faults_once_repeatedly_after_a_skip_and_with_retry_after(kube):
     kube.add_node("gpu-a")
     fault = kube.inject_fault(429, method="GET", path_contains="/nodes/gpu-a", retry_after_s=3, skip=1)
@@ -46,6 +47,7 @@ def test_faults_once_repeatedly_after_a_skip_and_with_retry_after(kube):
     v1.list_pod_for_all_namespaces()
 
 
+@pytest.mark.slow
 def test_watch_from_a_compacted_version_gets_an_in_stream_410(kube):
     kube.add_node("gpu-a")
     v1 = core(kube)
@@ -68,6 +70,7 @@ def test_watch_from_a_compacted_version_gets_an_in_stream_410(kube):
     assert err.value.status == 410
 
 
+@pytest.mark.slow
 def test_history_is_bounded():
     with KubeDouble(history_limit=10) as kube:
         kube.add_node("gpu-a")
@@ -81,6 +84,7 @@ def test_history_is_bounded():
         assert err.value.status == 410
 
 
+@pytest.mark.slow
 def test_bookmarks_carry_the_latest_resource_version():
     with KubeDouble(bookmark_interval_s=0.1) as kube:
         kube.add_node("gpu-a")
@@ -104,6 +108,7 @@ def test_bookmarks_carry_the_latest_resource_version():
         assert plain == []  # no bookmarks unless asked for
 
 
+@pytest.mark.slow
 def test_writes_that_change_nothing_keep_the_resource_version(kube):
     kube.add_node("gpu-a")
     v1 = core(kube)
@@ -122,6 +127,7 @@ def post(kube: KubeDouble, path: str, body: object) -> requests.Response:
     )
 
 
+@pytest.mark.slow
 def test_unknown_fields_are_dropped_and_sizes_limited(kube):
     cms = "/api/v1/namespaces/gpu-operator/configmaps"
     body = {"metadata": {"name": "c", "bogus": 1}, "data": {"a": "b"}, "spec": {"no": "such"}}
@@ -136,6 +142,7 @@ def test_unknown_fields_are_dropped_and_sizes_limited(kube):
     assert kube.configmap("big") is None and kube.configmap("huge") is None
 
 
+@pytest.mark.slow
 def test_token_review_extra_and_subject_access_review_validation(kube):
     token = kube.add_service_account("gpupilot", "gpupilot-adapter")
     authn = client.AuthenticationV1Api(kube.api_client())
@@ -155,6 +162,7 @@ def test_token_review_extra_and_subject_access_review_validation(kube):
         assert err.value.status == 422
 
 
+@pytest.mark.slow
 def test_rbac_from_deploy_is_enforced_for_the_rightsizer_and_the_adapter(kube):
     assert kube.load_rbac(DEPLOY / "rightsizer", DEPLOY / "adapter") > 10
     kube.add_node("gpu-a")
@@ -188,6 +196,7 @@ def test_rbac_from_deploy_is_enforced_for_the_rightsizer_and_the_adapter(kube):
     assert present(review.status).authenticated
 
 
+@pytest.mark.slow
 def test_graceful_deletion_is_on_by_default(kube):
     kube.add_pod("a", node="gpu-a", resources={"nvidia.com/gpu": 1})
     done = threading.Event()

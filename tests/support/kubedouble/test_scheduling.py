@@ -5,6 +5,7 @@ the current template, and a double seeded from a plan."""
 from __future__ import annotations
 
 import kubernetes
+import pytest
 
 from tests.support.kubedouble import KubeDouble, fromplan
 from tests.support.kubedouble.deviceplugin import advertised
@@ -24,6 +25,7 @@ def test_the_device_plugin_advertises_per_strategy_and_time_slicing_replicas():
     assert advertised({0: None, 1: None}, strategy="mixed", replicas=4) == {"nvidia.com/gpu": 8}
 
 
+@pytest.mark.slow
 def test_nodes_carry_the_applied_layout_and_the_mig_manager_republishes_it():
     with KubeDouble() as kube:
         kube.add_node("gpu-a", gpus=2, mig_config="all-3g.40gb")
@@ -37,6 +39,7 @@ def test_nodes_carry_the_applied_layout_and_the_mig_manager_republishes_it():
         assert alloc[MIG1] == "14" and MIG3 not in alloc
 
 
+@pytest.mark.slow
 def test_a_pod_binds_only_where_it_fits_else_stays_pending_with_the_reason():
     with KubeDouble() as kube:
         kube.add_node("gpu-a", gpus=1, mig_config="all-3g.40gb")
@@ -54,6 +57,7 @@ def test_a_pod_binds_only_where_it_fits_else_stays_pending_with_the_reason():
         kube.wait_for(lambda: all(p["spec"].get("nodeName") for p in kube.pods(namespace="ml")))
 
 
+@pytest.mark.slow
 def test_a_deployment_rolls_to_a_new_template_keeping_old_pods_until_new_ones_are_ready():
     with KubeDouble() as kube:
         kube.add_node("gpu-a", gpus=1, mig_config="all-3g.40gb")
@@ -91,6 +95,7 @@ def test_a_deployment_rolls_to_a_new_template_keeping_old_pods_until_new_ones_ar
         )
 
 
+@pytest.mark.slow
 def test_a_statefulset_re_creates_an_evicted_pod_under_its_name_from_the_current_template():
     with KubeDouble() as kube:
         kube.add_node("gpu-a", gpus=1, mig_config="all-3g.40gb")
@@ -100,6 +105,7 @@ def test_a_statefulset_re_creates_an_evicted_pod_under_its_name_from_the_current
         kube.wait_for(lambda: [p["metadata"]["name"] for p in kube.pods(node="gpu-a")] == ["db-0", "db-1"])
 
 
+@pytest.mark.slow
 def test_a_job_template_is_immutable_as_on_a_cluster():
     with KubeDouble() as kube:
         kube.add_workload("Job", "train", namespace="ml", resources={MIG3: 1})
@@ -115,6 +121,7 @@ def test_a_job_template_is_immutable_as_on_a_cluster():
             raise AssertionError("the Job's template was changed")
 
 
+@pytest.mark.slow
 def test_seeded_from_a_plan_the_pods_hold_the_devices_the_plan_names():
     plan = {
         "nodes": [
