@@ -111,7 +111,7 @@ rules-test: prometheus
 
 # pytest-xdist workers: more than the cores, since many tests wait on servers they started.
 PYTEST_WORKERS ?= 4
-PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # Every test (what `make test` runs after the static checks), in parallel: a module's tests on one
 # worker (its module fixtures built once), the expensive histories built once per run (tests/conftest.py).

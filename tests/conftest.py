@@ -190,6 +190,31 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["COLUMNS"] = "100"
 
 
+LONGEST_FIRST = (
+    "tests/devkit/test_demo.py",
+    "tests/rightsizer/serve/test_serve_failover.py",
+    "tests/devkit/test_demo_victoriametrics.py",
+    "victoriametrics",
+    "tests/rightsizer/apply/test_apply_faults.py",
+    "tests/devkit/test_rule_backfill.py",
+    "tests/dashboards/test_queries.py",
+    "tests/rightsizer/analysis/test_bursts.py",
+    "tests/deploy/test_helm.py",
+    "tests/rightsizer/apply/test_apply_workloads.py",
+    "tests/rightsizer/report/test_report.py",
+    "tests/rightsizer/commands/test_multicluster.py",
+    "tests/deploy/test_images.py",
+)
+"""The groups that take longest (measured: 85 s down to 19 s on 2 cores), handed to workers first
+(``make pytest`` passes ``--no-loadscope-reorder``): started last, a two-minute group would run
+alone at the end. The others follow in collection order."""
+
+
+def _group(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return str(marker.args[0]) if marker is not None and marker.args else ""
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for ``pytest -n N --dist loadgroup`` (``make test``): a module's tests stay on one
@@ -208,6 +233,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         engine = callspec.params.get("metrics_history") if callspec else None
         on_vm = "victoriametrics_history" in getattr(item, "fixturenames", ()) or engine == "victoriametrics"
         item.add_marker(pytest.mark.xdist_group("victoriametrics" if on_vm else item.nodeid.split("::")[0]))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: the rest keep their order
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
