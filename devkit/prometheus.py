@@ -8,7 +8,6 @@ targets and rule files, waits until ``/-/ready`` answers, and stops it cleanly.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -18,17 +17,14 @@ from pathlib import Path
 
 import yaml
 
+from devkit import process
 from devkit.process import LoopbackServer
+
+free_port = process.free_port  # where the tests, the demo and the benchmarks take it from
 
 
 class PrometheusError(RuntimeError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def require_binaries() -> tuple[str, str]:
