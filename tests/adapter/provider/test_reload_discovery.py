@@ -13,6 +13,7 @@ from prometheus_client import Gauge
 
 from adapter.config.settings import ServeSettings
 from adapter.serving.app import Adapter
+from gpupilot_common import atomicfile
 from tests.adapter.conftest import Client, PromEnv, base_settings
 from tests.support.adapter.pki import Pki
 
@@ -50,11 +51,12 @@ def test_config_file_change_reloads_without_dropping_requests(
     t = threading.Thread(target=hammer)
     t.start()
     try:
-        cfg.write_text("metrics:\n  - name: gpu_hot\n    series: DCGM_FI_DEV_GPU_UTIL\n")
+        # swapped in whole, as kubelet swaps a ConfigMap: a half-written file would be one more failure
+        atomicfile.write_text(cfg, "metrics:\n  - name: gpu_hot\n    series: DCGM_FI_DEV_GPU_UTIL\n")
         assert wait_for(lambda: client.as_hpa(path + "gpu_hot").status_code == 200)
         assert client.as_hpa(path + "gpu_busy").status_code == 404  # renamed
         # a broken file is refused and the working config stays
-        cfg.write_text("metrics:\n  - name: [broken\n")
+        atomicfile.write_text(cfg, "metrics:\n  - name: [broken\n")
         assert wait_for(
             lambda: (
                 'gpupilot_adapter_config_reloads_total{result="failure"} 1.0'
@@ -105,8 +107,9 @@ def test_a_reloaded_query_replaces_the_one_in_memory(
     client = Client(f"https://127.0.0.1:{adapter.port}", pki)
     path = f"{V2}/namespaces/ai-serving/pods/embedder-0/gpu_busy"
     assert client.as_hpa(path).json()["items"][0]["value"] == "30"
-    cfg.write_text(
+    atomicfile.write_text(
+        cfg,
         "metrics:\n  - name: gpu_busy\n    series: DCGM_FI_DEV_GPU_UTIL\n"
-        "    query: avg by (<<by>>) (<<series>>{<<matchers>>}) * 2\n"
+        "    query: avg by (<<by>>) (<<series>>{<<matchers>>}) * 2\n",
     )
     assert wait_for(lambda: client.as_hpa(path).json()["items"][0]["value"] == "60")

@@ -4,7 +4,6 @@ failing change hook do not stop the watch thread, and the next valid edit loads.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,18 +11,11 @@ from pathlib import Path
 import pytest
 
 from adapter.config.reload import ConfigHolder
+from gpupilot_common import atomicfile
 from tests.common.test_yamlsafe import alias_bomb
 
 VALID = "metrics:\n  - name: gpu_busy\n    series: DCGM_FI_DEV_GPU_UTIL\n"
 VALID_2 = VALID + "  - name: gpu_hot\n    series: DCGM_FI_DEV_GPU_TEMP\n"
-
-
-def replace(path: Path, data: bytes | str) -> None:
-    """Swap the file whole, as kubelet swaps a mounted ConfigMap: the watch polls every 50 ms and
-    must never read a half-written file (that would be one more failed reload than the test says)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -35,6 +27,8 @@ def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
     return False
 
 
+# Edits are swapped in whole (atomicfile), as kubelet swaps a mounted ConfigMap: the watch polls every
+# 50 ms and would otherwise now and then read a half-written file, one failed reload more than expected.
 def test_reload_failures_are_counted_and_the_watch_survives(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -53,21 +47,21 @@ def test_reload_failures_are_counted_and_the_watch_survives(
     thread = holder.watch(0.05)
     try:
         with caplog.at_level(logging.ERROR, logger="adapter.config.reload"):
-            replace(cfg, b"metrics:\n  - name: gpu_b\xfcsy\n")  # Latin-1, then SIGHUP
+            atomicfile.write_bytes(cfg, b"metrics:\n  - name: gpu_b\xfcsy\n")  # Latin-1, then SIGHUP
             holder.request_reload()
             assert wait_for(lambda: results == [False])
-            replace(cfg, alias_bomb())
+            atomicfile.write_text(cfg, alias_bomb())
             holder.request_reload()
             assert wait_for(lambda: results == [False, False])
         assert holder.current is first
         assert "not UTF-8 text (byte 0xfc on line 2)" in caplog.text
         assert "aliases expand to more than 200,000 values" in caplog.text
         assert all("\n" not in r.getMessage() for r in caplog.records)
-        replace(cfg, VALID_2)  # the change hook raises on this reload …
+        atomicfile.write_text(cfg, VALID_2)  # the change hook raises on this reload …
         holder.request_reload()
         assert wait_for(lambda: results == [False, False, True])
         assert thread.is_alive()
-        replace(cfg, VALID)  # … and the watch still loads the next edit
+        atomicfile.write_text(cfg, VALID)  # … and the watch still loads the next edit
         holder.request_reload()
         assert wait_for(lambda: results == [False, False, True, True])
         assert [m.name for m in holder.current.metrics] == ["gpu_busy"]
