@@ -19,7 +19,8 @@ from rightsizer.migparted.config import MigPartedConfig, MigPartedError
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan import table
 from rightsizer.plan.model import dump_plan, plan_to_dict
-from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, UnknownClusterError, make_plan
+from rightsizer.plan.pipeline import NoInventoryError, UnknownClusterError, make_plan
+from rightsizer.plan.settings import PlanSettings
 
 OUTPUT_SCHEMA = """
 ## Output with `-o json` / `-o yaml`

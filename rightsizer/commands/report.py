@@ -12,7 +12,8 @@ from gpupilot_common.urls import base_url
 from rightsizer.clients.prometheus import PrometheusClient, PrometheusError
 from rightsizer.commands import plan as plan_cmd
 from rightsizer.plan.model import PlanError, load_plan
-from rightsizer.plan.pipeline import NoInventoryError, PlanSettings, UnknownClusterError
+from rightsizer.plan.pipeline import NoInventoryError, UnknownClusterError
+from rightsizer.plan.settings import PlanSettings
 from rightsizer.report import build as report
 
 _window = argtypes.bounded(timefmt.parse_duration, low=3600, high=366 * 86400.0, show=timefmt.format_duration)

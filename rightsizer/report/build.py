@@ -15,7 +15,8 @@ from mig_geometry.placement import describe
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.plan import clusters, idle
 from rightsizer.plan.model import GpuLayout, NodePlan, Plan
-from rightsizer.plan.pipeline import PlanSettings, make_plan
+from rightsizer.plan.pipeline import make_plan
+from rightsizer.plan.settings import PlanSettings
 from rightsizer.report import charts, namespaces, sections
 from rightsizer.report import data as report_data
 from rightsizer.report import render as report_render

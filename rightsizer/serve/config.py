@@ -37,7 +37,7 @@ from gpupilot_common.checked import Section
 from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
 from rightsizer.optimise.proposal import OptimiserSettings
-from rightsizer.plan.pipeline import PlanSettings
+from rightsizer.plan.settings import PlanSettings
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _SCHEDULE = re.compile(r"^(?P<days>[a-z,\-*]+)\s+(?P<h>\d{1,2}):(?P<m>\d{2})$")

@@ -23,7 +23,8 @@ from rightsizer.clients.kube import Kube
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan.model import NodePlan, Plan
-from rightsizer.plan.pipeline import PlanSettings, make_plan
+from rightsizer.plan.pipeline import make_plan
+from rightsizer.plan.settings import PlanSettings
 from tests.support.kubedouble import KubeDouble, fromplan
 from tests.support.rightsizer.apply_support import FAST
 from tests.support.rightsizer.burst_history import BURSTS, JOBS, NAMESPACE, Job, write_history

@@ -36,7 +36,8 @@ from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan import clusters
 from rightsizer.plan.model import Plan, PlanError, load_plan, plan_from_dict, plan_to_dict
-from rightsizer.plan.pipeline import PlanSettings, make_plan
+from rightsizer.plan.pipeline import make_plan
+from rightsizer.plan.settings import PlanSettings
 from rightsizer.report import data as report_data
 from tests.support.kubedouble import KubeDouble
 from tests.support.rightsizer import burst_history, small_history

@@ -19,7 +19,7 @@ from gpupilot_common.text import plural
 from rightsizer.cli import main
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.plan.model import load_plan
-from rightsizer.plan.pipeline import PlanSettings
+from rightsizer.plan.settings import PlanSettings
 from rightsizer.report import charts
 from rightsizer.report import data as data_api
 from rightsizer.report.build import build_report, generate, write_report
