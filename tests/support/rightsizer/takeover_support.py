@@ -170,7 +170,6 @@ class Replica:
         *,
         plan_end: float,
         wall_offset_s: float = 0.0,
-        lease_s: float = LEADER_LEASE_S,
         token: str,
     ) -> None:
         self.name, self.history, self.plan_end = name, history, plan_end
@@ -184,7 +183,7 @@ class Replica:
             self.kube,  # type: ignore[arg-type]
             election.namespace,
             identity=name,
-            duration_s=lease_s,
+            duration_s=LEADER_LEASE_S,
             wall=lambda: datetime.now(UTC) + timedelta(seconds=wall_offset_s),
             monotonic=lambda: time.monotonic() + self._skipped_s,
             retry_s=RETRY_S,
