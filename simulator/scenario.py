@@ -15,7 +15,7 @@ from typing import Literal, cast
 
 from exporter.errors import ScenarioError
 from gpupilot_common import checked
-from gpupilot_common.checked import Section
+from gpupilot_common.section import Section
 from mig_geometry import catalogue, placement
 from mig_geometry.catalogue import GpuModel
 from simulator import identity, migconfigs

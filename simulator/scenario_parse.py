@@ -1,6 +1,6 @@
 """Checked reading of scenario values: patterns, HPAs, faults and pending pods.
 
-Each reader takes the :class:`gpupilot_common.checked.Section` that holds its field and raises
+Each reader takes the :class:`gpupilot_common.section.Section` that holds its field and raises
 :class:`ScenarioError` on the first problem, in the project's one shape:
 ``<file>:<line>: <path>: <problem>``.
 """
@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import cast, get_args
 
 from exporter import fields
-from gpupilot_common.checked import Section
+from gpupilot_common.section import Section
 from mig_geometry.catalogue import GpuModel
 from simulator.model import Fault, FaultKind, Gpu, Hpa, HpaMetric, Node, PendingPod
 from simulator.patterns import IDLE, Pattern, PatternKind

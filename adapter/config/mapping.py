@@ -41,7 +41,7 @@ from adapter.config import resources
 from adapter.config.resources import Resource
 from adapter.errors import ConfigError
 from gpupilot_common import checked, timefmt
-from gpupilot_common.checked import Section
+from gpupilot_common.section import Section
 
 DEFAULT_QUERY = "avg by (<<by>>) (<<series>>{<<matchers>>})"
 DEFAULT_EXTERNAL_QUERY = "sum(<<series>>{<<matchers>>})"

@@ -17,7 +17,8 @@ import types
 from collections.abc import Mapping
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from gpupilot_common.checked import REQUIRED, Document, Section
+from gpupilot_common.checked import Document
+from gpupilot_common.section import REQUIRED, Section
 
 JsonDict = dict[str, Any]
 
@@ -67,7 +68,7 @@ OBJECT = "an object"
 
 
 def obj(parent: Section, data: object, *keys: str | int) -> Section:
-    """The JSON object ``data`` at ``keys`` below ``parent``, as a :class:`checked.Section`."""
+    """The JSON object ``data`` at ``keys`` below ``parent``, as a :class:`Section`."""
     return parent.at(data, *keys, what=OBJECT)
 
 

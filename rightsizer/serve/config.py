@@ -33,7 +33,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpupilot_common import checked, promauth
-from gpupilot_common.checked import Section
+from gpupilot_common.section import Section
 from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
 from rightsizer.optimise.proposal import OptimiserSettings

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpupilot_common import checked, yamlsafe
+from gpupilot_common import checked, section, yamlsafe
 
 
 class MyError(ValueError):
@@ -28,7 +28,7 @@ items: [1, 2]
 """
 
 
-def _root(text: str = DOC) -> checked.Section:
+def _root(text: str = DOC) -> section.Section:
     return checked.parse_yaml(text, source="cfg.yaml", error=MyError).root()
 
 
