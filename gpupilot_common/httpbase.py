@@ -197,6 +197,9 @@ class LoopServer(Generic[L]):
     answers requests in :meth:`_handle` (on the loop; blocking work goes to ``self._pool``)."""
 
     protocol: type[BoundedProtocol] = BoundedProtocol
+    stop_wait_s: float = 5.0
+    """How long :meth:`close` waits for the orderly stop (connections' last answers) before it stops
+    the loop anyway; what is left then is cancelled and unwound on the loop."""
 
     def __init__(self, host: str, port: int, *, limits: L, workers: int, name: str, pool_name: str) -> None:
         self.name = name
@@ -227,8 +230,21 @@ class LoopServer(Generic[L]):
         asyncio.set_event_loop(self._loop)
         self._loop.run_until_complete(self._setup())
         self._ready.set()
-        self._loop.run_forever()
-        self._stopped.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            self._finish_tasks()
+            self._stopped.set()
+
+    def _finish_tasks(self) -> None:
+        """Cancel what is left on the stopped loop and let it unwind (as ``asyncio.run`` does): a
+        task left pending is destroyed with the loop, which asyncio logs as an error."""
+        left = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
     def start(self) -> Self:
         """Serve in a background thread (returns once the loop accepts)."""
@@ -242,12 +258,13 @@ class LoopServer(Generic[L]):
         port, the workers and the loop. Safe to call twice."""
         if self._loop.is_running():
             with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(5)
+                asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(self.stop_wait_s)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._stopped.wait(5)
         elif not self._loop.is_closed() and self._server is not None:  # interrupted serve_forever
             with contextlib.suppress(Exception):
                 self._loop.run_until_complete(self._stop())
+            self._finish_tasks()
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None
@@ -266,6 +283,8 @@ class LoopServer(Generic[L]):
     async def _stop(self) -> None:
         if self._accepting is not None:
             self._accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accepting
         await self._cancel_connecting()
         if self._server is not None:
             await self._server.shutdown(1.0)

@@ -3,6 +3,8 @@ server: the one mapping of aiohttp's refusals, and a handler that raises."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 from collections.abc import Iterator
 
@@ -76,3 +78,28 @@ def test_a_raising_handler_is_a_500_and_one_error_line(
         "error serving /y: ValueError: the handler broke",
     ]
     assert not any(r.exc_info for r in caplog.records)
+
+
+class _SlowToStop(_Raising):
+    stop_wait_s = 0.2
+
+    async def _cancel_connecting(self) -> None:
+        await asyncio.sleep(2)  # an orderly stop slower than close() waits for (a loaded machine)
+
+
+def test_a_closed_server_leaves_no_task_behind(caplog: pytest.LogCaptureFixture) -> None:
+    """Whether its orderly stop finishes or close() stops the loop before it has, the accept loop and
+    every connection's task unwind before the loop is closed: a task destroyed while pending is an
+    asyncio ERROR record in whichever test runs the next garbage collection."""
+    with caplog.at_level(logging.DEBUG, logger="asyncio"):
+        for kind in (_Raising, _SlowToStop):
+            srv = kind("127.0.0.1", 0, limits=Limits(), workers=1, name="closing", pool_name="closing")
+            srv.start()
+            assert get(srv.port, "/x")[0] == 500
+            srv.close()
+            assert srv._loop.is_closed()
+            del srv
+            gc.collect()
+    assert [
+        r.getMessage() for r in caplog.records if r.name == "asyncio" and r.levelno >= logging.ERROR
+    ] == []
