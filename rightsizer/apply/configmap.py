@@ -9,6 +9,7 @@ ClusterPolicy points at now, plus those already in our target ConfigMap, plus th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,14 @@ class ConfigMapError(RightsizerError, ValueError):
     """A ConfigMap whose mig-parted content cannot be read; one line naming it."""
 
 
+@functools.lru_cache(maxsize=8)
+def _parsed(text: str) -> Any:
+    """A ``config.yaml`` as parsed, once per text: the operator's default file holds every model's
+    configs (about 50 ms to parse), and a run reads the same text more than once (serve's runs
+    again and again). Callers read the result; they never change it."""
+    return yaml.load(text, Loader=_Loader) or {}  # noqa: S506 - a safe loader
+
+
 def configs_of(configmap: Mapping[str, Any] | None) -> dict[str, Any]:
     """``mig-configs`` of a ConfigMap's ``config.yaml`` (any single key if that one is absent)."""
     if configmap is None:
@@ -66,7 +75,7 @@ def configs_of(configmap: Mapping[str, Any] | None) -> dict[str, Any]:
             return {}
         text = next(iter(data.values()))
     try:
-        doc = yaml.load(text, Loader=_Loader) or {}  # noqa: S506 - a safe loader
+        doc = _parsed(str(text))
     except yaml.YAMLError as exc:
         raise ConfigMapError(
             f"{where}: {DATA_KEY} is not valid YAML ({exc.__class__.__name__}); fix it first"
