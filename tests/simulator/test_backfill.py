@@ -83,6 +83,19 @@ def _expected(s: Scenario, t: float) -> dict[str, float]:
 
 
 @pytest.mark.slow
+def _block_span_s(block: Path) -> float:
+    meta = json.loads((block / "meta.json").read_text())
+    return (int(meta["maxTime"]) - int(meta["minTime"])) / 1000.0
+
+
+def test_windows_are_the_longest_block_range_within_the_point_bound() -> None:
+    """18 h (Prometheus' third block range) at the demo's 120 s and the history's 60 s steps; shorter
+    at finer steps, so that a window never holds more than 1,080 timestamps; 2 h at the finest."""
+    assert backfill.window_seconds(120.0) == backfill.window_seconds(60.0) == 18 * 3600
+    assert backfill.window_seconds(30.0) == 6 * 3600
+    assert backfill.window_seconds(15.0) == backfill.window_seconds(1.0) == 2 * 3600
+
+
 def test_window_equals_live_snapshots_at_every_timestamp(small: tuple[Path, Scenario]) -> None:
     _, s = small
     ts = backfill.timestamps(WINDOW_START, WINDOW_START + 7199, 60.0)
@@ -119,7 +132,9 @@ def test_cli_backfill_blocks_read_by_real_prometheus(small: tuple[Path, Scenario
     ]
     assert backfill_main([*argv, "--keep-openmetrics", "--quiet"]) == 0
     blocks = [p for p in out.iterdir() if p.is_dir() and len(p.name) == 26]
-    assert len(blocks) == 2  # two 2-hour windows
+    span = backfill.window_seconds(30.0)  # 6 h at a 30 s step: one block per window
+    assert len(blocks) == len({int(t // span) for t in (start, end)})
+    assert all(_block_span_s(b) <= span for b in blocks)
     assert backfill_main([*argv, "--quiet"]) == 2  # never twice into the same directory
     kept = sorted((out / "openmetrics").glob("*.om"))
     assert kept and all(p.read_text().endswith("# EOF\n") for p in kept)
@@ -197,7 +212,7 @@ def test_memory_stays_flat_as_days_grow(
     monkeypatch.setattr(backfill, "_start_promtool", lambda *a: _DoneProcess())
     now = time.time()
     peaks = []
-    for days in (1, 3):
+    for days in (3, 9):  # full 18 h windows in both
         end = now - now % 600
         settings = backfill.BackfillSettings(
             start=end - days * 86400, end=end, step=600.0, out_dir=tmp_path / f"d{days}"
@@ -206,7 +221,7 @@ def test_memory_stays_flat_as_days_grow(
         stats = backfill.run(s, settings, progress=None)
         peaks.append(tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
-        assert stats.windows >= days * 12
+        assert stats.windows >= days * 86400 / backfill.window_seconds(600.0)
     assert peaks[1] < peaks[0] * 1.25 + 256 * 1024, peaks
 
 
