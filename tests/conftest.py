@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -47,21 +47,54 @@ class PrometheusHistory:
     """Where ``/api/v1/rules`` answers: Prometheus itself, or vmalert."""
 
 
-def _wait_for(url: str, query: str, *, minimum: float, timeout: float) -> None:
+def _query(url: str, query: str) -> list[dict[str, Any]]:
     import json  # noqa: PLC0415
     import urllib.parse  # noqa: PLC0415
     import urllib.request  # noqa: PLC0415
 
+    with urllib.request.urlopen(
+        f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": query}), timeout=10
+    ) as r:
+        result: list[dict[str, Any]] = json.load(r)["data"]["result"]
+    return result
+
+
+def _wait_for(url: str, query: str, *, minimum: float, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with urllib.request.urlopen(
-            f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": query}), timeout=10
-        ) as r:
-            result = json.load(r)["data"]["result"]
+        result = _query(url, query)
         if result and float(result[0]["value"][1]) >= minimum:
             return
         time.sleep(0.5)
     raise TimeoutError(f"prometheus_history: {query} stayed below {minimum} for {timeout:.0f}s")
+
+
+def _wait_for_rules(url: str, rule_files: tuple[Path, ...], *, timeout: float) -> None:
+    """Until every recording rule whose expression has an answer now has written a result: each
+    rule group is evaluated on its own schedule (and vmalert's results reach VictoriaMetrics by remote
+    write), so one rule's series says nothing of the others'. A rule over another rule's result is
+    waited for once that result exists."""
+    import yaml  # noqa: PLC0415
+
+    rules = {
+        str(r["record"]): str(r["expr"])
+        for path in rule_files
+        for group in (yaml.safe_load(path.read_text()) or {}).get("groups", [])
+        for r in group.get("rules", [])
+        if "record" in r
+    }
+    deadline = time.monotonic() + timeout
+    missing: list[str] = []
+    while time.monotonic() < deadline:
+        written = {
+            row["metric"]["__name__"]
+            for row in _query(url, 'count by (__name__) ({__name__=~"gpupilot:.+"})')
+        }
+        missing = sorted(name for name, expr in rules.items() if name not in written and _query(url, expr))
+        if not missing:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"prometheus_history: no result after {timeout:.0f}s for the rules {missing}")
 
 
 if TYPE_CHECKING:
@@ -114,7 +147,7 @@ def prometheus_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
         try:
             _wait_for(server.url, "count(up == 1)", minimum=len(live.servers), timeout=60)
             if rules:
-                _wait_for(server.url, 'count({__name__=~"gpupilot:.+"})', minimum=1, timeout=60)
+                _wait_for_rules(server.url, rules, timeout=60)
             yield PrometheusHistory(
                 url=server.url,
                 start=start,
@@ -155,7 +188,7 @@ def victoriametrics_history(tmp_path_factory: pytest.TempPathFactory) -> Iterato
             agent.start()
             vmalert.start()
             _wait_for(server.url, "count(up == 1)", minimum=len(live.servers), timeout=60)
-            _wait_for(server.url, 'count({__name__=~"gpupilot:.+"})', minimum=1, timeout=60)
+            _wait_for_rules(server.url, rules, timeout=60)
             yield PrometheusHistory(
                 url=server.url,
                 start=start,
@@ -207,7 +240,10 @@ LONGEST_FIRST = (
 )
 """The groups that take longest (measured: 85 s down to 19 s on 2 cores), handed to workers first
 (``make pytest`` passes ``--no-loadscope-reorder``): started last, a two-minute group would run
-alone at the end. The others follow in collection order."""
+alone at the end. Then the groups holding a ``slow`` or ``prometheus`` test (mostly waiting on the
+servers, deadlines and Leases they exercise: they overlap the long groups' CPU), then the rest (short
+and CPU-bound: they keep both cores busy to the end, where waiting groups left one idle for a
+minute). Each tier keeps collection order."""
 
 
 def _group(item: pytest.Item) -> str:
@@ -234,7 +270,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         on_vm = "victoriametrics_history" in getattr(item, "fixturenames", ()) or engine == "victoriametrics"
         item.add_marker(pytest.mark.xdist_group("victoriametrics" if on_vm else item.nodeid.split("::")[0]))
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: the rest keep their order
+    waiting = {_group(i) for i in items if i.get_closest_marker("slow") or i.get_closest_marker("prometheus")}
+
+    def tier(item: pytest.Item) -> int:
+        group = _group(item)
+        return rank.get(group, len(rank) + (0 if group in waiting else 1))
+
+    items.sort(key=tier)  # stable: each tier keeps collection order
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -4,6 +4,7 @@ exporter's (pulled on every GPU node) holds none of the analysis stack."""
 from __future__ import annotations
 
 import ast
+import functools
 import shutil
 import sys
 from importlib import metadata
@@ -42,8 +43,14 @@ def third_party_imports(package: Path) -> set[str]:
     return found
 
 
+@functools.cache
+def _distributions_by_module() -> dict[str, list[str]]:
+    """Installed distributions by top-level module (a scan of every installed package: once)."""
+    return dict(metadata.packages_distributions())
+
+
 def distributions_of(module: str) -> set[str]:
-    return {image_contents._norm(d) for d in metadata.packages_distributions().get(module, [])}
+    return {image_contents._norm(d) for d in _distributions_by_module().get(module, [])}
 
 
 @pytest.mark.slow

@@ -25,7 +25,7 @@ from rightsizer.report import data as data_api
 from rightsizer.report.build import build_report, generate, write_report
 from rightsizer.serve.scheduler import idle_slices
 from tests.support.rightsizer.apply_support import Change, make_plan
-from tests.support.rightsizer.report_support import plan_with_evidence, report_data
+from tests.support.rightsizer.report_support import plan_with_evidence, report_data, synthetic_report
 
 PRICE = 2.5
 
@@ -145,8 +145,7 @@ def test_bad_window_is_rejected_by_the_parser(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_synthetic_week_renders_every_section_with_the_plan_numbers(tmp_path):
-    data = report_data(price=2.5)
-    written = write_report(build_report(data), tmp_path)
+    written = write_report(synthetic_report(price=2.5), tmp_path)
     assert {p.name for p in written.images} == {
         "trend.png",
         "heatmap.png",
@@ -169,7 +168,7 @@ def test_synthetic_week_renders_every_section_with_the_plan_numbers(tmp_path):
 
 
 def test_without_price_or_alerts_the_report_says_so(tmp_path):
-    written = write_report(build_report(report_data(price=None, alerts=False)), tmp_path)
+    written = write_report(synthetic_report(price=None, alerts=False), tmp_path)
     html = written.html.read_text()
     assert "No alert fired in the window." in html and "per GPU-hour" not in html
     assert not (tmp_path / "alerts.png").exists()
@@ -211,7 +210,7 @@ def test_history_fills_trend_and_heatmap_over_the_whole_window(metrics_history):
 
 def test_top_idle_slices_leave_out_a_slice_that_bursts():
     """Same rule as serve's gpupilot_rightsizer_idle_slices: GPU 1 has many idle hours but a burst."""
-    report = build_report(report_data())
+    report = synthetic_report()
     labels = [s.label for s in report.idle]
     assert labels and not any("GPU 1 " in label for label in labels)
     assert {s.node for s in report.idle} == {"gpu-node-1", "gpu-node-2"}
@@ -225,7 +224,7 @@ def test_top_idle_slices_leave_out_a_slice_that_bursts():
 
 @pytest.mark.slow
 def test_the_first_table_lists_the_pods_holding_idle_gpus_by_idle_gpu_hours(tmp_path):
-    written = write_report(build_report(report_data()), tmp_path)
+    written = write_report(synthetic_report(), tmp_path)
     md = written.markdown.read_text()
     sections = [line[3:] for line in md.splitlines() if line.startswith("## ")]
     assert sections[:4] == [
@@ -246,7 +245,7 @@ def test_the_first_table_lists_the_pods_holding_idle_gpus_by_idle_gpu_hours(tmp_
 
 @pytest.mark.slow
 def test_per_namespace_table_and_csv_agree():
-    report = build_report(report_data(price=2.0))
+    report = synthetic_report(price=2.0)
     rows = list(csv.DictReader(io.StringIO(report.namespaces_csv)))
     assert [r["namespace"] for r in rows] == ["ml"]
     (ml,) = report.namespaces
@@ -268,7 +267,7 @@ def test_per_namespace_table_and_csv_agree():
 
 @pytest.mark.slow
 def test_written_report_has_the_csv_beside_it(tmp_path):
-    written = write_report(build_report(report_data()), tmp_path)
+    written = write_report(synthetic_report(), tmp_path)
     assert written.csv == tmp_path / "namespaces.csv"
     assert written.csv is not None
     assert written.csv.read_text().startswith("namespace,devices,gpu_hours_allocated")
@@ -291,7 +290,7 @@ def test_every_plan_node_has_a_heatmap_row_grey_without_data():
 def test_charts_carry_titles():
     """Each chart's title is drawn above it (the top band differs from the same chart untitled) and
     stored as the PNG's Title."""
-    report = build_report(report_data())
+    report = synthetic_report()
     untitled = charts.heatmap_chart(report.data.heatmap)
     for name, png in report.charts.items():
         image = Image.open(io.BytesIO(png))
@@ -328,7 +327,7 @@ def test_a_failed_write_leaves_the_previous_report_whole(tmp_path, monkeypatch):
     """A full disk while writing this week's report: last week's pages and charts stay as they
     were, with no new chart beside them, and the error says so in one line."""
     out = tmp_path / "report"
-    write_report(build_report(report_data(price=None, alerts=False)), out)
+    write_report(synthetic_report(price=None, alerts=False), out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert "alerts.png" not in before
 
@@ -337,12 +336,12 @@ def test_a_failed_write_leaves_the_previous_report_whole(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", full)
     with pytest.raises(atomicfile.WriteFailed) as err:
-        write_report(build_report(report_data(price=2.5)), out)
+        write_report(synthetic_report(price=2.5), out)
     assert str(err.value) == f"cannot write {out}: No space left on device; the previous one is left intact"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["report"]
     monkeypatch.undo()
-    written = write_report(build_report(report_data(price=2.5)), out)
+    written = write_report(synthetic_report(price=2.5), out)
     assert (out / "alerts.png").exists() and "1,260" in written.html.read_text()
 
 
@@ -350,7 +349,7 @@ def test_a_failed_write_leaves_the_previous_report_whole(tmp_path, monkeypatch):
 def test_a_plan_beside_the_report_is_kept_when_the_report_is_replaced(tmp_path):
     (tmp_path / "plan.json").write_text("{}")
     (tmp_path / "old-chart.png").write_bytes(b"last week")
-    write_report(build_report(report_data(price=None, alerts=False)), tmp_path)
+    write_report(synthetic_report(price=None, alerts=False), tmp_path)
     names = sorted(p.name for p in tmp_path.iterdir())
     assert "plan.json" in names and "old-chart.png" not in names and "report.html" in names
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 from rightsizer.plan.model import Plan, plan_from_dict, plan_to_dict
+from rightsizer.report.build import Report, build_report
 from rightsizer.report.data import AlertSeen, Heatmap, ReportData, Trend
 from tests.support.rightsizer.apply_support import Change, make_plan
 
@@ -90,3 +92,10 @@ def report_data(*, price: float | None = 2.5, alerts: bool = True) -> ReportData
         price,
         "http://prometheus:9090",
     )
+
+
+@functools.cache
+def synthetic_report(*, price: float | None = 2.5, alerts: bool = True) -> Report:
+    """``build_report(report_data(...))``, built once per set of arguments (its charts take about half a
+    second): a frozen record the tests only read."""
+    return build_report(report_data(price=price, alerts=alerts))
