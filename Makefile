@@ -28,7 +28,7 @@ help:
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "==> installing gpupilot and its development needs into $(VENV)"
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip uv
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
 	@# uv (from PyPI) resolves and installs in seconds what takes pip a minute; pip when uv cannot
 	@$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]' \
 		|| $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
@@ -110,7 +110,7 @@ rules-test: prometheus
 	promtool test rules rules/tests/*.test.yaml
 
 # pytest-xdist workers: more than the cores, since many tests wait on servers they started.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 6
 PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # Every test (what `make test` runs after the static checks), in parallel: a module's tests on one
@@ -122,10 +122,12 @@ pytest: venv prometheus victoriametrics helm kubectl
 unit: venv
 	$(PYTEST) -m "not prometheus and not slow" $(PYTEST_ARGS)
 
-# The static checks beside the tests, two jobs at a time: the tests leave part of the two cores idle
-# (waiting on the servers they start), which the checks fill. Either failing fails the target.
+# The static checks beside the tests: the tests leave part of the two cores idle (waiting on the
+# servers they start), which the checks fill. pytest is named first and every check has a job slot of
+# its own, so the tests (the longest job) start at once rather than after a check. Any failing fails
+# the target.
 test: venv prometheus victoriametrics helm kubectl
-	@$(MAKE) --no-print-directory -j2 --output-sync=line checks pytest
+	@$(MAKE) --no-print-directory -j4 --output-sync=line pytest checks
 
 checks: lint rules-test docs
 
