@@ -186,11 +186,18 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
         log.info("job %s: next run %s", job.id, job.next_run_time)
     stop.wait()
     log.info("stopping: waiting for running jobs to finish")
-    scheduler.shutdown(wait=True)
+    stop_jobs(scheduler, service)
     if elector is not None:
         elector.stop(release=True)
     server.close()
     return 0
+
+
+def stop_jobs(scheduler: Any, service: Service) -> None:
+    """No new runs, then wait for the running ones to finish. Not ``shutdown(wait=True)``: that can
+    deadlock with a job that calls the scheduler as it ends (see :meth:`Service.wait_idle`)."""
+    scheduler.shutdown(wait=False)
+    service.wait_idle()
 
 
 def reachability(config: ServeConfig, *, timeout_s: float = 10.0) -> str:

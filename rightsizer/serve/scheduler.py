@@ -118,6 +118,8 @@ class Service(Collector):
         self.leader = leader
         self.failures = Failures()
         self._scheduler: Any = None
+        self._running = threading.Condition()
+        self._in_flight = 0
 
     def _standby(self, job: str) -> bool:
         if self.leader is None or self.leader():
@@ -188,12 +190,28 @@ class Service(Collector):
         sees :class:`JobFailed` (logged by it without a traceback, see :func:`quiet_job_failures`)."""
 
         def scheduled() -> None:
-            if not run():
-                failure = self.failures.current(job)
-                raise JobFailed(failure.message if failure is not None else f"{job} failed")
+            with self._running:
+                self._in_flight += 1
+            try:
+                if not run():
+                    failure = self.failures.current(job)
+                    raise JobFailed(failure.message if failure is not None else f"{job} failed")
+            finally:
+                with self._running:
+                    self._in_flight -= 1
+                    self._running.notify_all()
 
         scheduled.__name__ = f"run_{job}"
         return scheduled
+
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Until no job runs (False when ``timeout_s`` ran out first). For shutting down: APScheduler's
+        ``shutdown(wait=True)`` holds its executors' lock while it waits, and a job that then calls
+        the scheduler (a success drops its pending retries) waits for the job store's lock, which
+        the scheduler's own thread holds while it waits for the executors' lock: the process never
+        exits. So the scheduler is shut down without waiting, then this waits for the jobs."""
+        with self._running:
+            return self._running.wait_for(lambda: self._in_flight == 0, timeout=timeout_s)
 
     # -- the jobs -------------------------------------------------------------------------------
     def run_plan(self) -> bool:
