@@ -41,12 +41,11 @@ def test_stop_waits_for_a_running_job_that_calls_the_scheduler_and_returns(tmp_p
         scheduler.get_job("plan").modify(next_run_time=scheduler.get_job("tick").next_run_time)
         assert jobs.started.wait(5), "the plan job did not start"
         stopping = threading.Thread(target=stop_jobs, args=(scheduler, service), daemon=True)
-        began = time.monotonic()
         stopping.start()
         stopping.join(10)
         assert not stopping.is_alive(), "serve's stop hangs with a job running"
-        assert time.monotonic() - began >= 0.3  # it waited for the running plan
-        assert [c[0] for c in jobs.calls] == ["plan"]  # which finished
+        # the plan records its call only after its half second: the stop waited for it to finish
+        assert [c[0] for c in jobs.calls] == ["plan"]
         assert service.wait_idle(0)
     finally:
         if scheduler.running:
