@@ -16,18 +16,30 @@ from devkit import image_contents
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN = {"exporter", "simulator", "adapter", "rightsizer", "mig_geometry", "gpupilot_common", "devkit"}
+SHARED = {"gpupilot_common", "mig_geometry"}
 
 
 def third_party_imports(package: Path) -> set[str]:
-    """Top-level third-party imports of ``package``, and of the gpupilot_common modules it imports."""
+    """Top-level third-party imports of ``package``, and of the shared modules (gpupilot_common,
+    mig_geometry) it reaches, in every form: ``from gpupilot_common.x import y``,
+    ``from gpupilot_common import x``, ``import gpupilot_common.x``, and those modules' own imports."""
     found: set[str] = set()
     paths = list(package.rglob("*.py"))
-    for path in paths:
+    for path in paths:  # grows while it is walked: shared modules reached add theirs
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpupilot_common."):
-                shared = ROOT / f"{node.module.replace('.', '/')}.py"  # type: ignore[union-attr]
-                if shared not in paths:
-                    paths.append(shared)
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for module in modules:
+                if module.split(".")[0] not in SHARED:
+                    continue
+                base = ROOT / module.replace(".", "/")
+                for shared in (base.with_suffix(".py"), base / "__init__.py"):
+                    if shared.is_file() and shared not in paths:
+                        paths.append(shared)
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
