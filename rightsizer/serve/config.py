@@ -175,8 +175,21 @@ def _k8s_name(r: Section, key: str, default: str | None) -> str | None:
     value = r.raw(key, default)
     if value is None:
         return None
-    if not isinstance(value, str) or not _K8S_NAME.match(value):
+    if not isinstance(value, str) or not _K8S_NAME.fullmatch(value):
         raise r.fail(key, f"must be a Kubernetes name (lower-case letters, digits, '-'), got {value!r}")
+    return value
+
+
+def _namespace(r: Section, key: str) -> str:
+    """A namespace name: an RFC 1123 DNS label (what the Kubernetes API accepts in a URL path)."""
+    value = r.text(key)
+    if not _K8S_NAME.fullmatch(value):
+        shown = value if len(value) <= 70 else f"{value[:67]}..."
+        raise r.fail(
+            key,
+            f"{shown!r} is not a namespace name: an RFC 1123 DNS label of at most 63 lower-case "
+            "letters, digits and '-', starting and ending with a letter or digit",
+        )
     return value
 
 
@@ -277,7 +290,7 @@ def _auto_apply(ar: Section, *, has_plan: bool) -> AutoApply:
         duration = lr.duration("lease_duration", 15.0)
         if not 3 <= duration <= 600:
             raise lr.fail("lease_duration", "must be between 3s and 10m")
-        election = LeaderElection(lr.text("namespace"), duration)
+        election = LeaderElection(_namespace(lr, "namespace"), duration)
     return AutoApply(
         enabled=enabled,
         window=window,

@@ -175,3 +175,22 @@ def test_check_with_auto_apply_also_needs_the_kubernetes_api(
         assert main(["serve", "--config", str(path), "--check"]) == 1
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("error: the Kubernetes API for auto_apply:")
+
+
+@pytest.mark.parametrize("namespace", ["a/b", "Bad_NS!", "gpupilot\n", "-lead", "x" * 64, "..", ""])
+def test_check_refuses_a_leader_election_namespace_that_is_not_a_dns_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], namespace: str
+) -> None:
+    path = write(tmp_path, leader_election={"namespace": namespace})
+    assert main(["serve", "--config", str(path), "--check", "--offline"]) == 2  # a config error
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: {path}:") and "auto_apply.leader_election.namespace:" in err
+    assert "Traceback" not in err
+
+
+def test_check_takes_a_leader_election_namespace_that_is_a_dns_label(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, leader_election={"namespace": "gpu-pilot-0", "lease_duration": "15s"})
+    assert main(["serve", "--config", str(path), "--check", "--offline"]) == 0
