@@ -19,7 +19,7 @@ help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
 	@echo "make test   lint, type checks, import contracts, promtool rule tests and pytest"
 	@echo "make bench  benchmarks, each beside its baseline, ratios printed"
-	@echo "make lint   ruff + mypy + import-linter only"
+	@echo "make lint   ruff + mypy + import-linter + the import-cycle check only"
 	@echo "make images the three service images (buildah, no Docker) into dist/images/*.oci.tar, each started once"
 	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
 	@echo "make docs   build the documentation site into .site/ (mkdocs --strict)"
@@ -104,6 +104,7 @@ lint: venv
 	$(BIN)/ruff format --check . || { echo "hint: run '$(BIN)/ruff format .'"; exit 1; }
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m devkit.cycles  # no import cycle, lazy and type-only imports counted
 
 rules-test: prometheus
 	promtool check rules rules/*.rules.yaml
