@@ -54,6 +54,15 @@ def freeze_heap() -> None:
 class Adapter:
     def __init__(self, settings: ServeSettings) -> None:
         self.settings = settings
+        try:
+            self._build(settings)
+        except BaseException:
+            # a fatal start-up error (bad TLS files, a port taken): close the clients opened so far,
+            # so their sessions do not end in an "Unclosed client session" error after the message
+            self._close_clients()
+            raise
+
+    def _build(self, settings: ServeSettings) -> None:
         self.metrics = SelfMetrics()
         self.config = ConfigHolder(
             settings.config_path,
@@ -254,18 +263,19 @@ class Adapter:
         return self.server.port
 
     def start(self) -> None:
-        self.discovery.start()
-        self.cache.start()
-        self.config.watch(self.settings.config_check_interval)
-        self.tls_watch.start(self.settings.config_check_interval)
-        self.server.start()
-        log.info("serving on https://%s:%d", self.settings.bind_address, self.port)
-        if self.scaler is not None:
-            try:
+        """Starts every part; on a failure (a port taken) stops what started and closes the clients."""
+        try:
+            self.discovery.start()
+            self.cache.start()
+            self.config.watch(self.settings.config_check_interval)
+            self.tls_watch.start(self.settings.config_check_interval)
+            self.server.start()
+            log.info("serving on https://%s:%d", self.settings.bind_address, self.port)
+            if self.scaler is not None:
                 self.scaler.start()
-            except BaseException:
-                self.stop()
-                raise
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         if self.scaler is not None:
@@ -275,8 +285,11 @@ class Adapter:
         self.cache.stop()
         self.discovery.stop()
         self.config.stop()
-        if self.pods is not None:
-            self.pods.close()
-        if self.kube is not None:
-            self.kube.close()
-        self.prometheus.close()
+        self._close_clients()
+
+    def _close_clients(self) -> None:
+        """The pod source and the Kubernetes and Prometheus clients, whichever were opened."""
+        for name in ("pods", "kube", "prometheus"):
+            client = getattr(self, name, None)
+            if client is not None:
+                client.close()
