@@ -2,7 +2,9 @@
 
 After the relabel the node advertises what the device plugin makes of the proposed layout
 (``nvidia.com/mig-<profile>`` per instance under the mixed strategy, ``nvidia.com/gpu`` per instance
-under single and per MIG-off GPU, times the time-slicing ``nvidia.com/gpu.replicas``). The demand is
+under single and per MIG-off GPU, each times the replicas GPU Feature Discovery labels for that
+resource, ``<resource>.replicas``: ``nvidia.com/gpu.replicas`` multiplies ``nvidia.com/gpu`` only, as a
+time-slicing config replicates only the resources it names). The demand is
 every replica of each workload whose template changes (all of them are re-created with the new
 request, wherever they run) plus the replacement of each evicted pod whose request stays (pods
 without a controller are not re-created and ask for nothing). The supply is the node's new
@@ -22,11 +24,24 @@ from rightsizer.apply.protocol import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from rightsizer.apply.workloads import Change, gpu_requests, moved_requests
 from rightsizer.plan.model import GpuLayout
 
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+REPLICAS_SUFFIX = ".replicas"
+"""GFD's per-resource label ``<resource>.replicas`` (``nvidia.com/gpu.replicas``, ``nvidia.com/mig-1g.10gb.replicas``)."""
 
 
-def advertised(layout: Sequence[GpuLayout], *, strategy: str, replicas: int) -> Counter[str]:
-    """What the device plugin advertises for ``layout`` (k8s-device-plugin's MIG strategies)."""
+def replicas_of(labels: Mapping[str, str]) -> dict[str, int]:
+    """Resource → the replicas GFD labels the node with (only the resources a sharing config replicates)."""
+    out = {}
+    for key, value in labels.items():
+        if key.startswith("nvidia.com/") and key.endswith(REPLICAS_SUFFIX):
+            n = _quantity(value)
+            if n > 1:
+                out[key[: -len(REPLICAS_SUFFIX)]] = n
+    return out
+
+
+def advertised(layout: Sequence[GpuLayout], *, strategy: str, replicas: Mapping[str, int]) -> Counter[str]:
+    """What the device plugin advertises for ``layout`` (k8s-device-plugin's MIG strategies), each
+    resource times its own ``replicas`` (1 when the sharing config does not replicate it)."""
     out: Counter[str] = Counter()
     for gpu in layout:
         if not gpu.mig_enabled or strategy == "none":
@@ -36,7 +51,7 @@ def advertised(layout: Sequence[GpuLayout], *, strategy: str, replicas: int) -> 
         else:
             for profile, n in gpu.mig_devices.items():
                 out[MIG_RESOURCE_PREFIX + profile] += n
-    return Counter({k: v * max(1, replicas) for k, v in out.items() if v})
+    return Counter({k: v * max(1, replicas.get(k, 1)) for k, v in out.items() if v})
 
 
 def _quantity(value: Any) -> int:
@@ -90,7 +105,7 @@ def shortfall(
     """ "" when every replacement has a device to go to, else one line naming what is short."""
     this = next((n for n in nodes if (n.get("metadata") or {}).get("name") == node), {})
     labels = (this.get("metadata") or {}).get("labels") or {}
-    replicas = max(1, _quantity(labels.get(REPLICAS_LABEL, 1)))
+    replicas = replicas_of(labels)
     moving = [c for c in changes if c.moves]
     replaced = {_key(p) for p in pods if any(_belongs(p, c) for c in moving)} | evicted
 

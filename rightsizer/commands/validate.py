@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Check the mig-parted configs in FILE (bare, or in ConfigMaps anywhere in a multi-document "
         "manifest, as NVIDIA ships them) against the MIG geometry catalogue, per config × device: "
         "exact profile names as mig-parted matches them, counts, compute-instance profiles and "
-        "whether a placement exists. Device-plugin time-slicing configs are checked too; other "
+        "whether a placement exists. NVIDIA device-plugin configs (time-slicing, MPS, flags, imex) are checked too; other "
         "Kubernetes objects are skipped with a note. Exit 0 when nothing is invalid, 1 when "
         "something is, 2 for usage errors."
     )
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: PLR0912 (one branch per exit 
             part += f", {result.entries_skipped} skipped (device-filter excludes it)"
         parts.append(part)
     if found.sharing:
-        parts.append(f"{len(found.sharing)} time-slicing config(s)")
+        parts.append(f"{len(found.sharing)} device-plugin config(s)")
     summary = f"{path}: OK: {'; '.join(parts)}"
     if structured:
         output.emit(_document(path, rows, notes, [], summary), args.output)

@@ -152,7 +152,7 @@ def load_manifest(text: str, *, source: str) -> Manifest:
                 _config_map(out, doc, node, label=label, file_source=source)
             else:
                 out.notes.append(f"{label}: {kind} {_name(doc)} skipped (not a MIG or sharing config)")
-        elif isinstance(doc, dict) and ("sharing" in doc or "flags" in doc) and "mig-configs" not in doc:
+        elif isinstance(doc, dict) and _PLUGIN_KEYS & set(doc) and "mig-configs" not in doc:
             out.sharing.append(SharingConfig(label, doc))
         else:
             out.mig.append(parse_document(doc, source=label))
@@ -195,7 +195,9 @@ def _config_map(
 
 
 _MIG_KEY = re.compile(r"^\s*[\"']?mig-configs[\"']?\s*:", re.MULTILINE)
-_SHARING_KEY = re.compile(r"^\s*[\"']?(sharing|timeSlicing)[\"']?\s*:", re.MULTILINE)
+_SHARING_KEY = re.compile(r"^\s*[\"']?(sharing|timeSlicing|mps|flags|imex)[\"']?\s*:", re.MULTILINE)
+_PLUGIN_KEYS = frozenset({"sharing", "flags", "resources", "imex"})
+"""Keys only a device-plugin config has at its top (mig-parted's has ``mig-configs``)."""
 
 
 def _content_kind(text: str) -> str | None:

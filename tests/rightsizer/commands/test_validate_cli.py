@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devkit.clidocs import pointers
 from rightsizer.cli import main
+from rightsizer.commands import validate
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
@@ -38,7 +40,7 @@ def test_seed_examples_exit_zero_with_summary(capsys: pytest.CaptureFixture[str]
 
 def test_time_slicing_seed_is_recognised(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", str(EXAMPLES / "time-slicing" / "seed-002-time-slicing-config.yaml")]) == 0
-    assert "1 time-slicing config(s)" in capsys.readouterr().out
+    assert "1 device-plugin config(s)" in capsys.readouterr().out
 
 
 def test_bad_time_slicing_rejected(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,6 +137,7 @@ def test_json_and_yaml_output_parse_with_the_documented_keys(
     assert main(["validate", str(seed), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert list(doc) == ["file", "ok", "results", "notes", "errors", "summary"]
+    assert list(doc) == pointers.schema_keys(validate.OUTPUT_SCHEMA)  # the reference page's table
     assert doc["ok"] is True and doc["errors"] == [] and ": OK: " in doc["summary"]
     assert doc["results"] and set(doc["results"][0]) == {"config", "device", "verdict", "reason"}
     bad = tmp_path / "bad.yaml"

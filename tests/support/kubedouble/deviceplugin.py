@@ -7,8 +7,9 @@ devices it finds and the kubelet publishes them as extended resources (NVIDIA k8
 - ``mixed``: one ``nvidia.com/mig-<profile>`` per MIG instance, ``nvidia.com/gpu`` per GPU with MIG off;
 - ``single``: every MIG instance (all of one profile) and every MIG-off GPU as ``nvidia.com/gpu``;
 - ``none``: ``nvidia.com/gpu`` per physical GPU, MIG or not;
-- time-slicing: each device advertised ``replicas`` times (GPU Feature Discovery labels the node
-  ``nvidia.com/gpu.replicas``).
+- time-slicing: each device of a replicated resource advertised ``replicas`` times (GPU Feature
+  Discovery labels the node ``<resource>.replicas`` per resource, e.g. ``nvidia.com/gpu.replicas``;
+  resources the sharing config does not name stay at one each).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mig_geometry.catalogue import GpuModel
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+REPLICAS_SUFFIX = ".replicas"
 STRATEGY_LABEL = "nvidia.com/mig.strategy"
 
 
@@ -47,15 +49,27 @@ def per_gpu(entries: Any, *, model: GpuModel | None, count: int) -> dict[int, di
     return out
 
 
+def replicas_of(labels: Mapping[str, str]) -> dict[str, int]:
+    """Resource → replicas from GFD's ``<resource>.replicas`` labels."""
+    out = {}
+    for key, value in labels.items():
+        if key.startswith("nvidia.com/") and key.endswith(REPLICAS_SUFFIX):
+            try:
+                out[key[: -len(REPLICAS_SUFFIX)]] = max(1, int(value))
+            except ValueError:
+                continue
+    return out
+
+
 def advertised(
-    layout: Mapping[int, dict[str, int] | None], *, strategy: str, replicas: int
+    layout: Mapping[int, dict[str, int] | None], *, strategy: str, replicas: Mapping[str, int]
 ) -> dict[str, int]:
     """Extended resources → count for a node whose GPUs have ``layout``."""
     totals: dict[str, int] = {}
 
     def add(name: str, n: int) -> None:
         if n:
-            totals[name] = totals.get(name, 0) + n * max(1, replicas)
+            totals[name] = totals.get(name, 0) + n * max(1, replicas.get(name, 1))
 
     for devices in layout.values():
         if devices is None or strategy == "none":

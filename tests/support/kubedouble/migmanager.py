@@ -414,9 +414,6 @@ def node_resources(labels: dict[str, str], entries: Any) -> dict[str, int]:
     """The extended resources a node with these GFD labels advertises under config ``entries``."""
     count = int(labels.get("nvidia.com/gpu.count", "1") or 1)
     layout = deviceplugin.per_gpu(entries, model=gpu_model_of(labels), count=count)
-    try:
-        replicas = int(labels.get(deviceplugin.REPLICAS_LABEL, "1") or 1)
-    except ValueError:
-        replicas = 1
+    replicas = deviceplugin.replicas_of(labels)
     strategy = labels.get(deviceplugin.STRATEGY_LABEL, "mixed") or "mixed"
     return deviceplugin.advertised(layout, strategy=strategy, replicas=replicas)

@@ -15,14 +15,23 @@ MIG1, MIG3 = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"
 
 def test_the_device_plugin_advertises_per_strategy_and_time_slicing_replicas():
     layout = {0: {"1g.10gb": 2, "3g.40gb": 1}, 1: None}
-    assert advertised(layout, strategy="mixed", replicas=1) == {
+    assert advertised(layout, strategy="mixed", replicas={}) == {
         "nvidia.com/mig-1g.10gb": 2,
         "nvidia.com/mig-3g.40gb": 1,
         "nvidia.com/gpu": 1,
     }
-    assert advertised(layout, strategy="single", replicas=1) == {"nvidia.com/gpu": 4}
-    assert advertised(layout, strategy="none", replicas=1) == {"nvidia.com/gpu": 2}
-    assert advertised({0: None, 1: None}, strategy="mixed", replicas=4) == {"nvidia.com/gpu": 8}
+    assert advertised(layout, strategy="single", replicas={}) == {"nvidia.com/gpu": 4}
+    assert advertised(layout, strategy="none", replicas={}) == {"nvidia.com/gpu": 2}
+    assert advertised({0: None, 1: None}, strategy="mixed", replicas={"nvidia.com/gpu": 4}) == {
+        "nvidia.com/gpu": 8
+    }
+    # GFD's nvidia.com/gpu.replicas multiplies nvidia.com/gpu only: MIG devices the config does not
+    # replicate stay one each (7 x 1g.10gb, not 28)
+    seven = {0: {"1g.10gb": 7}, 1: None}
+    assert advertised(seven, strategy="mixed", replicas={"nvidia.com/gpu": 4}) == {
+        MIG1: 7,
+        "nvidia.com/gpu": 4,
+    }
 
 
 @pytest.mark.slow
