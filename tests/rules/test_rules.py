@@ -175,6 +175,12 @@ def test_seed_replay_shows_each_fault() -> None:
 _WINDOW = re.compile(r"(gpupilot:[a-z_:0-9]+)(\{[^}]*\})?\[(\d+)([hdw])\]")
 """A recording rule's series read over a window of hours or more."""
 
+_HOURLY = re.compile(
+    r"count_over_time\(\s*count_over_time\((gpupilot:[a-z_:0-9]+)(?:\{[^}]*\})?\[1h\]\)"
+    r"\[(\d+)h:1h\]\s*\)\s*>=\s*(\d+)"
+)
+"""The clause that requires a sample of the series in each hour of a window of N hours."""
+
 
 def _coverage_guards(expr: str) -> set[tuple[str, str]]:
     """(series, offset) pairs an expression requires to exist in the past: ``series offset W``
@@ -182,23 +188,47 @@ def _coverage_guards(expr: str) -> set[tuple[str, str]]:
     return set(re.findall(r"(gpupilot:[a-z_:0-9]+)(?:\{[^}]*\})?\s+offset\s+(\d+[hdw])", expr))
 
 
+def _hourly_coverage(expr: str) -> set[tuple[str, str]]:
+    """(series, window) pairs an expression requires a sample of in every hour of the window."""
+    return {(series, f"{hours}h") for series, hours, need in _HOURLY.findall(expr) if need == hours}
+
+
+def _hours(n: str, unit: str) -> int:
+    return int(n) * {"h": 1, "d": 24, "w": 168}[unit]
+
+
 @pytest.mark.parametrize("alert", ALERTS, ids=[a["alert"] for a in ALERTS])
 def test_an_alert_over_a_window_of_a_rule_requires_the_rule_to_cover_it(alert: dict[str, Any]) -> None:
     """A recording rule installed today over old raw history has minutes of samples: an alert that
-    reads it over 24 h (or 7 d) must also require the rule's series to reach that far back."""
+    reads it over 24 h (or 7 d) must also require the rule's series to reach that far back, and to
+    have a sample in every hour between (a gap of 23 h 40 min between two idle ends is no idle day).
+    The hourly clause's own one-hour windows are what it counts."""
     expr = alert["expr"]
+    hourly = _hourly_coverage(expr)
     for series, _matchers, n, unit in _WINDOW.findall(expr):
+        if f"{n}{unit}" == "1h" and any(s == series for s, _ in hourly):
+            continue
         assert (series, f"{n}{unit}") in _coverage_guards(expr), (
             f"{alert['alert']} reads {series} over {n}{unit} without requiring it to exist {n}{unit} ago"
+        )
+        assert (series, f"{_hours(n, unit)}h") in hourly, (
+            f"{alert['alert']} reads {series} over {n}{unit} without requiring a sample in every hour"
         )
         page = (RUNBOOKS / f"{alert['alert'].lower()}.md").read_text()
         assert "history" in page.lower() and "recording rule" in page.lower(), (
             f"{alert['alert']}: the runbook does not say the alert waits for the rule's history"
         )
+        assert "every hour" in page.lower(), f"{alert['alert']}: the runbook does not say gaps keep it quiet"
 
 
 def test_the_window_check_sees_an_unguarded_alert() -> None:
     unguarded = 'max_over_time(gpupilot:slice_activity:avg5m{pod!=""}[24h]) < 0.05'
     assert _WINDOW.findall(unguarded) and not _coverage_guards(unguarded)
+    assert not _hourly_coverage(unguarded)
     guarded = unguarded + ' and on (pod) gpupilot:slice_activity:avg5m{pod!=""} offset 24h'
+    covered = guarded + (
+        ' and on (pod) count_over_time(count_over_time(gpupilot:slice_activity:avg5m{pod!=""}[1h])[24h:1h]) >= 24'
+    )
+    assert _hourly_coverage(covered) == {("gpupilot:slice_activity:avg5m", "24h")}
+    assert not _hourly_coverage(covered.replace(">= 24", ">= 2"))  # two hours of 24 are not a day
     assert _coverage_guards(guarded) == {("gpupilot:slice_activity:avg5m", "24h")}
