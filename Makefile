@@ -94,7 +94,7 @@ image-tools:
 
 # dist/images/gpupilot-{exporter,adapter,rightsizer}.oci.tar, each started once (devkit/images.py).
 # As root (buildah's chroot isolation and mmdebstrap's root mode). IMAGE_REPOSITORY / IMAGE_TAG name them.
-IMAGE_REPOSITORY ?= ghcr.io/gpupilot/gpupilot
+IMAGE_REPOSITORY ?= localhost/gpupilot/gpupilot
 IMAGE_TAG ?=
 images: venv image-tools
 	$(BIN)/python -m devkit.images --repository $(IMAGE_REPOSITORY) $(if $(IMAGE_TAG),--tag $(IMAGE_TAG))
@@ -133,9 +133,10 @@ test: venv prometheus victoriametrics helm kubectl
 checks: lint rules-test docs
 
 # The documentation site (docs/, mkdocs + Material) into .site/; --strict: a broken link, anchor or
-# nav entry fails the build, and `make test` runs it.
+# nav entry fails the build, and `make test` runs it. Not --quiet: it hides the warnings --strict
+# fails on; mkdocs' output is shown only when the build fails.
 docs: venv
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	@out=$$(NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict 2>&1) || { echo "$$out" | grep -v '^INFO'; exit 1; }
 
 # DEMO_BACKEND=victoriametrics: the same demo on VictoriaMetrics (vmagent scrapes, vmalert runs rules/).
 DEMO_STORE := $(if $(filter victoriametrics,$(DEMO_BACKEND)),victoriametrics,prometheus)
@@ -157,7 +158,7 @@ bench: venv prometheus victoriametrics
 	$(BIN)/python -m bench
 
 protos: venv
-	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. exporter/podresources/api.proto
+	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. exporter/attribute/podresources/api.proto
 	$(BIN)/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. adapter/serving/keda/externalscaler.proto
 
 dashboards: venv

@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--state",
         type=Path,
         help="answer offline from this file's pods, metric values, replicas and history "
-        "(format: README, 'explain-hpa --state'); no Prometheus needed",
+        "(format: docs/adapter.md#the-state-file); no Prometheus needed",
     )
     parser.add_argument(
         "--current-replicas",

@@ -66,8 +66,8 @@ def conflicts(found: list[Finding]) -> list[str]:
         names = ", ".join(f.name for f in foreign)
         lines.append(
             f"{group} is served by {owners} ({names}): installing gpupilot's APIServices would take the "
-            "group over and HPAs on that server's metrics would get 404s; migrate them first (README: "
-            "'A cluster that already runs prometheus-adapter') or pass --take-over"
+            "group over and HPAs on that server's metrics would get 404s; migrate them first (docs/deploy.md#2c-a-cluster-that-already-runs-prometheus-adapter) or pass "
+            "--take-over"
         )
     return lines
 

@@ -8,7 +8,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from devkit.clidocs import parsers
+from devkit.clidocs import parsers, schemas
 
 
 @dataclass(frozen=True)
@@ -23,14 +23,18 @@ class Command:
 
 
 def _schema(module: str) -> str:
+    """The module's ``OUTPUT_SCHEMA``, its ``{table}`` filled from ``OUTPUT_DATACLASS`` when it names one."""
     try:
-        return str(getattr(importlib.import_module(module), "OUTPUT_SCHEMA", ""))
+        found = importlib.import_module(module)
     except ImportError:
         return ""
+    text = str(getattr(found, "OUTPUT_SCHEMA", ""))
+    cls = getattr(found, "OUTPUT_DATACLASS", None)
+    return text.replace("{table}", schemas.table(cls).rstrip()) if cls is not None else text
 
 
 def _exporter() -> Iterator[Command]:
-    cli = importlib.import_module("exporter.cli")
+    cli = importlib.import_module("exporter.commands.cli")
     yield Command("gpupilot-exporter", "gpupilot-exporter", cli.build_parser())
     sim = importlib.import_module("simulator.cli")
     yield Command("gpupilot-exporter-backfill", "gpupilot-exporter backfill", sim.backfill_parser())
@@ -40,11 +44,9 @@ def _exporter() -> Iterator[Command]:
 def _adapter() -> Iterator[Command]:
     top: argparse.ArgumentParser = importlib.import_module("adapter.cli").build_parser()
     yield Command("gpupilot-adapter", "gpupilot-adapter", top, see="gpupilot-adapter-")
-    schemas = getattr(importlib.import_module("adapter.cli"), "OUTPUT_SCHEMAS", {})
     for name, (_, sub) in parsers.subcommands(top).items():
-        yield Command(
-            f"gpupilot-adapter-{name}", f"gpupilot-adapter {name}", sub, schema=schemas.get(name, "")
-        )
+        schema = _schema(f"adapter.commands.{name.replace('-', '_')}")
+        yield Command(f"gpupilot-adapter-{name}", f"gpupilot-adapter {name}", sub, schema=schema)
 
 
 def _rightsizer() -> Iterator[Command]:

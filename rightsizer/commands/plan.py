@@ -18,7 +18,7 @@ from rightsizer.migparted import manifest
 from rightsizer.migparted.config import MigPartedConfig, MigPartedError
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan import table
-from rightsizer.plan.model import dump_plan, plan_to_dict
+from rightsizer.plan.model import Plan, dump_plan, plan_to_dict
 from rightsizer.plan.pipeline import NoInventoryError, UnknownClusterError, make_plan
 from rightsizer.plan.settings import PlanSettings
 
@@ -26,20 +26,20 @@ OUTPUT_SCHEMA = """
 ## Output with `-o json` / `-o yaml`
 
 The plan itself on stdout, the same document as the `--out` file (`plan.json`); `wrote FILE` and
-progress go to stderr. Its keys: `plan_id`, `window` (`start`, `end`, `duration`), `settings`,
-`solver` (`method`, `status`, `seconds`, `lower_bound_gpus`), `totals` (`nodes`, `nodes_changed`,
-`gpus`, `gpus_needed`, `gpus_freed`, `slices_freed`, `pods_disrupted`), `nodes` (one per node:
-`name`, `model`, `changed`, `current`/`proposed` layouts per GPU, `config_name`, `gpus_freed`,
-`slices_freed`, `current_utilisation`/`expected_utilisation` as 0-1 ratios of the GPUs in use,
-`pods_disrupted`, `evidence` per device), `time_slicing` and `notes`; a plan over several clusters
-adds `clusters`. [MIG rightsizing](../rightsizer.md) explains each field. Exit codes are those of the
-table output.
+progress go to stderr. Exit codes are those of the table output. [MIG rightsizing](../rightsizer.md)
+explains each field.
+
+The keys (generated from the plan's dataclass):
+
+{table}
 
 ```bash
 gpupilot-rightsizer plan --prometheus-url http://prometheus:9090 -o json \\
   | jq -r '.nodes[] | select(.changed) | "\\(.name) frees \\(.gpus_freed) GPU(s)"'
 ```
 """
+OUTPUT_DATACLASS = Plan
+"""The dataclass ``-o json`` encodes: the reference page's ``{table}`` of keys is generated from it."""
 
 # Prometheus keeps 15 days by default and long-term stores keep years; past a year a window is a typo.
 MAX_WINDOW = 366 * 86400.0

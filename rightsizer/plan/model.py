@@ -274,25 +274,37 @@ class ClusterTotals:
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     schema: str = SCHEMA
+    """The plan format's version (``apply`` refuses another)."""
     plan_id: str
+    """Stable id from what the plan proposes and its window (``apply`` and the report name it)."""
     created_at: str
+    """When the plan was made, RFC 3339 UTC."""
     window: Window
+    """The history the plan is based on (``duration`` in seconds)."""
     prometheus_url: str
+    """Where the history was read."""
     settings: Mapping[str, Any] = field(default_factory=dict)
+    """The settings the plan was made with (headroom, percentile, …)."""
     solver: SolverInfo
+    """How the layouts were found: ``method``, ``status``, ``seconds``, the lower bound of GPUs."""
     totals: Totals
+    """The fleet's sums (``pods_disrupted``: pods restarted by applying the plan)."""
     mig_parted_config: Mapping[str, Any] = field(metadata=codec.MIG_DOC)
+    """The mig-parted config holding every proposed layout (what ``apply`` installs)."""
     nodes: tuple[NodePlan, ...]
+    """One per node: its current and proposed layout per GPU, what changes and the evidence."""
     time_slicing: tuple[TimeSlicingRecommendation, ...] = ()
+    """Time-slicing advice for GPUs that MIG does not fit."""
     strategy_changes: tuple[StrategyChange, ...] = field(default=(), metadata=codec.OMIT_EMPTY)
     """``--allow-strategy-change`` recommendations (not applied by ``apply``)."""
     notes: tuple[str, ...] = ()
+    """What the plan could not see or chose to leave, one line each."""
     cluster_label: str = field(default="", metadata=codec.OMIT_EMPTY)
     """The label that named the clusters; ``""`` in a plan of one cluster."""
     clusters: tuple[ClusterTotals, ...] = field(default=(), metadata=codec.OMIT_EMPTY)
     """Per-cluster totals of a plan over several clusters (``totals`` is then the fleet's)."""
     dra: Mapping[str, Any] = field(default_factory=dict, metadata=codec.OMIT_EMPTY)
-    """DRA nodes' modes and ResourceClaimTemplate advice (:mod:`rightsizer.plan.dra`); empty without DRA."""
+    """DRA nodes' modes and ResourceClaimTemplate advice; empty without DRA."""
 
     def node(self, name: str, cluster: str | None = None) -> NodePlan | None:
         """The node ``name`` (of ``cluster``, when given: names are unique within one cluster only)."""

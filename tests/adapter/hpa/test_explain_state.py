@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from adapter.cli import main
+from adapter.commands import explain_hpa
+from devkit.clidocs import pointers
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED_HPA = ROOT / "examples" / "hpa-llm-inference.yaml"
@@ -194,6 +196,7 @@ def test_json_and_yaml_output_parse_with_the_documented_keys(capsys: pytest.Capt
         "hpa", "kubernetes", "at", "current_replicas", "min_replicas", "max_replicas", "tolerance",
         "behavior", "pods", "metrics", "per_pod", "decision", "sources", "caveats",
     ]  # fmt: skip
+    assert list(doc) == pointers.schema_keys(explain_hpa.OUTPUT_SCHEMA)  # the reference page's table
     assert doc["hpa"] == {
         "namespace": "ai-serving",
         "name": "llm-inference-hpa",

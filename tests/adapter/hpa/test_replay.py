@@ -12,10 +12,12 @@ import pytest
 import requests
 
 from adapter.cli import main
+from adapter.commands import replay_hpa
 from adapter.hpa import decide as hpa
 from adapter.hpa import replay
 from adapter.hpa import spec as hpaspec
 from adapter.hpa.timeline import Timeline
+from devkit.clidocs import pointers
 from tests.adapter.conftest import PromEnv
 
 SEED_HPA = Path(__file__).resolve().parents[3] / "examples" / "hpa-llm-inference.yaml"
@@ -138,6 +140,7 @@ def test_replay_json_document_has_the_documented_keys() -> None:
         "hpa", "kubernetes", "start", "end", "step_seconds", "steps", "pods", "recorded_from", "recorded",
         "runs", "slices",
     ]  # fmt: skip
+    assert list(doc) == pointers.schema_keys(replay_hpa.OUTPUT_SCHEMA)  # the reference page's table
     assert doc["steps"] == 41 and doc["recorded"]["mean_replicas"] == 8  # type: ignore[index]
     assert [r["label"] for r in doc["runs"]] == ["as written", "q=5"]  # type: ignore[attr-defined]
     assert doc["runs"][1]["targets"] == {"q": 5.0} and doc["runs"][0]["first_replicas"] == 8  # type: ignore[index]
