@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 CLUSTER_POLICY = ("nvidia.com", "v1", "clusterpolicies")
+RESOURCE_VERSIONS = ("v1", "v1beta1")
+"""resource.k8s.io versions ResourceSlices are read in, newest first (v1 is GA from Kubernetes 1.34)."""
 WORKLOAD_KINDS = {
     "ReplicaSet": ("apps", "read_namespaced_replica_set", "patch_namespaced_replica_set"),
     "Deployment": ("apps", "read_namespaced_deployment", "patch_namespaced_deployment"),
@@ -328,6 +330,29 @@ class Kube:
             meta["namespace"],
             dict(configmap),
         )
+
+    # -- ResourceSlices (resource.k8s.io) ----------------------------------------------------------
+    def list_resource_slices(self, *, driver: str, node: str | None = None) -> list[dict[str, Any]]:
+        """The ResourceSlices ``driver`` publishes (on ``node`` only when given): ``resource.k8s.io/v1``
+        (Kubernetes 1.34+), else ``v1beta1`` (1.32/1.33) when the API server has no v1."""
+        selector = f"spec.driver={driver}" + (f",spec.nodeName={node}" if node else "")
+        last: NotFoundError | None = None
+        for version in RESOURCE_VERSIONS:
+            try:
+                result = self._call(
+                    f"list resourceslices.resource.k8s.io/{version}",
+                    self._custom.list_cluster_custom_object,
+                    "resource.k8s.io",
+                    version,
+                    "resourceslices",
+                    field_selector=selector,
+                )
+            except NotFoundError as exc:
+                last = exc
+                continue
+            return list(result.get("items") or [])
+        assert last is not None
+        raise last
 
     # -- ClusterPolicy (custom resource) -----------------------------------------------------------
     def list_cluster_policies(self) -> list[dict[str, Any]]:

@@ -7,17 +7,19 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpupilot_common import argtypes, atomicfile, numbers, output, promanswer, promauth, timefmt
 from gpupilot_common.urls import base_url
 from rightsizer.analysis.history import CLUSTER
 from rightsizer.clients import prometheus as prometheus_client
 from rightsizer.clients.chunks import QueryLimits
+from rightsizer.clients.kube import Kube, KubeError, KubeSettings, PermanentKubeError
 from rightsizer.clients.prometheus import PrometheusAuthError, PrometheusClient, PrometheusError
 from rightsizer.migparted import manifest
 from rightsizer.migparted.config import MigPartedConfig, MigPartedError
 from rightsizer.optimise.proposal import OptimiserSettings
-from rightsizer.plan import table
+from rightsizer.plan import management, table
 from rightsizer.plan.model import Plan, dump_plan, plan_to_dict
 from rightsizer.plan.pipeline import NoInventoryError, UnknownClusterError, make_plan
 from rightsizer.plan.settings import PlanSettings
@@ -211,7 +213,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="per-query HTTP timeout in seconds (default 60)",
     )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=(
+            "also read the cluster (nodes and gpu.nvidia.com ResourceSlices, read-only) to recognise nodes "
+            "NVIDIA's DRA driver manages: a DynamicMIG node is never given a MIG Manager config; "
+            "'-' uses $KUBECONFIG, ~/.kube/config or the in-cluster service account (default: history only)"
+        ),
+    )
     add_query_arguments(parser)
+
+
+def cluster_modes(kubeconfig: Path) -> dict[str, tuple[str, str]]:
+    """Node name → (mode, reason) for the nodes the Kubernetes API shows DRA-managed; a 403 on the
+    ResourceSlices leaves the operator's label as the only sign."""
+    kube = Kube.connect(KubeSettings(kubeconfig=None if str(kubeconfig) == "-" else kubeconfig))
+    try:
+        nodes = kube.list_nodes()
+        try:
+            slices: list[dict[str, Any]] | None = kube.list_resource_slices(driver=management.DRIVER)
+        except PermanentKubeError as exc:
+            if exc.status not in (403, 404):
+                raise
+            slices = None
+    finally:
+        kube.close()
+    out = {}
+    for node in nodes:
+        said = management.mode(node, slices)
+        if said is not None:
+            out[str(node["metadata"]["name"])] = said
+    return out
 
 
 def add_query_arguments(parser: argparse.ArgumentParser) -> None:
@@ -333,7 +368,11 @@ def run(args: argparse.Namespace) -> int:
             return 2
 
     progress = progress_printer(args)
+    modes = None
     try:
+        if args.kubeconfig is not None:
+            modes = cluster_modes(args.kubeconfig)
+            progress(f"{len(modes)} node(s) managed by NVIDIA's DRA driver in the cluster")
         with PrometheusClient(
             args.prometheus_url,
             timeout=args.timeout,
@@ -346,10 +385,12 @@ def run(args: argparse.Namespace) -> int:
                 settings=settings_from(args),
                 progress=progress,
                 cluster_configs=tuple(cluster_configs),
+                node_modes=modes,
             )
             progress(f"{client.queries} queries answered")
-    except (PrometheusError, NoInventoryError, UnknownClusterError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (PrometheusError, NoInventoryError, UnknownClusterError, KubeError) as exc:
+        where = "--kubeconfig: " if isinstance(exc, KubeError) else ""
+        print(f"error: {where}{exc}", file=sys.stderr)
         return 1
     try:
         dump_plan(plan, args.out)

@@ -28,8 +28,11 @@ from mig_geometry import catalogue
 from rightsizer.analysis import history
 from rightsizer.analysis.types import Analysis, PodKey
 from rightsizer.clients.prometheus import PrometheusClient, Sample
+from rightsizer.plan.management import DEVICE_PLUGIN, DRA_DYNAMIC, DRA_STATIC
 
-DEVICE_PLUGIN, DRA_STATIC, DRA_DYNAMIC = "device-plugin", "dra-static-mig", "dra-dynamic-mig"
+GPU_CLASS, MIG_CLASS = "gpu.nvidia.com", "mig.nvidia.com"
+"""NVIDIA's DeviceClasses: ``gpu.nvidia.com`` selects ``type == 'gpu'`` (whole GPUs), ``mig.nvidia.com``
+``type == 'mig'``: a claim moved between them changes its ``deviceClassName``, not only a selector."""
 CLAIMED = 'dra_claim_name!=""'
 
 
@@ -69,9 +72,12 @@ class ClaimAdvice:
     peak_activity: float | None
     claims: tuple[str, ...]
     selector: str
-    """CEL device selector for the template's request (``device.attributes[...]``)."""
+    """CEL device selector for the template's request (``device.attributes[...]``); "" for a whole GPU
+    (the ``gpu.nvidia.com`` class selects every whole GPU)."""
     reason: str
     cluster: str = ""
+    device_class: str = MIG_CLASS
+    """The request's ``deviceClassName``: ``mig.nvidia.com`` for a profile, ``gpu.nvidia.com`` for a whole GPU."""
 
     @property
     def changes(self) -> bool:
@@ -125,9 +131,24 @@ def node_modes(
     return tuple(out)
 
 
+def with_cluster_modes(
+    modes: Sequence[NodeMode], cluster: Mapping[tuple[str, str], tuple[str, str]]
+) -> tuple[NodeMode, ...]:
+    """The series' modes joined with what the cluster says ((cluster, node) → (mode, reason), from
+    :func:`rightsizer.plan.management.mode`): dynamic when either says so, then static, the safe side."""
+    rank = {DEVICE_PLUGIN: 0, DRA_STATIC: 1, DRA_DYNAMIC: 2}
+    out = []
+    for m in modes:
+        said = cluster.get((m.cluster, m.node))
+        stronger = said is not None and rank.get(said[0], 0) > rank.get(m.mode, 0)
+        out.append(NodeMode(m.node, said[0], said[1], m.cluster) if said and stronger else m)
+    return tuple(out)
+
+
 def selector_for(profile: str) -> str:
-    """The CEL expression a ResourceClaimTemplate request uses to ask NVIDIA's driver for ``profile``."""
-    return f'device.attributes["gpu.nvidia.com"].profile == "{profile}"'
+    """The CEL expression a ResourceClaimTemplate request of class ``mig.nvidia.com`` uses to ask NVIDIA's
+    driver for ``profile`` ("" for a whole GPU: no selector, the ``gpu.nvidia.com`` class is enough)."""
+    return f'device.attributes["gpu.nvidia.com"].profile == "{profile}"' if profile else ""
 
 
 def recommend_profile(
@@ -139,7 +160,9 @@ def recommend_profile(
     headroom: float,
 ) -> tuple[str, str]:
     """(profile, reason): the smallest profile of the model that holds the peak memory and the peak
-    activity (scaled to compute slices) with ``headroom``; the current one when history is missing."""
+    activity (scaled to compute slices) with ``headroom``; the current one when history is missing.
+    A whole-GPU claim (``current`` "") that needs every compute slice stays a whole GPU (""): the
+    full-size MIG profile gives it nothing and costs the MIG mode."""
     model = catalogue.find_model(model_name)
     if model is None or not model.profiles:
         return current, f"model {model_name!r} has no MIG profiles in the catalogue"
@@ -156,9 +179,13 @@ def recommend_profile(
         if not p.media_extensions and p.memory_mib >= need_mib and p.compute_slices >= need_compute
     ]
     if not fits:
+        if not current:
+            return "", "needs a whole GPU: keep the gpu.nvidia.com claim"
         best = max(model.profiles, key=lambda p: (p.compute_slices, p.memory_mib))
         return best.name, "needs the largest profile"
     best = min(fits, key=lambda p: (p.memory_slices, p.compute_slices, p.memory_mib))
+    if not current and best.compute_slices >= full:
+        return "", "needs a whole GPU's compute: keep the gpu.nvidia.com claim"
     return best.name, (
         f"peak {peak_memory_mib:.0f} MiB and {peak_activity:.0%} of {current or 'a whole GPU'} "
         f"(+{headroom:.0%} headroom) fit {best.name}"
@@ -190,6 +217,8 @@ def advise(
         rec, reason = recommend_profile(
             model, current=profile, peak_memory_mib=mem, peak_activity=act, headroom=headroom
         )
+        if rec and not profile:
+            reason += f"; move the request's deviceClassName from {GPU_CLASS} to {MIG_CLASS}"
         out.append(
             ClaimAdvice(
                 workload=workload,
@@ -203,6 +232,7 @@ def advise(
                 selector=selector_for(rec),
                 reason=reason,
                 cluster=cluster,
+                device_class=MIG_CLASS if rec else GPU_CLASS,
             )
         )
     return tuple(out)
@@ -240,18 +270,22 @@ def detect(
     window_s: float,
     headroom: float,
     cluster_label: str = history.CLUSTER,
+    cluster_modes: Mapping[tuple[str, str], tuple[str, str]] | None = None,
 ) -> DraAdvice:
-    """Modes of the analysed nodes and, for dynamic-MIG nodes, advice per workload (five queries)."""
+    """Modes of the analysed nodes and, for dynamic-MIG nodes, advice per workload (five queries).
+    ``cluster_modes``: what the Kubernetes API says of the nodes (ResourceSlices, the operator's
+    label), which can only make a node more DRA than its series do."""
     w = f"{max(1, round(window_s))}s"
     c = cluster_label
     by = f"{c}, Hostname, namespace, pod, dra_claim_name, dra_mig_profile, modelName"
+    said = dict(cluster_modes or {})
     claimed = {
         _key(s, c)
         for s in client.instant(
             f"count by ({c}, Hostname) (last_over_time(gpupilot_device_pod_info{{{CLAIMED}}}[{w}]))", end
         )
     }
-    if not claimed:
+    if not claimed and not said:
         return DraAdvice()
     seen = {
         _key(s, c): s.value
@@ -268,6 +302,7 @@ def detect(
     modes = node_modes(
         ((n.cluster, n.name) for n in result.nodes), claimed=claimed, instances_seen=seen, instances_now=now
     )
+    modes = with_cluster_modes(modes, said)
     dynamic = frozenset((m.cluster, m.node) for m in modes if m.mode == DRA_DYNAMIC)
     if not dynamic:
         return DraAdvice(nodes=modes)
@@ -328,6 +363,7 @@ def to_dict(advice: DraAdvice) -> dict[str, Any]:
                 "peak_memory_mib": None if a.peak_memory_mib is None else round(a.peak_memory_mib, 1),
                 "peak_activity": None if a.peak_activity is None else round(a.peak_activity, 4),
                 "claims": list(a.claims),
+                "device_class": a.device_class,
                 "selector": a.selector,
                 "reason": a.reason,
             }
@@ -356,10 +392,12 @@ def table_lines(doc: Mapping[str, Any]) -> list[str]:
     for a in doc.get("claim_templates", ()):
         if not isinstance(a, Mapping):
             continue
-        current, rec = a.get("current_profile") or "whole GPU", a.get("recommended_profile")
-        verb = f"request {rec}" if rec != a.get("current_profile") else f"keep {rec}"
+        current, rec = a.get("current_profile") or "whole GPU", a.get("recommended_profile") or "whole GPU"
+        verb = f"request {rec}" if a.get("recommended_profile") != a.get("current_profile") else f"keep {rec}"
+        where = f"deviceClassName: {a.get('device_class') or MIG_CLASS}"
+        selector = f"; selector: {a['selector']}" if a.get("selector") else ""
         lines.append(
             f"dra: {a.get('workload')} ({a.get('model')}) on {current}: {verb} — {a.get('reason')}; "
-            f"selector: {a.get('selector')}"
+            f"{where}{selector}"
         )
     return lines

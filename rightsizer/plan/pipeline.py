@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from gpupilot_common.timefmt import format_time
@@ -34,6 +34,7 @@ def make_plan(
     settings: PlanSettings,
     progress: Callable[[str], None] = lambda _m: None,
     cluster_configs: Sequence[MigPartedConfig] = (),
+    node_modes: Mapping[str, tuple[str, str]] | None = None,
 ) -> Plan:
     """Analyse the window ending at ``end``, optimise, build the plan; :class:`NoInventoryError` when
     the exporter's inventory is missing at ``end``. ``cluster_configs``: the cluster's mig-parted
@@ -41,7 +42,10 @@ def make_plan(
 
     Several clusters (series labelled ``settings.cluster_label``): each is optimised and planned on its
     own, exactly as if its history were alone, and the plans merged (:mod:`rightsizer.plan.clusters`);
-    ``settings.cluster`` keeps one (:class:`UnknownClusterError` when the inventory has no such cluster)."""
+    ``settings.cluster`` keeps one (:class:`UnknownClusterError` when the inventory has no such cluster).
+    ``node_modes``: node name → (mode, reason) as the Kubernetes API shows it
+    (:func:`rightsizer.plan.management.mode`), for the nodes of ``settings.cluster`` (else of every
+    cluster): a DynamicMIG node there leaves the plan even when its series do not show it."""
     result = analysis.analyse(client, end=end, settings=settings.analysis_settings(), progress=progress)
     if not result.nodes:
         raise NoInventoryError(
@@ -83,6 +87,11 @@ def make_plan(
         window_s=settings.window_s,
         headroom=settings.headroom,
         cluster_label=settings.cluster_label,
+        cluster_modes={
+            (n.cluster, n.name): node_modes[n.name]
+            for n in result.nodes
+            if node_modes and n.name in node_modes and settings.cluster in (None, n.cluster)
+        },
     )
     result = dra.without_nodes(result, advice.dynamic_nodes)
     parts = []
