@@ -110,8 +110,8 @@ def rss_mib() -> float:
 
 # -- server roles (child processes) -------------------------------------------------------------
 def serve_ours(data: Path) -> None:
-    from exporter.collector import Collector  # noqa: PLC0415
-    from exporter.server import MetricsServer  # noqa: PLC0415
+    from exporter.collect.collector import Collector  # noqa: PLC0415
+    from exporter.serve.server import MetricsServer  # noqa: PLC0415
     from exporter.settings import CollectorSettings  # noqa: PLC0415
 
     backend, allocations = load_data(data)
@@ -132,7 +132,7 @@ def serve_baseline(data: Path) -> None:
     from prometheus_client.core import Metric  # noqa: PLC0415
     from prometheus_client.registry import CollectorRegistry  # noqa: PLC0415
 
-    from exporter.exposition import device_families  # noqa: PLC0415
+    from exporter.expose.exposition import device_families  # noqa: PLC0415
 
     backend, allocations = load_data(data)
 
@@ -155,8 +155,8 @@ def serve_baseline(data: Path) -> None:
 
 
 def soak(data: Path, collections: int) -> None:
-    from exporter.collector import Collector  # noqa: PLC0415
-    from exporter.server import MetricsServer  # noqa: PLC0415
+    from exporter.collect.collector import Collector  # noqa: PLC0415
+    from exporter.serve.server import MetricsServer  # noqa: PLC0415
     from exporter.settings import CollectorSettings  # noqa: PLC0415
 
     backend, allocations = load_data(data)

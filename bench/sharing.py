@@ -38,7 +38,7 @@ def _cid(n: int) -> str:
 
 def build_node(root: Path):
     """(snapshot, allocations, ContainerIndex) of the benchmark node, its file tree under ``root``."""
-    from exporter.procs import ContainerIndex  # noqa: PLC0415
+    from exporter.attribute.procs import ContainerIndex  # noqa: PLC0415
     from exporter.snapshot import GpuInfo, GpuSnapshot, NodeSnapshot, PodRef, ProcessUsage  # noqa: PLC0415
 
     proc, logs = root / "proc", root / "containers"
@@ -114,7 +114,7 @@ class _Fixed:
 
 
 def make_collector(root: Path, *, sharing: bool):
-    from exporter.collector import Collector  # noqa: PLC0415
+    from exporter.collect.collector import Collector  # noqa: PLC0415
     from exporter.settings import CollectorSettings  # noqa: PLC0415
 
     snap, allocations, index = build_node(root)
@@ -145,7 +145,7 @@ def collection_cpu(collections: int) -> dict[str, float]:
 
 
 def serve(sharing: bool) -> None:
-    from exporter.server import MetricsServer  # noqa: PLC0415
+    from exporter.serve.server import MetricsServer  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
         c = make_collector(Path(tmp), sharing=sharing)

@@ -29,9 +29,9 @@ from typing import Any, TextIO
 import yaml
 
 from devkit.prometheus import PrometheusError, PrometheusServer, ScrapeJob, require_binaries
-from exporter import render
-from exporter.exposition import device_families
-from exporter.podresources.dra import Attribution
+from exporter.attribute.podresources.dra import Attribution
+from exporter.expose import render
+from exporter.expose.exposition import device_families
 from gpupilot_common.timefmt import format_time
 from simulator import backfill
 from simulator import scenario as scenario_mod

@@ -1,5 +1,5 @@
 """``python -m exporter`` = ``gpupilot-exporter``."""
 
-from exporter.cli import main
+from exporter.commands.cli import main
 
 raise SystemExit(main())

@@ -1,11 +1,11 @@
-"""The exporter's settings: frozen dataclasses, parsed once from the command line (:mod:`exporter.cli`)."""
+"""The exporter's settings: frozen dataclasses, parsed once from the command line (:mod:`exporter.commands.cli`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter.layout import SeriesLayout
+from exporter.contract.layout import SeriesLayout
 
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 

@@ -1,8 +1,8 @@
 """What one collection saw: immutable snapshots, the contract between backends and exposition.
 
 A backend (NVML or the simulator) returns a :class:`NodeSnapshot`; turning it into metric families
-is a pure function (:mod:`exporter.exposition`). Field values are keyed by DCGM field name
-(:mod:`exporter.fields`); a field a device does not support is simply absent, never 0.
+is a pure function (:mod:`exporter.expose.exposition`). Field values are keyed by DCGM field name
+(:mod:`exporter.contract.fields`); a field a device does not support is simply absent, never 0.
 """
 
 from __future__ import annotations

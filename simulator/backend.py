@@ -1,4 +1,4 @@
-"""``SimBackend``: one node of a scenario behind the exporter's :class:`~exporter.backend.Backend` protocol.
+"""``SimBackend``: one node of a scenario behind the exporter's :class:`~exporter.collect.backend.Backend` protocol.
 
 ``snapshot_at(t)`` is pure (same ``t``, same snapshot, in any process); ``read()`` is
 ``snapshot_at(clock())`` plus the scheduled faults that concern the call itself: an ``init_error``
@@ -14,8 +14,8 @@ from types import MappingProxyType
 
 import numpy as np
 
+from exporter.attribute.podresources import dra
 from exporter.errors import BackendError, BackendUnavailable
-from exporter.podresources import dra
 from exporter.snapshot import Allocations, NodeSnapshot, PodRef
 from simulator import identity
 from simulator import scenario as scenario_mod

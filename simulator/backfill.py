@@ -6,7 +6,7 @@ samples are computed at once (NumPy over the window's timestamps), written to a 
 OpenMetrics file grouped by family, and handed to ``promtool tsdb create-blocks-from openmetrics``
 (one block per window) while the next window is computed. Memory depends on the window and the
 fleet, not on the number of days. The device series go through
-:func:`exporter.exposition.device_families` on a snapshot whose values are tags, so names and labels
+:func:`exporter.expose.exposition.device_families` on a snapshot whose values are tags, so names and labels
 are exactly the live exporter's; the tags are then replaced by the window's value arrays. This is the
 only module of the simulator that runs ``promtool``.
 """
@@ -28,11 +28,11 @@ from typing import IO, TextIO
 
 import numpy as np
 
-from exporter import counters, fields
+from exporter.attribute.podresources import dra
+from exporter.contract import counters, fields
+from exporter.contract.layout import SeriesLayout
 from exporter.errors import ConfigError
-from exporter.exposition import LabelPairs, device_families
-from exporter.layout import SeriesLayout
-from exporter.podresources import dra
+from exporter.expose.exposition import LabelPairs, device_families
 from gpupilot_common.timefmt import format_time
 from simulator import cluster
 from simulator.backend import SimBackend

@@ -1,6 +1,6 @@
 """``gpupilot-exporter backfill …`` and ``gpupilot-exporter cluster …``: the simulator's commands.
 
-Dispatched by :mod:`exporter.cli`. Bad input ends with one line on stderr and exit status 2.
+Dispatched by :mod:`exporter.commands.cli`. Bad input ends with one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from exporter import counters
+from exporter.contract import counters
+from exporter.contract.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
 from exporter.errors import ConfigError
-from exporter.layout import HOSTNAME_LABELS, MIG_SERIES, SeriesLayout
 from gpupilot_common import argtypes, numbers
 from gpupilot_common import timefmt as timespec
 from gpupilot_common.cli import OneLineParser, add_version

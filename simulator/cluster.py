@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.exposition import Family, LabelPairs
+from exporter.expose.exposition import Family, LabelPairs
 from simulator import identity, patterns
 from simulator.model import Hpa, PendingPod, Pod, Scenario
 from simulator.patterns import Array

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Self
 
-from exporter import render
+from exporter.expose import render
 from gpupilot_common.httpserve import TEXT, HTTPServer, Limits, Reply
 from simulator import cluster
 from simulator.model import Scenario

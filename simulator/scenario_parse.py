@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import cast, get_args
 
-from exporter import fields
+from exporter.contract import fields
 from gpupilot_common.section import Section
 from mig_geometry.catalogue import GpuModel
 from simulator.model import Fault, FaultKind, Gpu, Hpa, HpaMetric, Node, PendingPod
@@ -174,7 +174,7 @@ def parse_faults(
         if kind == "nvml_error":
             field_name = f.text("field")
             if field_name not in fields.BY_NAME:
-                raise f.fail("field", f"{field_name!r} is not a field of exporter/fields.py")
+                raise f.fail("field", f"{field_name!r} is not a field of exporter/contract/fields.py")
         elif "field" in f:
             raise f.fail("field", "only an nvml_error fault names a field")
         block = f.duration("block", 0.0, allow_zero=True)

@@ -31,6 +31,7 @@ from typing import Any
 
 import pynvml
 
+from exporter.attribute.visibility import ProcessVisibility, process_visibility
 from exporter.errors import BackendError, BackendUnavailable
 from exporter.nvml import fields as nvml_fields
 from exporter.nvml.fields import MIB, GpuLost, NvmlCalls, StaleHandle, mismatch_error, text
@@ -39,7 +40,6 @@ from exporter.nvml.mig import MigDevice, MigTopology
 from exporter.nvml.procs import ProcessSampler
 from exporter.nvml.xid import XidWatcher
 from exporter.snapshot import GpuInfo, GpuSnapshot, LostGpu, MigInstance, NodeSnapshot, ProcessUsage
-from exporter.visibility import ProcessVisibility, process_visibility
 
 
 def _one_line(exc: BaseException) -> str:
@@ -69,14 +69,14 @@ class _Gpu:
 
 
 class NvmlBackend:
-    """:class:`exporter.backend.Backend` over NVML.
+    """:class:`exporter.collect.backend.Backend` over NVML.
 
     ``library`` defaults to the real ``pynvml`` module (tests pass a fake). ``gpm_min_interval_s``
     is the shortest gap between two GPM samples of one entity (NVML needs more than 100 ms);
     ``gpm_first_gap_s`` is how long the first read after :meth:`open` waits for its second GPM
     sample (``--once``: activity over one second, not over the bare minimum). ``visibility``
     says whether NVML can list other containers' processes (default: the PID-namespace check of
-    :mod:`exporter.visibility`). ``clock``, ``wall_clock`` and ``sleep`` are injectable for tests.
+    :mod:`exporter.attribute.visibility`). ``clock``, ``wall_clock`` and ``sleep`` are injectable for tests.
     """
 
     name = "nvml"

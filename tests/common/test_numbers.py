@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from adapter import cli as adapter_cli
-from exporter import cli as exporter_cli
+from exporter.commands import cli as exporter_cli
 from gpupilot_common import numbers, timefmt
 from gpupilot_common.cli import OneLineParser
 from rightsizer import cli as rightsizer_cli

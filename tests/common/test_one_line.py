@@ -20,7 +20,7 @@ from adapter import cli as adapter_cli
 from adapter.clients.kube import KubeClient
 from adapter.clients.prometheus import PrometheusClient as AdapterPrometheus
 from adapter.errors import KubernetesUnavailable, PrometheusUnavailable
-from exporter import cli as exporter_cli
+from exporter.commands import cli as exporter_cli
 from rightsizer.clients.kube import Kube, PermanentKubeError
 from rightsizer.clients.prometheus import PrometheusClient as RightsizerPrometheus
 from rightsizer.clients.prometheus import PrometheusQueryError

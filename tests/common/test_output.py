@@ -48,7 +48,7 @@ def test_the_flag_offers_four_formats():
     ],
 )
 def test_every_command_line_prints_its_version(argv, capsys):
-    from exporter.cli import main as exporter_main  # noqa: PLC0415
+    from exporter.commands.cli import main as exporter_main  # noqa: PLC0415
     from rightsizer.cli import main as rightsizer_main  # noqa: PLC0415
 
     mains = {"gpupilot-exporter": exporter_main, "gpupilot-rightsizer": rightsizer_main}

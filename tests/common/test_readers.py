@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from adapter.config import mapping as adapter_config
 from adapter.errors import AdapterError
 from adapter.hpa import spec as hpaspec
-from exporter import webconfig
 from exporter.errors import ExporterError
+from exporter.serve import webconfig
 from rightsizer.errors import RightsizerError
 from rightsizer.migparted import manifest
 from rightsizer.plan.model import load_plan

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collector import Collector
+from exporter.collect.collector import Collector
 from exporter.settings import CollectorSettings
 from tests.support.exporter import fakes
 from tests.support.exporter import pki as pki_mod

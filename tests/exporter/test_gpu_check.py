@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.exposition import device_families
+from exporter.attribute.visibility import ProcessVisibility
+from exporter.expose.exposition import device_families
+from exporter.expose.render import render_text
 from exporter.nvml.backend import NvmlBackend
-from exporter.render import render_text
-from exporter.visibility import ProcessVisibility
 from tests.support.exporter import fake_nvml as fk
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check"

@@ -12,10 +12,11 @@ import pytest
 import requests
 
 from devkit.prometheus import PrometheusServer, ScrapeJob
-from exporter import fields, webconfig
-from exporter.collector import Collector
-from exporter.exposition import device_families
-from exporter.server import MetricsServer
+from exporter.collect.collector import Collector
+from exporter.contract import fields
+from exporter.expose.exposition import device_families
+from exporter.serve import webconfig
+from exporter.serve.server import MetricsServer
 from exporter.settings import CollectorSettings
 from simulator import scenario as scenario_mod
 from simulator.backend import SimBackend

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter import fields
+from exporter.contract import fields
 from exporter.errors import BackendUnavailable, ScenarioError
-from exporter.exposition import device_families
+from exporter.expose.exposition import device_families
 from simulator import scenario
 from simulator.backend import SimBackend
 from simulator.model import Scenario

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from devkit.prometheus import PrometheusServer
-from exporter.exposition import device_families
+from exporter.expose.exposition import device_families
 from simulator import backfill, cluster, scenario
 from simulator import cli as sim_cli
 from simulator.backend import SimBackend

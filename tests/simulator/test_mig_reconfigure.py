@@ -10,8 +10,8 @@ import urllib.request
 
 import numpy as np
 
-from exporter.collector import Collector
-from exporter.server import MetricsServer
+from exporter.collect.collector import Collector
+from exporter.serve.server import MetricsServer
 from exporter.settings import CollectorSettings
 from simulator import scenario as scenario_mod
 from simulator.backend import SimBackend

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.collector import Collector
+from exporter.collect.collector import Collector
 from exporter.errors import ScenarioError
 from exporter.settings import CollectorSettings
 from simulator import scenario as scenario_mod

@@ -14,8 +14,8 @@ import requests
 from adapter.config.settings import ServeSettings
 from adapter.serving.app import Adapter
 from devkit.prometheus import PrometheusServer, ScrapeJob
-from exporter.collector import Collector
-from exporter.server import MetricsServer
+from exporter.collect.collector import Collector
+from exporter.serve.server import MetricsServer
 from exporter.settings import CollectorSettings
 from simulator import scenario as scenario_mod
 from simulator.backend import SimBackend

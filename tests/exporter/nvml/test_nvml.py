@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.attribute.visibility import ProcessVisibility
 from exporter.errors import BackendUnavailable
-from exporter.exposition import device_families
+from exporter.expose.exposition import device_families
 from exporter.nvml.backend import NvmlBackend
-from exporter.visibility import ProcessVisibility
 from tests.support.exporter import fake_nvml as fk
 
 MIB = 1024 * 1024

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.exposition import device_families
-from exporter.visibility import ProcessVisibility, process_visibility
+from exporter.attribute.visibility import ProcessVisibility, process_visibility
+from exporter.expose.exposition import device_families
 from tests.exporter.nvml.test_nvml import backend_for
 from tests.support.exporter import fake_nvml as fk
 

@@ -3,7 +3,7 @@ per PID and read once per interval, idle intervals, NOT_SUPPORTED (MPS) marked, 
 
 from __future__ import annotations
 
-from exporter.visibility import ProcessVisibility
+from exporter.attribute.visibility import ProcessVisibility
 from tests.exporter.nvml.test_nvml import backend_for
 from tests.support.exporter import fake_nvml as fk
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.podresources import dra
+from exporter.attribute.podresources import dra
 from exporter.snapshot import Allocations
 from simulator.backend import SimBackend
 

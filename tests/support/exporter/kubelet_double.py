@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from exporter.podresources import api_pb2, api_pb2_grpc
+from exporter.attribute.podresources import api_pb2, api_pb2_grpc
 
 
 def container(

@@ -1,0 +1,1 @@
+"""Pod attribution: kubelet pod-resources (device plugins and DRA claims), ResourceSlices, per-process figures on shared GPUs."""

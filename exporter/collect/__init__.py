@@ -1,0 +1,1 @@
+"""The collection loop: a backend read on a deadline → snapshot → attribution → families → one rendered page."""

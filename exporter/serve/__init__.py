@@ -1,0 +1,1 @@
+"""The exporter's HTTP(S) endpoint and its web configuration (TLS, basic auth)."""
