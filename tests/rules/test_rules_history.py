@@ -64,10 +64,13 @@ def _alert_expr(name: str) -> str:
 
 
 def _without_coverage_clause(expr: str) -> str:
-    """MIGSliceIdle24h without its last clause (the rule's series must exist 24 h ago)."""
-    head, _, last = expr.strip().rpartition("and on (Hostname, UUID, GPU_I_ID, namespace, pod)")
-    assert "offset 24h" in last and "gpupilot:slice_activity:avg5m" in last
-    return head
+    """MIGSliceIdle24h without its coverage clauses (the rule's series must exist 24 h ago and have
+    a sample in every hour since)."""
+    sep = "and on (Hostname, UUID, GPU_I_ID, namespace, pod)"
+    first, *rest = expr.strip().split(sep)
+    coverage = [c for c in rest if "gpupilot:slice_activity:avg5m" in c]
+    assert len(coverage) == 2 and any("offset 24h" in c for c in coverage)
+    return sep.join([first, *(c for c in rest if c not in coverage)])
 
 
 def test_a_fresh_rule_over_old_raw_history_does_not_call_a_slice_idle_for_24h(metrics_history: Any) -> None:
