@@ -1,6 +1,11 @@
 """``serve``: APScheduler jobs (weekly report, periodic plan, guarded auto-apply), ``/health`` and
 ``/metrics``.
 
+Day one: when the report folder holds no report yet (a fresh install), a first report is written
+soon after start, right after the first plan (or at start without a plan job), not at the first
+weekly time. With leader election, a replica that does not lead yet tries again as leadership can
+change (every ``leader_election.lease_duration``) until it leads or a report exists.
+
 Jobs coalesce missed runs (one run after downtime, not a burst) and run one instance at a time. A
 job that fails is a failure (:mod:`rightsizer.serve.failures`): one log line naming the serve config's
 fields, ``gpupilot_rightsizer_job_failures_total{job}``, a retry after minutes (not the next period),
@@ -33,7 +38,7 @@ from rightsizer.apply.applier import ApplyReport
 from rightsizer.errors import RightsizerError
 from rightsizer.plan import idle
 from rightsizer.plan.model import Plan
-from rightsizer.serve import budget, status
+from rightsizer.serve import budget, status, webfiles
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
 from rightsizer.serve.failures import Failures, JobFailed
 from rightsizer.serve.ledger import Entries, FileLedger, Ledger, LedgerConflict
@@ -42,6 +47,9 @@ from rightsizer.serve.wording import in_config_terms
 log = logging.getLogger(__name__)
 
 LEDGER_TRIES = 5
+FIRST_REPORT = "first_report"
+"""The job id of the start-up report, ``first_report-N`` (a date job: it runs once; a replica that
+does not lead adds the next try under a fresh id, as APScheduler removes a date job after its run)."""
 CONFIG_BACKOFF_MAX_S = 6 * 3600.0
 """A configuration error of the auto-apply is tried again after check_every, then twice as long … up to this."""
 
@@ -120,6 +128,21 @@ class Service(Collector):
         self._scheduler: Any = None
         self._running = threading.Condition()
         self._in_flight = 0
+        self._first_report_due = False
+        """Set at start when no report exists; the first plan run (or the start) schedules it."""
+        self._first_report_tries = 0
+
+    @property
+    def reports_dir(self) -> Path:
+        """Where the report job writes its dated folders (and ``/report/`` reads them)."""
+        job = self.config.report
+        return job.out_dir if job is not None and job.out_dir else self.config.state_dir / "reports"
+
+    def has_report(self) -> bool:
+        """A report (``report.html`` in a dated folder) exists: what ``/report/`` serves."""
+        return (
+            webfiles.ReportFiles(self.reports_dir, self.config.state_dir / "plan.json").latest() is not None
+        )
 
     def _standby(self, job: str) -> bool:
         if self.leader is None or self.leader():
@@ -215,7 +238,16 @@ class Service(Collector):
 
     # -- the jobs -------------------------------------------------------------------------------
     def run_plan(self) -> bool:
-        """One plan; False when it failed (recorded, retried after a backoff)."""
+        """One plan; False when it failed (recorded, retried after a backoff). The first run, failed
+        or not, is followed by the first report when none exists yet."""
+        try:
+            return self._plan_once()
+        finally:
+            if self._first_report_due:
+                self._first_report_due = False
+                self._schedule_first_report(delay_s=0.0)
+
+    def _plan_once(self) -> bool:
         job = self.config.plan
         if job is None:
             return True
@@ -246,9 +278,7 @@ class Service(Collector):
         if job is None or self._standby("report"):
             return True
         now = self.clock()
-        out = (job.out_dir or self.config.state_dir / "reports") / now.astimezone(
-            self.config.timezone
-        ).strftime("%Y-%m-%d")
+        out = self.reports_dir / now.astimezone(self.config.timezone).strftime("%Y-%m-%d")
         try:
             path = self.jobs.write_report(end=now.timestamp(), job=job, plan=self.state.plan, out_dir=out)
         except Exception as exc:
@@ -260,6 +290,30 @@ class Service(Collector):
         self._succeeded("report")
         log.info("weekly report written to %s", path)
         return True
+
+    def run_first_report(self) -> bool:
+        """The start-up report (none existed at start): as the weekly one, now. A replica that does not
+        lead yet asks again after a lease duration, until it leads or a report exists."""
+        if self.has_report():
+            return True
+        if self.leader is not None and not self.leader():
+            election = self.config.auto_apply.leader_election
+            self._schedule_first_report(delay_s=election.lease_duration_s if election else 15.0)
+            return True
+        log.info("no report in %s yet: writing the first one now", self.reports_dir)
+        return self.run_report()
+
+    def _schedule_first_report(self, *, delay_s: float) -> None:
+        if self._scheduler is None or self.config.report is None:
+            return
+        self._first_report_tries += 1
+        self._scheduler.add_job(
+            self._scheduled("report", self.run_first_report),
+            DateTrigger(run_date=self.clock() + timedelta(seconds=delay_s)),
+            id=f"{FIRST_REPORT}-{self._first_report_tries}",
+            name="first report (none yet)",
+            misfire_grace_time=None,
+        )
 
     def _skip(self, reason: str) -> bool:
         with self._lock:
@@ -410,6 +464,11 @@ class Service(Collector):
                 misfire_grace_time=6 * 3600,
                 **defaults,
             )
+        if self.config.report is not None and not self.has_report():
+            if self.config.plan is not None:
+                self._first_report_due = True  # right after the first plan (run_plan), which it uses
+            else:
+                self._schedule_first_report(delay_s=0.0)
         if (pj := self.config.plan) is not None:
             trigger = IntervalTrigger(seconds=pj.every_s, start_date=now, timezone=tz)
             grace = int(max(60, pj.every_s / 2))

@@ -74,7 +74,11 @@ class ReportFiles:
             return self._dated(path.removeprefix("/reports/"))
         latest = self.latest()
         if latest is None:
-            return _text(404, "no report yet: the weekly report job has not written one")
+            return _text(
+                404,
+                "no report yet: serve writes the first one after its first plan, minutes after it "
+                "starts (then weekly); /health shows a report or plan job that fails",
+            )
         return self._in(latest, path.removeprefix("/report/"))
 
     def dated(self) -> list[Path]:

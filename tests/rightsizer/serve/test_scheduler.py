@@ -33,6 +33,7 @@ from tests.support.rightsizer.serve_support import (
     BERLIN,
     FakeJobs,
     config,
+    earlier_report,
     start,
     tick,
 )
@@ -42,7 +43,9 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_weekly_report_and_plans_fire_at_their_local_times(tmp_path, scheduler_clock):
     jobs = FakeJobs()
-    service, sched = start(config(tmp_path), jobs, scheduler_clock)
+    cfg = config(tmp_path)
+    earlier_report(cfg)  # not the first start: no start-up report
+    service, sched = start(cfg, jobs, scheduler_clock)
     tick(sched, scheduler_clock, datetime(2026, 11, 30, 12, 0, tzinfo=BERLIN))
     reports = jobs.fired("report")
     assert [r[1] for r in reports] == [
@@ -71,7 +74,9 @@ def test_weekly_report_and_plans_fire_at_their_local_times(tmp_path, scheduler_c
 
 def test_missed_runs_are_coalesced_and_stale_reports_skipped(tmp_path, scheduler_clock):
     jobs = FakeJobs()
-    _, sched = start(config(tmp_path), jobs, scheduler_clock)
+    cfg = config(tmp_path)
+    earlier_report(cfg)  # not the first start: no start-up report
+    _, sched = start(cfg, jobs, scheduler_clock)
     sched._process_jobs()  # the start-up plan
     scheduler_clock.now += timedelta(days=2, hours=1)  # asleep from Saturday 20:00 to Monday 21:00
     sched._process_jobs()

@@ -56,6 +56,8 @@ class FakeJobs:
 
     def write_report(self, *, end, job, plan, out_dir):
         self.calls.append(("report", datetime.fromtimestamp(end, UTC), out_dir))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "report.html").write_text("<p>report</p>")
         return out_dir / "report.html"
 
     def node_marks(self, *, settings):
@@ -82,6 +84,14 @@ def config(tmp_path, **extra):
         **extra,
     }
     return parse(doc, source="serve.yaml")
+
+
+def earlier_report(cfg, day="2026-11-23"):
+    """A report an earlier run left in the report folder (serve then writes none at start)."""
+    folder = (cfg.report.out_dir or cfg.state_dir / "reports") / day
+    folder.mkdir(parents=True)
+    (folder / "report.html").write_text("<p>last week</p>")
+    return folder
 
 
 def start(cfg, jobs, clock):
