@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -116,6 +117,8 @@ class PrometheusClient:
         # user:password@ in the URL goes into the Authorization header; the URL shown in messages,
         # plan.json and reports has none. A path prefix (/prometheus) stays in it.
         self.url, basic_auth = split_userinfo(url.rstrip("/"))
+        self._prefix = urllib.parse.urlsplit(self.url).path.rstrip("/")
+        """A path prefix of the URL (``/prometheus`` on Mimir): messages name ``url`` + API path, once."""
         self.timeout = timeout
         self.limits = limits
         self._local = threading.local()  # node groups are queried from several threads
@@ -162,6 +165,8 @@ class PrometheusClient:
         bounded by the limits and the deadline, decoded by :mod:`gpupilot_common.promanswer`; the
         library is left a small empty answer to parse. Failures leave as the shared reader's."""
         path = resp.request.path_url.split("?", 1)[0] if resp.request is not None else ""
+        if self._prefix and path.startswith(f"{self._prefix}/"):  # the URL already holds the prefix
+            path = path[len(self._prefix) :]
         query = getattr(self._local, "query", path)
         body = promanswer.AnswerBody(url=self.url, query=query, limits=self.limits)
         deadline = getattr(self._local, "deadline", None)

@@ -7,12 +7,19 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import pytest
 
 from gpupilot_common import promanswer
 from gpupilot_common.httpserve import HTTPServer, Reply
-from rightsizer.clients.prometheus import PrometheusClient, PrometheusQueryError, PrometheusUnavailable
+from rightsizer.cli import main
+from rightsizer.clients.prometheus import (
+    PrometheusClient,
+    PrometheusError,
+    PrometheusQueryError,
+    PrometheusUnavailable,
+)
 
 
 class Answers:
@@ -151,3 +158,39 @@ def test_refused_and_timed_out_are_told_apart() -> None:
         with PrometheusClient(url, timeout=0.3) as client, pytest.raises(PrometheusUnavailable) as err:
             client.instant("up")
     assert str(err.value) == f"Prometheus at {url}: no complete answer, timed out after 0.3 s (--timeout)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("status", "body", "says"),
+    [
+        (503, b"upstream down\n", "Prometheus at {url} answered HTTP 503 for /api/v1/query"),
+        (404, b"404 page not found", "{url}/api/v1/query answered HTTP 404, not a Prometheus API body"),
+    ],
+)
+def test_a_path_prefix_is_named_once(fake: tuple[Answers, str], status: int, body: bytes, says: str) -> None:
+    """Mimir and Thanos serve the API under a prefix: the request carries it once, and so does the
+    message (the URL holds it; the API path after it does not repeat it)."""
+    answers, url = fake
+    answers.reply = Reply(status, body)
+    prefixed = f"{url}/prometheus"
+    with PrometheusClient(prefixed) as client, pytest.raises(PrometheusError) as err:
+        client.instant("up")
+    assert answers.paths == ["/prometheus/api/v1/query"]
+    assert says.format(url=prefixed) in str(err.value)
+    assert "/prometheus/prometheus" not in str(err.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["plan", "report"])
+def test_plan_and_report_name_a_prefixed_url_once(
+    fake: tuple[Answers, str], command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answers, url = fake
+    answers.reply = Reply(503, b"upstream down\n")
+    argv = [command, "--prometheus-url", f"{url}/prometheus", "--out", str(tmp_path / "out")]
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert f"Prometheus at {url}/prometheus answered HTTP 503 for /api/v1/query" in err, err
+    assert "/prometheus/prometheus" not in err
+    assert answers.paths and all(p.startswith("/prometheus/api/v1/") for p in answers.paths)
