@@ -2,6 +2,6 @@
 
 import sys
 
-from adapter.cli import main
+from adapter.entry import main
 
 sys.exit(main())

@@ -1,5 +1,5 @@
 """``python -m exporter`` = ``gpupilot-exporter``."""
 
-from exporter.commands.cli import main
+from exporter.entry import main
 
 raise SystemExit(main())

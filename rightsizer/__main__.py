@@ -1,5 +1,7 @@
+"""``python -m rightsizer`` = ``gpupilot-rightsizer``."""
+
 import sys
 
-from rightsizer.cli import main
+from rightsizer.entry import main
 
 sys.exit(main())

@@ -1,0 +1,14 @@
+"""``gpupilot-rightsizer``, the console script: :mod:`rightsizer.cli` behind the one-line missing-extra
+check (:mod:`gpupilot_common.entrypoint`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpupilot_common import entrypoint
+
+PROG = "gpupilot-rightsizer"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return entrypoint.run(prog=PROG, extras=("rightsizer",), cli="rightsizer.cli", argv=argv)
