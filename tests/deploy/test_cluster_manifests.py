@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.test_manifests import DEPLOY, OVERLAY, ROOT, find, pod_spec, render
+from tests.deploy.test_manifests import DEPLOY, OVERLAY, ROOT, find, pod_spec, render, render_with
 
 
 def build(
@@ -218,28 +218,42 @@ def rightsizer_annotation_keys() -> set[str]:
 
 
 def test_admission_policies_bind_to_the_rightsizer_and_cover_its_writes() -> None:
+    """Every write the auto-apply component grants (node, ClusterPolicy and workload patches) is bound
+    by a Deny policy matching the rightsizer's user; tests/deploy/test_admission_policies.py
+    evaluates what they admit."""
     objs = render(OVERLAY)
     sa = one(objs, "ServiceAccount", "gpupilot-rightsizer")
     username = f"system:serviceaccount:{sa['metadata']['namespace']}:gpupilot-rightsizer"
     policies = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"}
     bindings = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"]
-    assert {b["spec"]["policyName"] for b in bindings} == set(policies) and len(policies) == 2
+    assert {b["spec"]["policyName"] for b in bindings} == set(policies) and len(policies) == 3
     assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    covered = set()
     for policy in policies.values():
         (cond,) = policy["spec"]["matchConditions"]
         assert cond["expression"] == f"request.userInfo.username == '{username}'"
         assert policy["spec"]["failurePolicy"] == "Fail"
-    cp = "\n".join(
-        v["expression"] for v in policies["gpupilot-rightsizer-clusterpolicy"]["spec"]["validations"]
-    )
-    for field in ("driver", "toolkit", "devicePlugin", "dcgmExporter", "validator", "daemonsets"):
-        assert f"object.spec.?{field} == oldObject.spec.?{field}" in cp
-    assert "migManager.?image" in cp and "config.?name" not in cp, "only config.name may change"
+        for rule in policy["spec"]["matchConstraints"]["resourceRules"]:
+            covered |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
+    grants = one(render_with(OVERLAY, "rightsizer/auto-apply"), "ClusterRole", "gpupilot-rightsizer-apply")
+    patched = {
+        (g, r)
+        for rule in grants["rules"]
+        if "patch" in rule["verbs"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert patched and patched <= covered, f"patch rights without a policy: {patched - covered}"
     nodes = "\n".join(v["expression"] for v in policies["gpupilot-rightsizer-nodes"]["spec"]["validations"])
-    assert "'nvidia.com/mig.config'" in nodes and "taints" in nodes and "unschedulable" not in nodes
+    ours = next(
+        v["expression"]
+        for v in policies["gpupilot-rightsizer-nodes"]["spec"]["variables"]
+        if v["name"] == "ours"
+    )
     annotations = rightsizer_annotation_keys()
     assert annotations, "the scan no longer finds the rightsizer's node annotations"
-    assert all(k.startswith("gpupilot.io/") for k in annotations) and "startsWith('gpupilot.io/')" in nodes
+    assert all(k.startswith("gpupilot.io/") for k in annotations) and "'gpupilot.io/'" in ours
+    assert "'unschedulable'" in nodes
 
 
 @pytest.mark.parametrize("overlay", [OVERLAY, "overlays/openshift"])
