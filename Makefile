@@ -23,7 +23,7 @@ help:
 	@echo "make images the three service images (buildah, no Docker) into dist/images/*.oci.tar, each started once"
 	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
 	@echo "make docs   build the documentation site into .site/ (mkdocs --strict)"
-	@echo "make manifests  regenerate dashboards/*.json and deploy/monitoring from their sources"
+	@echo "make manifests  regenerate dashboards/*.json, deploy/monitoring and the chart's files/ from their sources"
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

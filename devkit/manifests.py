@@ -6,7 +6,11 @@
   (the groups unchanged, so what ``promtool test rules`` proves is what the cluster runs);
 - ``deploy/monitoring/dashboards.yaml``: one ``ConfigMap`` per ``dashboards/*.json``, labelled
   ``grafana_dashboard: "1"`` for the Grafana sidecar of kube-prometheus-stack;
-- ``deploy/monitoring/kustomization.yaml`` listing them.
+- ``deploy/monitoring/kustomization.yaml`` listing them;
+- ``deploy/helm/gpupilot/files/``: copies of the files the Helm chart reads (those two, the adapter's
+  default config, the admission policies, the OpenShift SCC, the rightsizer's default config), so the
+  chart holds plain files (Helm warns about every symbolic link in a chart) that cannot drift from
+  their one source under ``deploy/``.
 
 ``--check`` writes nothing and exits 1, naming the stale files, when the committed files differ from
 what would be generated (a test runs the same comparison).
@@ -53,6 +57,21 @@ class Layout:
     @property
     def out_dir(self) -> Path:
         return self.root / "deploy" / "monitoring"
+
+    @property
+    def chart_dir(self) -> Path:
+        return self.root / "deploy" / "helm" / "gpupilot"
+
+
+CHART_FILES = {
+    "dashboards.yaml": "monitoring/dashboards.yaml",
+    "prometheusrules.yaml": "monitoring/prometheusrules.yaml",
+    "adapter-config.yaml": "adapter/config.yaml",
+    "admission-policy.yaml": "rightsizer/admission-policy.yaml",
+    "openshift-scc.yaml": "overlays/openshift/scc.yaml",
+    "rightsizer.yaml": "overlays/gpu-operator/rightsizer.yaml",
+}
+"""The chart's ``files/`` name → its source under ``deploy/``, copied byte for byte."""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -152,14 +171,38 @@ def render(layout: Layout) -> dict[str, str]:
     return files
 
 
+def chart_files(layout: Layout, monitoring: dict[str, str]) -> dict[str, str]:
+    """The chart's ``files/`` name → content (``monitoring``: deploy/monitoring as generated); empty
+    where the repository has no chart, a file left out where its source is missing."""
+    if not layout.chart_dir.is_dir():
+        return {}
+    files = {}
+    for name, source in CHART_FILES.items():
+        folder, _, base = source.rpartition("/")
+        text = monitoring.get(base) if folder == "monitoring" else _read(layout.root / "deploy" / source)
+        if text is not None:
+            files[name] = text
+    return files
+
+
+def _wanted(layout: Layout) -> dict[Path, str]:
+    """Every generated file, by path."""
+    monitoring = render(layout)
+    wanted = {layout.out_dir / name: text for name, text in monitoring.items()}
+    files = layout.chart_dir / "files"
+    wanted.update({files / name: text for name, text in chart_files(layout, monitoring).items()})
+    return wanted
+
+
 def stale_files(layout: Layout) -> list[str]:
-    """Names whose committed content differs from the generator's (or that should not be there)."""
-    wanted = render(layout)
-    stale = [name for name, text in wanted.items() if _read(layout.out_dir / name) != text]
+    """Names (relative to deploy/) whose committed content differs from the generator's, that are
+    links instead of files, or that should not be there."""
+    wanted = _wanted(layout)
+    stale = [path for path, text in wanted.items() if path.is_symlink() or _read(path) != text]
     for extra in ("prometheusrules.yaml", "dashboards.yaml"):
-        if extra not in wanted and (layout.out_dir / extra).exists():
-            stale.append(extra)
-    return sorted(stale)
+        if layout.out_dir / extra not in wanted and (layout.out_dir / extra).exists():
+            stale.append(layout.out_dir / extra)
+    return sorted(str(p.relative_to(layout.root / "deploy")) for p in stale)
 
 
 def _read(path: Path) -> str | None:
@@ -170,16 +213,18 @@ def _read(path: Path) -> str | None:
 
 
 def write(layout: Layout) -> list[Path]:
+    """Write what changed, atomically; a link in the way is replaced by a file (never written through)."""
     layout.out_dir.mkdir(parents=True, exist_ok=True)
-    wanted = render(layout)
     written = []
-    for name, text in wanted.items():
-        target = layout.out_dir / name
-        if _read(target) != text:
-            target.write_text(text)
+    wanted = _wanted(layout)
+    for target, text in wanted.items():
+        if target.is_symlink() or _read(target) != text:
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_text(text)
+            tmp.replace(target)
             written.append(target)
     for extra in ("prometheusrules.yaml", "dashboards.yaml"):
-        if extra not in wanted and (layout.out_dir / extra).exists():
+        if layout.out_dir / extra not in wanted and (layout.out_dir / extra).exists():
             (layout.out_dir / extra).unlink()
             written.append(layout.out_dir / extra)
     return written
@@ -206,11 +251,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             stale = stale_files(layout)
             if stale:
                 print(
-                    f"deploy/monitoring is out of date ({', '.join(stale)}): run 'python -m devkit.manifests'",
+                    f"generated files under deploy/ are out of date ({', '.join(stale)}): "
+                    "run 'python -m devkit.manifests'",
                     file=sys.stderr,
                 )
                 return 1
-            print("deploy/monitoring is up to date")
+            print("deploy/monitoring and the chart's files/ are up to date")
             return 0
         written = write(layout)
     except ManifestError as err:
@@ -219,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in written:
         print(f"wrote {path.relative_to(layout.root)}")
     if not written:
-        print("deploy/monitoring is up to date")
+        print("deploy/monitoring and the chart's files/ are up to date")
     return 0
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from devkit import manifests
 from tests.deploy.test_manifests import (
     CLUSTER_SCOPED,
     KNOWN_API_VERSIONS,
@@ -289,8 +290,8 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
     if out["kind"] == "ConfigMap" and out["metadata"]["name"] == "gpupilot-rightsizer":
         out["data"] = {k: yaml.safe_load(v) for k, v in out["data"].items()}  # comments differ
     if out["kind"] == "APIService":
-        # The trust path differs by design: the chart generates its CA (caBundle), kustomize takes a
-        # TLS component (cert-manager's injection or devkit.adapter_tls); test_helm_install checks it.
+        # The trust path differs by design: the chart generates its CA (caBundle), kustomize has
+        # cert-manager inject it; test_trust_path checks that each has one.
         out["metadata"].pop("annotations", None)
         out["spec"].pop("caBundle", None)
     return out
@@ -305,9 +306,18 @@ CHART_EXTRAS = {
     "ClusterRoleBinding/-/gpupilot-adapter-test",
     "Pod/gpupilot/gpupilot-adapter-test",
 }
-# kustomize's exporter base uses the GPU Operator's client pause label (deploy/exporter); the
-# chart's default (auto) renders dcgm-exporter's without a cluster to look at.
-AS_KUSTOMIZE = "exporter.migPause=client"
+# The chart's default (auto) renders dcgm-exporter's pause without a cluster to look at, as
+# deploy/exporter places it; nothing to set.
+AS_KUSTOMIZE = "exporter.migPause=dcgm-exporter"
+# kustomize's own: the Namespace (the chart leaves it to namespace.create) and cert-manager's
+# objects, its trust path where the chart generates one (the Secret among CHART_EXTRAS).
+KUSTOMIZE_EXTRAS = {
+    "Namespace/-/gpupilot",
+    "Issuer/gpupilot/gpupilot-adapter-selfsigned",
+    "Certificate/gpupilot/gpupilot-adapter-ca",
+    "Issuer/gpupilot/gpupilot-adapter-ca",
+    "Certificate/gpupilot/gpupilot-adapter-tls",
+}
 # overlay → the chart's values variant that installs the same.
 COUNTERPARTS = {OVERLAY: "defaults", "overlays/openshift": "openshift"}
 
@@ -342,7 +352,7 @@ def test_chart_and_kustomize_render_the_same_objects(overlay: str) -> None:
     chart = {ident(o) for o in template(variant, AS_KUSTOMIZE)}
     kustomize = {ident(o) for o in render(overlay)}
     assert _compare(template(variant, AS_KUSTOMIZE), render(overlay)) >= 40
-    assert kustomize - chart == {"Namespace/-/gpupilot"}, "the chart leaves it to namespace.create"
+    assert kustomize - chart == KUSTOMIZE_EXTRAS
     assert chart - kustomize == CHART_EXTRAS
     with_ns = template(variant, AS_KUSTOMIZE, "namespace.create=true")
     assert _compare(with_ns, render(overlay)) >= 41  # the Namespace too, Pod Security labels and all
@@ -351,7 +361,7 @@ def test_chart_and_kustomize_render_the_same_objects(overlay: str) -> None:
 # kustomize component → the chart setting that does the same.
 COMPONENTS = {
     "exporter/unprivileged": "exporter.unprivileged=true",
-    "exporter/legacy-gpu-operator": "exporter.migPause=dcgm-exporter",
+    "exporter/mig-pause-client": "exporter.migPause=client",
     "adapter/external": "adapter.externalMetrics=true",
     "adapter/keda": "adapter.externalScaler.enabled=true",
     "rightsizer/auto-apply": "rightsizer.autoApply.enabled=true",
@@ -386,23 +396,24 @@ def test_chart_settings_match_kustomize_components(component: str, tmp_path: Pat
     # Objects a component adds miss the overlay's part-of label (kustomize applies labels before
     # components); the chart labels every object.
     assert _compare(chart, kustomize, ignore_labels=frozenset({"app.kubernetes.io/part-of"})) >= 40
-    assert {ident(o) for o in kustomize} - {ident(o) for o in chart} == {"Namespace/-/gpupilot"}
+    assert {ident(o) for o in kustomize} - {ident(o) for o in chart} == KUSTOMIZE_EXTRAS
 
 
 @pytest.mark.slow
-def test_chart_files_are_links_to_deploy_and_package_resolves_them(tmp_path: Path) -> None:
+def test_chart_files_are_plain_copies_and_package_renders_the_same(tmp_path: Path) -> None:
     """rules/, dashboards/ (through deploy/monitoring), the default configs, admission policies and
-    the SCC reach the chart by links to their one source under deploy/, never by copies; a
-    packaged chart (what `helm package`/`helm push` ship) carries their contents and renders the
-    same objects as the chart directory."""
+    the SCC reach the chart as plain files equal to their one source under deploy/ (`make manifests`
+    copies them; Helm prints a line for every symbolic link in a chart); a packaged chart (what
+    `helm package`/`helm push` ship) renders the same objects as the chart directory."""
     files = sorted((CHART / "files").iterdir())
-    assert files
+    assert {p.name for p in files} == set(manifests.CHART_FILES)
     for path in files:
-        assert path.is_symlink(), f"{path.relative_to(ROOT)} must link to its source under deploy/"
-        target = path.resolve()
-        assert target.is_file() and DEPLOY in target.parents and CHART not in target.parents, path
+        assert not path.is_symlink() and path.is_file(), path
+        source = DEPLOY / manifests.CHART_FILES[path.name]
+        assert path.read_bytes() == source.read_bytes(), f"{path.name} differs: run 'make manifests'"
     res = run_helm("package", str(CHART), "--destination", str(tmp_path))
     assert res.returncode == 0, res.stderr
+    assert "symlink" not in res.stderr.lower() and "symbolic" not in res.stderr.lower(), res.stderr
     (packaged,) = tmp_path.glob("gpupilot-*.tgz")
     res = run_helm("template", "gpupilot", str(packaged), "--namespace", NAMESPACE)
     assert res.returncode == 0, res.stderr

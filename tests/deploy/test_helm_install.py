@@ -299,8 +299,10 @@ def test_notes_say_how_to_check_each_part() -> None:
         "curl -s localhost:9500/plan.json",
         "rightsizer.persistence.enabled=true",
         "a CA the chart generated",
+        "count every GPU twice",  # beside NVIDIA's dcgm-exporter
     ):
         assert needed in notes, needed
+    assert "symlink" not in res.stderr.lower(), res.stderr  # the chart holds plain files
 
 
 # The parts the double does not serve (CRDs, admission policies) off: Helm maps every rendered kind.

@@ -254,6 +254,7 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
         ("nvidia.com", "clusterpolicies", "get"),
         ("nvidia.com", "clusterpolicies", "list"),
         ("nvidia.com", "clusterpolicies", "patch"),
+        ("resource.k8s.io", "resourceslices", "list"),
         ("", "events", "create"),
         ("apps", "replicasets", "get"),
         ("apps", "replicasets", "patch"),
@@ -334,13 +335,15 @@ def test_resources_and_probes_on_every_container() -> None:
 def test_exporter_daemonset_placement_and_mounts() -> None:
     ds = find("exporter", "DaemonSet", "gpupilot-exporter")
     spec = pod_spec(ds)
-    # The GPU Operator's pause key must be in nodeSelector (the MIG Manager checks nodeSelector).
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.client": "true"}
+    # Every GPU node on every GPU Operator version (the pause-client key only with its component).
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert any(t["key"] == "nvidia.com/gpu" and t["operator"] == "Exists" for t in spec["tolerations"])
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     exprs = {e["key"]: e for term in terms["nodeSelectorTerms"] for e in term["matchExpressions"]}
     ours = exprs["nvidia.com/gpu.deploy.gpupilot-exporter"]
     assert ours["operator"] == "NotIn" and set(ours["values"]) == {"false"}
+    pause = exprs["nvidia.com/gpu.deploy.dcgm-exporter"]
+    assert pause["operator"] == "NotIn" and pause["values"] == ["false", "paused-for-mig-change"]
     (container,) = spec["containers"]
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/var/lib/kubelet/pod-resources")
     assert mount["readOnly"] is True
@@ -414,7 +417,7 @@ def test_overlay_wires_namespace_images_and_runtime_class(overlay: str, operator
         if obj["kind"] in WORKLOAD_KINDS:
             for c in pod_spec(obj)["containers"]:
                 service = obj["metadata"]["name"].removeprefix("gpupilot-")
-                assert c["image"].startswith(f"ghcr.io/gpupilot/gpupilot-{service}:"), (
+                assert c["image"].startswith(f"localhost/gpupilot/gpupilot-{service}:"), (
                     f"{ident(obj)}: {c['image']}"
                 )
                 assert not c["image"].endswith(":latest"), ident(obj)
@@ -612,3 +615,22 @@ def test_rightsizer_rbac_grants_every_call_its_code_makes() -> None:
     }
     missing = sorted(used - granted)
     assert not missing, f"the rightsizer calls the API for {missing} but its RBAC does not grant it"
+
+
+def test_chart_files_are_copies_kept_in_sync(tmp_path: Path) -> None:
+    """The chart's files/ are generated copies: a link or an edited copy is stale, and the generator
+    replaces a link by a file without writing through it into the source."""
+    source = tmp_path / "deploy" / "adapter" / "config.yaml"
+    source.parent.mkdir(parents=True)
+    source.write_text("rules: []\n")
+    files = tmp_path / "deploy" / "helm" / "gpupilot" / "files"
+    files.mkdir(parents=True)
+    (files / "adapter-config.yaml").symlink_to(source)
+    layout = manifests.Layout(tmp_path)
+    assert "helm/gpupilot/files/adapter-config.yaml" in manifests.stale_files(layout)
+    assert manifests.main(["--root", str(tmp_path)]) == 0
+    copy = files / "adapter-config.yaml"
+    assert not copy.is_symlink() and copy.read_text() == "rules: []\n" == source.read_text()
+    assert manifests.stale_files(layout) == []
+    copy.write_text("rules: [edited]\n")
+    assert manifests.stale_files(layout) == ["helm/gpupilot/files/adapter-config.yaml"]
