@@ -3,8 +3,8 @@
 ``python -m devkit.adapter_tls --out DIR`` mints a CA and a serving certificate for the adapter's
 Service (``gpupilot-adapter.gpupilot.svc``), then writes DIR as a kustomize Component: the
 ``gpupilot-adapter-tls`` Secret (tls.crt, tls.key) and the CA as ``caBundle`` of every APIService
-deploy/adapter installs. Add DIR under ``components:`` of your overlay (after deploy/adapter/external when you use it) instead of
-deploy/adapter/cert-manager. The CA's key is not kept: to renew, run it again before ``--days``
+deploy/adapter installs, in place of deploy/adapter's cert-manager objects (which it takes out). Add
+DIR under ``components:`` of your overlay (after deploy/adapter/external when you use it). The CA's key is not kept: to renew, run it again before ``--days``
 runs out and re-apply (the adapter reloads the mounted Secret; the API server reads the new
 caBundle). Keep DIR out of version control: it holds a private key.
 """
@@ -26,6 +26,14 @@ APISERVICES = (
     "v1beta2.custom.metrics.k8s.io",
     "v1beta1.custom.metrics.k8s.io",
     "v1beta1.external.metrics.k8s.io",
+)
+
+# deploy/adapter/certificate.yaml, which the component takes out.
+CERT_MANAGER_OBJECTS = (
+    ("Issuer", "gpupilot-adapter-selfsigned"),
+    ("Certificate", "gpupilot-adapter-ca"),
+    ("Issuer", "gpupilot-adapter-ca"),
+    ("Certificate", "gpupilot-adapter-tls"),
 )
 
 
@@ -69,11 +77,32 @@ def write_component(out: Path, *, namespace: str, service: str, days: int, exter
             }
         ],
         "patches": [
-            {
-                "target": {"group": "apiregistration.k8s.io", "kind": "APIService", "name": name},
-                "patch": yaml.safe_dump([{"op": "add", "path": "/spec/caBundle", "value": bundle}]),
-            }
-            for name in names
+            *(
+                {
+                    "target": {"group": "apiregistration.k8s.io", "kind": "APIService", "name": name},
+                    "patch": yaml.safe_dump(
+                        [
+                            {"op": "remove", "path": "/metadata/annotations/cert-manager.io~1inject-ca-from"},
+                            {"op": "add", "path": "/spec/caBundle", "value": bundle},
+                        ]
+                    ),
+                }
+                for name in names
+            ),
+            # deploy/adapter's cert-manager objects (certificate.yaml): this Secret replaces them.
+            *(
+                {
+                    "patch": yaml.safe_dump(
+                        {
+                            "$patch": "delete",
+                            "apiVersion": "cert-manager.io/v1",
+                            "kind": kind,
+                            "metadata": {"name": name, "namespace": namespace},
+                        }
+                    )
+                }
+                for kind, name in CERT_MANAGER_OBJECTS
+            ),
         ],
     }
     header = (

@@ -11,7 +11,7 @@ Steps (each timed; the times and the archive sizes are printed at the end):
    reaches an image, and the build needs no network.
 3. ``buildah build --target SERVICE`` of the Dockerfile (vfs storage, chroot isolation: no daemon,
    no user namespaces needed), pushed to ``dist/images/gpupilot-SERVICE.oci.tar`` under the name the
-   chart pulls (``ghcr.io/gpupilot/gpupilot-SERVICE:VERSION`` unless ``--repository``/``--tag``).
+   chart pulls (``localhost/gpupilot/gpupilot-SERVICE:VERSION`` unless ``--repository``/``--tag``).
 4. Each archive is started again (``buildah from oci-archive:…`` + ``buildah run``): its entry
    point answers ``--help``; the exporter's ``--once`` ends with its one-line no-GPU message on a
    machine without a GPU; the exporter holds none of the simulator's dependencies.
@@ -160,7 +160,7 @@ def smoke_test(service: str, archive: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devkit.images", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=OUT, help="output folder (default dist/images)")
-    parser.add_argument("--repository", default="ghcr.io/gpupilot/gpupilot", help="image name prefix")
+    parser.add_argument("--repository", default="localhost/gpupilot/gpupilot", help="image name prefix")
     parser.add_argument("--tag", default="", help="image tag (default: the package version)")
     parser.add_argument("--suite", default="bookworm", help="Debian suite of the base (default bookworm)")
     parser.add_argument("--only", choices=SERVICES, action="append", help="build only this service")

@@ -70,16 +70,15 @@ def test_unprivileged_component_drops_exactly_those(tmp_path: Path) -> None:
     }
 
 
-def test_legacy_component_swaps_the_pause_key_for_affinity(tmp_path: Path) -> None:
-    objs = build(tmp_path, resources=["exporter"], components=["exporter/legacy-gpu-operator"])
+def test_client_component_swaps_the_dcgm_pause_for_the_client_key(tmp_path: Path) -> None:
+    objs = build(tmp_path, resources=["exporter"], components=["exporter/mig-pause-client"])
     spec = pod_spec(one(objs, "DaemonSet", "gpupilot-exporter"))
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.deploy.client": "true"}
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
     exprs = {e["key"]: (e["operator"], e["values"]) for e in term["matchExpressions"]}
-    assert exprs["nvidia.com/gpu.deploy.dcgm-exporter"] == ("NotIn", ["false", "paused-for-mig-change"])
-    assert "nvidia.com/gpu.deploy.gpupilot-exporter" in exprs
+    assert exprs == {"nvidia.com/gpu.deploy.gpupilot-exporter": ("NotIn", ["false"])}
 
 
 SETTINGS = {
@@ -274,17 +273,16 @@ def test_rightsizer_config_agrees_with_the_settings(overlay: str) -> None:
     assert auto["mig_configmap"] == role["rules"][0]["resourceNames"][2]
 
 
-def test_apiservices_trust_only_what_a_tls_component_gives(tmp_path: Path) -> None:
-    """No cert-manager annotation without cert-manager: the base's APIServices carry no trust path
-    of their own; the cert-manager component annotates every one rendered before it."""
-    base = [o for o in build(tmp_path, resources=["adapter"], components=[]) if o["kind"] == "APIService"]
-    assert base and all("annotations" not in o["metadata"] and "caBundle" not in o["spec"] for o in base)
-    (tmp_path / "cm").mkdir()
-    objs = build(
-        tmp_path / "cm", resources=["adapter"], components=["adapter/external", "adapter/cert-manager"]
-    )
+def test_every_apiservice_carries_cert_managers_trust_path(tmp_path: Path) -> None:
+    """deploy/adapter and its external component: every APIService is annotated for cert-manager's
+    CA injector from the serving Certificate, which a CA Issuer of the adapter's own signs."""
+    objs = build(tmp_path, resources=["adapter"], components=["adapter/external"])
     services = [o for o in objs if o["kind"] == "APIService"]
-    assert len(services) == 3 and one(objs, "Certificate", "gpupilot-adapter-tls")
+    cert = one(objs, "Certificate", "gpupilot-adapter-tls")
+    issuer = one(objs, "Issuer", cert["spec"]["issuerRef"]["name"])
+    ca = one(objs, "Certificate", "gpupilot-adapter-ca")
+    assert issuer["spec"]["ca"]["secretName"] == ca["spec"]["secretName"] and ca["spec"]["isCA"] is True
+    assert len(services) == 3
     for api in services:
         assert api["metadata"]["annotations"] == {
             "cert-manager.io/inject-ca-from": "gpupilot/gpupilot-adapter-tls"

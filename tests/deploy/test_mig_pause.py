@@ -2,7 +2,8 @@
 
 mig-parted >= v0.15.0 (GPU Operator >= v26.7.0) pauses ``nvidia.com/gpu.deploy.client`` and waits
 for the pods of every DaemonSet whose ``nodeSelector`` carries that key; node affinity is not looked
-at. The test renders deploy/exporter with the real kustomize, places it with the simulated
+at. The test renders deploy/exporter (which leaves on dcgm-exporter's pause, any operator version) and
+with its mig-pause-client component with the real kustomize, places it with the simulated
 DaemonSet controller, relabels the node, and reads the journal's order.
 """
 
@@ -27,12 +28,12 @@ NODE_LABELS = {
 }
 
 
-def legacy_daemonset(tmp_path: Path) -> dict[str, Any]:
+def client_daemonset(tmp_path: Path) -> dict[str, Any]:
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
                 "resources": [os.path.relpath(DEPLOY / "exporter", tmp_path)],
-                "components": [os.path.relpath(DEPLOY / "exporter" / "legacy-gpu-operator", tmp_path)],
+                "components": [os.path.relpath(DEPLOY / "exporter" / "mig-pause-client", tmp_path)],
             }
         )
     )
@@ -78,8 +79,8 @@ def order(journal: list[tuple[str, str, dict[str, Any]]]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_mig_manager_waits_for_the_shipped_exporter() -> None:
-    journal, states = run_reconfiguration(find("exporter", "DaemonSet", "gpupilot-exporter"))
+def test_mig_manager_waits_for_the_client_component(tmp_path: Path) -> None:
+    journal, states = run_reconfiguration(client_daemonset(tmp_path))
     assert states == ["pending", "success"]
     steps = order(journal)
     assert steps[:4] == ["exporter:create", "state:pending", "exporter:delete", "waited"], steps
@@ -88,9 +89,9 @@ def test_mig_manager_waits_for_the_shipped_exporter() -> None:
 
 
 @pytest.mark.slow
-def test_affinity_alone_is_invisible_to_the_mig_manager(tmp_path: Path) -> None:
-    """The legacy component (pre-v26.7 operators) leaves on the pause, but nobody waits for it."""
-    journal, _ = run_reconfiguration(legacy_daemonset(tmp_path))
+def test_affinity_alone_is_invisible_to_the_mig_manager() -> None:
+    """The shipped default (every operator version) leaves on the pause, but nobody waits for it."""
+    journal, _ = run_reconfiguration(find("exporter", "DaemonSet", "gpupilot-exporter"))
     steps = order(journal)
     assert "waited" not in steps
     assert steps.index("state:success") < steps.index("exporter:delete"), (

@@ -7,9 +7,67 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/part-of: gpupilot
 {{- end -}}
 
-{{/* One image per service (the Dockerfile's targets): <repository>-<service>:<tag>. */}}
+{{/* One image per service (the Dockerfile's targets): <repository>-<service>:<tag>, or
+<repository>-<service>@<digest> when image.digest.<service> is set. */}}
 {{- define "gpupilot.image" -}}
-{{ .root.Values.image.repository }}-{{ .service }}:{{ .root.Values.image.tag | default .root.Chart.AppVersion }}
+{{- $image := .root.Values.image -}}
+{{- $digest := dig .service "" ($image.digest | default dict) -}}
+{{- if $digest -}}
+{{ $image.repository }}-{{ .service }}@{{ $digest }}
+{{- else -}}
+{{ $image.repository }}-{{ .service }}:{{ $image.tag | default .root.Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{/* imagePullSecrets of every pod: global.imagePullSecrets then imagePullSecrets, each a name or
+{name: …}, duplicates dropped; nothing when both are empty. */}}
+{{- define "gpupilot.imagePullSecrets" -}}
+{{- $names := list -}}
+{{- $global := dig "imagePullSecrets" list (.Values.global | default dict) -}}
+{{- range concat ($global | default list) (.Values.imagePullSecrets | default list) -}}
+{{- $name := . -}}
+{{- if not (kindIs "string" .) }}{{ $name = dig "name" "" . }}{{ end -}}
+{{- if and $name (not (has $name $names)) -}}
+{{- $names = append $names $name -}}
+{{- end -}}
+{{- end -}}
+{{- with $names }}
+imagePullSecrets:
+{{- range . }}
+  - name: {{ . }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* A pod's placement from its component's values (.v): nodeSelector, tolerations, affinity,
+priorityClassName, each only when set. */}}
+{{- define "gpupilot.placement" -}}
+{{- with .v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A pod template's metadata: podAnnotations, then podLabels under the selector labels (.labels,
+which win). */}}
+{{- define "gpupilot.podMetadata" -}}
+{{- with .v.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+labels:
+  {{- toYaml (merge (deepCopy .labels) (.v.podLabels | default dict)) | nindent 2 }}
 {{- end -}}
 
 {{/* Container security context shared by every workload. */}}
