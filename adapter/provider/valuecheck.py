@@ -70,16 +70,16 @@ class ValueCheck:
         *,
         label: str,
         metric: str,
-        wanted: set[str] | None,
         value_range: tuple[float, float] | None = None,
     ) -> dict[str, Sample]:
-        """One sample per object (the value of ``label``), every refusal left out and logged."""
+        """One sample per object (the value of ``label``; a sample without it is no object's), every
+        refusal left out and logged."""
         first: dict[str, Sample] = {}
         duplicates: dict[str, list[float]] = {}
         refused: list[str] = []
         for s in samples:
             name = s.labels.get(label)
-            if not name or (wanted is not None and name not in wanted):
+            if not name:
                 continue
             if name in duplicates:
                 duplicates[name].append(s.value)

@@ -1,6 +1,8 @@
-"""Metric values for API objects: config rule + request → PromQL → values keyed by object.
+"""Metric values for API objects: config rule + request → PromQL → checked values keyed by object.
 
-The one code path behind both the HTTP API and ``explain-hpa``. With a :class:`RefreshingCache`
+The one code path behind both the HTTP API and ``explain-hpa``: one call per request
+(:meth:`MetricValues.for_objects`, :meth:`MetricValues.external`) returns the values that answer
+it, checked (``adapter.provider.valuecheck``), picked and sorted; the caller only renders them. With a :class:`RefreshingCache`
 (``serve``), a request is answered from memory: the namespace-wide query for (metric, resource,
 namespace, ``metricLabelSelector``) is kept fresh in the background and indexed by object name, and
 the request picks its objects from that index (``adapter.provider.refresh``). Without one (``explain-hpa``)
@@ -17,7 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -58,47 +60,36 @@ class Memo(dict[Hashable, bytes]):
     """Scratch space that lives as long as one evaluation of a query served from memory: the API
     caches each item's JSON here, so a request joins bytes instead of encoding. ``generation`` is
     unique to the evaluation (a refresh makes a new one), so it tells whether an answer encoded from
-    an earlier evaluation still holds."""
+    an earlier evaluation still holds. ``picks`` keeps, per label selector (None: every object), the
+    values picked from the evaluation for the pod list the selector gave, so a repeated request
+    reads the list instead of picking it again."""
 
-    __slots__ = ("generation",)
+    __slots__ = ("generation", "picks")
 
     def __init__(self) -> None:
         super().__init__()
         self.generation = next(_generations)
+        self.picks: dict[Selector | None, tuple[list[Pod] | None, list[ObjectValue]]] = {}
 
 
 _generations = itertools.count(1)
 
+MAX_PICKS = 256
+"""Selections kept per evaluation (``Memo.picks``); past that they are dropped and picked again."""
 
-class PodValues:
-    """A ``pods/*`` answer plus what the HPA needs to reason about it (used by explain-hpa).
 
-    Served from memory, ``values`` is picked from the index only when read: a request whose encoded
-    answer is cached never builds the list."""
+class CustomValues(NamedTuple):
+    """A custom metrics request's answer, checked and complete: what the API renders and explain-hpa
+    reads. A named tuple: one is built per request, the cheapest to build."""
 
-    __slots__ = ("_pick", "_values", "memo", "pods")
-
-    def __init__(
-        self,
-        values: list[ObjectValue] | None,
-        pods: list[Pod] | None,
-        memo: Memo | None = None,
-        *,
-        pick: Callable[[], list[ObjectValue]] | None = None,
-    ) -> None:
-        self._values = values
-        self._pick = pick
-        self.pods = pods
-        """The pods the selector picked (None when no selector was given); while the pod source is
-        unchanged, the same list object for the same selector."""
-        self.memo = memo
-
-    @property
-    def values(self) -> list[ObjectValue]:
-        if self._values is None:
-            assert self._pick is not None
-            self._values = self._pick()
-        return self._values
+    values: Sequence[ObjectValue]
+    """One per object, sorted by name, each value served as is (refusals already left out). Served
+    from memory the list is shared by the requests of one evaluation: read it, never change it."""
+    pods: list[Pod] | None
+    """The pods the selector picked (None when no selector was given); while the pod source is
+    unchanged, the same list object for the same selector."""
+    memo: Memo | None
+    """The evaluation the values were served from (None: queried for this call alone)."""
 
 
 _SELECTOR = re.compile(r"(?<![A-Za-z0-9_:])([A-Za-z_:][A-Za-z0-9_:]*)\{<<matchers>>\}(?!\s*\[)")
@@ -186,44 +177,106 @@ class MetricValues:
         name: str,
         selector: Selector,
         metric_selector: Selector,
-    ) -> PodValues:
-        if name != "*" and not selector.empty:
-            raise BadRequest("labelSelector applies only to '*' (all objects), not to a named object")
-        picked: list[Pod] | None = None
-        if name == "*" and not selector.empty:
-            if resource != resources.PODS:
-                raise BadRequest(
-                    f"labelSelector is supported for pods only, not {resource.qualified}; "
-                    "ask for a named object or leave the selector out"
-                )
-            if self._pods is None:
-                raise BadRequest("labelSelector needs a pod source; start the adapter with --pod-source")
-        names: list[str] = []
-        if name == "*" and not selector.empty and self._pods is not None:
-            picked = self._pods.select(namespace, selector)
-            if not picked:
-                return PodValues([], picked)
-            if self._cache is None and _name_pods(len(picked), self._pods.namespace_size(namespace)):
-                names = sorted(p.name for p in picked)
+    ) -> CustomValues:
+        """The checked values that answer one custom metrics request (``name`` ``*``: every object in
+        scope, narrowed to the pods ``selector`` picks); NotFound for a named object without one."""
+        picked = self._selected(resource=resource, namespace=namespace, name=name, selector=selector)
+        if picked is not None and not picked:
+            return CustomValues((), picked, None)
+        memo: Memo | None = None
         if self._cache is not None:
-            index, memo = self._index(
-                metric=metric, resource=resource, namespace=namespace, msel=metric_selector
+            values, memo = self._from_memory(
+                metric=metric,
+                resource=resource,
+                namespace=namespace,
+                name=name,
+                metric_selector=metric_selector,
+                selector=selector if picked is not None else None,
+                picked=picked,
             )
-            if picked is not None:
-                chosen = picked
+        else:
+            values = self._queried(
+                metric=metric,
+                resource=resource,
+                namespace=namespace,
+                name=name,
+                metric_selector=metric_selector,
+                picked=picked,
+            )
+        if name != "*" and not values:
+            raise self._not_found(metric, resource, namespace, name)
+        return CustomValues(values, picked, memo)
 
-                def pick() -> list[ObjectValue]:
-                    hits = (index.get(n) for n in sorted(p.name for p in chosen))
-                    return [v for v in hits if v is not None]
+    def _selected(
+        self, *, resource: Resource, namespace: str, name: str, selector: Selector
+    ) -> list[Pod] | None:
+        """The pods a label selector picks (None without one); BadRequest where it cannot apply."""
+        if selector.empty:
+            return None
+        if name != "*":
+            raise BadRequest("labelSelector applies only to '*' (all objects), not to a named object")
+        if resource != resources.PODS:
+            raise BadRequest(
+                f"labelSelector is supported for pods only, not {resource.qualified}; "
+                "ask for a named object or leave the selector out"
+            )
+        if self._pods is None:
+            raise BadRequest("labelSelector needs a pod source; start the adapter with --pod-source")
+        return self._pods.select(namespace, selector)
 
-                return PodValues(None, picked, memo, pick=pick)
-            if name == "*":
-                return PodValues(None, picked, memo, pick=lambda: list(index.values()))
+    def _from_memory(
+        self,
+        *,
+        metric: str,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        metric_selector: Selector,
+        selector: Selector | None,
+        picked: list[Pod] | None,
+    ) -> tuple[Sequence[ObjectValue], Memo]:
+        """The values picked from the refreshing cache's evaluation of the namespace-wide query; a
+        selection is picked once per evaluation and pod list (``Memo.picks``)."""
+        index, memo = self._index(metric=metric, resource=resource, namespace=namespace, msel=metric_selector)
+        if name != "*":
             hit = index.get(name)
-            if hit is None:
-                raise self._not_found(metric, resource, namespace, name)
-            return PodValues([hit], picked, memo)
+            return ([hit] if hit is not None else []), memo
+        known = memo.picks.get(selector)
+        if known is not None and known[0] is picked:
+            return known[1], memo
+        nowait.check()  # picking thousands of pods takes up to milliseconds: a worker thread's job
+        if picked is None:
+            values = list(index.values())  # the index is in name order
+        else:
+            hits = (index.get(n) for n in sorted(p.name for p in picked))
+            values = [v for v in hits if v is not None]
+        if len(memo.picks) >= MAX_PICKS:  # many distinct selectors within one evaluation: bounded
+            memo.picks.clear()
+        memo.picks[selector] = (picked, values)
+        return values, memo
+
+    def _queried(
+        self,
+        *,
+        metric: str,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        metric_selector: Selector,
+        picked: list[Pod] | None,
+    ) -> list[ObjectValue]:
+        """The values of a query sent for this call alone (explain-hpa): a selection of at most half
+        the namespace is named in the query; the samples of pods it did not pick are left out before
+        the checks, so only the selection's refusals are logged and counted."""
         nowait.check()  # a query per request: not on the event loop
+        names: list[str] = []
+        pods = self._pods
+        if (
+            picked is not None
+            and pods is not None
+            and _name_pods(len(picked), pods.namespace_size(namespace))
+        ):
+            names = sorted(p.name for p in picked)
         rule, label, query = self.object_query(
             metric=metric,
             resource=resource,
@@ -233,18 +286,16 @@ class MetricValues:
             names=names,
         )
         samples = self._prometheus.query(query)
-        wanted = {p.name for p in picked} if picked is not None else None
-        values = _object_values(
-            self._checks.per_object(
-                samples, label=label, metric=metric, wanted=wanted, value_range=rule.value_range
-            ),
+        if picked is not None:
+            wanted = {p.name for p in picked}
+            samples = [s for s in samples if s.labels.get(label) in wanted]
+        checked = self._checks.per_object(samples, label=label, metric=metric, value_range=rule.value_range)
+        return _object_values(
+            checked,
             resource=resource,
             namespace=namespace if resource.namespaced else "",
             window=rule.window_seconds,
         )
-        if name != "*" and not values:
-            raise self._not_found(metric, resource, namespace, name)
-        return PodValues(values, picked)
 
     def _not_found(self, metric: str, resource: Resource, namespace: str, name: str) -> NotFound:
         return NotFound(
@@ -284,7 +335,7 @@ class MetricValues:
         def load() -> tuple[dict[str, ObjectValue], Memo]:
             samples = self._prometheus.query(query)
             picked = self._checks.per_object(
-                samples, label=label, metric=metric, wanted=None, value_range=rule.value_range
+                samples, label=label, metric=metric, value_range=rule.value_range
             )
             values = _object_values(picked, resource=resource, namespace=scope, window=window)
             return {v.name: v for v in values}, Memo()

@@ -3,13 +3,14 @@
 
 Pure with respect to HTTP: :func:`request_info` parses a path (also used to build the
 SubjectAccessReview), :meth:`MetricsApi.answer` returns (status, JSON body). Errors become
-``metav1.Status`` objects.
+``metav1.Status`` objects. The values come from one call to the provider
+(:class:`adapter.provider.values.MetricValues`), checked and picked; this module only renders them.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 from urllib.parse import unquote
@@ -184,8 +185,8 @@ def _custom_request(
 def _item_template(
     version: str, metric: bytes, selector: bytes, v: ObjectValue
 ) -> tuple[bytes, bytes, bytes]:
-    """(before the name, between name and value, after the value) of one item's JSON, field for
-    field what :meth:`MetricsApi._item` builds (the tests compare both)."""
+    """(before the name, between name and value, after the value) of one item's JSON: the one place
+    a custom metrics item's shape is written (``MetricValue`` of v1beta2 and v1beta1)."""
     head = b'{"describedObject":{"kind":' + orjson.dumps(v.resource.kind)
     if v.namespace:
         head += b',"namespace":' + orjson.dumps(v.namespace)
@@ -357,7 +358,7 @@ class MetricsApi:
             ext = self._values.external(metric=info.resource, namespace=info.namespace, selector=selector)
             return self._external_list(info.resource, ext)
         asked = _custom_request(info, query.get("labelSelector"), query.get("metricLabelSelector"))
-        result = self._values.for_objects(
+        found = self._values.for_objects(
             metric=asked.metric,
             resource=asked.resource,
             namespace=asked.namespace,
@@ -365,42 +366,31 @@ class MetricsApi:
             selector=asked.selector,
             metric_selector=asked.metric_selector,
         )
-        memo = result.memo
+        memo = found.memo
         if memo is None:  # not served from memory (explain-hpa) or an empty selection
-            return self._custom_list(info.version, asked.metric, result.values, asked.metric_selector, None)
-        cached = self.answers.get(asked.key, generation=memo.generation, pods=result.pods)
+            return self._custom_list(info.version, asked.metric, found.values, asked.metric_selector, {})
+        cached = self.answers.get(asked.key, generation=memo.generation, pods=found.pods)
         if cached is not None:
             return cached
         nowait.check()  # encoding takes up to milliseconds: a worker thread's job
-        body = self._custom_list(info.version, asked.metric, result.values, asked.metric_selector, memo)
-        assert isinstance(body, bytes)
-        self.answers.put(asked.key, body, generation=memo.generation, pods=result.pods)
+        body = self._custom_list(info.version, asked.metric, found.values, asked.metric_selector, memo)
+        self.answers.put(asked.key, body, generation=memo.generation, pods=found.pods)
         return body
 
     @staticmethod
-    def _described(v: ObjectValue) -> Json:
-        obj: Json = {"kind": v.resource.kind}
-        if v.namespace:
-            obj["namespace"] = v.namespace
-        obj["name"] = v.name
-        obj["apiVersion"] = v.resource.api_version
-        return obj
-
     def _custom_list(
-        self,
         version: str,
         metric: str,
-        values: list[ObjectValue],
+        values: Sequence[ObjectValue],
         msel: Selector,
-        memo: dict[Hashable, bytes] | None,
-    ) -> Json | bytes:
-        selector = label_selector_object(msel)
+        memo: dict[Hashable, bytes],
+    ) -> bytes:
+        """The ``MetricValueList``, encoded. Each item is encoded from a per-answer template (cheaper
+        than a dict through orjson) and kept in ``memo``: served from memory, that is the
+        evaluation's, so every request until the next refresh joins the items' bytes."""
         head = {"kind": "MetricValueList", "apiVersion": f"{CUSTOM}/{version}", "metadata": {}}
-        if memo is None:
-            return {**head, "items": [self._item(version, metric, v, selector) for v in values]}
-        # served from memory: each item is encoded once per evaluation (from a per-answer template:
-        # cheaper than a dict through orjson), then reused by every request until the next refresh
-        selector_json, metric_json = orjson.dumps(selector), orjson.dumps(metric)
+        selector_json = orjson.dumps(label_selector_object(msel))
+        metric_json = orjson.dumps(metric)
         templates: dict[tuple[Resource, str, float, int], tuple[bytes, bytes, bytes]] = {}
         quantities: dict[float, bytes] = {}  # utilisations repeat (0-100): format each value once
         parts = []
@@ -420,24 +410,6 @@ class MetricsApi:
                 part = memo[key] = b"".join((t[0], orjson.dumps(v.name), t[1], quantity, t[2]))
             parts.append(part)
         return orjson.dumps(head)[:-1] + b',"items":[' + b",".join(parts) + b"]}"
-
-    def _item(self, version: str, metric: str, v: ObjectValue, selector: Json | None) -> Json:
-        if version == "v1beta2":
-            return {
-                "describedObject": self._described(v),
-                "metric": {"name": metric, "selector": selector},
-                "timestamp": rfc3339(v.timestamp),
-                "windowSeconds": v.window_seconds,
-                "value": format_quantity(v.value),
-            }
-        return {
-            "describedObject": self._described(v),
-            "metricName": metric,
-            "timestamp": rfc3339(v.timestamp),
-            "window": v.window_seconds,
-            "value": format_quantity(v.value),
-            "selector": selector,
-        }
 
     @staticmethod
     def _external_list(metric: str, values: list[ExternalValue]) -> Json:

@@ -331,19 +331,66 @@ def test_too_many_requests_in_flight_is_429(
 
 @pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
 @pytest.mark.parametrize("msel", ["", "Hostname in (gpu-node-01,gpu-node-02)"])
-def test_items_encoded_from_memory_equal_the_plain_encoding(version: str, msel: str) -> None:
-    api = MetricsApi(values=None, listing=None, external_enabled=True, ready=lambda: [])  # type: ignore[arg-type]
+def test_items_are_encoded_as_the_reference_shapes_them_and_kept_in_the_memo(version: str, msel: str) -> None:
+    """Each item field for field as custom.metrics.k8s.io's MetricValue of that version (written out
+    here from the API reference); encoded once, then joined from the memo."""
     objects = [
         ObjectValue(resources.PODS, "ai-serving", 'odd-"name\\', 1.5, 1764500000.9, 60),
         ObjectValue(resources.PODS, "ai-serving", "llm-0", 3e9, 1764500001.0, 30),
         ObjectValue(resources.NODES, "", "gpu-node-01", 0.25, 1764500000.0, 60),
     ]
     selector = parse_selector(msel)
-    plain = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, None)
-    assert isinstance(plain, dict)
+    selector_object = (
+        {
+            "matchExpressions": [
+                {"key": "Hostname", "operator": "In", "values": ["gpu-node-01", "gpu-node-02"]}
+            ]
+        }
+        if msel
+        else None
+    )
+    described = [
+        {"kind": "Pod", "namespace": "ai-serving", "name": 'odd-"name\\', "apiVersion": "/v1"},
+        {"kind": "Pod", "namespace": "ai-serving", "name": "llm-0", "apiVersion": "/v1"},
+        {"kind": "Node", "name": "gpu-node-01", "apiVersion": "/v1"},
+    ]
+    stamps = [("2025-11-30T10:53:20Z", 60), ("2025-11-30T10:53:21Z", 30), ("2025-11-30T10:53:20Z", 60)]
+    quantities = ["1500m", "3G", "250m"]
+    if version == "v1beta2":
+        expected = [
+            {
+                "describedObject": d,
+                "metric": {"name": "DCGM_FI_DEV_GPU_UTIL", "selector": selector_object},
+                "timestamp": t,
+                "windowSeconds": w,
+                "value": q,
+            }
+            for d, (t, w), q in zip(described, stamps, quantities, strict=True)
+        ]
+    else:
+        expected = [
+            {
+                "describedObject": d,
+                "metricName": "DCGM_FI_DEV_GPU_UTIL",
+                "timestamp": t,
+                "window": w,
+                "value": q,
+                "selector": selector_object,
+            }
+            for d, (t, w), q in zip(described, stamps, quantities, strict=True)
+        ]
     memo: dict[Hashable, bytes] = {}
-    cold = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
-    hot = api._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
-    assert isinstance(cold, bytes) and cold == hot
-    assert orjson.loads(cold) == plain
-    assert [i["value"] for i in plain["items"]] == ["1500m", "3G", "250m"]
+    cold = MetricsApi._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
+    decoded = orjson.loads(cold)
+    assert decoded == {
+        "kind": "MetricValueList",
+        "apiVersion": f"custom.metrics.k8s.io/{version}",
+        "metadata": {},
+        "items": expected,
+    }
+    assert [list(i) for i in decoded["items"]] == [list(i) for i in expected]  # field order as well
+    assert [list(i["describedObject"]) for i in decoded["items"]] == [list(d) for d in described]
+    assert len(memo) == 3
+    memo[(version, "DCGM_FI_DEV_GPU_UTIL", selector, "llm-0")] = b'{"from":"memo"}'
+    hot = MetricsApi._custom_list(version, "DCGM_FI_DEV_GPU_UTIL", objects, selector, memo)
+    assert orjson.loads(hot)["items"][1] == {"from": "memo"}  # a kept item is joined, not encoded again
