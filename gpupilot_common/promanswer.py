@@ -131,13 +131,20 @@ class AnswerBody:
             return
         self._size += len(chunk)
         if self._size > self.limits.max_bytes:
+            self.discard()
             raise self.too_large(f"more than {self.limits.max_bytes:,} bytes ({self.limits.bytes_flag})")
         window = self._tail + chunk
         self._series += window.count(_SERIES_MARK)
         self._tail = window[-(len(_SERIES_MARK) - 1) :]
         if self._series > self.limits.max_series:
+            self.discard()
             raise self.too_many()
         self._chunks.append(chunk)
+
+    def discard(self) -> None:
+        """Drop what was read (a refused answer): nothing that still references this body, such as
+        an error's traceback, keeps the bytes alive."""
+        self._chunks = []
 
     def too_many(self) -> PrometheusAnswerTooLarge:
         return self.too_large(f"more than {self.limits.max_series:,} series ({self.limits.series_flag})")

@@ -16,6 +16,13 @@ and names each kind of failure (connection refused, timed out after N s, Prometh
 truncated JSON, over a limit); each becomes ``PrometheusUnavailable`` (``PrometheusDenied`` for
 401/403), which the API answers as 503. Values come back as Prometheus sent them, NaN and ±Inf
 included: :mod:`adapter.provider.valuecheck` decides what may be served.
+
+Memory: every answer being read or parsed is charged to the process's one
+:class:`~adapter.clients.membudget.MemoryBudget` (``--memory-budget``), so answers in flight
+together stay under it; identical instant queries in flight are sent once and every caller gets
+that one answer. A refused or failed answer leaves nothing behind: its bytes are dropped, and the
+error raised carries no chained exception or traceback that could reference them (an error is
+kept by the refresher until the next refresh).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any, TypeVar
 import aiohttp
 from prometheus_client import Counter, Histogram
 
+from adapter.clients import membudget
 from adapter.errors import ConfigError, PrometheusDenied, PrometheusUnavailable
 from gpupilot_common import credentials, promanswer, promauth, timefmt
 from gpupilot_common.urls import split_userinfo
@@ -77,6 +85,7 @@ class PrometheusClient:
         registry_metrics: PrometheusMetrics | None = None,
         max_connections: int = 32,
         limits: promanswer.AnswerLimits = DEFAULT_LIMITS,
+        budget: membudget.MemoryBudget | None = None,
     ) -> None:
         if not math.isfinite(timeout) or timeout <= 0:
             raise ValueError(f"Prometheus timeout {timeout!r}: must be a finite number of seconds > 0")
@@ -100,6 +109,12 @@ class PrometheusClient:
         self._thread.start()
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
+        self.budget = budget
+        """None: answers are bounded one by one only (the offline commands)."""
+        self._inflight: dict[str, concurrent.futures.Future[list[Sample]]] = {}
+        self._inflight_lock = threading.Lock()
+        self.coalesced = 0
+        """Instant queries answered by another caller's request in flight (tests, the bench)."""
 
     # -- the event loop side --------------------------------------------------------------------
     async def _client(self) -> aiohttp.ClientSession:
@@ -111,19 +126,28 @@ class PrometheusClient:
             )
         return self._session
 
-    async def _fetch(self, method: str, path: str, *, data: str | None, query: str) -> _Answer:
+    async def _fetch(
+        self, method: str, path: str, *, data: str | None, query: str, lease: membudget.Lease | None
+    ) -> _Answer:
         session = await self._client()
         # per request: a rotated token file is picked up at the next request
         headers = self._credentials.headers()
         if data is not None:
             headers["Content-Type"] = "application/x-www-form-urlencoded"
         body = promanswer.AnswerBody(url=self.url, query=query, limits=self.limits)
-        async with asyncio.timeout(self.timeout):  # one deadline: connect + send + headers + body
-            async with session.request(method, self.url + path, data=data, headers=headers) as resp:
-                # read chunk by chunk: an answer over the limits stops here, the connection closed
-                async for chunk in resp.content.iter_chunked(CHUNK):
-                    body.feed(chunk)
-                return _Answer(resp.status, resp.reason or "", body)
+        try:
+            async with asyncio.timeout(self.timeout):  # one deadline: connect + send + headers + body
+                async with session.request(method, self.url + path, data=data, headers=headers) as resp:
+                    # read chunk by chunk: an answer over the limits or the budget stops here, the
+                    # connection closed
+                    async for chunk in resp.content.iter_chunked(CHUNK):
+                        if lease is not None:
+                            await lease.charge(len(chunk))
+                        body.feed(chunk)
+                    return _Answer(resp.status, resp.reason or "", body)
+        except BaseException:
+            body.discard()  # the traceback keeps this frame: it must not keep the bytes
+            raise
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:
@@ -137,32 +161,48 @@ class PrometheusClient:
             future.cancel()
             raise TimeoutError from None
 
-    def _call(self, method: str, path: str, *, data: str | None, purpose: str, query: str = "") -> _Answer:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        data: str | None,
+        purpose: str,
+        query: str = "",
+        lease: membudget.Lease | None = None,
+    ) -> _Answer:
+        # Every failure is raised after its ``except`` block, as a new error: one raised inside it
+        # would chain the caught exception (``__context__``), whose traceback holds the frames that
+        # read the answer, and the refresher keeps its last error.
         start = time.perf_counter()
+        failure: PrometheusUnavailable
         try:
-            return self._run(self._fetch(method, path, data=data, query=query or path))
+            return self._run(self._fetch(method, path, data=data, query=query or path, lease=lease))
         except promanswer.PrometheusFailure as exc:
-            self._count_error(purpose)
-            raise self._ours(exc) from None
-        except TimeoutError as exc:
-            self._count_error(purpose)
-            failure = promanswer.timed_out(self.url, self.timeout, flag="--prometheus-timeout")
-            raise self._ours(failure) from exc
+            failure = self._ours(exc)
+        except membudget.BudgetExceeded as exc:
+            failure = PrometheusUnavailable(f"Prometheus at {self.url}: {exc}")
+        except TimeoutError:
+            failure = self._ours(promanswer.timed_out(self.url, self.timeout, flag="--prometheus-timeout"))
         except (aiohttp.ClientError, OSError, ValueError) as exc:
-            self._count_error(purpose)
-            raise self._ours(
-                promanswer.unreachable(self.url, _short(exc, self), flag="--prometheus-url")
-            ) from exc
+            failure = self._ours(promanswer.unreachable(self.url, _short(exc, self), flag="--prometheus-url"))
         finally:
             if self._metrics is not None:
                 self._metrics.query_seconds.labels(purpose).observe(time.perf_counter() - start)
+        self._count_error(purpose)
+        raise failure
 
     def _decoded(self, answer: _Answer, path: str, purpose: str) -> dict[str, Any]:
+        failure: PrometheusUnavailable
         try:
             return answer.data(path)
         except promanswer.PrometheusFailure as exc:
-            self._count_error(purpose)
-            raise self._ours(exc) from None
+            failure = self._ours(exc)
+        self._count_error(purpose)
+        raise failure
+
+    def _lease(self, query: str) -> membudget.Lease | None:
+        return None if self.budget is None else self.budget.lease(repr(_shown(query)))
 
     def _ours(self, exc: promanswer.PrometheusFailure) -> PrometheusUnavailable:
         """The shared reader's failure as the adapter's (503 to the HPA; 401/403 stop the tools)."""
@@ -172,18 +212,74 @@ class PrometheusClient:
     # -- the API ---------------------------------------------------------------------------------
     def query(self, promql: str, *, at: float | None = None, purpose: str = "value") -> list[Sample]:
         """Evaluate an instant query (POST). Values as Prometheus gave them, NaN and ±Inf included:
-        :mod:`adapter.provider.valuecheck` decides at the door what may be served."""
+        :mod:`adapter.provider.valuecheck` decides at the door what may be served. The same query
+        asked again while it is in flight (``at`` not given) waits for that answer instead of
+        sending another; each caller gets its own list."""
+        failure: PrometheusUnavailable
+        try:
+            if at is not None:
+                return self._query(promql, at=at, purpose=purpose)
+            return list(self._shared(promql, purpose))
+        except PrometheusUnavailable as exc:
+            failure = exc.with_traceback(None)  # the frames below held the answer
+        raise failure
+
+    def _shared(self, promql: str, purpose: str) -> list[Sample]:
+        with self._inflight_lock:
+            running = self._inflight.get(promql)
+            if running is None:
+                mine: concurrent.futures.Future[list[Sample]] = concurrent.futures.Future()
+                self._inflight[promql] = mine
+            else:
+                self.coalesced += 1
+        if running is not None:
+            failure: PrometheusUnavailable
+            try:
+                return running.result(self.timeout * 2 + 1.0)
+            except concurrent.futures.TimeoutError:
+                failure = self._ours(
+                    promanswer.timed_out(self.url, self.timeout, flag="--prometheus-timeout")
+                )
+            except PrometheusUnavailable as exc:  # the one answer's error, as this caller's own
+                failure = type(exc)(str(exc))
+            raise failure
+        try:
+            samples = self._query(promql, at=None, purpose=purpose)
+        except BaseException as exc:
+            mine.set_exception(type(exc)(str(exc)) if isinstance(exc, PrometheusUnavailable) else exc)
+            raise
+        else:
+            mine.set_result(samples)
+            return samples
+        finally:
+            with self._inflight_lock:
+                del self._inflight[promql]
+
+    def _query(self, promql: str, *, at: float | None, purpose: str) -> list[Sample]:
         form = {"query": promql}
         if at is not None:
             form["time"] = f"{at:.3f}"
         path = "/api/v1/query"
-        answer = self._call("POST", path, data=_encode(tuple(form.items())), purpose=purpose, query=promql)
-        data = self._decoded(answer, path, purpose)
+        lease = self._lease(promql)
+        answer: _Answer | None = None
+        failure: PrometheusUnavailable
         try:
-            return promanswer.vector(data, answer.body)
-        except promanswer.PrometheusFailure as exc:
-            self._count_error(purpose)
-            raise self._ours(exc) from None
+            answer = self._call(
+                "POST", path, data=_encode(tuple(form.items())), purpose=purpose, query=promql, lease=lease
+            )
+            data = self._decoded(answer, path, purpose)
+            try:
+                return promanswer.vector(data, answer.body)
+            except promanswer.PrometheusFailure as exc:
+                failure = self._ours(exc)
+            del data
+        finally:
+            if answer is not None:
+                answer.body.discard()
+            if lease is not None:
+                lease.release()
+        self._count_error(purpose)
+        raise failure
 
     def query_range(
         self, promql: str, *, start: float, end: float, step: float, purpose: str = "history"
@@ -198,13 +294,25 @@ class PrometheusClient:
             stop = min(end, t + chunk - step)
             form = (("query", promql), ("start", f"{t:.3f}"), ("end", f"{stop:.3f}"), ("step", f"{step:g}"))
             path = "/api/v1/query_range"
-            answer = self._call("POST", path, data=_encode(form), purpose=purpose, query=promql)
-            data = self._decoded(answer, path, purpose)
+            lease = self._lease(promql)
+            failure: PrometheusUnavailable | None = None
             try:
-                got = promanswer.matrix(data, answer.body)
-            except promanswer.PrometheusFailure as exc:
+                answer = self._call(
+                    "POST", path, data=_encode(form), purpose=purpose, query=promql, lease=lease
+                )
+                data = self._decoded(answer, path, purpose)
+                try:
+                    got = promanswer.matrix(data, answer.body)
+                except promanswer.PrometheusFailure as exc:
+                    failure = self._ours(exc)
+                del data
+                answer.body.discard()
+            finally:
+                if lease is not None:
+                    lease.release()
+            if failure is not None:
                 self._count_error(purpose)
-                raise self._ours(exc) from None
+                raise failure
             for item in got:
                 key = tuple(sorted(item.labels.items()))
                 series = merged.setdefault(key, RangeSeries(item.labels, []))
@@ -295,6 +403,11 @@ class PrometheusMetrics:
 def _encode(form: tuple[tuple[str, str], ...]) -> str:
     """Form-encode a query; repeated queries are encoded once."""
     return urllib.parse.urlencode(form)
+
+
+def _shown(query: str) -> str:
+    one = " ".join(query.split())
+    return one if len(one) <= 80 else one[:77] + "..."
 
 
 def _short(exc: BaseException, client: PrometheusClient) -> str:

@@ -8,6 +8,7 @@ import signal
 import threading
 from pathlib import Path
 
+from adapter.clients import membudget
 from adapter.commands import check_apiservices, options
 from adapter.config.settings import (
     AuthSettings,
@@ -18,6 +19,7 @@ from adapter.config.settings import (
     TlsSettings,
 )
 from adapter.errors import ConfigError
+from adapter.quantity import parse_quantity
 from adapter.serving.app import Adapter
 from gpupilot_common import argtypes, numbers
 
@@ -185,7 +187,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="require client certificates issued by this CA (KEDA's tlsClientCert/tlsClientKey)",
     )
 
+    parser.add_argument(
+        "--memory-budget",
+        type=memory_size,
+        default=None,
+        metavar="BYTES",
+        help="memory all Prometheus answers being read and parsed may take together, in bytes or as a "
+        "Kubernetes quantity (96Mi); an answer takes about 6x its size once parsed; past it new reads "
+        "wait up to 1 s, then fail with 503/UNAVAILABLE naming it (default: half the container's "
+        f"memory limit, else {membudget.DEFAULT_BYTES >> 20} MiB)",
+    )
+
     check_apiservices.add_owner_flag(parser)
+
+
+def memory_size(text: str) -> int:
+    """``--memory-budget``: bytes or a Kubernetes quantity, at least 1Mi."""
+    try:
+        value = parse_quantity(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r}: expected bytes or a quantity such as 96Mi"
+        ) from None
+    if value < 1 << 20:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: at least 1Mi")
+    return int(value)
 
 
 def scaler_settings(args: argparse.Namespace) -> ScalerSettings | None:
@@ -269,6 +295,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
         refresh_interval=args.refresh_interval,
         refresh_idle_drop=args.refresh_idle_timeout,
         external_scaler=scaler_settings(args),
+        memory_budget=args.memory_budget,
     )
 
 

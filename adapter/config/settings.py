@@ -132,3 +132,6 @@ class ServeSettings:
     """Seconds between checks of the config file for changes (SIGHUP reloads at once)."""
     external_scaler: ScalerSettings | None = None
     """KEDA's external scaler over gRPC; None = not served."""
+    memory_budget: int | None = None
+    """Bytes all Prometheus answers being read and parsed may take together (``--memory-budget``);
+    None = half the container's memory limit, else 512 MiB (``adapter.clients.membudget``)."""

@@ -105,7 +105,7 @@ class RefreshingCache(Generic[T]):
             self._evaluate(key, slot)
             if slot.entry is None:
                 assert slot.error is not None
-                raise slot.error
+                raise _fresh(slot.error)
             return slot.entry
         if first:
             self._evaluate(key, slot)
@@ -119,7 +119,7 @@ class RefreshingCache(Generic[T]):
                 raise type(error)(
                     f"{error} (the last good value is {self._clock() - entry.fetched:.0f}s old)"
                 )
-            raise error
+            raise _fresh(error)
         if entry is not None:  # no error, yet the value aged past max_age: its refresh hangs
             raise UpstreamUnavailable(
                 f"refresh running longer than --max-value-age ({self.max_age:g}s): the last good value "
@@ -144,7 +144,8 @@ class RefreshingCache(Generic[T]):
         try:
             value = slot.load()
         except UpstreamUnavailable as exc:
-            slot.error = exc
+            # kept until the next refresh: without its traceback, whose frames may hold the answer
+            slot.error = exc.with_traceback(None)
             if not slot.failing:
                 log.warning(
                     "refreshing %s failed: %s; serving the previous value while it is fresh", key, exc
@@ -195,3 +196,9 @@ class RefreshingCache(Generic[T]):
     def stop(self) -> None:
         self._stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _fresh(error: UpstreamUnavailable) -> UpstreamUnavailable:
+    """A copy of a kept error for one request: raising the kept one would add each request's frames
+    to its traceback, kept with it until the next refresh."""
+    return type(error)(str(error))

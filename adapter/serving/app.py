@@ -10,6 +10,7 @@ import logging
 import ssl
 from pathlib import Path
 
+from adapter.clients import membudget
 from adapter.clients.kube import AuthenticationConfigMap, KubeClient
 from adapter.clients.prometheus import PrometheusClient
 from adapter.config.reload import ConfigHolder
@@ -51,6 +52,17 @@ def freeze_heap() -> None:
     log.debug("froze %d objects after the pod list", gc.get_freeze_count())
 
 
+def _memory_budget(given: int | None) -> membudget.MemoryBudget:
+    if given is not None:
+        budget, why = given, "--memory-budget"
+    else:
+        limit = membudget.container_limit()
+        budget = membudget.default_budget()
+        why = "no container memory limit" if limit is None else f"half the container's {membudget.mib(limit)}"
+    log.info("memory budget for Prometheus answers being read: %s (%s)", membudget.mib(budget), why)
+    return membudget.MemoryBudget(budget)
+
+
 class Adapter:
     def __init__(self, settings: ServeSettings) -> None:
         self.settings = settings
@@ -71,12 +83,14 @@ class Adapter:
         )
         self.metrics.config_loaded.set(self.config.loaded_at)
         p = settings.prometheus
+        self.budget = _memory_budget(settings.memory_budget)
         self.prometheus = PrometheusClient(
             p.url,
             timeout=p.timeout,
             auth=p.auth,
             registry_metrics=self.metrics.prometheus,
             limits=p.limits,
+            budget=self.budget,
         )
         auth = settings.auth
         needs_kube = (

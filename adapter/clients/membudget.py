@@ -1,0 +1,170 @@
+"""One memory budget per process for Prometheus answers being read and parsed.
+
+Each answer is charged as it is read, chunk by chunk, for what it will cost once parsed: its bytes
+times :data:`PARSE_FACTOR` (JSON text of a vector becomes dicts, strings and floats about six times
+its size: a 19 MiB answer of 99,000 series took 115 MiB of resident memory to parse and read into
+samples). The charge is given back when the samples are built (or the read fails). So answers in
+flight never hold more than the budget, however many requests arrive at once (the per-answer
+limits, ``--max-answer-bytes``/``--max-answer-series``, bound each one; this bounds them all
+together).
+
+When a chunk does not fit, whether the read waits follows "wait-die", so that reads holding part of
+the budget never wait for each other in a circle: a read that has not started yet (holds nothing)
+and the oldest read in flight wait up to ``wait`` seconds for room (a new read also waits while the
+oldest does, so room that frees goes to the oldest); any other read in flight stops at once,
+giving back what it held. A read stops with :class:`BudgetExceeded`, naming the budget and the
+flag, also when its wait ends, and at once when the answer alone is more than the whole budget.
+
+The default is half the container's memory limit (cgroup v2 ``memory.max``, v1
+``memory.limit_in_bytes``), leaving the other half to the process itself, the values held in
+memory and the pod index; without a limit, :data:`DEFAULT_BYTES`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+PARSE_FACTOR = 6
+"""Memory an answer takes while parsed, per byte of its JSON text (measured, rounded up)."""
+
+DEFAULT_BYTES = 512 << 20
+"""Without a container memory limit."""
+
+CGROUP_FILES = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+_NO_LIMIT = 1 << 60
+"""cgroup v1 writes a huge number (about 2**63) for "no limit"."""
+
+FLAG = "--memory-budget"
+_POLL = 0.005
+
+
+def container_limit(files: tuple[Path, ...] = CGROUP_FILES) -> int | None:
+    """The container's memory limit in bytes, or None (no cgroup file, ``max``, unreadable)."""
+    for path in files:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < _NO_LIMIT:
+            return int(text)
+        return None
+    return None
+
+
+def default_budget(files: tuple[Path, ...] = CGROUP_FILES) -> int:
+    limit = container_limit(files)
+    return DEFAULT_BYTES if limit is None else limit // 2
+
+
+def mib(n: float) -> str:
+    return f"{n / (1 << 20):.0f} MiB"
+
+
+class BudgetExceeded(Exception):
+    """The answer could not be read within the budget; ``str()`` is one line naming it."""
+
+
+class Lease:
+    """What one answer holds of the budget; :meth:`release` gives it back (safe to call twice)."""
+
+    __slots__ = ("_budget", "held", "query", "seq")
+
+    def __init__(self, budget: MemoryBudget, query: str, seq: int) -> None:
+        self._budget = budget
+        self.query = query
+        self.held = 0
+        self.seq = seq
+        """Order of the first charge (smaller = older); 0 before it."""
+
+    async def charge(self, nbytes: int) -> None:
+        """Charge ``nbytes`` of answer text (times :data:`PARSE_FACTOR`), waiting for room."""
+        await self._budget.take(self, nbytes * PARSE_FACTOR)
+
+    def release(self) -> None:
+        self._budget.give_back(self)
+
+
+class MemoryBudget:
+    """Thread-safe; the waits run on the caller's event loop."""
+
+    def __init__(self, limit: int, *, wait: float = 1.0) -> None:
+        if limit < 1 << 20:
+            raise ValueError(f"{FLAG} {limit}: at least 1 MiB")
+        self.limit = limit
+        self.wait = wait
+        """Seconds a chunk waits for room before the read fails."""
+        self._lock = threading.Lock()
+        self.used = 0
+        self.peak = 0
+        """Highest charge seen (tests, the bench)."""
+        self.refused = 0
+        self._active: dict[int, Lease] = {}
+        """Reads holding part of the budget, by ``seq`` (insertion order = age)."""
+        self._seq = 0
+        self._oldest_waiting = False
+
+    def lease(self, query: str) -> Lease:
+        return Lease(self, query, 0)
+
+    def _try(self, lease: Lease, amount: int) -> str:
+        """``taken``; ``alone`` (it can never fit); ``wait`` or ``die`` (see the module's docstring)."""
+        with self._lock:
+            started = lease.held > 0
+            oldest = started and next(iter(self._active)) == lease.seq
+            gate = not started and self._oldest_waiting  # the oldest gets the room that frees first
+            if self.used + amount <= self.limit and not gate:
+                if not started:
+                    self._seq += 1
+                    lease.seq = self._seq
+                    self._active[lease.seq] = lease
+                self.used += amount
+                lease.held += amount
+                self.peak = max(self.peak, self.used)
+                if oldest:
+                    self._oldest_waiting = False
+                return "taken"
+            if self.used - lease.held == 0 and not gate:
+                return "alone"
+            if not started or oldest:
+                self._oldest_waiting = self._oldest_waiting or oldest
+                return "wait"
+            return "die"
+
+    async def take(self, lease: Lease, amount: int) -> None:
+        deadline = time.monotonic() + self.wait
+        while True:
+            got = self._try(lease, amount)
+            if got == "taken":
+                return
+            if got != "wait" or time.monotonic() >= deadline:
+                self._refuse(lease, amount, alone=got == "alone")
+            await asyncio.sleep(_POLL)
+
+    def _refuse(self, lease: Lease, amount: int, *, alone: bool) -> None:
+        read = (lease.held + amount) // PARSE_FACTOR
+        with self._lock:
+            self.refused += 1
+        self.give_back(lease)
+        if alone:
+            raise BudgetExceeded(
+                f"the answer to {lease.query} is over {mib(read)} and would take more than the adapter's "
+                f"whole memory budget for Prometheus answers ({FLAG} {mib(self.limit)}; an answer takes "
+                f"about {PARSE_FACTOR}x its size once parsed); narrow the query or raise {FLAG} with "
+                "the container's memory limit"
+            )
+        raise BudgetExceeded(
+            f"the adapter's memory budget for Prometheus answers ({FLAG} {mib(self.limit)}) is taken "
+            f"by other answers being read; the answer to {lease.query} was stopped after {mib(read)}; "
+            f"retry shortly, or raise {FLAG} with the container's memory limit"
+        )
+
+    def give_back(self, lease: Lease) -> None:
+        with self._lock:
+            self.used -= lease.held
+            lease.held = 0
+            if self._active and next(iter(self._active)) == lease.seq:
+                self._oldest_waiting = False  # the oldest left: the next oldest asks again
+            self._active.pop(lease.seq, None)

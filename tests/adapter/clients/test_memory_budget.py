@@ -1,0 +1,211 @@
+"""The adapter's one memory budget for Prometheus answers (adapter.clients.membudget, used by
+adapter.clients.prometheus), against a stand-in Prometheus streaming huge answers on 127.0.0.1
+(devkit.hugeanswer): a refused answer leaves no reference to its bytes, even held as the refresher
+holds its last error; answers read at once stay under the budget together, those that cannot fit are
+refused with one line naming --memory-budget; identical queries in flight are sent once; the default
+comes from the cgroup memory limit; the resident memory of a process under 20 concurrent
+1,000,000-series answers stays bounded."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import sys
+import threading
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from adapter.clients import membudget
+from adapter.clients.prometheus import PrometheusClient
+from adapter.errors import PrometheusUnavailable
+from adapter.provider.refresh import RefreshingCache
+from devkit.hugeanswer import HugeAnswerServer, answer_size, run_measured
+from gpupilot_common import promanswer
+
+REPO = Path(__file__).resolve().parents[3]
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def million() -> Iterator[HugeAnswerServer]:
+    with HugeAnswerServer(1_000_000) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def ten_thousand() -> Iterator[HugeAnswerServer]:
+    with HugeAnswerServer(10_000) as server:
+        yield server
+
+
+@pytest.mark.slow
+def test_a_refused_answer_leaves_no_reference_to_its_bytes(million: HugeAnswerServer) -> None:
+    client = PrometheusClient(million.url, limits=promanswer.AnswerLimits(max_bytes=MiB))
+    cache: RefreshingCache[object] = RefreshingCache(interval=60, idle_drop=600, max_age=120)
+    kept: list[BaseException] = []
+    with contextlib.suppress(PrometheusUnavailable):
+        client.query("warm up")  # the session, the loop and the pools exist before measuring
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(4):
+            with pytest.raises(
+                PrometheusUnavailable, match=r"more than 1,048,576 bytes \(--max-answer-bytes\)"
+            ):
+                client.query(f"q{i}")
+            # as the refresher keeps a key's last error, and serves it to every request
+            with pytest.raises(PrometheusUnavailable) as info:
+                cache.get(f"k{i}", functools.partial(client.query, f"r{i}"), wait=10)
+            kept.append(info.value)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+        client.close()
+    # 8 refused answers of 1 MiB each: none of them is still referenced
+    assert grown < MiB, f"{grown / MiB:.1f} MiB still referenced after 8 refused answers"
+    for error in kept:
+        assert error.__context__ is None and error.__cause__ is None
+
+
+@pytest.mark.slow
+def test_answers_read_at_once_stay_under_the_budget(ten_thousand: HugeAnswerServer) -> None:
+    budget = membudget.MemoryBudget(48 * MiB, wait=5.0)
+    client = PrometheusClient(ten_thousand.url, timeout=30, budget=budget)
+    got: list[int] = []
+    refused: list[str] = []
+    lock = threading.Lock()
+
+    def ask(i: int) -> None:
+        try:
+            samples = client.query(f"distinct_{i}")  # distinct queries: nothing coalesced
+        except PrometheusUnavailable as exc:
+            with lock:
+                refused.append(str(exc))
+        else:
+            with lock:
+                got.append(len(samples))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(16)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        client.close()
+    each = answer_size(10_000) * membudget.PARSE_FACTOR  # ~11 MiB charged per answer
+    # the oldest read in flight always finishes; younger ones that do not fit stop and give back
+    assert len(got) + len(refused) == 16 and got and set(got) == {10_000}, refused
+    for message in refused:
+        assert "memory budget for Prometheus answers (--memory-budget 48 MiB) is taken" in message
+    assert each * 2 < budget.peak <= budget.limit
+    assert budget.used == 0 and client.coalesced == 0
+
+
+def test_an_answer_over_the_whole_budget_is_refused_naming_it(million: HugeAnswerServer) -> None:
+    budget = membudget.MemoryBudget(16 * MiB)
+    client = PrometheusClient(million.url, budget=budget)
+    try:
+        with pytest.raises(PrometheusUnavailable) as info:
+            client.query("DCGM_FI_DEV_GPU_UTIL")
+    finally:
+        client.close()
+    message = str(info.value)
+    assert message.startswith(f"Prometheus at {million.url}: the answer to 'DCGM_FI_DEV_GPU_UTIL' is over ")
+    assert "would take more than the adapter's whole memory budget for Prometheus answers" in message
+    assert "--memory-budget 16 MiB" in message and "\n" not in message
+    assert info.value.__context__ is None
+    assert budget.used == 0 and budget.refused == 1
+
+
+def test_a_full_budget_refuses_after_a_short_wait(million: HugeAnswerServer) -> None:
+    budget = membudget.MemoryBudget(16 * MiB, wait=0.2)
+    client = PrometheusClient(million.url, budget=budget)
+    held = budget.lease("'someone else'")
+    try:
+        assert budget._try(held, 15 * MiB)  # another answer holds most of it
+        with pytest.raises(PrometheusUnavailable, match="is taken by other answers being read"):
+            client.query("up")
+    finally:
+        held.release()
+        client.close()
+    assert budget.used == 0
+
+
+@pytest.mark.slow
+def test_identical_queries_in_flight_are_sent_once() -> None:
+    with HugeAnswerServer(60_000) as server:
+        client = PrometheusClient(server.url, timeout=30)
+        start = threading.Barrier(8)
+        got: list[int] = []
+
+        def ask() -> None:
+            start.wait()
+            got.append(len(client.query('sum by (pod) (DCGM_FI_DEV_GPU_UTIL{namespace="ai"})')))
+
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+        finally:
+            client.close()
+        assert got == [60_000] * 8
+        assert client.coalesced == 7
+        assert server.bytes_sent < 2 * answer_size(60_000)  # one answer read for the eight callers
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("201326592\n", 96 * MiB),  # the chart's 192Mi
+        ("max\n", membudget.DEFAULT_BYTES),
+        ("9223372036854771712\n", membudget.DEFAULT_BYTES),  # cgroup v1's "no limit"
+        (None, membudget.DEFAULT_BYTES),
+    ],
+)
+def test_the_default_is_half_the_container_memory_limit(
+    tmp_path: Path, text: str | None, expected: int
+) -> None:
+    path = tmp_path / "memory.max"
+    if text is not None:
+        path.write_text(text)
+    assert membudget.default_budget((path,)) == expected
+
+
+SCRIPT = """
+import sys, threading
+from adapter.clients import membudget
+from adapter.clients.prometheus import PrometheusClient
+budget = None if sys.argv[2] == "none" else membudget.MemoryBudget(int(sys.argv[2]) << 20)
+client = PrometheusClient(sys.argv[1], timeout=60, budget=budget)
+outcomes = []
+def ask(i):
+    try:
+        client.query(f"q{i}")
+        outcomes.append("ok")
+    except Exception as exc:
+        outcomes.append(type(exc).__name__)
+threads = [threading.Thread(target=ask, args=(i,)) for i in range(20)]
+for t in threads: t.start()
+for t in threads: t.join()
+client.close()
+print(sorted(set(outcomes)), file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_twenty_concurrent_million_series_answers_stay_under_the_budget(million: HugeAnswerServer) -> None:
+    """Without a budget the same 20 reads took the process past 300 MiB (each stops at the
+    100,000-series limit, about 19 MiB, and they are read at once)."""
+    run = run_measured([sys.executable, "-c", SCRIPT, million.url, "96"], cwd=REPO, limit=90)
+    assert run.code == 0, run.stderr
+    assert run.stderr.strip() == "['PrometheusUnavailable']"
+    assert run.peak_rss < 160 * MiB, f"peaked at {run.peak_rss / MiB:.0f} MiB"
