@@ -6,7 +6,9 @@
    (:func:`rightsizer.plan.disruption.evictions`: the plan's ``pods_disrupted`` and GPU pods it did not
    see; pods on GPUs that keep their layout keep running) through the Eviction API (
    PodDisruptionBudgets respected, retried on 429 until ``eviction_timeout_s``) → relabel
-   ``nvidia.com/mig.config`` → watch ``nvidia.com/mig.config.state`` through pending/rebooting to success.
+   ``nvidia.com/mig.config`` → watch ``nvidia.com/mig.config.state`` through pending/rebooting to success
+   → on a node NVIDIA's DRA driver serves, restart its kubelet plugin and wait for its ResourceSlices to
+   show the new MIG instances (:mod:`rightsizer.apply.draplugin`).
 3. On ``failed`` or a timeout: restore the previous label, uncordon, record a Warning Event, and start no
    further batch. On success: uncordon (unless it was cordoned before we came) and a Normal Event.
    Around these steps (:mod:`rightsizer.apply.workload_steps`): before any change, the workloads of the
@@ -35,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupilot_common.timefmt import format_time
+from rightsizer.apply import draplugin, takeover
 from rightsizer.apply import protocol as proto
-from rightsizer.apply import takeover
 from rightsizer.apply import workloads as wl
 from rightsizer.apply.configs import resolve_config_target, restore_configs, write_configs
 from rightsizer.apply.lease import ApplyLease
@@ -394,6 +396,7 @@ class Applier:
             if step == proto.Step.RELABELED:
                 self._safe_point(proto.Step.RELABELED)
                 node = self._wait_for_success(pn, node, r)
+                self._restart_dra_plugin(pn, node, r)
                 node = self._patch(pn.name, proto.settling_patch, r)
                 self.progress(
                     pn.name,
@@ -608,6 +611,24 @@ class Applier:
                 log.info("%s: watch interrupted (%s); polling", pn.name, exc)
                 self.clock.sleep(min(self.settings.retry_interval_s, max(0.0, remaining)))
                 node = read()
+
+    def _restart_dra_plugin(self, pn: NodePlan, node: proto.NodeView, r: Retrier) -> None:
+        """On a node NVIDIA's DRA driver serves, its slices keep the old instances until its kubelet
+        plugin restarts (:mod:`rightsizer.apply.draplugin`); a node without it is left as it is."""
+        try:
+            draplugin.restart(
+                self.kube,
+                node=pn.name,
+                labels=node.labels,
+                proposed=pn.proposed,
+                retrier=r,
+                clock=self.clock,
+                timeout_s=self.settings.timeout_s,
+                poll_s=max(self.settings.retry_interval_s, 0.01),
+                progress=lambda message: self.progress(pn.name, message),
+            )
+        except draplugin.PluginNotReady as exc:
+            raise NodeFailure(str(exc)) from exc
 
     def _rollback(self, name: str, reason: str, *, current: str) -> str:
         """Undo what a run did on node ``name`` (``current``: its config before); returns "" when

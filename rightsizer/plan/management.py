@@ -29,7 +29,14 @@ def _device_fields(device: Mapping[str, Any]) -> Mapping[str, Any]:
     return basic if isinstance(basic, Mapping) else device
 
 
-def _attribute(fields: Mapping[str, Any], name: str) -> str | None:
+def slice_devices(rslice: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The attribute-holding part of each device (v1: the device; v1beta1: its ``basic``)."""
+    devices = (rslice.get("spec") or {}).get("devices") or []
+    return [_device_fields(d) for d in devices if isinstance(d, Mapping)]
+
+
+def device_attribute(fields: Mapping[str, Any], name: str) -> str | None:
+    """A device attribute's value as text (``{"string": "mig"}`` → ``mig``), None when absent."""
     attrs = fields.get("attributes") or {}
     value = attrs.get(name) if isinstance(attrs, Mapping) else None
     if not isinstance(value, Mapping):
@@ -52,9 +59,9 @@ def dynamic_devices(rslice: Mapping[str, Any]) -> list[str]:
         if not isinstance(device, Mapping):
             continue
         fields = _device_fields(device)
-        if _attribute(fields, "type") != "mig":
+        if device_attribute(fields, "type") != "mig":
             continue
-        if _attribute(fields, "uuid") is None or fields.get("consumesCounters"):
+        if device_attribute(fields, "uuid") is None or fields.get("consumesCounters"):
             out.append(str(device.get("name", "")))
     return out
 

@@ -17,6 +17,7 @@ from mig_geometry.catalogue import find_model
 from tests.support.kubedouble import deviceplugin
 from tests.support.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
 from tests.support.kubedouble.disruption import DisruptionController, ReplicaSetController
+from tests.support.kubedouble.dradriver import DraDriver
 from tests.support.kubedouble.migmanager import (
     CONFIG_LABEL,
     DEPLOY_LABELS,
@@ -85,6 +86,8 @@ class KubeDouble:
         self.mig_manager = MigManager(self.store, self.mig_settings)
         self._run_mig_manager = run_mig_manager
         self.daemonsets = DaemonSetController(self.store, delete_delay_s=daemonset_delete_delay_s)
+        self.dra_driver = DraDriver(self.store, self.mig_manager)
+        self.store.hooks.append(self.dra_driver.hook)
         self._server = Server(("127.0.0.1", 0), make_handler(self.api))
         self._scheme = "http"
         if tls is not None:  # (certificate, key): serve HTTPS, as a real API server does
