@@ -21,11 +21,11 @@ from adapter.config import resources
 from adapter.config.resources import Resource
 from adapter.errors import AdapterError, BadRequest, NotFound
 from adapter.provider import nowait
-from adapter.provider.answers import AnswerCache
 from adapter.provider.discovery import Listing
 from adapter.provider.selectors import Selector, parse_selector
 from adapter.provider.values import ExternalValue, MetricValues, ObjectValue
 from adapter.quantity import format_quantity
+from adapter.serving.answers import AnswerCache
 from gpupilot_common.timefmt import format_time
 
 CUSTOM = "custom.metrics.k8s.io"

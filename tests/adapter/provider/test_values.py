@@ -24,7 +24,7 @@ from adapter.provider.podsource import KubernetesPodSource
 from adapter.provider.selectors import Selector, parse_selector
 from adapter.provider.valuecheck import ValueCheck
 from adapter.provider.values import MAX_PICKS, CustomValues, MetricValues
-from tests.adapter.provider.test_answers import NS, T0, PodWatch, Prometheus, World
+from tests.adapter.serving.test_answers import NS, T0, PodWatch, Prometheus, World
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"  # valueRange [0, 100] in the packaged config
 

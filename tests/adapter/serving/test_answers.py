@@ -1,4 +1,4 @@
-"""Encoded answers kept between refreshes (``adapter.provider.answers``) and answering on the event loop
+"""Encoded answers kept between refreshes (``adapter.serving.answers``) and answering on the event loop
 (``adapter.provider.nowait``): a stored answer is served only while the evaluation and the pod selection it
 was built from are current — a refresh with new values, a pod whose labels change, a pod that
 arrives, each gives a new answer — different requests never share one, the store is bounded, and
@@ -22,11 +22,11 @@ from adapter.clients.kube import PodRecord
 from adapter.clients.prometheus import Sample
 from adapter.config.mapping import AdapterConfig, load_config, parse_config
 from adapter.provider import nowait
-from adapter.provider.answers import POD_BYTES, AnswerCache
 from adapter.provider.discovery import Listing
 from adapter.provider.podsource import KubernetesPodSource
 from adapter.provider.refresh import RefreshingCache
 from adapter.provider.values import MetricValues
+from adapter.serving.answers import POD_BYTES, AnswerCache
 from adapter.serving.api import MetricsApi, rfc3339
 from adapter.serving.auth import Authenticator, Authorizer
 from adapter.serving.selfmetrics import SelfMetrics
