@@ -248,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"{job.id}: next run {job.next_run_time.isoformat(timespec='minutes') if job.next_run_time else 'never'}"
             )
+        if service.first_report_pending:
+            print(f"report: no report in {service.reports_dir} yet: the first one right after the first plan")
         scheduler.shutdown(wait=False)
         return 0
     stop = threading.Event()

@@ -138,6 +138,11 @@ class Service(Collector):
         job = self.config.report
         return job.out_dir if job is not None and job.out_dir else self.config.state_dir / "reports"
 
+    @property
+    def first_report_pending(self) -> bool:
+        """A first report will follow the first plan (none existed when the jobs were added)."""
+        return self._first_report_due
+
     def has_report(self) -> bool:
         """A report (``report.html`` in a dated folder) exists: what ``/report/`` serves."""
         return (
@@ -288,7 +293,7 @@ class Service(Collector):
             self.state.last_report_at = now.timestamp()
             self.state.runs[("report", "ok")] += 1
         self._succeeded("report")
-        log.info("weekly report written to %s", path)
+        log.info("report written to %s", path)
         return True
 
     def run_first_report(self) -> bool:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import yaml
 from apscheduler.executors.debug import DebugExecutor
 
+from rightsizer.cli import main
 from rightsizer.commands.serve import http_server
 from rightsizer.serve.scheduler import FIRST_REPORT, Service
 from tests.rightsizer.serve.test_serve_files import fetch
@@ -114,3 +116,17 @@ def test_a_replica_that_does_not_lead_waits_for_the_lease(tmp_path, scheduler_cl
     assert len(jobs.fired("report")) == 1 and service.has_report()
     assert not first_report_jobs(sched)
     sched.shutdown(wait=False)
+
+
+def test_check_says_when_the_first_report_comes(tmp_path, capsys):
+    cfg = tmp_path / "serve.yaml"
+    state = tmp_path / "state"
+    doc = {"prometheus_url": "http://127.0.0.1:1", "timezone": "UTC", "state_dir": str(state)}
+    cfg.write_text(yaml.safe_dump({**doc, "report": {"schedule": "mon 06:00"}, "plan": {"every": "6h"}}))
+    assert main(["serve", "--config", str(cfg), "--check", "--offline"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert f"report: no report in {state / 'reports'} yet: the first one right after the first plan" in said
+    (state / "reports" / "2026-11-30").mkdir(parents=True)
+    (state / "reports" / "2026-11-30" / "report.html").write_text("<p>old</p>")
+    assert main(["serve", "--config", str(cfg), "--check", "--offline"]) == 0
+    assert not any("no report" in line for line in capsys.readouterr().out.splitlines())
