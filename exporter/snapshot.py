@@ -122,11 +122,13 @@ class DraDevice:
     claim_namespace: str
     pool_name: str
     device_name: str
-    """The driver's device name in the pool (``gpu-0``, ``gpu-0-mig-19-0-1``)."""
+    """The driver's device name in the pool (``gpu-0``, ``gpu-0-mig-1g10gb-19-0``, ``gpu-0-mig-19-0-1``)."""
     mig_profile: str = ""
     """MIG profile (``1g.10gb``) when the device is a MIG instance; empty for a whole GPU."""
     mig_device_uuid: str = ""
     """MIG device UUID when the device is a MIG instance (it changes with each claim on dynamic MIG)."""
+    driver_name: str = "gpu.nvidia.com"
+    """The DRA driver that allocated the device (dcgm-exporter's ``dra_driver_name``)."""
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,8 @@ class SimBackend:
 
     def allocations(self, t: float | None = None) -> Allocations | dra.Attribution:
         """What kubelet's pod-resources ``List`` would say at ``t`` (default: now): device UUID (GPU
-        or MIG) → containers holding it on a device-plugin node; on a DRA node the claims, by
-        NVIDIA's canonical device names (resolved against the snapshot, as the exporter does)."""
+        or MIG) → containers holding it on a device-plugin node; on a DRA node the claims, by the
+        device names of the node's driver release (resolved against the snapshot, as the exporter does)."""
         t = self._clock() if t is None else t
         model = self.model.at(t)
         if self.node.dra:
@@ -103,8 +103,12 @@ class SimBackend:
         for d in model.devices:
             if d.gi_id < 0:
                 device = f"gpu-{d.gpu.index}"
-            else:
+            elif self.node.dra_names == "v25.8":
                 device = f"gpu-{d.gpu.index}-mig-{d.gi_profile_id}-{d.start}-{d.memory_slices}"
+            else:
+                device = (
+                    f"gpu-{d.gpu.index}-mig-{dra.profile_token(d.profile_name)}-{d.gi_profile_id}-{d.start}"
+                )
             for pod in d.pods:
                 suffix = identity.claim_suffix(self.scenario.seed, pod.namespace, pod.name, seq)
                 out.append(

@@ -58,6 +58,10 @@ class Node:
     """"": device plugin; "static": DRA with a MIG layout made ahead of time; "dynamic": DRA with
     NVIDIA's DynamicMIG (an instance exists only while a claim holds it, new UUID per claim)."""
     claim_every: float = DEFAULT_CLAIM_EVERY_S
+    dra_names: str = "v25.12"
+    """How the DRA driver names MIG devices: ``v25.12`` (v25.12.0 and later, v0.4.0:
+    ``gpu-<minor>-mig-<profile without dots>-<giProfileId>-<start>``) or ``v25.8`` (v25.3.0-v25.8.1:
+    ``gpu-<minor>-mig-<giProfileId>-<start>-<size>``)."""
 
     @property
     def mig_strategy(self) -> str:

@@ -129,26 +129,33 @@ def _node(n: Section, seed: int) -> Node:
                 seed, name, index=index, model=model, mig_name=mig_name, counts=counts, driver=gdriver
             )
             gpus.append(replace(gpu, time_slicing=sliced) if sliced else gpu)
-    mode, claim_every = _dra(n)
+    mode, claim_every, names = _dra(n)
     node_labels = MappingProxyType(_node_labels(n, labels, gpus))
-    return Node(name, node_labels, tuple(gpus), dra=mode, claim_every=claim_every)
+    return Node(name, node_labels, tuple(gpus), dra=mode, claim_every=claim_every, dra_names=names)
 
 
-_DRA = ("mode", "claim_every")
+_DRA = ("mode", "claim_every", "driver")
 _DRA_MODES = ("static", "dynamic")
+_DRA_NAMES = ("v25.12", "v25.8")
+"""DRA driver releases by how they name MIG devices (``driver:``; v25.12 is also v0.4.0's)."""
 
 
-def _dra(n: Section) -> tuple[DraMode, float]:
-    """``dra: static``, ``dra: dynamic`` or ``dra: {mode: dynamic, claim_every: 6h}``."""
+def _dra(n: Section) -> tuple[DraMode, float, str]:
+    """``dra: static``, ``dra: dynamic`` or ``dra: {mode: dynamic, claim_every: 6h, driver: v25.8}``."""
     raw = n.raw("dra")
     if raw is None:
-        return "", DEFAULT_CLAIM_EVERY_S
+        return "", DEFAULT_CLAIM_EVERY_S, _DRA_NAMES[0]
     if not isinstance(raw, dict):
         if raw not in _DRA_MODES:
             raise n.fail("dra", f"{raw!r} is not one of static, dynamic")
-        return cast(DraMode, raw), DEFAULT_CLAIM_EVERY_S
+        return cast(DraMode, raw), DEFAULT_CLAIM_EVERY_S, _DRA_NAMES[0]
     d = n.at(raw, "dra")
     d.keys(_DRA)
+    names = d.raw("driver") if "driver" in d else _DRA_NAMES[0]
+    if names not in _DRA_NAMES:
+        raise d.fail(
+            "driver", f"{names!r} is not one of {', '.join(_DRA_NAMES)} (how the driver names MIG devices)"
+        )
     mode = d.raw("mode")
     if mode not in _DRA_MODES:
         raise d.fail("mode", f"{mode!r} is not one of static, dynamic")
@@ -157,7 +164,7 @@ def _dra(n: Section) -> tuple[DraMode, float]:
         raise d.fail("claim_every", "must be positive")
     if mode == "static" and "claim_every" in d:
         raise d.fail("claim_every", "only dynamic MIG renews claims")
-    return cast(DraMode, mode), every
+    return cast(DraMode, mode), every, str(names)
 
 
 def _mig(sec: Section, key: str, model: GpuModel) -> tuple[str | None, dict[str, int] | None]:

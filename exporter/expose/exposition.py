@@ -16,7 +16,8 @@ Which fields, their types and the host label come from a :class:`~exporter.contr
 On a whole GPU every field follows its pods; a device held by several containers (time-slicing)
 gets one series per container, each with the device's value. A device a container got through a
 ResourceClaim (DRA) also carries dcgm-exporter's ``dra_claim_name``, ``dra_claim_namespace``,
-``dra_pool_name``, ``dra_device_name``, ``dra_mig_profile`` and ``dra_mig_device_uuid``.
+``dra_driver_name``, ``dra_pool_name``, ``dra_device_name`` and, on MIG devices only,
+``dra_mig_profile`` and ``dra_mig_device_uuid`` (absent on whole GPUs, as there).
 """
 
 from __future__ import annotations
@@ -69,15 +70,17 @@ def _pod_labels(p: PodRef) -> LabelPairs:
     d = p.dra
     if d is None:
         return own
-    return (
+    claim = (
         *own,
         ("dra_claim_name", d.claim_name),
         ("dra_claim_namespace", d.claim_namespace),
+        ("dra_driver_name", d.driver_name),
         ("dra_pool_name", d.pool_name),
         ("dra_device_name", d.device_name),
-        ("dra_mig_profile", d.mig_profile),
-        ("dra_mig_device_uuid", d.mig_device_uuid),
     )
+    if not d.mig_device_uuid and not d.mig_profile:
+        return claim
+    return (*claim, ("dra_mig_profile", d.mig_profile), ("dra_mig_device_uuid", d.mig_device_uuid))
 
 
 def _pod_variants(labels: LabelPairs, pods: Sequence[PodRef]) -> list[LabelPairs]:

@@ -76,7 +76,8 @@ def test_dra_static_node_labels_claims_by_canonical_names(fleet):
     assert {lab["pod"] for lab, _ in pods} >= {"rerank-0"}
     rerank = next(lab for lab, _ in pods if lab["pod"] == "rerank-0")
     assert rerank["dra_pool_name"] == "gpu-dra-s" and rerank["dra_mig_profile"] == "3g.40gb"
-    assert rerank["dra_device_name"] == "gpu-0-mig-9-4-4"
+    assert rerank["dra_device_name"] == "gpu-0-mig-3g40gb-9-4"  # the driver's names since v25.12.0
+    assert rerank["dra_driver_name"] == "gpu.nvidia.com"
     assert rerank["dra_claim_name"].startswith("rerank-0-gpu-")
     info = {lab["GPU_I_ID"]: lab["mig_uuid"] for lab, _ in samples(text, "gpupilot_mig_instance_info")}
     assert rerank["dra_mig_device_uuid"] == info[rerank["GPU_I_ID"]]
@@ -128,3 +129,13 @@ def test_scenario_errors_are_one_line(text: str, message: str) -> None:
     with pytest.raises(ScenarioError, match=re.escape(message)) as err:
         scenario_mod.loads(text, name="s.yaml")
     assert "\n" not in str(err.value)
+
+
+def test_a_node_of_an_older_dra_driver_names_mig_devices_as_v25_8_did(fleet):
+    text = EXAMPLE.read_text().replace("dra: static", "dra: {mode: static, driver: v25.8}")
+    older = scenario_mod.loads(text)
+    page = page_at(older, "gpu-dra-s", older.epoch + 11 * H)
+    rerank = next(lab for lab, _ in samples(page, "gpupilot_device_pod_info") if lab["pod"] == "rerank-0")
+    assert rerank["dra_device_name"] == "gpu-0-mig-9-4-4" and rerank["dra_mig_profile"] == "3g.40gb"
+    with pytest.raises(ScenarioError, match="is not one of v25.12, v25.8"):
+        scenario_mod.loads(text.replace("driver: v25.8", "driver: v24"))

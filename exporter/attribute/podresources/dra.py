@@ -4,11 +4,16 @@ For a container whose GPU came from a ResourceClaim, the kubelet's ``List`` answ
 ``devices[]`` empty and names the device in ``dynamic_resources[].claim_resources[]`` by driver,
 pool and device name. Two ways lead from that name to a UUID NVML reports:
 
-1. the driver's ResourceSlices (:mod:`exporter.attribute.kubeapi` keeps them, watched from the API): each
+1. the driver's ResourceSlices (:mod:`exporter.attribute.kubeapi` keeps them, watched from the API): a
    device carries a ``uuid`` attribute (a GPU UUID, or a MIG UUID with ``profile`` and ``parentUUID``);
-2. when the slices cannot be read, NVIDIA's canonical device names: ``gpu-<minor>`` is the GPU behind
-   ``/dev/nvidia<minor>``; ``gpu-<minor>-mig-<giProfileId>-<start>-<size>`` is the MIG instance at
-   that placement on it (looked up in the snapshot, so its current MIG UUID is used).
+   with ``DynamicMIG`` a MIG device has no ``uuid`` (the instance exists only once a claim is
+   prepared): it is found by its ``parentUUID`` GPU and the placement its name gives, matched to the
+   GPU instance NVML reports at that placement with that ``profile``;
+2. when the slices cannot be read, NVIDIA's device names alone: ``gpu-<minor>`` is the GPU behind
+   ``/dev/nvidia<minor>``; a MIG device is the instance at a placement of that GPU, named
+   ``gpu-<minor>-mig-<giProfileId>-<start>-<size>`` by drivers v25.3.0-v25.8.1 and
+   ``gpu-<minor>-mig-<profile without dots>-<giProfileId>-<start>`` (``gpu-0-mig-1g10gb-19-0``) from
+   v25.12.0, static and dynamic MIG alike (looked up in the snapshot, so its current MIG UUID is used).
 
 Everything here is pure: a ``List`` response, a slice index and a snapshot in, allocations out.
 """
@@ -28,7 +33,27 @@ from mig_geometry import catalogue
 NVIDIA_DRIVER = "gpu.nvidia.com"
 """The DRA driver name of NVIDIA's GPU driver (kubernetes-sigs/dra-driver-nvidia-gpu)."""
 
-_CANONICAL = re.compile(r"gpu-(\d+)(?:-mig-(\d+)-(\d+)-(\d+))?")
+_GPU = re.compile(r"gpu-(\d+)")
+_MIG_V25_3 = re.compile(r"gpu-(\d+)-mig-(\d+)-(\d+)-(\d+)")
+"""Drivers v25.3.0-v25.8.1: ``gpu-<minor>-mig-<giProfileId>-<start>-<size>``."""
+_MIG_V25_12 = re.compile(r"gpu-(\d+)-mig-(\d+g\d+gb[a-z0-9]*)-(\d+)-(\d+)")
+"""Drivers v25.12.0 and v0.4.0: ``gpu-<minor>-mig-<profile without dots>-<giProfileId>-<start>``."""
+
+
+@dataclass(frozen=True)
+class MigName:
+    """What a MIG device's name says of its instance (None: that release's name does not carry it)."""
+
+    gi_profile_id: int
+    start: int
+    size: int | None = None
+    profile: str | None = None
+    """The profile as the name spells it: without dots or other punctuation (``1g10gb``)."""
+
+
+def profile_token(profile: str) -> str:
+    """``1g.10gb`` → ``1g10gb``, ``1g.10gb+me`` → ``1g10gbme``: a profile as device names spell it."""
+    return re.sub(r"[^a-z0-9]", "", profile.lower())
 
 
 @dataclass(frozen=True)
@@ -47,7 +72,8 @@ class ClaimDevice:
 
 @dataclass(frozen=True)
 class SliceDevice:
-    """What a ResourceSlice says about one device: its UUID and, for a MIG device, its profile."""
+    """What a ResourceSlice says about one device: its UUID and, for a MIG device, its profile and
+    parent GPU. ``uuid`` is "" for a DynamicMIG device (it has none until claimed)."""
 
     uuid: str
     mig_profile: str = ""
@@ -109,7 +135,8 @@ def slice_index(
     items: Iterable[Mapping[str, Any]], *, driver: str = NVIDIA_DRIVER
 ) -> dict[tuple[str, str], SliceDevice]:
     """Pure: ResourceSlice objects (``resource.k8s.io`` v1, or v1beta1 where attributes sit under
-    ``basic``) → (pool, device) → device, for ``driver``. Devices without a ``uuid`` are left out."""
+    ``basic``) → (pool, device) → device, for ``driver``. A device without a ``uuid`` is kept when it is
+    a MIG device with a ``parentUUID`` (DynamicMIG); other devices without one are left out."""
     out: dict[tuple[str, str], SliceDevice] = {}
     for item in items:
         spec = item.get("spec") if isinstance(item, Mapping) else None
@@ -128,25 +155,27 @@ def slice_index(
             if not isinstance(attrs, Mapping):
                 continue
             uuid = _attribute(attrs, "uuid")
-            if not uuid:
+            parent = _attribute(attrs, "parentUUID")
+            mig = uuid.startswith("MIG-") or _attribute(attrs, "type") == "mig"
+            if not uuid and not (mig and parent):
                 continue
             out[(pool_name, dev["name"])] = SliceDevice(
-                uuid=uuid,
-                mig_profile=_attribute(attrs, "profile") if uuid.startswith("MIG-") else "",
-                parent_uuid=_attribute(attrs, "parentUUID"),
+                uuid=uuid, mig_profile=_attribute(attrs, "profile") if mig else "", parent_uuid=parent
             )
     return out
 
 
-def parse_canonical(name: str) -> tuple[int, tuple[int, int, int] | None] | None:
-    """``gpu-3`` → (3, None); ``gpu-3-mig-19-2-1`` → (3, (19, 2, 1)); anything else → None."""
-    m = _CANONICAL.fullmatch(name)
-    if m is None:
-        return None
-    minor = int(m.group(1))
-    if m.group(2) is None:
-        return minor, None
-    return minor, (int(m.group(2)), int(m.group(3)), int(m.group(4)))
+def parse_canonical(name: str) -> tuple[int, MigName | None] | None:
+    """A device name of NVIDIA's driver → (minor, what it says of the MIG instance; None for a whole
+    GPU): ``gpu-3`` → (3, None); ``gpu-3-mig-19-2-1`` (v25.3-v25.8) → (3, gi 19, start 2, size 1);
+    ``gpu-3-mig-1g10gb-19-2`` (v25.12+) → (3, gi 19, start 2, profile ``1g10gb``); anything else → None."""
+    if m := _GPU.fullmatch(name):
+        return int(m.group(1)), None
+    if m := _MIG_V25_3.fullmatch(name):
+        return int(m.group(1)), MigName(int(m.group(2)), int(m.group(3)), size=int(m.group(4)))
+    if m := _MIG_V25_12.fullmatch(name):
+        return int(m.group(1)), MigName(int(m.group(3)), int(m.group(4)), profile=m.group(2))
+    return None
 
 
 def _gi_profile_id(gpu: GpuSnapshot, inst: MigInstance) -> int | None:
@@ -155,26 +184,39 @@ def _gi_profile_id(gpu: GpuSnapshot, inst: MigInstance) -> int | None:
     return None if prof is None or prof.gi_profile_id < 0 else prof.gi_profile_id
 
 
-def _by_canonical_name(snapshot: NodeSnapshot, name: str) -> tuple[str, str] | None:
-    """(UUID, MIG profile or "") of the device a canonical name points at in this snapshot."""
+def _instance_at(gpu: GpuSnapshot, mig: MigName, *, profile: str = "") -> MigInstance | None:
+    """The GPU instance NVML reports at the name's placement, when its profile is the one named
+    (by GI profile id, by the name's profile spelling, and by the slice's ``profile`` when given)."""
+    for inst in gpu.instances:
+        if inst.placement_start != mig.start or (mig.size is not None and inst.placement_size != mig.size):
+            continue
+        known = _gi_profile_id(gpu, inst)
+        if known is not None and known != mig.gi_profile_id:
+            return None  # another profile sits at that placement now: not the claimed device
+        if mig.profile is not None and profile_token(inst.profile) != mig.profile:
+            return None
+        if profile and profile_token(inst.profile) != profile_token(profile):
+            return None
+        return inst
+    return None
+
+
+def _by_canonical_name(
+    snapshot: NodeSnapshot, name: str, *, parent_uuid: str = "", profile: str = ""
+) -> tuple[str, str] | None:
+    """(UUID, MIG profile or "") of the device a name points at in this snapshot; ``parent_uuid``
+    (a DynamicMIG slice's ``parentUUID``) picks the GPU before the name's minor does."""
     parsed = parse_canonical(name)
     if parsed is None:
         return None
     minor, mig = parsed
     for gpu in snapshot.gpus:
-        if gpu.info.minor_number != minor:
+        if (gpu.info.uuid != parent_uuid) if parent_uuid else (gpu.info.minor_number != minor):
             continue
         if mig is None:
             return None if gpu.info.mig_enabled else (gpu.info.uuid, "")
-        profile_id, start, size = mig
-        for inst in gpu.instances:
-            if (inst.placement_start, inst.placement_size) != (start, size):
-                continue
-            known = _gi_profile_id(gpu, inst)
-            if known is not None and known != profile_id:
-                return None  # another profile sits at that placement now: not the claimed device
-            return inst.uuid, inst.profile
-        return None
+        inst = _instance_at(gpu, mig, profile=profile)
+        return None if inst is None else (inst.uuid, inst.profile)
     return None
 
 
@@ -201,7 +243,15 @@ def resolve(
     unresolved: list[ClaimDevice] = []
     for cd in claims:
         known = slices.get((cd.pool, cd.device)) if slices is not None else None
-        if known is not None:
+        if known is not None and not known.uuid:  # DynamicMIG: parent GPU + placement, no MIG UUID
+            found = _by_canonical_name(
+                snapshot, cd.device, parent_uuid=known.parent_uuid, profile=known.mig_profile
+            )
+            if found is None:
+                unresolved.append(cd)
+                continue
+            uuid, profile = found
+        elif known is not None:
             uuid, profile = known.uuid, known.mig_profile
             if uuid.startswith("MIG-") and not profile:
                 inst = _parent_of(snapshot, uuid)
@@ -221,6 +271,7 @@ def resolve(
             dra=DraDevice(
                 claim_name=cd.claim_name,
                 claim_namespace=cd.claim_namespace,
+                driver_name=cd.driver,
                 pool_name=cd.pool,
                 device_name=cd.device,
                 mig_profile=profile if is_mig else "",

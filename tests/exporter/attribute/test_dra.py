@@ -168,9 +168,10 @@ def test_collector_serves_pod_and_dra_labels_over_grpc(kubelet):
         'dra_claim_namespace="ml"',
         'dra_pool_name="node-a"',
         'dra_device_name="gpu-0"',
-        'dra_mig_profile=""',
+        'dra_driver_name="gpu.nvidia.com"',
     ):
         assert label in util[0]
+    assert "dra_mig_profile" not in util[0] and "dra_mig_device_uuid" not in util[0]  # MIG only, as dcgm-exporter
     active = series(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     claimed = [s for s in active if 'pod="infer-0"' in s]
     assert len(claimed) == 1

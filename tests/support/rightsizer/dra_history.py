@@ -101,7 +101,7 @@ def write_history(path: Path, *, end: float) -> float:
             "dra_claim_name": f"{pod}-gpu-x7k2p",
             "dra_claim_namespace": "ml",
             "dra_pool_name": "node-dyn",
-            "dra_device_name": "gpu-0-mig-9-0-4",
+            "dra_device_name": "gpu-0-mig-3g40gb-9-0",
             "dra_mig_profile": "3g.40gb",
             "dra_mig_device_uuid": uuid,
         }
@@ -111,7 +111,7 @@ def write_history(path: Path, *, end: float) -> float:
             "dra_claim_name": "train-0-gpu",
             "dra_claim_namespace": "ml",
             "dra_pool_name": "node-dyn",
-            "dra_device_name": "gpu-1-mig-0-0-8",
+            "dra_device_name": "gpu-1-mig-7g80gb-0-0",
             "dra_mig_profile": "7g.80gb",
             "dra_mig_device_uuid": "MIG-dyn-train",
         }
