@@ -82,10 +82,12 @@ class ConfigHolder:
         def run() -> None:
             while not self._stop.is_set():
                 woke = self._wake.wait(interval)
-                self._wake.clear()
                 if self._stop.is_set():
                     return
                 if woke or self._file_stamp() != self._stamp:
+                    # cleared only now: a SIGHUP sent after an edit the poll has just seen is answered
+                    # by this one reload, which reads the file after it (not by a second one)
+                    self._wake.clear()
                     try:
                         self.reload()
                     except Exception:  # e.g. a failing on_change: the watch must outlive it
