@@ -297,10 +297,9 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# The chart's own extras: a NetworkPolicy for the rightsizer too (Prometheus' namespace only), the
-# adapter's generated serving certificate, and the `helm test` hook's objects.
+# The chart's own extras: the adapter's generated serving certificate and the `helm test` hook's
+# objects.
 CHART_EXTRAS = {
-    "NetworkPolicy/gpupilot/gpupilot-rightsizer",
     "Secret/gpupilot/gpupilot-adapter-tls",
     "ServiceAccount/gpupilot/gpupilot-adapter-test",
     "ClusterRoleBinding/-/gpupilot-adapter-test",
