@@ -187,7 +187,7 @@ def _clusters(r: Report) -> list[Section]:
         return []
     price = r.summary.cost_per_week is not None
     headers: tuple[str, ...] = ("cluster", "nodes", "nodes changed", "GPUs", "GPUs freed", "GPU-h / week")
-    headers += (("cost / week",) if price else ()) + ("pods moved",)
+    headers += (("cost / week",) if price else ()) + ("pods disrupted",)
     rows = tuple(
         (
             c.name,
@@ -244,7 +244,7 @@ def _changes(r: Report) -> Section:
         "GPU-h / week",
         *(("cost / week",) if price else ()),
         "utilisation",
-        "pods moved",
+        "pods disrupted",
     )
     rows = tuple(
         (

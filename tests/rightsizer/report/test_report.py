@@ -162,6 +162,7 @@ def test_synthetic_week_renders_every_section_with_the_plan_numbers(tmp_path):
         changes = text.split("Proposed layout changes", 1)[1].split("GPU use per namespace")[0]
         assert "gpu-node-1" in changes and "gpu-node-3" not in changes
         assert "GPU(s)" not in text and "node(s)" not in text and "1 GPUs" not in text
+        assert "pods disrupted" in changes and "moved" not in changes  # the plan's word
     assert "| gpu-node-1 | H100 80GB |" in md and "| 2 | 336 | 840 |" in md
     # ml/infer-0-0: a 1g slice (1/7 of an H100) idle 168 h → 24 idle GPU-hours
     assert "<td class='k'>ml/infer-0-0</td><td>gpu-node-1</td>" in html and ">24.0<" in html
