@@ -2,10 +2,16 @@
 listening socket, one event loop in one thread holding every connection (a slow or idle client costs
 a few kilobytes, not a thread), a pool of worker threads, and the bounds.
 
-* connections: the loop accepts only while fewer than ``max_connections`` are open; the rest wait in
-  the kernel's listen backlog (``backlog``), costing the process nothing;
-* a connection that sends no complete request head within ``idle_timeout`` (slowloris), or stays
-  idle that long between requests, is closed;
+* connections: at most ``max_connections`` are open. When all are taken and another client waits in
+  the kernel's listen backlog (``backlog``), the connection that has waited longest for a complete
+  request head (a silent or slow client, an idle keep-alive one) is cut to make room: anonymous
+  ones first, those of a trusted client (:attr:`BoundedProtocol.trusted`: a verified client
+  certificate) only when no anonymous one is left. Connections with a request being answered are
+  never cut for room, so probes and trusted callers get in however many slow clients hold the rest;
+* a request head must be complete within ``header_timeout`` seconds (like Go's
+  ``ReadHeaderTimeout``): counted from the accept (after the TLS handshake where there is one), and
+  on a kept-alive connection from the first byte of the next head; a connection idle between
+  requests is closed after ``idle_timeout``;
 * a request line over ``max_url_bytes`` → 414, a header field over ``max_header_bytes`` or more than
   ``max_headers`` fields → 431, any other malformed request → 400, each one DEBUG line, an answer
   the server renders (:meth:`BoundedProtocol.refusal_response`) and a closed connection; a handler
@@ -54,6 +60,8 @@ class ConnectionLimits(Protocol):
     @property
     def idle_timeout(self) -> float: ...
     @property
+    def header_timeout(self) -> float: ...
+    @property
     def write_timeout(self) -> float: ...
     @property
     def max_url_bytes(self) -> int: ...
@@ -90,11 +98,68 @@ def refusal(status: int, exc: BaseException | None, message: str | None, *, max_
 
 
 class BoundedProtocol(web_protocol.RequestHandler):
-    """aiohttp's connection handler with a deadline for writing an answer, and malformed or oversized
-    requests answered through :func:`refusal` in one DEBUG line (aiohttp's own logs a traceback)."""
+    """aiohttp's connection handler with a deadline for a request head and one for writing an answer,
+    malformed or oversized requests answered through :func:`refusal` in one DEBUG line (aiohttp's own
+    logs a traceback), and what the server needs to choose a connection to cut (:meth:`awaiting_head`,
+    :attr:`waiting_since`, :attr:`trusted`, :meth:`shed`)."""
 
     write_timeout = 30.0
     max_url_bytes = 8192
+    header_timeout = 10.0
+    waiting_since = 0.0
+    """Loop time since which this connection waits for a request head: its accept, or the end of its
+    last answer."""
+    _head_done = False
+    _head_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def trusted(self) -> bool:
+        """Whether the client proved who it is (a verified client certificate); never cut for room
+        while an anonymous connection can be."""
+        return False
+
+    def awaiting_head(self) -> bool:
+        """No complete request head yet (a new connection, a slow one, one idle between requests)."""
+        return not self._head_done and not self._force_close
+
+    def shed(self) -> None:
+        """Cut the connection at once (no TLS close_notify wait): its slot is wanted."""
+        transport = self.transport
+        self.force_close()
+        if transport is not None:
+            transport.abort()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.waiting_since = self._loop.time()
+        self._start_head_clock()
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._stop_head_clock()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self._head_done and self._head_timer is None:  # the first byte of a kept-alive head
+            self._start_head_clock()
+        super().data_received(data)
+        if self._messages:
+            self._head_done = True
+            self._stop_head_clock()
+
+    def _start_head_clock(self) -> None:
+        self._head_timer = self._loop.call_later(self.header_timeout, self._head_overdue)
+
+    def _stop_head_clock(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_overdue(self) -> None:
+        self._head_timer = None
+        if self.awaiting_head():
+            peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+            log.debug("no complete request head from %s within %gs; closing", peer, self.header_timeout)
+            self.force_close()
 
     def handle_error(
         self,
@@ -133,6 +198,9 @@ class BoundedProtocol(web_protocol.RequestHandler):
             )
             self.force_close()
             return resp, True
+        finally:  # answered: what comes next is a new head (unless one is queued already)
+            self._head_done = bool(self._messages)
+            self.waiting_since = self._loop.time()
 
 
 class _Server(web.Server):
@@ -152,6 +220,8 @@ class _Server(web.Server):
         self._protocol = protocol
         self._on_closed = on_closed
         self._limits = limits
+        self.open: dict[BoundedProtocol, None] = {}
+        """Connections past their TLS handshake, oldest first."""
 
     def __call__(self) -> web_protocol.RequestHandler:
         proto = self._protocol(
@@ -166,10 +236,17 @@ class _Server(web.Server):
         )
         proto.write_timeout = self._limits.write_timeout
         proto.max_url_bytes = self._limits.max_url_bytes
+        proto.header_timeout = self._limits.header_timeout
         return proto
+
+    def connection_made(self, handler: web_protocol.RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        if isinstance(handler, BoundedProtocol):
+            self.open[handler] = None
 
     def connection_lost(self, handler: web_protocol.RequestHandler, exc: BaseException | None = None) -> None:
         super().connection_lost(handler, exc)
+        self.open.pop(handler, None)  # type: ignore[call-overload]
         self._on_closed()
 
 
@@ -208,12 +285,14 @@ class LoopServer(Generic[L]):
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=pool_name)
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
-        self._slots: asyncio.Semaphore | None = None
+        self._freed: asyncio.Event | None = None
         self._server: _Server | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._ready = threading.Event()
         self._stopped = threading.Event()
         self.open_connections = 0
+        self.shed_connections = 0
+        """Connections cut to make room for a client waiting in the backlog."""
 
     @property
     def address(self) -> tuple[str, int]:
@@ -274,7 +353,7 @@ class LoopServer(Generic[L]):
             self._loop.close()
 
     async def _setup(self) -> None:
-        self._slots = asyncio.Semaphore(self.limits.max_connections)
+        self._freed = asyncio.Event()
         self._server = _Server(
             self._handle, protocol=self.protocol, on_closed=self._release, limits=self.limits, loop=self._loop
         )
@@ -295,22 +374,77 @@ class LoopServer(Generic[L]):
     # -- connections -----------------------------------------------------------------------------
     def _release(self) -> None:
         self.open_connections -= 1
-        assert self._slots is not None
-        self._slots.release()
+        assert self._freed is not None
+        self._freed.set()
+
+    AT_LIMIT_TICK = 0.25
+    """Seconds between calls of :meth:`_at_limit` while every connection is taken."""
 
     async def _wait_for_slot(self) -> None:
-        """Until fewer than ``max_connections`` are open; meanwhile new clients wait in the backlog."""
-        assert self._slots is not None
-        await self._slots.acquire()
+        """Until fewer than ``max_connections`` are open. Meanwhile, whenever a client waits in the
+        backlog, the connection that has waited longest for a request head is cut for it (an
+        anonymous one before a trusted one); with none to cut, the client waits for a slot."""
+        assert self._freed is not None
+        while self.open_connections >= self.limits.max_connections:
+            self._freed.clear()
+            waiting = self._loop.create_future()
+            fd = self._sock.fileno()
+
+            def backlog(fut: asyncio.Future[None] = waiting) -> None:
+                if not fut.done():
+                    fut.set_result(None)
+
+            self._loop.add_reader(fd, backlog)
+            freed = self._loop.create_task(self._freed.wait())
+            try:
+                await asyncio.wait(
+                    (waiting, freed), timeout=self.AT_LIMIT_TICK, return_when="FIRST_COMPLETED"
+                )
+            finally:
+                self._loop.remove_reader(fd)
+                freed.cancel()
+                waiting.cancel()
+            if self.open_connections < self.limits.max_connections:
+                return
+            self._at_limit()
+            shed = waiting.done() and not waiting.cancelled() and self._shed_one()
+            if shed and self.open_connections >= self.limits.max_connections:
+                # its slot is freed when the loop runs its connection_lost; wait for that
+                self._freed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._freed.wait(), 1.0)
+
+    def _at_limit(self) -> None:
+        """Called every :attr:`AT_LIMIT_TICK` seconds, and whenever a client waits, while every
+        connection is taken (nothing to do here)."""
+
+    def _incomplete(self) -> list[tuple[float, bool, Callable[[], None]]]:
+        """(waiting since, trusted, cut) of each connection without a complete request head."""
+        assert self._server is not None
+        return [(p.waiting_since, p.trusted, p.shed) for p in self._server.open if p.awaiting_head()]
+
+    def _shed_one(self) -> bool:
+        """Cut the connection that has waited longest for a request head, anonymous ones first."""
+        candidates = self._incomplete()
+        if not candidates:
+            return False
+        _since, trusted, cut = min(candidates, key=lambda c: (c[1], c[0]))
+        self.shed_connections += 1
+        log.debug(
+            "%s: at %d connections: cut the longest %s one without a request head for a waiting client",
+            self.name,
+            self.open_connections,
+            "trusted" if trusted else "anonymous",
+        )
+        cut()
+        return True
 
     async def _accept_loop(self) -> None:
-        assert self._slots is not None
         while True:
             await self._wait_for_slot()
             try:
                 conn, peer = await self._loop.sock_accept(self._sock)
             except OSError as exc:  # EMFILE and friends: wait, do not spin
-                self._slots.release()
                 log.warning("%s: accept failed: %s", self.name, exc)
                 await asyncio.sleep(0.5)
                 continue

@@ -7,10 +7,11 @@ a thread); the answers are computed by a plain function ``(path, query) -> Reply
 worker threads, so the function may block (a registry's ``generate_latest``, a render of a few
 milliseconds). Bounds, each a field of :class:`Limits`:
 
-* connections: the loop accepts only while fewer than ``max_connections`` are open; the rest wait in
-  the kernel's listen backlog, costing this process nothing;
-* a connection that sends no complete request head within ``idle_timeout`` (slowloris), or stays
-  idle that long between requests, is closed;
+* connections: at most ``max_connections`` open; when all are taken and another client waits, the
+  one that has waited longest for a complete request head is cut for it (see
+  :mod:`gpupilot_common.httpbase`), so ``/health`` is answered whatever slow clients hold;
+* a request head must be complete within ``header_timeout`` (slowloris); a connection idle between
+  requests is closed after ``idle_timeout``;
 * a request line over ``max_url_bytes`` → 414, a header field over ``max_header_bytes`` or more than
   ``max_headers`` fields → 431, any other malformed request → 400, each closing the connection; a
   request body → 413 (nothing here takes one); a method other than GET/HEAD → 405;
@@ -45,8 +46,11 @@ class Limits:
     max_connections: int = 64
     """Open connections at once; Prometheus and a kubelet probe need a handful."""
     idle_timeout: float = 15.0
-    """Seconds a connection may take to send a complete request head, or stay idle between requests
-    (a scrape's interval is longer, so Prometheus reconnects; a connection costs microseconds)."""
+    """Seconds a connection may stay idle between requests (a scrape's interval is longer, so
+    Prometheus reconnects; a connection costs microseconds)."""
+    header_timeout: float = 10.0
+    """Seconds a connection may take to send a complete request head (from its accept, or on a kept-alive
+    connection from the head's first byte), like Go's ``ReadHeaderTimeout``."""
     max_url_bytes: int = 8192
     """Request line; ``/metrics?name[]=...`` never needs more."""
     max_header_bytes: int = 8192

@@ -154,7 +154,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--idle-connection-timeout",
         type=options.seconds,
         default=60.0,
-        help="close a connection without a complete request head for this long: idle or slow (default 60)",
+        help="close a kept-alive connection idle between requests for this long (default 60)",
+    )
+    parser.add_argument(
+        "--request-head-timeout",
+        type=options.seconds,
+        default=10.0,
+        help="seconds a client has to send a complete request head after the TLS handshake; slower "
+        "ones are cut (default 10)",
     )
     parser.add_argument(
         "--tls-handshake-timeout",
@@ -290,6 +297,7 @@ def serve_settings(args: argparse.Namespace) -> ServeSettings:
             max_connections=args.max_connections,
             max_inflight=args.max_requests_inflight,
             idle_timeout=args.idle_connection_timeout,
+            header_timeout=args.request_head_timeout,
             handshake_timeout=args.tls_handshake_timeout,
         ),
         refresh_interval=args.refresh_interval,

@@ -59,7 +59,10 @@ class ServerLimits:
     busy_handshake_timeout: float = 1.0
     """Seconds for the TLS handshake while all ``max_connections`` are taken: slower ones are shed."""
     idle_timeout: float = 60.0
-    """Seconds a connection may sit without a complete request head (idle keep-alive or slowloris)."""
+    """Seconds a kept-alive connection may sit idle between requests."""
+    header_timeout: float = 10.0
+    """Seconds for a complete request head, from the end of the TLS handshake (a kept-alive connection:
+    from the first byte of the next head), like Go's ``ReadHeaderTimeout``; a slower client is cut."""
     write_timeout: float = 30.0
     """Seconds to hand an answer to the client before the connection is cut."""
     max_url_bytes: int = 16384
@@ -82,14 +85,21 @@ class ScalerSettings:
     tls_key_file: Path | None = None
     client_ca_file: Path | None = None
     """When given, clients must present a certificate issued by it (KEDA's ``tlsClientCert``)."""
-    max_concurrent_rpcs: int = 1000
-    """Calls and open StreamIsActive streams at once; more get RESOURCE_EXHAUSTED. A stream costs
-    no thread (the server is asyncio), so this bounds memory, not CPU."""
-    max_streams_per_connection: int = 200
-    """HTTP/2 streams one connection may open (KEDA multiplexes every ScaledObject on one)."""
-    workers: int = 4
-    """Threads for reads that wait on Prometheus (a metric's first evaluation); reads already in
-    memory are answered on the event loop."""
+    max_streams: int = 1000
+    """``StreamIsActive`` streams open at once (KEDA opens one per ``external-push`` trigger, all on
+    one connection); the next one gets RESOURCE_EXHAUSTED at once. A stream costs no thread (the
+    server is asyncio) and about 10 KB."""
+    max_unary: int = 256
+    """Unary calls (IsActive, GetMetricSpec, GetMetrics) in flight at once, counted apart from the
+    streams, so open streams never take their place; the next one gets RESOURCE_EXHAUSTED at once."""
+    max_streams_per_connection: int = 4096
+    """HTTP/2 streams one connection may open: above ``max_streams + max_unary``, so the limits
+    above answer first (HTTP/2's own limit makes a client queue calls silently, unary ones too)."""
+    workers: int = 8
+    """Threads for unary reads that wait on Prometheus (a metric's first evaluation); reads already
+    in memory are answered on the event loop."""
+    stream_workers: int = 8
+    """Threads for the first evaluations of streams, apart from the unary calls' threads."""
     max_message_bytes: int = 64 * 1024
     """Largest message received or sent: a trigger's metadata is a few hundred bytes."""
     keepalive_time: float = 60.0

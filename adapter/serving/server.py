@@ -5,12 +5,14 @@ threads runs authentication, authorisation and :class:`adapter.serving.api.Metri
 
 Bounds, each with a setting in :class:`adapter.config.settings.ServerLimits`:
 
-* connections: the loop accepts only while fewer than ``max_connections`` are open; the rest wait in
-  the kernel's listen backlog, costing this process nothing;
+* connections: at most ``max_connections``; when all are taken and another client waits in the
+  kernel's listen backlog, the connection waiting longest for a request head is cut for it (TLS
+  handshakes and anonymous connections first, those with a verified client certificate — the
+  aggregation layer's — only when no anonymous one is left; see :mod:`gpupilot_common.httpbase`);
 * TLS 1.2+ handshakes must finish within ``handshake_timeout`` — within ``busy_handshake_timeout``
-  while the server is at ``max_connections``, so stalled clients cannot keep real ones waiting in the
-  backlog for long; a connection that sends no complete
-  request head within ``idle_timeout`` (slowloris) or stays idle that long is closed;
+  while the server is at ``max_connections``; a request head must be complete within
+  ``header_timeout`` after the handshake (slowloris); a connection idle for ``idle_timeout`` between
+  requests is closed;
 * request line (URL) ``max_url_bytes`` → 414, header fields ``max_header_bytes`` and ``max_headers``
   → 431, bodies (this API is read-only) over ``max_body_bytes`` → 413;
 * metric requests in flight: ``max_inflight``; more wait up to ``inflight_wait`` seconds, then 429;
@@ -167,6 +169,13 @@ class _Protocol(BoundedProtocol):
         reply = error_reply(refused.status, refused.reason, refused.message)
         return web.Response(status=reply.status, body=reply.body, headers={"Content-Type": JSON})
 
+    @property
+    def trusted(self) -> bool:
+        """A client certificate was verified in the handshake (the aggregation layer's front proxy,
+        or any client of the client CA): such connections are cut for room only when no anonymous
+        one is left."""
+        return self.transport is not None and self.peer_certificate() is not None
+
     def peer_certificate(self) -> bytes | None:
         """The client certificate (DER), read once per connection: renegotiation is refused
         (``tlsutil.server_context``), so it cannot change under a connection."""
@@ -223,8 +232,8 @@ class AdapterHTTPServer(LoopServer[ServerLimits]):
         else:
             self._ssl = ssl_context
         self._inflight: asyncio.Semaphore | None = None
-        self._handshakes: dict[asyncio.Task[None], float] = {}
-        """Connections not yet past their TLS handshake, by start time (oldest first)."""
+        self._handshakes: dict[asyncio.Task[None], tuple[float, socket.socket]] = {}
+        """Connections not yet past their TLS handshake: start time and socket (oldest first)."""
         self.shed_handshakes = 0
         self._gzip = GzipCache()
 
@@ -239,20 +248,33 @@ class AdapterHTTPServer(LoopServer[ServerLimits]):
         await asyncio.gather(*pending, return_exceptions=True)
 
     # -- connections -----------------------------------------------------------------------------
-    async def _wait_for_slot(self) -> None:
-        """At the limit new connections wait in the backlog; every quarter second, handshakes
-        stalled for longer than a healthy client needs are shed to make room."""
-        assert self._slots is not None
-        while True:
-            try:
-                await asyncio.wait_for(self._slots.acquire(), 0.25)
-                return
-            except TimeoutError:
-                self._shed_stalled_handshakes()
+    def _at_limit(self) -> None:
+        """At the limit, every quarter second: handshakes stalled for longer than a healthy client
+        needs are shed to make room."""
+        self._shed_stalled_handshakes()
+
+    def _incomplete(self) -> list[tuple[float, bool, Callable[[], None]]]:
+        """TLS handshakes in progress are connections without a request head too (anonymous: no
+        certificate is verified yet)."""
+        handshakes = [
+            (started, False, functools.partial(self._shed_handshake, task))
+            for task, (started, _conn) in self._handshakes.items()
+        ]
+        return handshakes + super()._incomplete()
+
+    def _shed_handshake(self, task: asyncio.Task[None]) -> None:
+        """Cut a connection in its handshake by shutting its socket down, not by cancelling its task:
+        a handshake that has just finished has handed the socket to a transport, which would keep
+        polling a descriptor closed under it (and a new connection could be given that number).
+        The handshake fails at once on the closed socket and its task frees the slot."""
+        _started, conn = self._handshakes.pop(task)
+        self.shed_handshakes += 1
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
 
     async def _accepted(self, conn: socket.socket, peer: Any) -> None:
         task = self._loop.create_task(self._connect(conn, peer))
-        self._handshakes[task] = self._loop.time()
+        self._handshakes[task] = (self._loop.time(), conn)
         task.add_done_callback(self._handshake_done)
 
     def _handshake_done(self, task: asyncio.Task[None]) -> None:
@@ -262,11 +284,10 @@ class AdapterHTTPServer(LoopServer[ServerLimits]):
         """At the connection limit: close connections whose handshake has taken longer than
         ``busy_handshake_timeout`` (a client on the cluster network needs milliseconds)."""
         cutoff = self._loop.time() - self.limits.busy_handshake_timeout
-        shed = [task for task, started in self._handshakes.items() if started <= cutoff]
+        shed = [task for task, (started, _conn) in self._handshakes.items() if started <= cutoff]
         for task in shed:
-            task.cancel()
+            self._shed_handshake(task)
         if shed:
-            self.shed_handshakes += len(shed)
             log.debug("at %d connections: shed %d stalled TLS handshakes", self.open_connections, len(shed))
 
     async def _connect(self, conn: socket.socket, peer: Any) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pytest
 
@@ -18,6 +19,22 @@ def _answer(path: str, query: Mapping[str, str]) -> Reply:
     if path == "/boom":
         raise ValueError("the handler broke")
     return Reply(200, f"{path} {dict(query)}".encode())
+
+
+@pytest.fixture
+def held() -> Iterator[tuple[HTTPServer, threading.Event]]:
+    """A server whose ``/hold`` answers only once the event is set."""
+    release = threading.Event()
+
+    def answer(path: str, query: Mapping[str, str]) -> Reply:
+        if path == "/hold":
+            release.wait(10)
+        return Reply(200, b"ok")
+
+    srv = HTTPServer(answer, limits=Limits(max_connections=4, workers=4)).start()
+    yield srv, release
+    release.set()
+    srv.close()
 
 
 @pytest.fixture
@@ -72,23 +89,90 @@ def test_malformed_requests_are_refused_in_one_debug_line(
     assert any(r.getMessage().startswith("refused a request from") for r in caplog.records)
 
 
-def test_connections_beyond_the_limit_wait_until_one_closes(server: HTTPServer) -> None:
-    idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(4)]
+def test_connections_without_a_request_head_are_cut_oldest_first_for_a_waiting_client(
+    server: HTTPServer,
+) -> None:
+    idle = []
+    for _ in range(4):
+        idle.append(socket.create_connection(("127.0.0.1", server.port)))
+        time.sleep(0.02)  # accepted in this order
     try:
-        time.sleep(0.1)
-        assert server.open_connections == 4
-        late = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-        late.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        late.settimeout(0.2)
-        with pytest.raises(TimeoutError):
-            late.recv(100)  # not accepted while four are open
-        late.settimeout(5)
-        idle.pop().close()
-        assert late.recv(100).startswith(b"HTTP/1.1 200")
-        late.close()
+        assert _wait(lambda: server.open_connections == 4)
+        assert get(server.port, "/late") == (200, b"/late {}")  # the oldest silent one made room
+        assert server.shed_connections == 1
+        idle[0].settimeout(5)
+        assert idle[0].recv(1) == b""  # ... this one
+        for s in idle[1:]:
+            s.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                s.recv(1)  # the younger ones are still open
     finally:
         for s in idle:
             s.close()
+
+
+def test_connections_being_answered_are_never_cut(held: tuple[HTTPServer, threading.Event]) -> None:
+    server, release = held
+    busy = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(4)]
+    try:
+        for s in busy:
+            s.sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert _wait(lambda: server.open_connections == 4)
+        late = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        late.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        late.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            late.recv(100)  # not accepted while four are being answered
+        assert server.shed_connections == 0
+        release.set()
+        late.settimeout(5)
+        assert late.recv(100).startswith(b"HTTP/1.1 200")
+        late.close()
+        for s in busy:
+            assert s.recv(100).startswith(b"HTTP/1.1 200")
+    finally:
+        release.set()
+        for s in busy:
+            s.close()
+
+
+@pytest.mark.slow
+def test_half_sent_requests_beyond_the_limit_do_not_starve_health() -> None:
+    srv = HTTPServer(_answer, limits=Limits(header_timeout=60.0, idle_timeout=60.0)).start()
+    half = []
+    try:
+        for _ in range(Limits().max_connections + 64):  # bounded: 128 sockets
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            half.append(s)
+        started = time.monotonic()
+        status, _body = get(srv.port, "/health")
+        took = time.monotonic() - started
+        assert status == 200 and took < 1.0, took
+        assert srv.open_connections <= Limits().max_connections
+    finally:
+        for s in half:
+            s.close()
+        srv.close()
+
+
+def test_a_request_head_must_be_complete_within_the_header_timeout() -> None:
+    srv = HTTPServer(_answer, limits=Limits(header_timeout=0.3, idle_timeout=60.0)).start()
+    try:
+        took = slow_client_is_closed(srv.port, within=0.3)
+        assert 0.2 < took < 3, took
+        assert get(srv.port, "/ok")[0] == 200
+    finally:
+        srv.close()
+
+
+def _wait(check: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def test_post_and_bodies_are_refused(server: HTTPServer) -> None:
