@@ -24,33 +24,15 @@ import bisect
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from gpupilot_common import yamlsafe
+from gpupilot_common.fieldpath import FieldPath, dotted
+from gpupilot_common.section import Section
 
 ErrorType = Callable[[str], Exception]
-FieldPath = tuple[str | int, ...]
-"""Mapping keys by name, sequence items by index."""
-
-if TYPE_CHECKING:
-    from gpupilot_common.section import Section
-
-
-def dotted(path: FieldPath) -> str:
-    """``metrics[0].name``: keys joined by dots, sequence indices in brackets."""
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
-    return out
-
-
-def short_value(value: object, limit: int = 60) -> str:
-    """``repr(value)``, cut at ``limit`` characters: a value quoted in a message."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
 
 MAX_PART = 400
 """Longest field path or problem in a message: a value quoted in it can be anything a file holds
@@ -106,8 +88,6 @@ class Document:
 
     def root(self, what: str = "the file", *, coerce: bool = False) -> Section:
         """The top-level mapping as a :class:`~gpupilot_common.section.Section` (``coerce``: see there)."""
-        from gpupilot_common.section import Section  # noqa: PLC0415  (section.py reads Document)
-
         if not isinstance(self.data, dict):
             raise self.error(
                 f"{self.where(())}: {what} must be a mapping of fields, got {type(self.data).__name__}"

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from typing import Any, overload
+from typing import Any, Protocol, overload
 
-from gpupilot_common.checked import Document, FieldPath
-from gpupilot_common.checked import short_value as _short
+from gpupilot_common.fieldpath import FieldPath
+from gpupilot_common.fieldpath import short_value as _short
 from gpupilot_common.timefmt import parse_duration, parse_time
+
+
+class Source(Protocol):
+    """What a section reads of its document (a :class:`~gpupilot_common.checked.Document`, which
+    builds sections and so is not imported here): the one-line error for a field path."""
+
+    def fail(self, path: FieldPath, problem: str) -> Exception: ...
 
 
 class _Required:
@@ -54,7 +61,7 @@ class Section:
     written as text where a whole number is wanted is that number (``count: "2"``). Sections
     reached from this one inherit it."""
 
-    def __init__(self, doc: Document, data: dict[Any, Any], path: FieldPath, *, coerce: bool = False) -> None:
+    def __init__(self, doc: Source, data: dict[Any, Any], path: FieldPath, *, coerce: bool = False) -> None:
         self.doc, self.data, self.path, self.coerce = doc, data, path, coerce
 
     def __contains__(self, key: str) -> bool:

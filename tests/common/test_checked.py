@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpupilot_common import checked, section, yamlsafe
+from gpupilot_common import checked, fieldpath, section, yamlsafe
 
 
 class MyError(ValueError):
@@ -110,7 +110,7 @@ def test_lists_of_sections_name_items_by_index() -> None:
         lambda: _root().sequence("plan"),
         "cfg.yaml:2: plan: must be a list, got {'every': '6h', 'max_nodes': 3}",
     )
-    assert checked.dotted(("a", 0, "b", 12)) == "a[0].b[12]"
+    assert fieldpath.dotted(("a", 0, "b", 12)) == "a[0].b[12]"
 
 
 def test_json_errors_name_the_line_of_the_key() -> None:
