@@ -160,5 +160,5 @@ def run(args: argparse.Namespace) -> int:
         except atomicfile.WriteFailed as exc:
             print(f"replay-hpa: {exc}", file=sys.stderr)
             return 1
-        print(f"  chart: {args.chart}", file=sys.stderr if output.structured(args) else sys.stdout)
+        print(f"wrote {args.chart}", file=sys.stderr if output.structured(args) else sys.stdout)
     return 0

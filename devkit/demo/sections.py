@@ -117,7 +117,6 @@ def plan(con: Console, settings: DemoSettings, ends: Endpoints) -> Path:
     _indent(con, res.stdout, limit=80)
     if not out.exists():
         raise StepFailed(f"'{res.shown}' wrote no {out}")
-    con.line(f"  plan written to {out}")
     return out
 
 

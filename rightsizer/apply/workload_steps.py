@@ -89,8 +89,8 @@ class WorkloadSteps:
                 for c in changes
                 if c.moves
             ]
-            written = gitops.write_patches(self.patches_dir(), live)
-            self.progress(pn.name, f"wrote {len(written)} file(s) to {self.patches_dir()} for Git")
+            for path in gitops.write_patches(self.patches_dir(), live):
+                self.progress(pn.name, f"wrote {path}")
         return changes
 
     # -- 2. the requests ------------------------------------------------------------------------------

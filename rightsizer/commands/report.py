@@ -134,6 +134,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"wrote {written.html}")
     print(f"wrote {written.markdown}")
-    for path in written.images:
+    for path in (*written.images, *((written.csv,) if written.csv else ())):
         print(f"wrote {path}")
     return 0

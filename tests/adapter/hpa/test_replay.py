@@ -49,6 +49,7 @@ def test_replay_as_written_and_with_another_target(
     captured = capsys.readouterr()
     out = captured.out
     assert code == 0, captured.err
+    assert [line for line in out.splitlines() if line.startswith("wrote ")] == [f"wrote {chart}"]
     assert "fetching 2 metric(s) over 15m" in captured.err
     assert "61 steps of 15s" in out
     assert "recorded replicas from pods with a value" in out

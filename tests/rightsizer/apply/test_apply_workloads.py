@@ -172,12 +172,14 @@ def test_gitops_writes_the_patches_and_waits_for_the_live_template(tmp_path):
         syncer = threading.Thread(target=sync_from_git, args=(kube, tmp_path, stop), daemon=True)
         syncer.start()
         try:
-            report, _ = run_apply(kube, plan, settings)
+            report, lines = run_apply(kube, plan, settings)
         finally:
             stop.set()
             syncer.join(5)
         assert report.outcomes[0].result == "applied", report.outcomes
         folder = tmp_path / plan.plan_id
+        wrote = sorted(msg for _, msg in lines if msg.startswith("wrote "))
+        assert wrote == sorted(f"wrote {p}" for p in folder.iterdir())  # one line per file
         patch = yaml.safe_load((folder / "ml.deployment.reports.yaml").read_text())
         assert patch["spec"]["template"]["spec"]["containers"] == [
             {

@@ -103,8 +103,9 @@ def test_plan_numbers_appear_in_html_and_markdown(weekly_report):
 
 
 @pytest.mark.prometheus
-def test_alerts_from_the_alerts_series_are_listed(metrics_history, tmp_path):
-    """ALERTS is whatever Prometheus evaluated; the report lists each alert that fired, or says none did."""
+def test_alerts_from_the_alerts_series_are_listed(metrics_history, tmp_path, capsys):
+    """ALERTS is whatever Prometheus evaluated; the report lists each alert that fired, or says none did.
+    The command names each file it wrote once (``wrote PATH``), and only those."""
     with PrometheusClient(metrics_history.url) as client:
         now = time.time()
         firing = client.instant('count by (alertname) (max_over_time(ALERTS{alertstate="firing"}[7d]))', now)
@@ -121,6 +122,10 @@ def test_alerts_from_the_alerts_series_are_listed(metrics_history, tmp_path):
         ]
     )
     assert code == 0
+    captured = capsys.readouterr()
+    wrote = [line for line in (captured.out + captured.err).splitlines() if line.startswith("wrote ")]
+    files = sorted(p for p in (tmp_path / "x").iterdir() if p.is_file())
+    assert sorted(wrote) == sorted(f"wrote {p}" for p in files) and "namespaces.csv" in str(wrote)
     text = (tmp_path / "x" / "report.md").read_text()
     if firing:
         for sample in firing:
