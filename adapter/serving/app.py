@@ -144,9 +144,15 @@ class Adapter:
         if settings.external_scaler is not None:
             self.scaler = ScalerServer(
                 settings=settings.external_scaler,
-                scaler=Scaler(values=self.values),
+                scaler=Scaler(
+                    values=self.values,
+                    query=self.prometheus.query,
+                    cache=self.cache,
+                    wait=p.timeout + 1.0,
+                ),
                 stats=self.metrics.scaler_requests,
                 poll_interval=interval,
+                first_wait=p.timeout,
             )
         self._published = self._published_cas()
         self.authenticator, ca_pems = self._authenticator()

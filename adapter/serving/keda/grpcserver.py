@@ -8,6 +8,13 @@ opened); it ends when the client goes away or the server stops. Errors map to gR
 bad metadata INVALID_ARGUMENT, no value NOT_FOUND, Prometheus failing or values too old
 UNAVAILABLE. The serving certificate and client CA are re-read when their files change (checked at
 each new connection's handshake).
+
+KEDA keeps every ScaledObject of one scaler address on one connection, so streams and unary calls
+are bounded apart, never by HTTP/2's per-connection stream limit (past which a client queues
+every call silently): at most ``max_streams`` open streams and ``max_unary`` unary calls in flight,
+the next of either kind answered RESOURCE_EXHAUSTED at once; the first evaluations of streams and
+of unary calls run on separate thread pools; and a call waits at most ``--prometheus-timeout`` for
+a first evaluation, however many are queued, then gets UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -142,16 +149,27 @@ class _Servicer(pb_grpc.ExternalScalerServicer):
         scaler: Scaler,
         stats: RequestStats,
         pool: concurrent.futures.Executor,
+        stream_pool: concurrent.futures.Executor,
         poll_interval: float,
         stopping: asyncio.Event,
+        first_wait: float,
+        max_streams: int,
+        max_unary: int,
     ) -> None:
         self._scaler = scaler
         self._stats = stats
         self._pool = pool
+        self._stream_pool = stream_pool
         self._poll = poll_interval
         self._stopping = stopping
+        self._first_wait = first_wait
+        self._max_streams = max_streams
+        self._max_unary = max_unary
+        self.streams = 0
+        """Open StreamIsActive streams (read and written on the event loop only)."""
+        self.unary = 0
 
-    async def _run(self, fn: Callable[[], T]) -> T:
+    async def _run(self, fn: Callable[[], T], pool: concurrent.futures.Executor) -> T:
         token = nowait.enter()
         try:
             return fn()
@@ -159,12 +177,28 @@ class _Servicer(pb_grpc.ExternalScalerServicer):
             pass
         finally:
             nowait.leave(token)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+        work = asyncio.get_running_loop().run_in_executor(pool, fn)
+        try:
+            return await asyncio.wait_for(work, self._first_wait)
+        except TimeoutError:  # queued behind others, or Prometheus slow: the evaluation goes on
+            pass
+        raise UpstreamUnavailable(
+            f"the first evaluation of this metric did not finish within {self._first_wait:g}s "
+            "(--prometheus-timeout): Prometheus answers slowly or many new triggers arrived at once; "
+            "retry shortly"
+        )
 
     async def _unary(self, method: str, context: grpc.aio.ServicerContext, fn: Callable[[], T]) -> T:
         start = time.perf_counter()
+        if self.unary >= self._max_unary:
+            self._stats.record(method, "RESOURCE_EXHAUSTED", 0.0)
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"more than {self._max_unary} calls in flight at the external scaler; retry shortly",
+            )
+        self.unary += 1
         try:
-            result = await self._run(fn)
+            result = await self._run(fn, self._pool)
         except AdapterError as exc:
             code = status_code(exc)
             self._stats.record(method, code.name, time.perf_counter() - start)
@@ -175,6 +209,8 @@ class _Servicer(pb_grpc.ExternalScalerServicer):
             self._stats.record(method, "INTERNAL", time.perf_counter() - start)
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
             raise
+        finally:
+            self.unary -= 1
         self._stats.record(method, "OK", time.perf_counter() - start)
         return result
 
@@ -205,12 +241,19 @@ class _Servicer(pb_grpc.ExternalScalerServicer):
 
     async def StreamIsActive(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         read = self._reader(request)
+        if self.streams >= self._max_streams:
+            self._stats.count("StreamIsActive", "RESOURCE_EXHAUSTED")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self._max_streams} StreamIsActive streams are open at the external scaler, its limit",
+            )
+        self.streams += 1
         code = "OK"
         last: bool | None = None
         try:
             while not self._stopping.is_set():
                 try:
-                    reading = await self._run(read)
+                    reading = await self._run(read, self._stream_pool)
                 except AdapterError as exc:
                     status = status_code(exc)
                     code = status.name
@@ -228,6 +271,7 @@ class _Servicer(pb_grpc.ExternalScalerServicer):
             code = "CANCELLED"  # the client went away
             raise
         finally:
+            self.streams -= 1
             self._stats.count("StreamIsActive", code)
 
 
@@ -241,13 +285,20 @@ class ScalerServer:
         scaler: Scaler,
         stats: RequestStats,
         poll_interval: float,
+        first_wait: float = 5.0,
     ) -> None:
         self.settings = settings
         self._scaler = scaler
         self._stats = stats
         self._poll = poll_interval
+        self._first_wait = first_wait
+        """Seconds a call waits for a first evaluation (``--prometheus-timeout``)."""
         self._tls = _TlsFiles(settings) if settings.tls_cert_file is not None else None
         self._pool = concurrent.futures.ThreadPoolExecutor(settings.workers, thread_name_prefix="scaler")
+        self._stream_pool = concurrent.futures.ThreadPoolExecutor(
+            settings.stream_workers, thread_name_prefix="scaler-stream"
+        )
+        self.servicer: _Servicer | None = None
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
@@ -256,15 +307,21 @@ class ScalerServer:
 
     async def _start(self) -> None:
         self._stopping = asyncio.Event()
+        s = self.settings
+        # gRPC's own bound only as a backstop: the servicer's limits answer first, each kind apart
         server = grpc.aio.server(
-            options=server_options(self.settings), maximum_concurrent_rpcs=self.settings.max_concurrent_rpcs
+            options=server_options(s), maximum_concurrent_rpcs=s.max_streams + s.max_unary + 64
         )
-        servicer = _Servicer(
+        self.servicer = servicer = _Servicer(
             scaler=self._scaler,
             stats=self._stats,
             pool=self._pool,
+            stream_pool=self._stream_pool,
             poll_interval=self._poll,
             stopping=self._stopping,
+            first_wait=self._first_wait,
+            max_streams=s.max_streams,
+            max_unary=s.max_unary,
         )
         pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
         address = f"{self.settings.host}:{self.settings.port}"
@@ -311,6 +368,7 @@ class ScalerServer:
         if failure:
             self._thread.join()
             self._pool.shutdown(wait=False)
+            self._stream_pool.shutdown(wait=False)
             raise failure[0]
         scheme = "TLS" if self._tls is not None else "plaintext"
         log.info("KEDA external scaler (gRPC, %s) on %s:%d", scheme, self.settings.host, self.port)
@@ -331,4 +389,5 @@ class ScalerServer:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5.0)
             self._pool.shutdown(wait=False, cancel_futures=True)
+            self._stream_pool.shutdown(wait=False, cancel_futures=True)
             self._thread = None

@@ -372,9 +372,9 @@ def test_a_taken_port_and_unreadable_tls_files_are_one_line_errors(
         Adapter(base_settings(prom.url, pki, external_scaler=missing))
 
 
-def test_huge_numbers_fit_the_deprecated_integer_fields(stub: pb_grpc.ExternalScalerStub) -> None:
-    spec = stub.GetMetricSpec(ref(metric="gpu_utilization_sum", targetValue="1e30"), timeout=10).metricSpecs
-    assert (spec[0].targetSizeFloat, spec[0].targetSize) == (1e30, 2**63 - 1)
+def test_the_largest_target_fits_the_deprecated_integer_fields(stub: pb_grpc.ExternalScalerStub) -> None:
+    spec = stub.GetMetricSpec(ref(metric="gpu_utilization_sum", targetValue="9.2e15"), timeout=10).metricSpecs
+    assert (spec[0].targetSizeFloat, spec[0].targetSize) == (9.2e15, 9_200_000_000_000_000)
     assert (spec[0].metricName,) == ("gpu_utilization_sum",)
 
 
