@@ -30,6 +30,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -81,11 +82,27 @@ class Refusal:
     message: str
 
 
-def refusal(status: int, exc: BaseException | None, message: str | None, *, max_url_bytes: int) -> Refusal:
-    """What aiohttp's call to ``handle_error`` means: the one status → answer mapping of both servers."""
+_REQUEST_LINE = re.compile(rb"(/|\*|https?://|[A-Z]+ )")
+"""How what aiohttp quotes of a line too long starts when it is the request line or its URL (a header
+is quoted as its name, its value or both)."""
+
+
+def refusal(
+    status: int,
+    exc: BaseException | None,
+    message: str | None,
+    *,
+    max_url_bytes: int,
+    max_header_bytes: int | None = None,
+) -> Refusal:
+    """What aiohttp's call to ``handle_error`` means: the one status → answer mapping of both servers.
+    A line over the limit is the request line (414) when the limit is the URL's and, where both limits
+    are equal, what was quoted of it looks like a request line or URL; any other is a header (431)."""
     if isinstance(exc, http_exceptions.LineTooLong):
         limit = exc.args[1] if len(exc.args) > 1 else None
-        if limit == max_url_bytes:
+        quoted = bytes(exc.args[0]) if exc.args and isinstance(exc.args[0], bytes | bytearray) else b""
+        ambiguous = max_header_bytes is None or max_header_bytes == max_url_bytes
+        if limit == max_url_bytes and (not ambiguous or _REQUEST_LINE.match(quoted)):
             return Refusal(414, "RequestURITooLong", f"the request line is longer than {limit} bytes")
         return Refusal(431, "RequestHeaderFieldsTooLarge", f"a request header is longer than {limit} bytes")
     if isinstance(exc, http_exceptions.BadHttpMessage) and "Too many headers" in str(exc):
@@ -105,6 +122,7 @@ class BoundedProtocol(web_protocol.RequestHandler):
 
     write_timeout = 30.0
     max_url_bytes = 8192
+    max_header_bytes = 8190
     header_timeout = 10.0
     waiting_since = 0.0
     """Loop time since which this connection waits for a request head: its accept, or the end of its
@@ -168,7 +186,9 @@ class BoundedProtocol(web_protocol.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        refused = refusal(status, exc, message, max_url_bytes=self.max_url_bytes)
+        refused = refusal(
+            status, exc, message, max_url_bytes=self.max_url_bytes, max_header_bytes=self.max_header_bytes
+        )
         if refused.status == 500:
             log.error("error serving %s: %s: %s", request.path, type(exc).__name__, exc)
         log.debug("refused a request from %s: %d %s", request.remote, refused.status, refused.message)
@@ -236,6 +256,7 @@ class _Server(web.Server):
         )
         proto.write_timeout = self._limits.write_timeout
         proto.max_url_bytes = self._limits.max_url_bytes
+        proto.max_header_bytes = self._limits.max_header_bytes
         proto.header_timeout = self._limits.header_timeout
         return proto
 

@@ -20,7 +20,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpupilot_common import credentials, promauth
-from gpupilot_common.httpserve import HTTPServer, Limits, Reply
+from gpupilot_common.httpserve import FileReply, HTTPServer, Limits, Reply
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import Applier, ApplyReport, ApplySettings
 from rightsizer.clients.kube import Kube, KubeError, KubeSettings
@@ -110,7 +110,7 @@ def http_server(
         plan_path=config.state_dir / "plan.json",
     )
 
-    def answer(path: str, _query: Mapping[str, str]) -> Reply:
+    def answer(path: str, _query: Mapping[str, str]) -> Reply | FileReply:
         if path == "/metrics":
             return Reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
         if path in ("/health", "/healthz"):

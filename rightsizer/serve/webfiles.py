@@ -9,8 +9,12 @@
 
 Only plain files directly inside a report folder are served: a name is one path segment of
 letters, digits, ``.``, ``_`` and ``-`` not starting with a dot (no ``..``, no ``/``, no hidden
-files), a symbolic link is refused, and a file larger than ``max_bytes`` is refused rather than
-read. Content types come from a fixed table by suffix.
+files). Files are opened from the report directory down, one component at a time relative to the
+one before (``openat`` with ``O_NOFOLLOW``): a symbolic link anywhere below the directory — the
+date folder swapped for one between a check and the open included — is refused, and so is a file
+with more than one hard link (it may be a file from elsewhere linked in). A file larger than
+``max_bytes`` is refused rather than sent. Files are answered as :class:`FileReply` (sent in chunks
+as the client reads). Content types come from a fixed table by suffix.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupilot_common.httpserve import Reply
+from gpupilot_common.httpserve import FileReply, Reply
 
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -59,9 +63,13 @@ class ReportFiles:
             or path.startswith(("/report/", "/reports/"))
         )
 
-    def answer(self, path: str) -> Reply:
+    def answer(self, path: str) -> Reply | FileReply:
         if path == "/plan.json":
-            return self._file(self.plan_path, missing="no plan yet: the plan job has not written one")
+            return self._file(
+                self.plan_path.parent,
+                (self.plan_path.name,),
+                missing="no plan yet: the plan job has not written one",
+            )
         if path in ("/report", "/reports"):
             target = path + "/"
             link = f'<a href="{target}">{target}</a>'
@@ -96,7 +104,7 @@ class ReportFiles:
         dated = self.dated()
         return dated[0] if dated else None
 
-    def _dated(self, rest: str) -> Reply:
+    def _dated(self, rest: str) -> Reply | FileReply:
         if not rest:
             items = "".join(f'<li><a href="{d.name}/">{d.name}</a></li>' for d in self.dated())
             body = f"<!doctype html><title>gpupilot reports</title><h1>Reports</h1><ul>{items}</ul>\n"
@@ -109,31 +117,50 @@ class ReportFiles:
             return _text(404, f"no report for {day}")
         return self._in(folder, name)
 
-    def _in(self, folder: Path, name: str) -> Reply:
+    def _in(self, folder: Path, name: str) -> Reply | FileReply:
         name = name or INDEX
         if not NAME.fullmatch(name):
             return _text(404, "not found: a report file is one name of letters, digits, '.', '_' and '-'")
-        return self._file(folder / name, missing=f"not found: {name}")
+        return self._file(self.reports_dir, (folder.name, name), missing=f"not found: {name}")
 
-    def _file(self, path: Path, *, missing: str) -> Reply:
-        # One open that follows no symbolic link and never waits (a FIFO put in the file's place),
-        # then checks on what was opened: nothing can be swapped in between a check and the read.
+    def _file(self, base: Path, parts: tuple[str, ...], *, missing: str) -> Reply | FileReply:
+        """``base/parts...`` opened without following a link below ``base`` and never waiting (a FIFO
+        put in the file's place), then checked on what was opened: nothing can be swapped in between
+        a check and the read."""
+        name = parts[-1]
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = open_below(base, parts)
         except OSError:
             return _text(404, missing)
-        with os.fdopen(fd, "rb") as f:
-            try:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode):  # a folder, a device, a FIFO: never read
-                    return _text(404, missing)
-                if info.st_size > self.max_bytes:
-                    return _text(
-                        500, f"{path.name} is larger than {self.max_bytes} bytes; read it from the volume"
-                    )
-                body = f.read(self.max_bytes + 1)  # it may have grown since fstat
-            except OSError as exc:
-                return _text(500, f"cannot read {path.name}: {exc.strerror or exc}")
-        if len(body) > self.max_bytes:
-            return _text(500, f"{path.name} is larger than {self.max_bytes} bytes; read it from the volume")
-        return Reply(200, body, CONTENT_TYPES.get(path.suffix, "application/octet-stream"))
+        f = os.fdopen(fd, "rb")
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):  # a folder, a device, a FIFO: never read
+                f.close()
+                return _text(404, missing)
+            if info.st_nlink != 1:  # linked in from elsewhere (a hard link shares the inode)
+                f.close()
+                return _text(404, f"{missing} (a file with more than one hard link is not served)")
+            if info.st_size > self.max_bytes:
+                f.close()
+                return _text(500, f"{name} is larger than {self.max_bytes} bytes; read it from the volume")
+        except OSError as exc:
+            f.close()
+            return _text(500, f"cannot read {name}: {exc.strerror or exc}")
+        suffix = Path(name).suffix
+        return FileReply(f, info.st_size, CONTENT_TYPES.get(suffix, "application/octet-stream"))
+
+
+def open_below(base: Path, parts: tuple[str, ...]) -> int:
+    """A read-only descriptor of ``base/parts[0]/.../parts[-1]``, each component opened relative to
+    the one before with ``O_NOFOLLOW`` (``base`` itself is the configured directory and may be
+    reached through links). OSError when a component is missing or a symbolic link."""
+    here = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=here)
+            os.close(here)
+            here = below
+        return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=here)
+    finally:
+        os.close(here)

@@ -8,10 +8,12 @@ import json
 import os
 import socket
 import threading
+import time
 from pathlib import Path, PosixPath
 
 import pytest
 
+from gpupilot_common.httpserve import FileReply, Reply
 from rightsizer.commands.serve import http_server
 from rightsizer.serve.webfiles import ReportFiles
 from tests.support.rightsizer.serve_support import FakeJobs, config, start
@@ -140,8 +142,121 @@ def test_a_file_swapped_for_a_link_after_a_check_is_not_followed(tmp_path: Path)
     plan = SwappedOnCheck(tmp_path / "plan.json")
     plan.write_text('{"plan_id": "p-1"}')
     reply = ReportFiles(reports_dir=tmp_path / "reports", plan_path=plan).answer("/plan.json")
-    assert b"not for the web" not in reply.body
-    assert reply.status == 200 and b"p-1" in reply.body
+    assert isinstance(reply, FileReply)
+    with reply.file:
+        body = reply.file.read()
+    assert reply.status == 200 and b"p-1" in body and b"not for the web" not in body
+
+
+def test_a_date_folder_swapped_for_a_link_after_the_check_is_not_followed(tmp_path: Path):
+    """The folder is checked (listed as a report) and then, before the open, replaced by a symbolic
+    link to a folder outside: every component is opened without following links."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "report.html").write_text("not for the web")
+    reports = tmp_path / "reports"
+    (reports / "2026-11-30").mkdir(parents=True)
+    (reports / "2026-11-30" / "report.html").write_text("<h1>ours</h1>")
+
+    class SwappedAfterCheck(ReportFiles):
+        def dated(self) -> list[Path]:
+            found = super().dated()
+            day = reports / "2026-11-30"
+            if day.is_dir() and not day.is_symlink():
+                (day / "report.html").unlink()
+                day.rmdir()
+                day.symlink_to(outside)
+            return found
+
+    for path in ("/reports/2026-11-30/", "/report/"):
+        files = SwappedAfterCheck(reports_dir=reports, plan_path=tmp_path / "plan.json")
+        reply = files.answer(path)
+        assert isinstance(reply, Reply) and reply.status == 404, path
+        assert b"not for the web" not in reply.body
+        (reports / "2026-11-30").unlink()
+        (reports / "2026-11-30").mkdir()
+        (reports / "2026-11-30" / "report.html").write_text("<h1>ours</h1>")
+
+
+def test_a_hard_link_is_refused(served_reports, tmp_path: Path):
+    port, cfg = served_reports
+    secret = tmp_path / "secret.txt"
+    os.link(secret, cfg.state_dir / "reports" / "2026-11-30" / "notes.txt")
+    status, _, body = fetch(port, "/report/notes.txt")
+    assert status == 404 and b"hard link" in body and b"not for the web" not in body
+    os.unlink(secret)  # the only name left: a file like any other
+    status, _, body = fetch(port, "/report/notes.txt")
+    assert (status, body) == (200, b"not for the web")
+
+
+def test_an_over_long_header_is_431_and_an_over_long_url_414(served_reports):
+    port, _ = served_reports
+    for head, code in (
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", b"431"),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: /" + b"a" * 9000 + b"\r\n\r\n", b"431"),
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"414"),
+    ):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(head)
+            assert s.recv(100).split(b" ")[1] == code
+    assert fetch(port, "/health")[0] == 200
+
+
+@pytest.mark.slow
+def test_half_sent_requests_do_not_starve_health(served_reports):
+    port, _ = served_reports
+    half = []
+    try:
+        for _ in range(64 + 16):  # every connection serve allows, and some waiting in the backlog
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(b"GET /report/ HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            half.append(s)
+        started = time.monotonic()
+        status, _, _body = fetch(port, "/health")
+        took = time.monotonic() - started
+        assert status == 200 and took < 1.0, took
+    finally:
+        for s in half:
+            s.close()
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.slow
+def test_clients_that_do_not_read_a_large_report_file_cost_no_copy_of_it(served_reports):
+    """20 clients ask for a 31 MB file and read nothing: each holds a chunk and a transport
+    buffer, not the file (before, each answer was the whole file in memory: +620 MB). A client
+    that does read gets every byte."""
+    port, cfg = served_reports
+    big = cfg.state_dir / "reports" / "2026-11-30" / "big.csv"
+    block = os.urandom(1 << 20)
+    with big.open("wb") as f:
+        for _ in range(31):
+            f.write(block)
+    before = _rss_mib()
+    stalled = []
+    try:
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"GET /report/big.csv HTTP/1.1\r\nHost: x\r\n\r\n")
+            stalled.append(s)
+        time.sleep(1.5)  # the server writes what the sockets take, then waits
+        grown = _rss_mib() - before
+        assert grown < 40, f"RSS grew {grown:.1f} MiB for 20 clients that do not read"
+        status, headers, body = fetch(port, "/report/big.csv")
+        assert (status, int(headers["content-length"]), len(body)) == (200, 31 << 20, 31 << 20)
+        assert body[: 1 << 20] == block and body[-(1 << 20) :] == block
+        assert fetch(port, "/health")[0] == 200
+    finally:
+        for s in stalled:
+            s.close()
+    print(f"RSS +{grown:.1f} MiB for 20 clients not reading a 31 MiB file")
 
 
 def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path):
