@@ -54,6 +54,9 @@ class Settings:
     enable_dra: bool = False
     """Attribute GPUs allocated through Dynamic Resource Allocation (``--kubernetes-enable-dra``, as
     dcgm-exporter's flag and ``$KUBERNETES_ENABLE_DRA``); device-plugin allocations are always read."""
+    resource_names: tuple[str, ...] = ()
+    """Device-plugin resources attributed besides ``nvidia.com/gpu``, ``nvidia.com/gpu.shared`` and
+    ``nvidia.com/mig-*`` (``--nvidia-resource-names``, dcgm-exporter's ``NVIDIA_RESOURCE_NAMES``)."""
     kube_api_url: str = ""
     """Kubernetes API for the node's ResourceSlices (in a pod: from ``KUBERNETES_SERVICE_HOST``);
     empty: DRA devices are resolved by NVIDIA's canonical device names only."""

@@ -142,6 +142,23 @@ class PodRef:
     """Device-plugin resource name; the DRA driver name (``gpu.nvidia.com``) for a claimed device."""
     dra: DraDevice | None = None
     """Set when the device came from a ResourceClaim (``dynamic_resources``), not a device plugin."""
+    replica: str = ""
+    """The sharing replica the device plugin handed out (``N`` of a ``GPU-…::N`` device id: time-slicing
+    or MPS), "" for an unshared device; dcgm-exporter's ``vgpu`` label with ``KUBERNETES_VIRTUAL_GPUS``."""
+    pod_uid: str = ""
+    """The pod's UID where known (from a process's cgroup path; the kubelet's ``List`` does not say)."""
+
+
+@dataclass(frozen=True)
+class DeviceShares:
+    """Each container's own part of one shared whole GPU, from per-process accounting
+    (:mod:`exporter.attribute.sharing`): keys are (namespace, pod, container)."""
+
+    utilisation: Mapping[tuple[str, str, str], float] | None
+    """SM utilisation ratio (0-1) per container; None where NVML cannot tell it per process."""
+    memory_bytes: Mapping[tuple[str, str, str], float]
+    pod_uids: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
+    """The pod UID of each container with a process (from its cgroup path)."""
 
 
 Allocations = Mapping[str, tuple[PodRef, ...]]

@@ -88,11 +88,15 @@ class SimBackend:
             return dra.Attribution(MappingProxyType({}), self._claims(model, t))
         out: dict[str, tuple[PodRef, ...]] = {}
         for d in model.devices:
-            for pod in d.pods:
+            shared = d.gi_id < 0 and d.gpu.time_slicing > 1
+            for replica, pod in enumerate(d.pods):
                 resource = f"nvidia.com/mig-{d.profile_name}" if d.gi_id >= 0 else "nvidia.com/gpu"
                 if d.gi_id >= 0 and self.node.mig_strategy == "single":
                     resource = "nvidia.com/gpu"
-                ref = PodRef(pod.namespace, pod.name, pod.container, resource)
+                # a time-sliced GPU's replicas, as the kubelet reports them (GPU-…::N)
+                ref = PodRef(
+                    pod.namespace, pod.name, pod.container, resource, replica=str(replica) if shared else ""
+                )
                 if ref not in out.get(d.uuid, ()):
                     out[d.uuid] = (*out.get(d.uuid, ()), ref)
         return MappingProxyType(out)
@@ -132,5 +136,11 @@ class SimBackend:
         for pod in self.scenario.pods_on(self.node.name):
             pid = identity.process_id(self.scenario.seed, pod.namespace, pod.name)
             if pid in wanted:
-                out[pid] = PodRef(pod.namespace, pod.name, pod.container, resource="")
+                out[pid] = PodRef(
+                    pod.namespace,
+                    pod.name,
+                    pod.container,
+                    resource="",
+                    pod_uid=identity.pod_uid(self.scenario.seed, pod.namespace, pod.name),
+                )
         return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from exporter.snapshot import PodRef
@@ -28,6 +29,19 @@ MAX_CGROUP_BYTES = 16 * 1024
 
 _CONTAINER_ID = re.compile(r"(?:cri-containerd-|crio-|docker-|containerd-)?([0-9a-f]{64})(?:\.scope)?")
 _LOG_NAME = re.compile(r"(?P<pod>[^_]+)_(?P<ns>[^_]+)_(?P<container>.+)-(?P<id>[0-9a-f]{64})\.log")
+
+
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+
+
+def pod_uid_from_cgroup(text: str) -> str:
+    """The pod UID in a ``/proc/<pid>/cgroup`` path (``kubepods-burstable-pod<uid with _>.slice`` under
+    systemd, ``/kubepods/burstable/pod<uid>/`` under cgroupfs), "" when there is none."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        if "kubepods" in path and (m := _POD_UID.search(path)):
+            return m.group(1).replace("_", "-")
+    return ""
 
 
 def container_id_from_cgroup(text: str) -> str | None:
@@ -71,11 +85,16 @@ class ContainerIndex:
 
     def owners(self, pids: Iterable[int]) -> dict[int, PodRef]:
         """PID → container for the PIDs that run in a Kubernetes container; others are left out."""
-        ids = {pid: container_id_from_cgroup(self._cgroup(pid)) for pid in set(pids)}
+        cgroups = {pid: self._cgroup(pid) for pid in set(pids)}
+        ids = {pid: container_id_from_cgroup(text) for pid, text in cgroups.items()}
         if not any(ids.values()):
             return {}
         try:
             containers = containers_from_log_names(os.listdir(self.container_logs))
         except OSError:
             return {}
-        return {pid: containers[cid] for pid, cid in ids.items() if cid is not None and cid in containers}
+        return {
+            pid: replace(containers[cid], pod_uid=pod_uid_from_cgroup(cgroups[pid]))
+            for pid, cid in ids.items()
+            if cid is not None and cid in containers
+        }

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 from exporter.contract.layout import SeriesLayout
 from exporter.expose.exposition import Family, LabelPairs
-from exporter.snapshot import GpuSnapshot, NodeSnapshot, PodRef
+from exporter.snapshot import DeviceShares, GpuSnapshot, NodeSnapshot, PodRef
 
 MIB = 1024 * 1024
 UTIL_FIELD = "DCGM_FI_DEV_GPU_UTIL"
@@ -80,6 +80,23 @@ def gpu_pod_shares(
         _scale(util, None if device_util is None else device_util / 100.0),
         _scale(mem, None if device_mem is None else device_mem * MIB),
     )
+
+
+def device_shares(snapshot: NodeSnapshot, owners: PidOwners) -> dict[str, DeviceShares]:
+    """GPU UUID → each container's share of that whole GPU (the figures of :func:`gpu_pod_shares`),
+    for the per-pod ``DCGM_FI_DEV_*`` series of ``--kubernetes-virtual-gpus``."""
+    out = {}
+    for gpu in snapshot.gpus:
+        if gpu.processes is None or gpu.info.mig_enabled:
+            continue
+        util, mem = gpu_pod_shares(gpu, owners)
+        uids = {}
+        for proc in gpu.processes:
+            ref = owners.get(proc.pid)
+            if ref is not None and ref.pod_uid:
+                uids[(ref.namespace, ref.pod, ref.container)] = ref.pod_uid
+        out[gpu.info.uuid] = DeviceShares(util if utilisation_visible(gpu, owners) else None, mem, uids)
+    return out
 
 
 def pod_usage_families(

@@ -147,14 +147,19 @@ class Collector:
             self._fail("read", f"backend read failed: {type(exc).__name__}: {exc}", start)
             return False
         allocations = self._read_allocations(snap)
+        owners = self._owners(snap)
         families = device_families(
             snap,
             hostname=self.hostname,
             allocations=allocations,
             layout=self.layout,
             windows=self._windows.update(snap),
+            shares=sharing.device_shares(snap, owners) if owners and self.layout.virtual_gpus else None,
         )
-        families.extend(self._pod_usage(snap))
+        if owners is not None:
+            families.extend(
+                sharing.pod_usage_families(snap, owners, hostname=self.hostname, layout=self.layout)
+            )
         for kind, count in snap.field_errors.items():
             self._errors[kind] = self._errors.get(kind, 0) + count
         now = self._clock()
@@ -221,21 +226,21 @@ class Collector:
             self._allocations_error = None
         return allocations
 
-    def _pod_usage(self, snap: NodeSnapshot) -> list[Family]:
-        """Per-pod figures on shared GPUs (:mod:`exporter.attribute.sharing`); nothing when no GPU has
-        per-process accounting or no owner source is configured."""
+    def _owners(self, snap: NodeSnapshot) -> sharing.PidOwners | None:
+        """PID → container for the GPU processes (per-pod figures on shared GPUs,
+        :mod:`exporter.attribute.sharing`); None when no GPU has per-process accounting or no owner
+        source is configured."""
         if self._process_owners is None:
-            return []
+            return None
         pids = [p.pid for g in snap.gpus for p in (g.processes or ())]
         if not pids:
-            return []
+            return None
         try:
-            owners = self._process_owners(pids)
+            return self._process_owners(pids)
         except Exception as exc:  # an unreadable /proc must not fail the collection
             self._errors["processes"] = self._errors.get("processes", 0) + 1
             log.warning("per-pod GPU figures unavailable: %s", exc)
-            return []
-        return sharing.pod_usage_families(snap, owners, hostname=self.hostname, layout=self.layout)
+            return None
 
     def _resolve_claims(self, found: Attribution, snap: NodeSnapshot) -> Allocations:
         resolved = found.resolve(snap)

@@ -7,9 +7,11 @@ process with one line on stderr and exit status 2; a failed ``--once`` collectio
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -48,6 +50,20 @@ SUBCOMMANDS = ("backfill", "cluster")
 # the top-level modules of the simulator extra: missing, --backend sim and the simulator's commands say so
 SIMULATOR_NEEDS = frozenset({"simulator", "numpy", "aiohttp"})
 log = logging.getLogger("exporter")
+
+
+_RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def _resource_names(text: str) -> tuple[str, ...]:
+    """``--nvidia-resource-names``: comma-separated extended resource names (``domain/name``)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if not _RESOURCE_NAME.fullmatch(n)]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"{bad[0]!r} is not a resource name like nvidia.com/gpu (domain/name, comma-separated)"
+        )
+    return names
 
 
 def build_parser() -> OneLineParser:
@@ -168,6 +184,23 @@ def build_parser() -> OneLineParser:
         "name; $KUBERNETES_ENABLE_DRA)",
     )
     p.add_argument(
+        "--kubernetes-virtual-gpus",
+        action="store_true",
+        help="shared GPUs (time-slicing, MPS) as dcgm-exporter 4.5.3 labels them: the device's series "
+        "without pod labels, plus one series per pod holding a replica, with pod, namespace, container, "
+        "pod_uid and vgpu (the replica index), carrying that pod's own DCGM_FI_DEV_GPU_UTIL and "
+        "DCGM_FI_DEV_FB_USED (0 when idle; needs hostPID) and the device's value of every other field "
+        "($KUBERNETES_VIRTUAL_GPUS)",
+    )
+    p.add_argument(
+        "--nvidia-resource-names",
+        type=_resource_names,
+        default=(),
+        metavar="NAMES",
+        help="comma-separated device-plugin resource names attributed besides nvidia.com/gpu, "
+        "nvidia.com/gpu.shared and nvidia.com/mig-* (dcgm-exporter's $NVIDIA_RESOURCE_NAMES)",
+    )
+    p.add_argument(
         "--web-config",
         type=Path,
         metavar="FILE",
@@ -224,6 +257,7 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
         hostname_label=args.hostname_label,
         xid_window_s=args.xid_count_window_size / 1000.0,
         clock_events_window_s=args.clock_events_count_window_size / 1000.0,
+        virtual_gpus=args.kubernetes_virtual_gpus,
     )
     node_name = args.node_name or env.get("NODE_NAME", "")
     if not node_name and args.backend != "sim":
@@ -237,6 +271,7 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
         pod_resources_socket=args.pod_resources_socket or DEFAULT_POD_RESOURCES_SOCKET,
         pod_resources_socket_given=args.pod_resources_socket is not None,
         enable_dra=args.kubernetes_enable_dra,
+        resource_names=args.nvidia_resource_names,
         kube_api_url=access.url if (access := kubeapi.in_cluster(env)) is not None else "",
         web_config=args.web_config,
         once=args.once,
@@ -298,7 +333,10 @@ def build_allocations(
     """Pod attribution: kubelet when asked for, else the simulator's own pods in sim mode. With DRA
     on and an API to ask, the node's ResourceSlices are watched (listed once with ``--once``)."""
     if settings.kubernetes and (settings.backend != "sim" or settings.pod_resources_socket_given):
-        from exporter.attribute.podresources.client import PodResourcesClient  # noqa: PLC0415
+        from exporter.attribute.podresources.client import (  # noqa: PLC0415
+            PodResourcesClient,
+            resource_names,
+        )
 
         slices = None
         if settings.enable_dra and settings.kube_api_url and hostname:
@@ -314,6 +352,7 @@ def build_allocations(
         client = PodResourcesClient(
             str(settings.pod_resources_socket),
             dra_drivers=(dra.NVIDIA_DRIVER,) if settings.enable_dra else (),
+            resources=resource_names(settings.resource_names),
             slices=slices,
         )
         return client.attribution

@@ -181,9 +181,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("container-runtime-socket", (), "DCGM_CONTAINER_RUNTIME_SOCKET", "string",
            _refuse_when_set("container runtime labels are not read; pod-resources gives the container name")),
     Option("nvidia-resource-names", (), "NVIDIA_RESOURCE_NAMES", "string",
-           _refuse_when_set("only nvidia.com/gpu and nvidia.com/mig-* resources are attributed")),
+           lambda v: [f"--nvidia-resource-names={v}"] if v else []),
     Option("kubernetes-virtual-gpus", (), "KUBERNETES_VIRTUAL_GPUS", "bool",
-           _refuse_when_on("time-sliced and MPS replicas are attributed to the GPU they share, not as virtual GPUs")),
+           lambda v: ["--kubernetes-virtual-gpus"] if v == "true" else []),
     Option("dump-enabled", (), "DCGM_EXPORTER_DUMP_ENABLED", "bool",
            _refuse_when_on("debug dumps are not written; use --once to see one collection")),
     Option("dump-directory", (), "DCGM_EXPORTER_DUMP_DIRECTORY", "string", _ignored),
@@ -211,6 +211,8 @@ OWN_EQUIVALENT = {
     "no-hostname": "--hostname-label",
     "devices": "--mig-series",
     "kubernetes-enable-dra": "--kubernetes-enable-dra",
+    "kubernetes-virtual-gpus": "--kubernetes-virtual-gpus",
+    "nvidia-resource-names": "--nvidia-resource-names",
 }
 """A dcgm-exporter option whose variable is not read when our own flag for it is on the command line."""
 

@@ -37,6 +37,11 @@ class SeriesLayout:
     """Window of ``DCGM_EXP_XID_ERRORS_COUNT`` (dcgm-exporter's ``--xid-count-window-size``, 5 min)."""
     clock_events_window_s: float = 300.0
     """Window of ``DCGM_EXP_CLOCK_EVENTS_COUNT`` (``--clock-events-count-window-size``, 5 min)."""
+    virtual_gpus: bool = False
+    """dcgm-exporter 4.5.3's ``KUBERNETES_VIRTUAL_GPUS``: a shared (time-sliced, MPS) GPU keeps its series
+    without pod labels, and each pod holding a replica gets its own series with ``pod``, ``namespace``,
+    ``container``, ``pod_uid`` and ``vgpu``: its own ``DCGM_FI_DEV_GPU_UTIL``/``DCGM_FI_DEV_FB_USED``
+    (0 when idle), every other field the device's value."""
 
     @property
     def host_label(self) -> str | None:

@@ -13,8 +13,13 @@ Which fields, their types and the host label come from a :class:`~exporter.contr
 * ``per-instance`` (dcgm-exporter's layout): every field once per MIG instance, GPU-level values
   repeated on each instance, each with the instance's labels and pods.
 
-On a whole GPU every field follows its pods; a device held by several containers (time-slicing)
-gets one series per container, each with the device's value. A device a container got through a
+On a whole GPU every field follows its pods. A device the device plugin hands to several containers
+(time-slicing, MPS) gets one series, labelled with the last of them in the kubelet's answer, as
+dcgm-exporter does (``gpupilot_device_pod_info`` names every holder); with
+``layout.virtual_gpus`` (dcgm-exporter 4.5.3's ``KUBERNETES_VIRTUAL_GPUS``) a shared whole GPU keeps
+its series without pod labels and each holder gets its own, with ``pod``, ``namespace``,
+``container``, ``pod_uid`` and ``vgpu`` (the replica index): its own ``DCGM_FI_DEV_GPU_UTIL`` and
+``DCGM_FI_DEV_FB_USED`` (0 when idle), the device's value of every other field. A device a container got through a
 ResourceClaim (DRA) also carries dcgm-exporter's ``dra_claim_name``, ``dra_claim_namespace``,
 ``dra_driver_name``, ``dra_pool_name``, ``dra_device_name`` and, on MIG devices only,
 ``dra_mig_profile`` and ``dra_mig_device_uuid`` (absent on whole GPUs, as there).
@@ -30,7 +35,7 @@ from exporter.contract import fields, xid_catalogue
 from exporter.contract.layout import SeriesLayout
 from exporter.expose import health
 from exporter.expose.windows import GpuWindow, WindowCounts
-from exporter.snapshot import Allocations, GpuSnapshot, MigInstance, NodeSnapshot, PodRef
+from exporter.snapshot import Allocations, DeviceShares, GpuSnapshot, MigInstance, NodeSnapshot, PodRef
 
 LabelPairs = tuple[tuple[str, str], ...]
 
@@ -87,6 +92,37 @@ def _pod_variants(labels: LabelPairs, pods: Sequence[PodRef]) -> list[LabelPairs
     if not pods:
         return [labels]
     return [(*labels, *_pod_labels(p)) for p in pods]
+
+
+def dcgm_holders(pods: Sequence[PodRef]) -> tuple[PodRef, ...]:
+    """The holders whose labels a device's DCGM series carry: every claim's pod (a claim shared by two
+    pods gives two series), and of the device plugin's containers only the last in the kubelet's
+    answer (dcgm-exporter keeps one pod per device id; later ones overwrite earlier ones)."""
+    plugin = [p for p in pods if p.dra is None]
+    last = plugin[-1] if plugin else None
+    return tuple(p for p in pods if p.dra is not None or p is last)
+
+
+UTIL_FIELD, FB_USED_FIELD = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"
+MIB = 1024 * 1024
+
+
+def virtual_gpu_values(
+    device: Mapping[str, float], holder: PodRef, shares: DeviceShares | None
+) -> dict[str, float]:
+    """One replica holder's values under ``KUBERNETES_VIRTUAL_GPUS``: its own utilisation (percent) and
+    framebuffer (MiB), 0 when it runs nothing; the device's value of every other field. Utilisation is
+    left out where NVML cannot tell it per process."""
+    key = (holder.namespace, holder.pod, holder.container)
+    own = dict(device)
+    if UTIL_FIELD in own:
+        if shares is None or shares.utilisation is None:
+            del own[UTIL_FIELD]
+        else:
+            own[UTIL_FIELD] = 100.0 * shares.utilisation.get(key, 0.0)
+    if FB_USED_FIELD in own:
+        own[FB_USED_FIELD] = (shares.memory_bytes.get(key, 0.0) if shares is not None else 0.0) / MIB
+    return own
 
 
 def _pods(allocations: Allocations | None, device_id: str) -> tuple[PodRef, ...]:
@@ -149,9 +185,11 @@ class _Families:
         allocations: Allocations | None,
         layout: SeriesLayout,
         windows: WindowCounts | None,
+        shares: Mapping[str, DeviceShares] | None = None,
     ) -> None:
         self.hostname = hostname
         self.allocations = allocations
+        self.shares = shares or {}
         self.layout = layout
         self.windows = windows
         self.selected = layout.selection.metrics
@@ -227,8 +265,11 @@ class _Families:
         )
         gpu_values = gpu.values
         gpu_pods = _pods(self.allocations, info.uuid)
-        if not info.mig_enabled:
-            sets = _pod_variants(base, gpu_pods)
+        replicas = [p for p in gpu_pods if p.dra is None and p.replica]
+        if not info.mig_enabled and self.layout.virtual_gpus and replicas:
+            self._add_virtual(gpu, base, replicas)
+        elif not info.mig_enabled:
+            sets = _pod_variants(base, dcgm_holders(gpu_pods))
             for spec in self.selected:
                 self.add(spec, gpu, gpu_values, sets)
         elif not self.per_instance or not gpu.instances:
@@ -243,6 +284,26 @@ class _Families:
             self._add_device_info(base, gpu_pods, gpu.compute_processes)
         for inst in gpu.instances:
             self.add_instance(gpu, inst, base)
+
+    def _add_virtual(self, gpu: GpuSnapshot, base: LabelPairs, replicas: Sequence[PodRef]) -> None:
+        """A shared whole GPU under ``KUBERNETES_VIRTUAL_GPUS``: its series without pod labels, then
+        one per replica holder with its own utilisation and framebuffer."""
+        for spec in self.selected:
+            self.add(spec, gpu, gpu.values, [base])
+        shares = self.shares.get(gpu.info.uuid)
+        for p in replicas:
+            uid = p.pod_uid or (shares.pod_uids.get((p.namespace, p.pod, p.container), "") if shares else "")
+            labels: LabelPairs = (
+                *base,
+                ("pod", p.pod),
+                ("namespace", p.namespace),
+                ("container", p.container),
+                ("pod_uid", uid),
+                ("vgpu", p.replica),
+            )
+            own = virtual_gpu_values(gpu.values, p, shares)
+            for spec in self.selected:
+                self.add(spec, gpu, own, [labels])
 
     def add_instance(self, gpu: GpuSnapshot, inst: MigInstance, base: LabelPairs) -> None:
         ibase = _instance_labels(base, inst)
@@ -259,7 +320,7 @@ class _Families:
             )
         )
         inst_pods = _pods(self.allocations, inst.uuid)
-        variants = _pod_variants(ibase, inst_pods)
+        variants = _pod_variants(ibase, dcgm_holders(inst_pods))
         inst_values, gpu_values = inst.values, gpu.values
         for spec in self.selected:
             if spec.level == "device":
@@ -329,13 +390,18 @@ def device_families(
     allocations: Allocations | None = None,
     layout: SeriesLayout | None = None,
     windows: WindowCounts | None = None,
+    shares: Mapping[str, DeviceShares] | None = None,
 ) -> list[Family]:
     """The device series of one snapshot (no exporter self-metrics), in a stable order.
+    ``shares``: each container's part of a shared GPU (:func:`exporter.attribute.sharing.device_shares`),
+    for the per-pod series of ``layout.virtual_gpus``.
 
     ``windows`` (from :class:`exporter.expose.windows.EventWindows`) feeds ``DCGM_EXP_XID_ERRORS_COUNT``
     and ``DCGM_EXP_CLOCK_EVENTS_COUNT``; without it those two families are left out."""
     layout = layout or SeriesLayout()  # the default counters file is parsed once (layout.py)
-    built = _Families(hostname=hostname, allocations=allocations, layout=layout, windows=windows)
+    built = _Families(
+        hostname=hostname, allocations=allocations, layout=layout, windows=windows, shares=shares
+    )
     for gpu in snapshot.gpus:
         built.add_gpu(gpu)
     return built.families(built.lost(snapshot), built.visibility(snapshot))

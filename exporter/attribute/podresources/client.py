@@ -23,7 +23,10 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Well above gRPC's 4 MiB default, which busy nodes exceed (dcgm-exporter#509)."""
-GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-")
+GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-")
+"""Attributed device-plugin resources: GPUs, their ``renameByDefault`` name under sharing
+(``nvidia.com/gpu.shared``; ``nvidia.com/mig-<profile>.shared`` is under the MIG prefix), MIG devices.
+``NVIDIA_RESOURCE_NAMES`` adds others (:func:`resource_names`)."""
 """Resource names whose device ids are GPU or MIG UUIDs (exact name, or prefix when ending in ``-``)."""
 
 
@@ -31,6 +34,11 @@ class PodResourcesError(ExporterError):
     """The kubelet could not be asked; ``str(e)`` is one line naming the socket and the cause."""
 
     temporary = True
+
+
+def resource_names(extra: Iterable[str]) -> tuple[str, ...]:
+    """:data:`GPU_RESOURCES` plus ``extra`` (dcgm-exporter's ``NVIDIA_RESOURCE_NAMES``, exact names)."""
+    return (*GPU_RESOURCES, *(n for n in extra if n and n not in GPU_RESOURCES))
 
 
 def strip_sharing_suffix(device_id: str) -> str:
@@ -54,13 +62,14 @@ def allocations_from_response(
             for dev in container.devices:
                 if not is_gpu_resource(dev.resource_name, wanted):
                     continue
-                ref = PodRef(
-                    namespace=pod.namespace,
-                    pod=pod.name,
-                    container=container.name,
-                    resource=dev.resource_name,
-                )
                 for raw_id in dev.device_ids:
+                    ref = PodRef(
+                        namespace=pod.namespace,
+                        pod=pod.name,
+                        container=container.name,
+                        resource=dev.resource_name,
+                        replica=raw_id.partition("::")[2],
+                    )
                     holders = out.setdefault(strip_sharing_suffix(raw_id), [])
                     if ref not in holders:
                         holders.append(ref)

@@ -13,6 +13,7 @@ from exporter.attribute.podresources.client import (
     PodResourcesClient,
     PodResourcesError,
     allocations_from_response,
+    resource_names,
     strip_sharing_suffix,
 )
 from exporter.snapshot import PodRef
@@ -62,7 +63,7 @@ def test_mig_devices_and_other_resources(kubelet, client):
     assert allocs[MIG_B][0].resource == "nvidia.com/mig-3g.40gb"
 
 
-def test_sharing_suffix_is_stripped_and_each_sharer_listed_once(kubelet, client):
+def test_sharing_suffix_is_stripped_and_each_replica_kept_with_its_index(kubelet, client):
     kubelet.set_pods(
         [
             pod("team-a", "a", [container("c", gpu=[f"{GPU0}::0", f"{GPU0}::3"])]),
@@ -72,10 +73,11 @@ def test_sharing_suffix_is_stripped_and_each_sharer_listed_once(kubelet, client)
     )
     allocs = client.allocations()
     assert allocs[GPU0] == (
-        PodRef("team-a", "a", "c", "nvidia.com/gpu"),
-        PodRef("team-c", "c", "c", "nvidia.com/gpu"),
+        PodRef("team-a", "a", "c", "nvidia.com/gpu", replica="0"),
+        PodRef("team-a", "a", "c", "nvidia.com/gpu", replica="3"),
+        PodRef("team-c", "c", "c", "nvidia.com/gpu", replica="1"),
     )
-    assert allocs[MIG_A] == (PodRef("team-b", "b", "c", "nvidia.com/mig-1g.10gb"),)
+    assert allocs[MIG_A] == (PodRef("team-b", "b", "c", "nvidia.com/mig-1g.10gb", replica="1"),)
     assert strip_sharing_suffix("GPU-x") == "GPU-x"
 
 
@@ -154,11 +156,26 @@ def test_socket_file_without_server_is_unavailable(tmp_path):
 
 def test_pure_mapping_ignores_other_resources():
     resp = api_pb2.ListPodResourcesResponse(
-        pod_resources=[
-            pod("n", "p", [container("c", gpu=[GPU0], other={"nvidia.com/gpu.shared": ["GPU-z"]})])
-        ]
+        pod_resources=[pod("n", "p", [container("c", gpu=[GPU0], other={"example.com/fpga": ["F-1"]})])]
     )
     assert set(allocations_from_response(resp)) == {GPU0}
+
+
+def test_renamed_shared_resources_and_nvidia_resource_names_are_attributed():
+    """renameByDefault advertises nvidia.com/gpu.shared (and nvidia.com/mig-<profile>.shared); names in
+    NVIDIA_RESOURCE_NAMES are attributed too, exactly as named."""
+    resp = api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            pod("n", "s", [container("c", other={"nvidia.com/gpu.shared": ["GPU-z::2"]})]),
+            pod("n", "m", [container("c", other={"nvidia.com/mig-1g.10gb.shared": ["MIG-y::0"]})]),
+            pod("n", "x", [container("c", other={"example.com/gpu-a100": ["GPU-x"]})]),
+        ]
+    )
+    got = allocations_from_response(resp)
+    assert set(got) == {"GPU-z", "MIG-y"}
+    assert got["GPU-z"] == (PodRef("n", "s", "c", "nvidia.com/gpu.shared", replica="2"),)
+    extra = allocations_from_response(resp, resources=resource_names(["example.com/gpu-a100"]))
+    assert set(extra) == {"GPU-z", "MIG-y", "GPU-x"}
 
 
 def test_nvml_uuids_and_kubelet_ids_join_on_the_series(kubelet, client):

@@ -35,6 +35,14 @@ def test_address_and_interval_in_every_spelling(argv: list[str]) -> None:
     assert s.collector.interval == 30.0  # milliseconds → seconds
 
 
+def test_virtual_gpus_and_resource_names_are_taken_as_dcgm_exporter_4_5_3_takes_them() -> None:
+    s = settings(KUBERNETES_VIRTUAL_GPUS="true", NVIDIA_RESOURCE_NAMES="example.com/a100, nvidia.com/gpu-big")
+    assert s.layout.virtual_gpus and s.resource_names == ("example.com/a100", "nvidia.com/gpu-big")
+    flags = settings("--kubernetes-virtual-gpus=false", "--nvidia-resource-names", "example.com/x")
+    assert not flags.layout.virtual_gpus and flags.resource_names == ("example.com/x",)
+    assert not settings().layout.virtual_gpus and settings().resource_names == ()
+
+
 def test_variables_map_and_flags_win(tmp_path: Path) -> None:
     counters = tmp_path / "c.csv"
     counters.write_text(COUNTERS)
@@ -95,8 +103,6 @@ def test_defaults_without_any_option() -> None:
         (["--fake-gpus"], {}, "--backend sim"),
         (["--enable-dcgm-log"], {}, "no DCGM library"),
         (["--hpc-job-mapping-dir", "/x"], {}, "HPC job mapping"),
-        (["--nvidia-resource-names", "nvidia.com/a100"], {}, "nvidia.com/gpu and nvidia.com/mig-*"),
-        (["--kubernetes-virtual-gpus"], {}, "time-sliced"),
         (["--enable-pprof"], {}, "pprof"),
         (["-s", "g"], {}, "NVSwitch"),
         (["-c", "abc"], {}, "-c: 'abc' is not a whole number"),

@@ -101,13 +101,16 @@ def test_pod_labels_on_whole_gpu_and_instances_and_pod_info() -> None:
     assert {p["pod"] for p in pod_info} == {"llm-inference-0", "etl-1"}
 
 
-def test_shared_device_gets_one_series_per_container() -> None:
+def test_a_shared_device_is_labelled_with_its_last_holder_as_dcgm_exporter_does() -> None:
+    """dcgm-exporter keeps one pod per device id (the last container of the List answer): one series
+    with the device's value, never the whole device's value repeated on every pod."""
     snap = fakes.node(fakes.whole_gpu(0))
-    holders = (PodRef("a", "p1", "c"), PodRef("b", "p2", "c"))
+    holders = (PodRef("a", "p1", "c", replica="0"), PodRef("b", "p2", "c", replica="1"))
     fams = device_families(snap, hostname=HOST, allocations={fakes.gpu_info(0).uuid: holders})
     util = fam(fams, "DCGM_FI_DEV_GPU_UTIL").samples
-    assert sorted(labels_of(s)["pod"] for s in util) == ["p1", "p2"]
-    assert all(s[1] == 87.0 for s in util)
+    assert [(labels_of(s)["pod"], s[1]) for s in util] == [("p2", 87.0)]
+    # gpupilot's own pod-info series still names every holder
+    assert sorted(labels_of(s)["pod"] for s in fam(fams, "gpupilot_device_pod_info").samples) == ["p1", "p2"]
 
 
 def test_unallocated_device_has_no_pod_labels_and_no_pod_info() -> None:
