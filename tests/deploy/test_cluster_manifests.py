@@ -43,31 +43,53 @@ def exporter_container(ds: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_exporter_privileges_are_the_documented_minimum() -> None:
+    """By default: no hostPID, no added capability, no MIG monitor capability, one hostPath (the
+    kubelet's pod-resources socket, read-only)."""
     ds = find("exporter", "DaemonSet", "gpupilot-exporter")
-    spec, c = pod_spec(ds), exporter_container(find("exporter", "DaemonSet", "gpupilot-exporter"))
-    assert spec["hostPID"] is True, "process counts need the host PID namespace"
-    assert not spec.get("hostNetwork") and not spec.get("hostIPC")
+    spec, c = pod_spec(ds), exporter_container(ds)
+    assert "hostPID" not in spec and not spec.get("hostNetwork") and not spec.get("hostIPC")
     sc = c["securityContext"]
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]} and sc["privileged"] is False
-    env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
-    text = (DEPLOY / "exporter" / "daemonset.yaml").read_text()
-    for evidence in ("CAP_SYS_ADMIN", "NO_PERMISSION", "hostPID", "gpupilot_exporter_process_visibility"):
-        assert evidence in text, f"the DaemonSet no longer explains {evidence}"
-
-
-def test_unprivileged_component_drops_exactly_those(tmp_path: Path) -> None:
-    objs = build(tmp_path, resources=["exporter"], components=["exporter/unprivileged"])
-    ds = one(objs, "DaemonSet", "gpupilot-exporter")
-    c = exporter_container(ds)
-    assert "hostPID" not in pod_spec(ds)
-    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
-    assert "NVIDIA_MIG_MONITOR_DEVICES" not in {e["name"] for e in c["env"]}
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["privileged"] is False
     assert {e["name"] for e in c["env"]} == {
         "NODE_NAME",
         "NVIDIA_VISIBLE_DEVICES",
         "NVIDIA_DRIVER_CAPABILITIES",
     }
+    assert [v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v] == [
+        "/var/lib/kubelet/pod-resources"
+    ]
+    assert all(m["readOnly"] for m in c["volumeMounts"] if m["name"] == "pod-resources")
+    text = (DEPLOY / "exporter" / "daemonset.yaml").read_text()
+    for evidence in ("CAP_SYS_ADMIN", "NO_PERMISSION", "hostPID", "gpupilot_exporter_process_visibility"):
+        assert evidence in text, f"the DaemonSet no longer explains {evidence}"
+
+
+def test_feature_components_add_exactly_their_privileges(tmp_path: Path) -> None:
+    (tmp_path / "p").mkdir()
+    ds = one(
+        build(tmp_path / "p", resources=["exporter"], components=["exporter/processes"]),
+        "DaemonSet",
+        "gpupilot-exporter",
+    )
+    spec, c = pod_spec(ds), exporter_container(ds)
+    assert spec["hostPID"] is True and c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v} == {
+        "pod-resources": "/var/lib/kubelet/pod-resources",
+        "container-logs": "/var/log/containers",
+    }
+    assert {"name": "container-logs", "mountPath": "/var/log/containers", "readOnly": True} in c[
+        "volumeMounts"
+    ]
+    (tmp_path / "m").mkdir()
+    ds = one(
+        build(tmp_path / "m", resources=["exporter"], components=["exporter/mig-monitor"]),
+        "DaemonSet",
+        "gpupilot-exporter",
+    )
+    spec, c = pod_spec(ds), exporter_container(ds)
+    assert "hostPID" not in spec
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert {"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"} in c["env"]
 
 
 def test_client_component_swaps_the_dcgm_pause_for_the_client_key(tmp_path: Path) -> None:
@@ -160,8 +182,10 @@ def test_openshift_overlay_uses_its_operator_namespace_and_scc() -> None:
     ds = next(o for o in objs if o["kind"] == "DaemonSet")
     spec, c = pod_spec(ds), exporter_container(ds)
     # The SCC admits exactly what the exporter asks for.
-    assert scc["allowHostPID"] is spec["hostPID"] is True
-    assert set(scc["allowedCapabilities"]) == set(c["securityContext"]["capabilities"]["add"])
+    assert scc["allowHostPID"] is spec.get("hostPID", False) is False
+    assert (
+        set(scc["allowedCapabilities"]) == set(c["securityContext"]["capabilities"].get("add", [])) == set()
+    )
     assert scc["allowPrivilegedContainer"] is False and scc["allowHostNetwork"] is False
     assert scc["allowHostDirVolumePlugin"] is True and "hostPath" in scc["volumes"]
     binding = one(objs, "RoleBinding", "gpupilot-exporter-scc")

@@ -359,7 +359,8 @@ def test_chart_and_kustomize_render_the_same_objects(overlay: str) -> None:
 
 # kustomize component → the chart setting that does the same.
 COMPONENTS = {
-    "exporter/unprivileged": "exporter.unprivileged=true",
+    "exporter/processes": "exporter.processes.enabled=true",
+    "exporter/mig-monitor": "exporter.migMonitor.enabled=true",
     "exporter/mig-pause-client": "exporter.migPause=client",
     "adapter/external": "adapter.externalMetrics=true",
     "adapter/keda": "adapter.externalScaler.enabled=true",

@@ -377,6 +377,6 @@ def test_a_namespace_that_refuses_the_exporter_stops_the_install(tmp_path: Path)
     assert res.returncode != 0
     assert (
         f'namespace {NAMESPACE} enforces Pod Security level "baseline", which refuses the exporter '
-        f"(hostPID, CAP_SYS_ADMIN, hostPath): run 'kubectl label namespace {NAMESPACE} "
-        "pod-security.kubernetes.io/enforce=privileged --overwrite', or set exporter.unprivileged=true"
+        f"(a hostPath for the kubelet's pod-resources socket): run 'kubectl label namespace {NAMESPACE} "
+        "pod-security.kubernetes.io/enforce=privileged --overwrite', or set exporter.enabled=false"
     ) in res.stderr
