@@ -7,8 +7,8 @@ The width is the terminal's, ``$COLUMNS`` when set, else :data:`DEFAULT_WIDTH` (
 
 from __future__ import annotations
 
+import re
 import shutil
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -61,10 +61,29 @@ def _fit(columns: Sequence[Column], widths: list[int], width: int) -> list[int]:
     return out
 
 
+PIECE = re.compile(r"[^\s/._-]*(?:[\s/._-]+|$)")
+"""A word and the separators after it (space, ``/``, ``.``, ``_``, ``-``): where a line may break."""
+
+
 def _wrapped(cell: str, width: int) -> list[str]:
+    """Each line of ``cell`` wrapped after a separator, never inside a word (``ml/llm-inference-7f9c``
+    breaks after ``/`` or ``-``); continuation lines are indented by two; a word longer than the
+    column is cut with an ellipsis."""
     out: list[str] = []
     for line in _lines(cell):
-        out += textwrap.wrap(line, width, break_on_hyphens=True, subsequent_indent="  ") or [""]
+        rows: list[str] = []
+        current = ""
+        for piece in filter(None, PIECE.findall(line)):
+            room = width - (2 if rows else 0)
+            if current.strip() and len((current + piece).rstrip()) > room:
+                rows.append(current.rstrip())
+                current = piece.lstrip()
+            else:
+                current += piece
+        rows.append(current.rstrip())
+        for k, row in enumerate(rows):
+            text = ("  " if k else "") + row
+            out.append(text if len(text) <= width else text[: width - 1] + "…")
     return out
 
 

@@ -63,3 +63,18 @@ def test_width_comes_from_columns_env_when_not_given(monkeypatch):
     assert "45 columns" in text
     monkeypatch.delenv("COLUMNS")
     assert widest(render(COLUMNS, ROWS)) <= 100  # a pipe: 100 columns
+
+
+def test_wrapping_breaks_at_separators_never_inside_a_word():
+    """Pod names in a narrow column break after ``/`` or ``-``; a word longer than the column is cut
+    with an ellipsis, never split over two lines."""
+    pods = "ml/llm-inference-7f9c4d-abcde\nresearch/averyveryverylongpodnamewithoutanyseparator\nml/a b"
+    text = render((Column("node"), Column("disrupted", wrap=True)), [("gpu-a", pods)], width=30)
+    assert widest(text) <= 30
+    assert text.splitlines()[2:] == [
+        "gpu-a  ml/llm-inference-",
+        "         7f9c4d-abcde",
+        "       research/",
+        "         averyveryverylongpod…",
+        "       ml/a b",
+    ]
