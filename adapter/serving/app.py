@@ -153,6 +153,9 @@ class Adapter:
                 stats=self.metrics.scaler_requests,
                 poll_interval=interval,
                 first_wait=p.timeout,
+                on_tls_reload=lambda ok: self.metrics.scaler_tls_reloads.labels(
+                    "success" if ok else "failure"
+                ).inc(),
             )
         self._published = self._published_cas()
         self.authenticator, ca_pems = self._authenticator()

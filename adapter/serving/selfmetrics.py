@@ -80,6 +80,13 @@ class SelfMetrics:
             ["result"],
             registry=r,
         )
+        self.scaler_tls_reloads = Counter(
+            "gpupilot_adapter_external_scaler_tls_reloads_total",
+            "Reloads of the KEDA scaler's serving certificate and client CA after their files changed, "
+            "by result; on failure the previous ones stay in use.",
+            ["result"],
+            registry=r,
+        )
         self.serving_cert_expiry = Gauge(
             "gpupilot_adapter_serving_certificate_expiry_timestamp_seconds",
             "Unix time the serving certificate in use expires.",

@@ -7,7 +7,8 @@ reads the value once per refresh interval and pushes when the activity changes (
 opened); it ends when the client goes away or the server stops. Errors map to gRPC codes:
 bad metadata INVALID_ARGUMENT, no value NOT_FOUND, Prometheus failing or values too old
 UNAVAILABLE. The serving certificate and client CA are re-read when their files change (checked at
-each new connection's handshake).
+each new connection's handshake); material that does not parse, or a key that does not match the
+certificate, is logged as a failed reload, counted, and the previous material stays in use.
 
 KEDA keeps every ScaledObject of one scaler address on one connection, so streams and unary calls
 are bounded apart, never by HTTP/2's per-connection stream limit (past which a client queues
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from adapter.config.settings import ScalerSettings
 from adapter.errors import (
@@ -96,11 +99,36 @@ def server_options(s: ScalerSettings) -> list[tuple[str, int]]:
     ]
 
 
+def _checked(pems: list[bytes], flags: list[str]) -> None:
+    """ConfigError unless the certificate chain, the key (matching it) and the CA parse: gRPC takes
+    any bytes here and keeps its previous material when they are unusable, without saying so."""
+    try:
+        chain = x509.load_pem_x509_certificates(pems[0])
+    except ValueError:
+        raise ConfigError(f"{flags[0]}: not a PEM certificate") from None
+    try:
+        key = serialization.load_pem_private_key(pems[1], password=None)
+    except (ValueError, TypeError):
+        raise ConfigError(f"{flags[1]}: not an unencrypted PEM private key") from None
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    encoding = serialization.Encoding.DER
+    if key.public_key().public_bytes(encoding, public) != chain[0].public_key().public_bytes(
+        encoding, public
+    ):
+        raise ConfigError(f"{flags[1]} does not match the certificate in {flags[0]}")
+    if len(pems) > 2:
+        try:
+            x509.load_pem_x509_certificates(pems[2])
+        except ValueError:
+            raise ConfigError(f"{flags[2]}: not a PEM certificate") from None
+
+
 class _TlsFiles:
     """The certificate, key and client CA, re-read when a file's mtime or size changes."""
 
-    def __init__(self, settings: ScalerSettings) -> None:
+    def __init__(self, settings: ScalerSettings, on_result: Callable[[bool], None] | None = None) -> None:
         assert settings.tls_cert_file is not None and settings.tls_key_file is not None
+        self._on_result = on_result
         self._files = [
             (settings.tls_cert_file, "--external-scaler-tls-cert-file"),
             (settings.tls_key_file, "--external-scaler-tls-key-file"),
@@ -123,6 +151,7 @@ class _TlsFiles:
 
     def _configuration(self) -> Any:
         pems = [_read_file(path, flag) for path, flag in self._files]
+        _checked(pems, [f"{flag} {path}" for path, flag in self._files])
         return grpc.ssl_server_certificate_configuration(
             [(pems[1], pems[0])], root_certificates=pems[2] if len(pems) > 2 else None
         )
@@ -132,14 +161,24 @@ class _TlsFiles:
         stamp = self._stamps()
         if stamp == self._stamp:
             return None
+        self._stamp = stamp  # one attempt (and one line) per change, not one per handshake
         try:
             configuration = self._configuration()
         except ConfigError as exc:
-            log.warning("external scaler TLS files changed but cannot be used: %s; keeping the previous", exc)
+            log.error(
+                "external scaler: reloading the serving certificate and client CA failed, keeping the "
+                "previous ones: %s",
+                exc,
+            )
+            self._result(False)
             return None
-        self._stamp = stamp
         log.info("external scaler: serving certificate and client CA reloaded")
+        self._result(True)
         return configuration
+
+    def _result(self, ok: bool) -> None:
+        if self._on_result is not None:
+            self._on_result(ok)
 
 
 class _Servicer(pb_grpc.ExternalScalerServicer):
@@ -286,6 +325,7 @@ class ScalerServer:
         stats: RequestStats,
         poll_interval: float,
         first_wait: float = 5.0,
+        on_tls_reload: Callable[[bool], None] | None = None,
     ) -> None:
         self.settings = settings
         self._scaler = scaler
@@ -293,7 +333,7 @@ class ScalerServer:
         self._poll = poll_interval
         self._first_wait = first_wait
         """Seconds a call waits for a first evaluation (``--prometheus-timeout``)."""
-        self._tls = _TlsFiles(settings) if settings.tls_cert_file is not None else None
+        self._tls = _TlsFiles(settings, on_tls_reload) if settings.tls_cert_file is not None else None
         self._pool = concurrent.futures.ThreadPoolExecutor(settings.workers, thread_name_prefix="scaler")
         self._stream_pool = concurrent.futures.ThreadPoolExecutor(
             settings.stream_workers, thread_name_prefix="scaler-stream"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import shutil
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from adapter.serving.app import Adapter
 from adapter.serving.keda import externalscaler_pb2 as pb
 from adapter.serving.keda import externalscaler_pb2_grpc as pb_grpc
 from tests.adapter.conftest import PromEnv, base_settings
-from tests.support.adapter.pki import Pki
+from tests.support.adapter.pki import Pki, make_ca
 
 
 def _member(value: str, name: str) -> str:
@@ -270,3 +271,50 @@ def test_first_evaluations_end_within_the_prometheus_timeout_however_many_are_qu
     assert {code for code, _ in results} == {grpc.StatusCode.UNAVAILABLE}
     slowest = max(took for _, took in results)
     assert slowest < 2.0, f"the slowest first evaluation took {slowest:.1f}s with a 1s --prometheus-timeout"
+
+
+@pytest.mark.slow
+def test_a_garbage_certificate_is_a_failed_reload_and_the_previous_one_stays(
+    prom: PromEnv,
+    pki: Pki,
+    start_adapter: Callable[[ServeSettings], Adapter],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cert, key = tmp_path / "serving.crt", tmp_path / "serving.key"
+    shutil.copy(pki.server.cert, cert)
+    shutil.copy(pki.server.key, key)
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    scaler = ScalerSettings(host="127.0.0.1", port=0, tls_cert_file=cert, tls_key_file=key)
+    adapter = start_adapter(base_settings(prom.url, pki, config_path=config, external_scaler=scaler))
+    assert adapter.scaler is not None
+    r = ref(metric="ok_sum", targetValue="1")
+
+    def ask(ca: Path) -> float:
+        creds = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+        with grpc.secure_channel(f"localhost:{adapter.scaler.port}", creds) as ch:  # type: ignore[union-attr]
+            return get_metrics(pb_grpc.ExternalScalerStub(ch), r)
+
+    def reloads(result: str) -> float:
+        value = adapter.metrics.registry.get_sample_value(
+            "gpupilot_adapter_external_scaler_tls_reloads_total", {"result": result}
+        )
+        return value or 0.0
+
+    assert ask(pki.serving_ca.path) == 5.0
+    caplog.set_level(logging.INFO, logger="adapter.serving.keda.grpcserver")
+    cert.write_text("-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n")
+    for _ in range(3):  # several handshakes: one failed reload, one line
+        assert ask(pki.serving_ca.path) == 5.0  # the previous certificate is still served
+    assert (reloads("failure"), reloads("success")) == (1.0, 0.0)
+    lines = [rec for rec in caplog.records if "serving certificate" in rec.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.ERROR
+    assert "reloading the serving certificate and client CA failed" in lines[0].getMessage()
+    assert "reloaded" not in lines[0].getMessage()
+    renewed_ca = make_ca(tmp_path / "renewed", "renewed-ca")
+    renewed = renewed_ca.issue(tmp_path / "renewed", cn="gpupilot-adapter", server=True)
+    key.write_bytes(renewed.key.read_bytes())
+    cert.write_bytes(renewed.cert.read_bytes())
+    assert ask(renewed_ca.path) == 5.0
+    assert reloads("success") >= 1.0
