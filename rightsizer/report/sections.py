@@ -9,16 +9,13 @@ capacity no pod holds, the proposed layout changes, GPU use per namespace, and t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gpupilot_common.text import plural
 from gpupilot_common.timefmt import format_time as iso
 from gpupilot_common.urls import redact
 from rightsizer.plan import clusters
-
-if TYPE_CHECKING:  # build imports this module to write files
-    from rightsizer.report.build import Report
-    from rightsizer.report.data import Heatmap
+from rightsizer.report.data import Heatmap
+from rightsizer.report.model import Report
 
 
 @dataclass(frozen=True)

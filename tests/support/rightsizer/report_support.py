@@ -7,8 +7,9 @@ import math
 from typing import Any
 
 from rightsizer.plan.model import Plan, plan_from_dict, plan_to_dict
-from rightsizer.report.build import Report, build_report
+from rightsizer.report.build import build_report
 from rightsizer.report.data import AlertSeen, Heatmap, ReportData, Trend
+from rightsizer.report.model import Report
 from tests.support.rightsizer.apply_support import Change, make_plan
 
 END = 1_764_460_800.0  # 2025-11-30 00:00 UTC
