@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from exporter.attribute import sharing
 from exporter.attribute.podresources.dra import Attribution
+from exporter.collect import availability
 from exporter.collect.backend import Backend
 from exporter.collect.deadline import CallTimeout, DeadlineWorker
 from exporter.contract.layout import SeriesLayout
@@ -89,6 +90,7 @@ class Collector:
         self._snapshot: NodeSnapshot | None = None
         self._snapshot_at: float | None = None
         self._device_families: list[Family] = []
+        self._fields_checked = False
         self._allocations_error: str | None = None
         self._dra_note = ""
         self.last_error = ""
@@ -163,6 +165,12 @@ class Collector:
         for kind, count in snap.field_errors.items():
             self._errors[kind] = self._errors.get(kind, 0) + count
         now = self._clock()
+        if not self._fields_checked:  # once: the GPUs and the configured fields do not change
+            self._fields_checked = True
+            if line := availability.missing_fields_line(
+                (m.source for m in self.layout.selection.metrics), snap
+            ):
+                log.warning("%s", line)
         self._snapshot, self._snapshot_at, self._device_families = snap, now, families
         self._backend_up = True
         self._last_duration = now - start

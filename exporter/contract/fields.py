@@ -237,6 +237,22 @@ field id (``…_RATIO`` utilisation 1613-1616, ``…_BYTES``, ``…_HERTZ``, ``�
 fields, not aliases, and are not read."""
 """Every field this exporter can publish, with its default type and help."""
 
+GPM_ONLY: frozenset[str] = frozenset(
+    {
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+        "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+    }
+)
+"""Profiling fields read only from NVML GPM (GPU Performance Monitoring, Hopper and newer): absent on
+older GPUs (Ampere, Turing), where dcgm-exporter reads them from DCGM's profiling module. The PCIe
+rates have a non-GPM source (NVML's throughput counters) and are not listed."""
+
 LABEL_FIELDS: frozenset[str] = frozenset({"DCGM_FI_DRIVER_VERSION"})
 """Fields a counters file may turn into labels (type ``label``) that this exporter can read."""
 
