@@ -17,10 +17,8 @@ real APScheduler triggers on a fake clock.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import threading
-from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,6 +40,7 @@ from rightsizer.serve import budget, status, webfiles
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
 from rightsizer.serve.failures import Failures, JobFailed
 from rightsizer.serve.ledger import Entries, FileLedger, Ledger, LedgerConflict
+from rightsizer.serve.state import State
 from rightsizer.serve.wording import in_config_terms
 
 log = logging.getLogger(__name__)
@@ -90,18 +89,6 @@ def in_window(now: datetime, window: MaintenanceWindow) -> bool:
     if window.start <= window.end:
         return day in window.days and window.start <= t < window.end
     return (day in window.days and t >= window.start) or (previous in window.days and t < window.end)
-
-
-@dataclasses.dataclass
-class State:
-    last_plan_at: float | None = None
-    last_plan_ok: bool | None = None
-    last_report_at: float | None = None
-    plan: Plan | None = None
-    plan_made_at: float = 0.0
-    applies: Counter[str] = dataclasses.field(default_factory=Counter)
-    runs: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)
-    last_skip: str = ""
 
 
 class Service(Collector):

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from rightsizer.plan import idle
-
-if TYPE_CHECKING:
-    from rightsizer.serve.scheduler import State
+from rightsizer.serve.state import State
 
 APPLY_RESULTS = (
     "applied",
