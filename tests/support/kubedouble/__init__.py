@@ -62,10 +62,14 @@ What it serves (see :mod:`tests.support.kubedouble.server` for the route table):
   (:mod:`tests.support.kubedouble.daemonsets`): one pod per node its nodeSelector/affinity matches, removed
   (after ``KubeDouble(daemonset_delete_delay_s=…)``) when the node's labels stop matching.
 
+- NVIDIA's DRA driver's kubelet plugin (:mod:`.dradriver`): when a pod labelled
+  ``nvidia-dra-driver-gpu-component=kubelet-plugin`` starts on a node, the node's ``gpu.nvidia.com``
+  ResourceSlice is published from the MIG layout applied then (v25.12 device names, MIG UUIDs), and
+  kept until that pod is replaced, as the driver enumerates devices only at start.
 - The device plugin and a scheduler (:mod:`.deviceplugin`, :mod:`.scheduler`): node status carries
   the extended resources of the applied layout (``nvidia.com/mig-<profile>`` per instance under the
-  mixed strategy, ``nvidia.com/gpu`` under single and for MIG-off GPUs, times
-  ``nvidia.com/gpu.replicas``); an unbound Pending pod binds where its ``nvidia.com/*`` requests fit
+  mixed strategy, ``nvidia.com/gpu`` under single and for MIG-off GPUs, each times its GFD
+  ``<resource>.replicas`` label); an unbound Pending pod binds where its ``nvidia.com/*`` requests fit
   allocatable less what bound pods use (and its ``nodeSelector`` matches), else stays Pending with
   ``PodScheduled=False``/``Unschedulable`` and a ``FailedScheduling`` Event.
 - apps/v1 ``deployments``, ``statefulsets``, batch/v1 ``jobs``, ``cronjobs`` with controllers
