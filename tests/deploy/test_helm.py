@@ -501,3 +501,39 @@ def test_the_keda_scaler_port_is_open_to_kedas_namespace_only() -> None:
         template("defaults", "adapter.externalScaler.enabled=true"), "gpupilot-adapter", "https"
     )
     assert "from" not in https  # the aggregation layer calls from the control plane's host network
+
+
+@pytest.mark.slow
+def test_the_keda_scaler_serves_tls_from_a_secret() -> None:
+    def adapter_pod(*sets: str) -> dict[str, Any]:
+        objs = template("defaults", "adapter.externalScaler.enabled=true", *sets)
+        (deployment,) = (
+            o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == "gpupilot-adapter"
+        )
+        pod: dict[str, Any] = deployment["spec"]["template"]["spec"]
+        return pod
+
+    plain = adapter_pod()
+    assert not [a for a in plain["containers"][0]["args"] if a.startswith("--external-scaler-tls")]
+    pod = adapter_pod(
+        "adapter.externalScaler.tls.secretName=keda-tls", "adapter.externalScaler.tls.clientCAKey=ca.crt"
+    )
+    (container,) = pod["containers"]
+    assert [a for a in container["args"] if a.startswith("--external-scaler-")] == [
+        "--external-scaler-address=:9443",
+        "--external-scaler-tls-cert-file=/var/run/keda-serving-cert/tls.crt",
+        "--external-scaler-tls-key-file=/var/run/keda-serving-cert/tls.key",
+        "--external-scaler-client-ca-file=/var/run/keda-serving-cert/ca.crt",
+    ]
+    assert {
+        "name": "keda-serving-cert",
+        "mountPath": "/var/run/keda-serving-cert",
+        "readOnly": True,
+    } in container["volumeMounts"]
+    assert {"name": "keda-serving-cert", "secret": {"secretName": "keda-tls"}} in pod["volumes"]
+    res = run_helm(
+        "template", "gpupilot", str(CHART), "--set", "adapter.externalScaler.enabled=true",
+        "--set", "adapter.externalScaler.tls.clientCAKey=ca.crt",
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert "adapter.externalScaler.tls.clientCAKey needs adapter.externalScaler.tls.secretName" in res.stderr
