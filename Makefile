@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # included), which without the caches is compiled again each time (about 6 s of CPU per worker).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo bench clean protos dashboards manifests rules-test history images image-tools
+.PHONY: help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo bench clean protos dashboards manifests rules-test history images image-tools extras
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
@@ -21,6 +21,7 @@ help:
 	@echo "make bench  benchmarks, each beside its baseline, ratios printed"
 	@echo "make lint   ruff + mypy + import-linter + the import-cycle check only"
 	@echo "make images the three service images (buildah, no Docker) into dist/images/*.oci.tar, each started once"
+	@echo "make extras each extra (and none) in a fresh venv from a wheel of this checkout, every command run for real"
 	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
 	@echo "make docs   build the documentation site into .site/ (mkdocs --strict)"
 	@echo "make manifests  regenerate dashboards/*.json, deploy/monitoring and the chart's files/ from their sources"
@@ -98,6 +99,12 @@ IMAGE_REPOSITORY ?= localhost/gpupilot/gpupilot
 IMAGE_TAG ?=
 images: venv image-tools
 	$(BIN)/python -m devkit.images --repository $(IMAGE_REPOSITORY) $(if $(IMAGE_TAG),--tag $(IMAGE_TAG))
+
+# Each install users make (pip install 'gpupilot[EXTRA]', and no extra) in a fresh venv from a wheel
+# of this checkout, each console script's commands run for real (devkit/extras.py, devkit/walk.py),
+# against a real Prometheus over a day of the demo fleet. Not in `make test` (about 2 minutes); CI runs it.
+extras: venv prometheus
+	$(BIN)/python -m devkit.extras
 
 lint: venv
 	$(BIN)/ruff check .

@@ -50,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # urllib3's own "Retrying (Retry(total=2 …))" lines come before the command's one-line error
+        # about an unreachable API server; -v shows them
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
     module = importlib.import_module(f"rightsizer.commands.{args.command}")
     try:
         code: int = module.run(args)
