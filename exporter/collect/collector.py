@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from exporter.attribute import sharing
+from exporter.attribute.podresources import dra
 from exporter.attribute.podresources.dra import Attribution
 from exporter.collect import availability
 from exporter.collect.backend import Backend
@@ -91,6 +92,7 @@ class Collector:
         self._snapshot_at: float | None = None
         self._device_families: list[Family] = []
         self._fields_checked = False
+        self._dra_mode = ""
         self._allocations_error: str | None = None
         self._dra_note = ""
         self.last_error = ""
@@ -162,6 +164,7 @@ class Collector:
             families.extend(
                 sharing.pod_usage_families(snap, owners, hostname=self.hostname, layout=self.layout)
             )
+        families.extend(self._dra_families())
         for kind, count in snap.field_errors.items():
             self._errors[kind] = self._errors.get(kind, 0) + count
         now = self._clock()
@@ -251,6 +254,7 @@ class Collector:
             return None
 
     def _resolve_claims(self, found: Attribution, snap: NodeSnapshot) -> Allocations:
+        self._dra_mode = dra.mig_mode(found.slices)
         resolved = found.resolve(snap)
         note = ""
         if resolved.unresolved:
@@ -264,6 +268,24 @@ class Collector:
             log.warning("%s", note)
         self._dra_note = note
         return resolved.allocations
+
+    def _dra_families(self) -> list[Family]:
+        """``gpupilot_dra_node_info``: NVIDIA's DRA driver serves this node, and whether with DynamicMIG
+        (the rightsizer never plans a MIG Manager change for such a node)."""
+        if not self._dra_mode:
+            return []
+        host = self.layout.host_label
+        labels = ((host, self.hostname),) if host is not None else ()
+        return [
+            Family(
+                "gpupilot_dra_node_info",
+                "gauge",
+                "NVIDIA's DRA driver serves this node's GPUs (value 1, from its ResourceSlices): mig_mode "
+                "dynamic when they advertise MIG devices without uuid (DynamicMIG, instances made per "
+                "claim: the MIG Manager must not run here), static otherwise.",
+                [((*labels, ("dra_driver_name", dra.NVIDIA_DRIVER), ("mig_mode", self._dra_mode)), 1.0)],
+            )
+        ]
 
     # -- rendering ------------------------------------------------------------------------------
     def _self_families(self) -> list[Family]:

@@ -262,6 +262,27 @@ def _key(s: Sample, cluster_label: str) -> tuple[str, str]:
     return s.labels.get(cluster_label, ""), s.labels.get("Hostname", "")
 
 
+def exporter_modes(
+    client: PrometheusClient, *, end: float, window: str, cluster_label: str
+) -> dict[tuple[str, str], tuple[str, str]]:
+    """(cluster, node) → (mode, reason) from the exporter's ``gpupilot_dra_node_info`` (it reads its
+    node's ResourceSlices): DynamicMIG at any time in the window wins."""
+    c = cluster_label
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for s in client.instant(
+        f"max by ({c}, Hostname, mig_mode) (last_over_time(gpupilot_dra_node_info[{window}]))", end
+    ):
+        key = _key(s, c)
+        if s.labels.get("mig_mode") == "dynamic":
+            out[key] = (
+                DRA_DYNAMIC,
+                "the exporter saw DynamicMIG ResourceSlices (MIG devices without uuid) on the node",
+            )
+        elif key not in out:
+            out[key] = (DRA_STATIC, "the exporter saw NVIDIA's DRA driver's ResourceSlices on the node")
+    return out
+
+
 def detect(
     client: PrometheusClient,
     result: Analysis,
@@ -272,13 +293,17 @@ def detect(
     cluster_label: str = history.CLUSTER,
     cluster_modes: Mapping[tuple[str, str], tuple[str, str]] | None = None,
 ) -> DraAdvice:
-    """Modes of the analysed nodes and, for dynamic-MIG nodes, advice per workload (five queries).
+    """Modes of the analysed nodes and, for dynamic-MIG nodes, advice per workload (six queries).
     ``cluster_modes``: what the Kubernetes API says of the nodes (ResourceSlices, the operator's
-    label), which can only make a node more DRA than its series do."""
+    label); it and the exporter's ``gpupilot_dra_node_info`` can only make a node more DRA than its
+    claims' series do."""
     w = f"{max(1, round(window_s))}s"
     c = cluster_label
     by = f"{c}, Hostname, namespace, pod, dra_claim_name, dra_mig_profile, modelName"
     said = dict(cluster_modes or {})
+    for key, mode in exporter_modes(client, end=end, window=w, cluster_label=c).items():
+        if key not in said or (mode[0] == DRA_DYNAMIC and said[key][0] != DRA_DYNAMIC):
+            said[key] = mode
     claimed = {
         _key(s, c)
         for s in client.instant(

@@ -165,6 +165,14 @@ def slice_index(
     return out
 
 
+def mig_mode(slices: SliceIndex | None) -> str:
+    """How the driver serves this node, from its slices: ``dynamic`` when a MIG device has no ``uuid``
+    (DynamicMIG: instances made per claim), ``static`` for other slices, "" without slices."""
+    if not slices:
+        return ""
+    return "dynamic" if any(not d.uuid and d.mig_profile for d in slices.values()) else "static"
+
+
 def parse_canonical(name: str) -> tuple[int, MigName | None] | None:
     """A device name of NVIDIA's driver → (minor, what it says of the MIG instance; None for a whole
     GPU): ``gpu-3`` → (3, None); ``gpu-3-mig-19-2-1`` (v25.3-v25.8) → (3, gi 19, start 2, size 1);

@@ -6,13 +6,16 @@ access; DynamicMIG slices carry no MIG ``uuid`` (the instance exists only while 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
 from exporter.attribute import kubeapi
 from exporter.attribute.podresources import dra
 from exporter.attribute.podresources.client import PodResourcesClient
+from exporter.collect.collector import Collector
 from exporter.expose import exposition
+from exporter.settings import CollectorSettings
 from exporter.snapshot import GpuSnapshot, NodeSnapshot
 from tests.support.dra_slices import MigDevice, mig_name, resource_slice
 from tests.support.exporter import fakes
@@ -158,3 +161,27 @@ def test_the_api_slice_reader_keeps_dynamic_mig_devices_without_uuid():
     cd = dra.ClaimDevice("ml", "p", "main", "c", "ml", dra.NVIDIA_DRIVER, NODE, "gpu-1-mig-3g40gb-9-4")
     got = dra.resolve({}, [cd], snap, slices=index)
     assert list(got.allocations) == [snap.gpus[1].instances[1].uuid]
+
+
+@pytest.mark.parametrize(("dynamic", "mode"), [(True, "dynamic"), (False, "static")])
+def test_the_node_says_how_the_driver_serves_it(kubelet, dynamic, mode):
+    """gpupilot_dra_node_info{mig_mode}: what the rightsizer reads to keep a DynamicMIG node out of
+    the MIG Manager's hands, even when no claim was attributed over the window."""
+    snap = dynamic_node() if dynamic else static_node()
+    slices = _slices(snap, DYNAMIC if dynamic else STATIC, dynamic=dynamic, api="v1", release="v25.12")
+    c = Collector(
+        fakes.FakeBackend(snap),
+        hostname=NODE,
+        settings=CollectorSettings(interval=1.0),
+        allocations=lambda: dra.Attribution({}, (), slices=slices),
+    )
+    try:
+        assert c.collect_once()
+        text = c.page.body(openmetrics=False, gzip=False, now=time.monotonic()).decode()
+    finally:
+        c.stop()
+    info = [ln for ln in text.splitlines() if ln.startswith("gpupilot_dra_node_info{")]
+    assert info == [
+        f'gpupilot_dra_node_info{{Hostname="{NODE}",dra_driver_name="gpu.nvidia.com",mig_mode="{mode}"}} 1'
+    ]
+    assert dra.mig_mode(None) == "" and dra.mig_mode({}) == ""

@@ -62,7 +62,15 @@ def planned(history: tuple[str, str, Path]) -> tuple[dict[str, Any], str, Path]:
 def test_modes_are_detected_per_node(planned):
     doc, _, _ = planned
     modes = {n["node"]: n["mode"] for n in doc["dra"]["nodes"]}
-    assert modes == {"node-dp": "device-plugin", "node-sta": "dra-static-mig", "node-dyn": "dra-dynamic-mig"}
+    assert modes == {
+        "node-dp": "device-plugin",
+        "node-sta": "dra-static-mig",
+        "node-dyn": "dra-dynamic-mig",
+        # no claim attributed, but the exporter read DynamicMIG ResourceSlices (gpupilot_dra_node_info)
+        "node-dm": "dra-dynamic-mig",
+    }
+    reasons = {n["node"]: n["reason"] for n in doc["dra"]["nodes"]}
+    assert "the exporter saw DynamicMIG ResourceSlices" in reasons["node-dm"]
 
 
 def test_dynamic_mig_nodes_are_never_relabelled(planned):

@@ -5,6 +5,9 @@ node-sta  H100, DRA with static MIG: the same seven 1g.10gb instances all along;
 node-dyn  H100, DRA with DynamicMIG: every 6 h a new claim of ml/infer's pod gets a 3g.40gb instance
           with a new MIG UUID (peak 7000 MiB, ~10 % busy: a 1g.10gb would do), and ml/train-0 keeps a
           7g.80gb claim at ~90 % with 60 GB (it needs the whole GPU).
+node-dm   H100, DRA with DynamicMIG whose claims the exporter could not attribute (no dra_* series):
+          seven idle-looking 1g.10gb instances, and the exporter's gpupilot_dra_node_info says
+          mig_mode="dynamic" (it read the node's ResourceSlices): never to be relabelled.
 """
 
 from __future__ import annotations
@@ -89,6 +92,22 @@ def write_history(path: Path, *, end: float) -> float:
                     used(il, t, ("ml", "batch-0"), 0.4 + 0.1 * wave, 5000, claim)
                 else:
                     used(il, t, None, 0.0, 0)
+        bdm = base("node-dm", 0)
+        gpu_info(bdm, t)
+        for k in range(7):
+            used(instance(bdm, t, "1g.10gb", 7 + k, k, 1, f"MIG-node-dm-{k}"), t, None, 0.0, 0)
+        add(
+            "gpupilot_dra_node_info",
+            {"Hostname": "node-dm", "dra_driver_name": "gpu.nvidia.com", "mig_mode": "dynamic"},
+            t,
+            1,
+        )
+        add(
+            "gpupilot_dra_node_info",
+            {"Hostname": "node-sta", "dra_driver_name": "gpu.nvidia.com", "mig_mode": "static"},
+            t,
+            1,
+        )
         # node-dyn GPU0: a 3g.40gb created per claim, a new UUID every 6 h; GPU1: train-0's 7g
         b0, b1 = base("node-dyn", 0), base("node-dyn", 1)
         gpu_info(b0, t)
