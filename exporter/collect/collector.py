@@ -269,6 +269,12 @@ class Collector:
         self._dra_note = note
         return resolved.allocations
 
+    @property
+    def attribution_note(self) -> str:
+        """The last collection's line about claimed devices it could not attribute ("" when none):
+        logged as a warning once per change, and printed by ``--once``, whose log shows errors only."""
+        return self._dra_note
+
     def _dra_families(self) -> list[Family]:
         """``gpupilot_dra_node_info``: NVIDIA's DRA driver serves this node, and whether with DynamicMIG
         (the rightsizer never plans a MIG Manager change for such a node)."""

@@ -395,6 +395,8 @@ def run_once(collector: Collector) -> int:
     if not collector.collect_once():
         print(f"{PROG}: {collector.last_error or 'collection failed'}", file=sys.stderr)
         return 1
+    if collector.attribution_note:  # --once logs errors only: say it here
+        print(f"{PROG}: warning: {collector.attribution_note}", file=sys.stderr)
     body = collector.page.body(openmetrics=False, gzip=False, now=time.monotonic())
     sys.stdout.buffer.write(body)
     sys.stdout.flush()

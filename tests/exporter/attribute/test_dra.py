@@ -171,7 +171,9 @@ def test_collector_serves_pod_and_dra_labels_over_grpc(kubelet):
         'dra_driver_name="gpu.nvidia.com"',
     ):
         assert label in util[0]
-    assert "dra_mig_profile" not in util[0] and "dra_mig_device_uuid" not in util[0]  # MIG only, as dcgm-exporter
+    assert (
+        "dra_mig_profile" not in util[0] and "dra_mig_device_uuid" not in util[0]
+    )  # MIG only, as dcgm-exporter
     active = series(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
     claimed = [s for s in active if 'pod="infer-0"' in s]
     assert len(claimed) == 1
@@ -344,3 +346,36 @@ def test_cli_with_the_simulator_attributes_claims_through_the_same_socket(kubele
     assert len(mig) == 1
     assert 'GPU_I_PROFILE="1g.10gb"' in mig[0] and 'dra_mig_profile="1g.10gb"' in mig[0]
     assert 'dra_mig_device_uuid="MIG-' in mig[0] and "placement_start" not in mig[0]
+
+
+def test_once_says_which_claims_it_could_not_attribute(kubelet, capsys):
+    """``--once`` logs errors only; a claimed device that is not on the node is still one warning line
+    on stderr, naming the claim, and the collection succeeds."""
+    kubelet.set_pods(
+        [
+            pod(
+                "llm",
+                "infer-0",
+                [container("server", claims=[claim("infer-0-gpu", "llm", ["gpu-0"], pool="gpu-h100-b")])],
+            ),
+            pod(
+                "ml",
+                "lost-0",
+                [container("main", claims=[claim("lost-0-gpu", "ml", ["gpu-9"], pool="gpu-h100-b")])],
+            ),
+        ]
+    )
+    code = cli.main(
+        [
+            *("--backend", "sim", "--scenario", str(EXAMPLES / "fleet-demo.yaml"), "--node", "gpu-h100-b"),
+            *("--pod-resources-socket", kubelet.socket_path, "--kubernetes-enable-dra", "--once"),
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0
+    assert 'pod="infer-0"' in captured.out
+    lines = [ln for ln in captured.err.splitlines() if "lost-0" in ln]
+    assert lines == [
+        "gpupilot-exporter: warning: claimed device(s) not found on this node, served without pod labels: "
+        "ml/lost-0-gpu (gpu-h100-b/gpu-9); ResourceSlices unavailable: ResourceSlices not watched"
+    ]
