@@ -51,10 +51,23 @@ class LiveJobs:
         from rightsizer.plan.pipeline import make_plan  # noqa: PLC0415
 
         with PrometheusClient(self.config.prometheus_url, auth=self.config.prometheus_auth) as client:
-            plan = make_plan(client, end=end, settings=job.plan_settings())
+            plan = make_plan(client, end=end, settings=job.plan_settings(), node_modes=self._node_modes())
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         dump_plan(plan, self.config.state_dir / "plan.json")
         return plan
+
+    def _node_modes(self) -> dict[str, tuple[str, str]] | None:
+        """With auto-apply on (it reaches the cluster anyway), the nodes NVIDIA's DRA driver manages,
+        as ``plan --kubeconfig`` reads them; an unreadable API leaves the plan to the series."""
+        if not self.config.auto_apply.enabled:
+            return None
+        from rightsizer.commands import plan as plan_command  # noqa: PLC0415 (loads the pipeline)
+
+        try:
+            return plan_command.cluster_modes(self.config.auto_apply.kubeconfig or Path("-"))
+        except KubeError as exc:
+            log.warning("DRA nodes read from the series only: %s", exc)
+            return None
 
     def write_report(self, *, end: float, job: ReportJob, plan: Plan | None, out_dir: Path) -> Path:
         # Without a plan the report plans with the plan job's settings (the same pipeline as 'plan').
