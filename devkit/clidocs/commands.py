@@ -22,7 +22,7 @@ class Command:
     """Prefix of the subcommand pages' names (the top page links to them)."""
 
 
-def _schema(module: str) -> str:
+def schema_for(module: str) -> str:
     """The module's ``OUTPUT_SCHEMA``, its ``{table}`` filled from ``OUTPUT_DATACLASS`` when it names one."""
     try:
         found = importlib.import_module(module)
@@ -45,7 +45,7 @@ def _adapter() -> Iterator[Command]:
     top: argparse.ArgumentParser = importlib.import_module("adapter.cli").build_parser()
     yield Command("gpupilot-adapter", "gpupilot-adapter", top, see="gpupilot-adapter-")
     for name, (_, sub) in parsers.subcommands(top).items():
-        schema = _schema(f"adapter.commands.{name.replace('-', '_')}")
+        schema = schema_for(f"adapter.commands.{name.replace('-', '_')}")
         yield Command(f"gpupilot-adapter-{name}", f"gpupilot-adapter {name}", sub, schema=schema)
 
 
@@ -55,7 +55,7 @@ def _rightsizer() -> Iterator[Command]:
     yield Command("gpupilot-rightsizer", "gpupilot-rightsizer", top, see="gpupilot-rightsizer-")
     for name in cli.COMMANDS:
         _, sub = parsers.subcommands(cli.build_parser([name]))[name]
-        schema = _schema(f"rightsizer.commands.{name}")
+        schema = schema_for(f"rightsizer.commands.{name}")
         yield Command(f"gpupilot-rightsizer-{name}", f"gpupilot-rightsizer {name}", sub, schema=schema)
 
 
