@@ -323,8 +323,18 @@ class PrometheusClient:
     def metric_names(self) -> set[str]:
         """Every metric name Prometheus holds (``/api/v1/label/__name__/values``)."""
         path = "/api/v1/label/__name__/values"
-        answer = self._call("GET", path, data=None, purpose="discovery", query="metric names")
-        return set(promanswer.names(self._decoded(answer, path, "discovery")))
+        lease = self._lease("metric names")
+        try:
+            answer = self._call(
+                "GET", path, data=None, purpose="discovery", query="metric names", lease=lease
+            )
+            try:
+                return set(promanswer.names(self._decoded(answer, path, "discovery")))
+            finally:
+                answer.body.discard()
+        finally:
+            if lease is not None:
+                lease.release()
 
     def scrape_interval(self) -> float | None:
         """Prometheus' ``global.scrape_interval`` in seconds (``/api/v1/status/config``); None when
