@@ -67,7 +67,8 @@ def test_every_apiservice_has_a_trust_path(variant: str) -> None:
         annotations = api["metadata"].get("annotations", {})
         assert api["spec"]["insecureSkipTLSVerify"] is False, where
         if cert_manager:
-            assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/{secret_name}"}, where
+            # The CA certificate's: its Secret outlives every renewal of the serving certificate.
+            assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/gpupilot-adapter-ca"}, where
             assert "caBundle" not in api["spec"], where
         else:
             assert "cert-manager.io/inject-ca-from" not in annotations, f"{where}: cert-manager is off"
@@ -83,7 +84,13 @@ def test_every_apiservice_has_a_trust_path(variant: str) -> None:
         cert = x509.load_pem_x509_certificate(cert_pem)
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         assert f"gpupilot-adapter.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
-        assert cert.not_valid_after_utc > datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=3000)
+        now = datetime.datetime.now(datetime.UTC)
+        assert now + datetime.timedelta(days=364) < cert.not_valid_after_utc < now + datetime.timedelta(days=366)
+        noted = secret["metadata"]["annotations"]["gpupilot.io/not-after"]
+        assert abs(datetime.datetime.fromisoformat(noted) - cert.not_valid_after_utc) < datetime.timedelta(minutes=5)
+        ca = objs[("Secret", f"{secret_name}-ca")]
+        assert ca["data"]["tls.crt"] == secret["data"]["ca.crt"] and "tls.key" in ca["data"]
+        assert x509.load_pem_x509_certificate(ca_pem).not_valid_after_utc > now + datetime.timedelta(days=3000)
         assert base64.b64decode(secret["data"]["tls.key"]).startswith(b"-----BEGIN RSA PRIVATE KEY-----")
 
 
@@ -96,10 +103,10 @@ def test_default_install_generates_the_certificate_and_cert_manager_only_when_en
     assert ("Secret", "gpupilot-adapter-tls") not in with_cm, "cert-manager writes that Secret"
     assert ("Certificate", "gpupilot-adapter-tls") in with_cm
     days = by_name(template("defaults", "adapter.generatedCertDays=30"))
-    ca = x509.load_pem_x509_certificate(
-        base64.b64decode(days[("Secret", "gpupilot-adapter-tls")]["data"]["ca.crt"])
+    cert = x509.load_pem_x509_certificate(
+        base64.b64decode(days[("Secret", "gpupilot-adapter-tls")]["data"]["tls.crt"])
     )
-    assert ca.not_valid_after_utc < datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=31)
+    assert cert.not_valid_after_utc < datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=31)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -309,12 +316,22 @@ def test_notes_say_how_to_check_each_part() -> None:
 SERVER_SIDE = (
     "monitoring.prometheusRules.enabled=false,monitoring.dashboards.enabled=false,"
     "exporter.serviceMonitor.enabled=false,rightsizer.serviceMonitor.enabled=false,"
+    "adapter.serviceMonitor.enabled=false,"
     "rightsizer.admissionPolicy.enabled=false"
 )
 OWNED_BY_RELEASE = {
     "labels": {"app.kubernetes.io/managed-by": "Helm"},
     "annotations": {"meta.helm.sh/release-name": "gpupilot", "meta.helm.sh/release-namespace": NAMESPACE},
 }
+
+
+def install_secrets(kube: Any, objs: dict[tuple[str, str], dict[str, Any]]) -> None:
+    """Put the rendered Secrets into the double, as `helm install` would have left them."""
+    for (kind, _name), obj in objs.items():
+        if kind == "Secret":
+            meta = {**obj["metadata"], **OWNED_BY_RELEASE}
+            meta["annotations"] = {**obj["metadata"].get("annotations", {}), **OWNED_BY_RELEASE["annotations"]}
+            kube.store.put("/secrets", {**obj, "metadata": meta}, event="ADDED")
 
 
 def template_against(kube: Any, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -341,15 +358,8 @@ def test_lookup_keeps_the_certificate_and_finds_the_pause_label(tmp_path: Path) 
             not in pod_spec(fresh[("DaemonSet", "gpupilot-exporter")])["nodeSelector"]
         )
         generated = fresh[("Secret", "gpupilot-adapter-tls")]["data"]
-        # An upgrade: the Secret of the first install is in the cluster, and a node has the label.
-        kube.store.put(
-            "/secrets",
-            {
-                "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "data": generated,
-                "metadata": {"name": "gpupilot-adapter-tls", "namespace": NAMESPACE, **OWNED_BY_RELEASE},
-            },
-            event="ADDED",
-        )  # fmt: skip
+        # An upgrade: the Secrets of the first install are in the cluster, and a node has the label.
+        install_secrets(kube, fresh)
         kube.add_node("gpu-new", labels={"nvidia.com/gpu.deploy.client": "true"})
         res = template_against(kube, tmp_path)
         assert res.returncode == 0, res.stderr

@@ -37,6 +37,7 @@ SEED_INTENT = {
     "GPUExporterSnapshotStale",
     "GPUExporterBackendDown",
     "GPUExporterProcessesHidden",  # issue 18: process counts withheld without the host PID namespace
+    "GPUAdapterCertificateExpiring",  # issue 38: the adapter's serving certificate, two weeks ahead
     "GPULost",
     "GPURowRemapFailure",
     "MIGSliceIdle24h",

@@ -133,9 +133,15 @@ key-file: {{ printf "%s/%s" $dir $a.keyKey | quote }}
   mode: cert-manager | provided | generated
   caBundle: base64 PEM of the CA (empty with cert-manager: its CA injector fills it in)
   crt, key: base64 PEM of the serving certificate and key (generated only)
-Generated: read back from the Secret of an earlier install/upgrade when it holds all three keys
-(Helm's lookup; empty under `helm template`), else a new CA and certificate for the Service's DNS
-names. Called once per render: each call without a Secret to read makes a new pair. */}}
+  caCrt, caKey: base64 PEM of the CA and its key (generated only: kept in a Secret of their own,
+    which the adapter does not mount)
+  notAfter, caNotAfter: when each expires (RFC 3339, UTC; generated only)
+Generated: Helm cannot parse X.509, so each Secret records its certificate's expiry in the
+annotation gpupilot.io/not-after when the chart makes it. On an upgrade (Helm's lookup; empty under
+`helm template`) a pair with more than 30 days left is kept; else a new serving certificate
+(adapter.generatedCertDays, 365 by default) is signed by the kept CA, so the APIServices' caBundle
+stays the same; the CA (10 years) is replaced only when it has 30 days left itself. Called once per
+render: each call without Secrets to read makes new ones. */}}
 {{- define "gpupilot.adapterTLS" -}}
 {{- $a := .Values.adapter -}}
 {{- if $a.certManager.enabled -}}
@@ -144,20 +150,39 @@ mode: cert-manager
 mode: provided
 caBundle: {{ $a.caBundle | quote }}
 {{- else -}}
-{{- $old := lookup "v1" "Secret" .Release.Namespace $a.tlsSecretName -}}
-{{- $data := dig "data" dict ($old | default dict) -}}
+{{- $layout := "2006-01-02T15:04:05Z" -}}
+{{- $soon := now | dateModify "+720h" | unixEpoch | atoi -}}
+{{- $oldCA := lookup "v1" "Secret" .Release.Namespace (printf "%s-ca" $a.tlsSecretName) | default dict -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace $a.tlsSecretName | default dict -}}
+{{- $caData := dig "data" dict $oldCA -}}
+{{- $data := dig "data" dict $old -}}
+{{- $caLeft := dig "metadata" "annotations" "gpupilot.io/not-after" "" $oldCA -}}
+{{- $left := dig "metadata" "annotations" "gpupilot.io/not-after" "" $old -}}
+{{- $caCrt := "" -}}{{- $caKey := "" -}}{{- $caNotAfter := "" -}}
+{{- $ca := dict -}}
+{{- if and (hasKey $caData "tls.crt") (hasKey $caData "tls.key") $caLeft (gt (toDate $layout $caLeft | unixEpoch | atoi) $soon) -}}
+{{- $caCrt = index $caData "tls.crt" -}}{{- $caKey = index $caData "tls.key" -}}{{- $caNotAfter = $caLeft -}}
+{{- $ca = buildCustomCert $caCrt $caKey -}}
+{{- else -}}
+{{- $ca = genCA "gpupilot-adapter-ca" 3650 -}}
+{{- $caCrt = $ca.Cert | b64enc -}}{{- $caKey = $ca.Key | b64enc -}}
+{{- $caNotAfter = dateInZone $layout (now | dateModify "+87600h") "UTC" -}}
+{{- end }}
 mode: generated
-{{- if and (hasKey $data "ca.crt") (hasKey $data "tls.crt") (hasKey $data "tls.key") }}
-caBundle: {{ index $data "ca.crt" | quote }}
+caBundle: {{ $caCrt | quote }}
+caCrt: {{ $caCrt | quote }}
+caKey: {{ $caKey | quote }}
+caNotAfter: {{ $caNotAfter | quote }}
+{{- if and (hasKey $data "tls.crt") (hasKey $data "tls.key") (eq (index $data "ca.crt" | default "") $caCrt) $left (gt (toDate $layout $left | unixEpoch | atoi) $soon) }}
 crt: {{ index $data "tls.crt" | quote }}
 key: {{ index $data "tls.key" | quote }}
+notAfter: {{ $left | quote }}
 {{- else }}
 {{- $svc := printf "gpupilot-adapter.%s.svc" .Release.Namespace }}
-{{- $ca := genCA "gpupilot-adapter-ca" (int $a.generatedCertDays) }}
 {{- $cert := genSignedCert $svc nil (list $svc (printf "%s.cluster.local" $svc)) (int $a.generatedCertDays) $ca }}
-caBundle: {{ $ca.Cert | b64enc | quote }}
 crt: {{ $cert.Cert | b64enc | quote }}
 key: {{ $cert.Key | b64enc | quote }}
+notAfter: {{ dateInZone $layout (now | dateModify (printf "+%dh" (mul (int $a.generatedCertDays) 24))) "UTC" | quote }}
 {{- end }}
 {{- end -}}
 {{- end -}}
