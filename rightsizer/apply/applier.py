@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupilot_common.timefmt import format_time
-from rightsizer.apply import draplugin, takeover
+from rightsizer.apply import draplugin, gitops, takeover
 from rightsizer.apply import protocol as proto
 from rightsizer.apply import workloads as wl
 from rightsizer.apply.configs import resolve_config_target, restore_configs, write_configs
@@ -439,6 +439,9 @@ class Applier:
         except wl.WorkloadRefused as exc:
             self.progress(pn.name, f"refused before any change: {exc}")
             raise _Stop("failed", f"nothing changed: {exc}") from exc
+        except gitops.GitopsWriteFailed as exc:  # a read-only or full --gitops-dir, a link in the way
+            self.progress(pn.name, f"failed before any change to the node: {exc}")
+            raise _Stop("failed", f"node unchanged: {exc}; check --gitops-dir") from exc
         except KubeError as exc:
             self.progress(pn.name, f"failed before any change: {exc}")
             raise _Stop("failed", f"nothing changed: {exc}") from exc

@@ -89,7 +89,7 @@ class WorkloadSteps:
                 for c in changes
                 if c.moves
             ]
-            for path in gitops.write_patches(self.patches_dir(), live):
+            for path in gitops.write_patches(self.settings.gitops_dir, self.plan_id, live):
                 self.progress(pn.name, f"wrote {path}")
         return changes
 
