@@ -26,7 +26,7 @@ from urllib3.exceptions import HTTPError
 
 from adapter.errors import KubernetesUnavailable
 from adapter.quantity import parse_quantity, to_milli
-from gpupilot_common import timefmt
+from gpupilot_common import neterror, timefmt
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -496,5 +496,4 @@ def _shared_labels(labels: Mapping[str, str]) -> Mapping[str, str]:
 def _why(exc: BaseException) -> str:
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}".strip()
-    text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
+    return neterror.cause(exc)

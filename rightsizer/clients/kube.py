@@ -29,6 +29,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from gpupilot_common import neterror
 from rightsizer.errors import RightsizerError
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,10 @@ def _raise(exc: Exception, what: str) -> NoReturn:
         if status >= 500 or status == 0:
             raise TemporaryKubeError(text, status=status, retry_after_s=after) from exc
         raise PermanentKubeError(text, status=status) from exc
-    raise TemporaryKubeError(f"{what}: cannot reach the API server: {exc}") from exc
+    raise TemporaryKubeError(
+        f"{what}: cannot reach the API server: {neterror.cause(exc)}; check the kubeconfig's server "
+        "(--kubeconfig, $KUBECONFIG)"
+    ) from exc
 
 
 _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
