@@ -37,17 +37,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# Debian packages come through devkit/debpkg.py: one line first saying what it installs
+# (GPUPILOT_NO_APT=1: nothing, it prints the commands instead), no service started during the
+# install (policy-rc.d), and the package's service left disabled and stopped. The tests start their
+# own servers on loopback ports and end only those, by the process they started.
 prometheus:
 	@if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then \
 		true; \
-	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "==> installing Debian's prometheus package (prometheus + promtool)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
-		|| { echo "error: apt-get install prometheus failed; install it by hand and rerun"; exit 1; }; \
-		pkill -x prometheus 2>/dev/null || true; \
 	else \
-		echo "error: prometheus and promtool are needed; run 'sudo apt-get install prometheus' (Debian/Ubuntu) and rerun"; \
-		exit 1; \
+		$(PYTHON) -m devkit.debpkg --service prometheus prometheus; \
 	fi
 
 # Debian's victoria-metrics package (victoria-metrics, vmagent, vmalert, vmctl): the tests run every
@@ -55,14 +53,8 @@ prometheus:
 victoriametrics:
 	@if command -v victoria-metrics >/dev/null 2>&1 && command -v vmalert >/dev/null 2>&1 && command -v vmctl >/dev/null 2>&1; then \
 		true; \
-	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "==> installing Debian's victoria-metrics package (victoria-metrics, vmagent, vmalert, vmctl)"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends victoria-metrics >/dev/null \
-		|| { echo "error: apt-get install victoria-metrics failed; install it by hand and rerun"; exit 1; }; \
-		if command -v systemctl >/dev/null 2>&1; then systemctl stop victoria-metrics 2>/dev/null || true; fi; \
 	else \
-		echo "error: victoria-metrics, vmalert and vmctl are needed; run 'sudo apt-get install victoria-metrics' (Debian/Ubuntu) and rerun"; \
-		exit 1; \
+		$(PYTHON) -m devkit.debpkg --service victoria-metrics victoria-metrics; \
 	fi
 
 # The real kubectl (kustomize rendering, a client of the adapter and the API double): the machine's
@@ -84,13 +76,8 @@ helm: $(BIN)/helm
 image-tools:
 	@if command -v buildah >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1; then \
 		true; \
-	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "==> installing Debian's buildah and mmdebstrap packages"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah mmdebstrap >/dev/null \
-		|| { echo "error: apt-get install buildah mmdebstrap failed; install them by hand and rerun"; exit 1; }; \
 	else \
-		echo "error: buildah and mmdebstrap are needed; run 'sudo apt-get install buildah mmdebstrap' (Debian/Ubuntu) and rerun"; \
-		exit 1; \
+		$(PYTHON) -m devkit.debpkg buildah mmdebstrap; \
 	fi
 
 # dist/images/gpupilot-{exporter,adapter,rightsizer}.oci.tar, each started once (devkit/images.py).

