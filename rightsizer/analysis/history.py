@@ -436,9 +436,22 @@ def inventory(
     ``gpupilot_gpu_info`` (one series per GPU) is asked for the whole fleet; the per-instance and
     per-pod series are asked per node group when the fleet, at up to 7 MIG instances per GPU, would
     exceed ``limits``. A node name's cost counts its GPUs in every cluster (its ``Hostname`` matcher
-    selects them all); the answers are keyed by cluster and name."""
+    selects them all); the answers are keyed by cluster and name.
+
+    Duplicate series (one GPU or MIG instance exported twice: two scrape jobs, a changed ``instance``
+    label within the lookback) count once — the first in label order — so the work is linear in the
+    series returned (90,000 copies of one GPU's series, 810,000 with its instances and pods: about
+    1.5 s; before, each copy re-read every copy of its instances)."""
     lb = f"{max(1, round(lookback_s))}s"
-    gpus = client.instant(f"last_over_time(gpupilot_gpu_info[{lb}])", at)
+
+    def where(s: Sample) -> tuple[str, str]:
+        return s.labels.get(cluster_label, ""), s.labels.get("Hostname", "")
+
+    gpus = _first_of_each(
+        client.instant(f"last_over_time(gpupilot_gpu_info[{lb}])", at),
+        lambda s: (*where(s), s.labels.get("UUID", "")),
+        ("gpu", "pci_device_id", "mig_mode", "memory_total_mib"),
+    )
     per_node: dict[str, int] = {}
     for s in gpus:
         host = s.labels.get("Hostname", "")
@@ -452,9 +465,11 @@ def inventory(
         insts += client.instant(scoped(f"last_over_time(gpupilot_mig_instance_info[{lb}])", part), at)
         pods += client.instant(scoped(f"last_over_time(gpupilot_device_pod_info[{lb}])", part), at)
     labels = client.instant(f"last_over_time(kube_node_labels[{lb}])", at)
-
-    def where(s: Sample) -> tuple[str, str]:
-        return s.labels.get(cluster_label, ""), s.labels.get("Hostname", "")
+    insts = _first_of_each(
+        insts,
+        lambda s: (*where(s), s.labels.get("UUID", ""), s.labels.get("GPU_I_ID", "")),
+        ("GPU_I_PROFILE", "placement_start", "placement_size", "mig_uuid"),
+    )
 
     by_gpu: dict[tuple[str, str, str], list[InstanceInfo]] = {}
     for s in insts:
@@ -513,6 +528,21 @@ def inventory(
         hkey = (*where(s), s.labels.get("UUID", ""), s.labels.get("GPU_I_ID", ""))
         holders.setdefault(hkey, set()).add(PodKey(s.labels.get("namespace", ""), s.labels.get("pod", "")))
     return nodes, {k: tuple(sorted(v, key=str)) for k, v in holders.items()}
+
+
+def _first_of_each(
+    samples: Sequence[Sample], key: Callable[[Sample], tuple[str, ...]], fields: tuple[str, ...]
+) -> list[Sample]:
+    """One sample per ``key``: of duplicates, the one whose ``fields`` (the labels read from it) come
+    first in sort order, so the choice does not depend on the answer's order. One pass."""
+    first: dict[tuple[str, ...], tuple[tuple[str, ...], Sample]] = {}
+    for s in samples:
+        k = key(s)
+        rank = tuple(s.labels.get(f, "") for f in fields)
+        seen = first.get(k)
+        if seen is None or rank < seen[0]:
+            first[k] = (rank, s)
+    return [s for _rank, s in first.values()]
 
 
 def _canonical(model: GpuModel, inst: InstanceInfo) -> InstanceInfo:
