@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from devkit.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,7 +197,8 @@ ADAPTER_CALLS = (
     Call(
         (ADAPTER, "check-apiservices", "--kubeconfig", "{work}/kubeconfig"),
         code=2,
-        says="check-apiservices: cannot tell: reading APIService",
+        says="check-apiservices: cannot tell: reading APIService v1beta2.custom.metrics.k8s.io failed: "
+        "connection refused",
     ),
     Call(
         (
@@ -282,7 +285,7 @@ RIGHTSIZER_CALLS = (
     Call(
         (RIGHTSIZER, "apply", "--plan", "{work}/plan.json", "--dry-run", "--kubeconfig", "{work}/kubeconfig"),
         code=1,
-        error="error: list clusterpolicies.nvidia.com: cannot reach the API server",
+        error="error: list clusterpolicies.nvidia.com: cannot reach the API server: connection refused;",
         prometheus=True,  # the plan above
     ),
     Call(
@@ -457,7 +460,7 @@ def _serve(call: Call, place: Place, cmd: list[str], env: Mapping[str, str]) -> 
         time.sleep(0.5)
     answered = status == 200 and says in body
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+        terminate(proc.pid)
     try:
         output, _ = proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
@@ -472,6 +475,20 @@ def _serve(call: Call, place: Place, cmd: list[str], env: Mapping[str, str]) -> 
     if proc.returncode not in (0, -signal.SIGTERM):
         return f"exit {proc.returncode} after SIGTERM: {last}"
     return ""
+
+
+def terminate(pid: int) -> None:
+    """SIGTERM to the command itself, as Kubernetes stops a container: the process ``pid``, or under
+    ``buildah run`` the first process of its tree that is not buildah's (buildah, signalled, kills
+    its command rather than passing the signal on)."""
+    try:
+        top = psutil.Process(pid)
+        tree = [top, *top.children(recursive=True)]
+        # buildah's own processes: "buildah", "memfd:buildah-chroot-runtime" / "-exec" (their name cut)
+        target = next((p for p in tree if "buildah" not in p.name()), top)
+        target.send_signal(signal.SIGTERM)
+    except psutil.NoSuchProcess:  # it ended meanwhile
+        pass
 
 
 def history(out: Path, *, python: str) -> Path:
