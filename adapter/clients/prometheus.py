@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import aiohttp
 from prometheus_client import Counter, Histogram
 
-from adapter.clients import membudget
+from adapter.clients import inflight, membudget
 from adapter.errors import ConfigError, PrometheusDenied, PrometheusUnavailable
 from gpupilot_common import credentials, promanswer, promauth, timefmt
 from gpupilot_common.urls import split_userinfo
@@ -111,10 +111,7 @@ class PrometheusClient:
         self._closed = False
         self.budget = budget
         """None: answers are bounded one by one only (the offline commands)."""
-        self._inflight: dict[str, concurrent.futures.Future[list[Sample]]] = {}
-        self._inflight_lock = threading.Lock()
-        self.coalesced = 0
-        """Instant queries answered by another caller's request in flight (tests, the bench)."""
+        self._inflight: inflight.InFlight[list[Sample]] = inflight.InFlight(copy=_copied)
 
     # -- the event loop side --------------------------------------------------------------------
     async def _client(self) -> aiohttp.ClientSession:
@@ -219,41 +216,23 @@ class PrometheusClient:
         try:
             if at is not None:
                 return self._query(promql, at=at, purpose=purpose)
-            return list(self._shared(promql, purpose))
+            shared = self._inflight.run(
+                promql,
+                lambda: self._query(promql, at=None, purpose=purpose),
+                wait=self.timeout * 2 + 1.0,
+                late=lambda: self._ours(
+                    promanswer.timed_out(self.url, self.timeout, flag="--prometheus-timeout")
+                ),
+            )
+            return list(shared)
         except PrometheusUnavailable as exc:
             failure = exc.with_traceback(None)  # the frames below held the answer
         raise failure
 
-    def _shared(self, promql: str, purpose: str) -> list[Sample]:
-        with self._inflight_lock:
-            running = self._inflight.get(promql)
-            if running is None:
-                mine: concurrent.futures.Future[list[Sample]] = concurrent.futures.Future()
-                self._inflight[promql] = mine
-            else:
-                self.coalesced += 1
-        if running is not None:
-            failure: PrometheusUnavailable
-            try:
-                return running.result(self.timeout * 2 + 1.0)
-            except concurrent.futures.TimeoutError:
-                failure = self._ours(
-                    promanswer.timed_out(self.url, self.timeout, flag="--prometheus-timeout")
-                )
-            except PrometheusUnavailable as exc:  # the one answer's error, as this caller's own
-                failure = type(exc)(str(exc))
-            raise failure
-        try:
-            samples = self._query(promql, at=None, purpose=purpose)
-        except BaseException as exc:
-            mine.set_exception(type(exc)(str(exc)) if isinstance(exc, PrometheusUnavailable) else exc)
-            raise
-        else:
-            mine.set_result(samples)
-            return samples
-        finally:
-            with self._inflight_lock:
-                del self._inflight[promql]
+    @property
+    def coalesced(self) -> int:
+        """Instant queries answered by another caller's request in flight (tests, the bench)."""
+        return self._inflight.joined
 
     def _query(self, promql: str, *, at: float | None, purpose: str) -> list[Sample]:
         form = {"query": promql}
@@ -413,6 +392,11 @@ class PrometheusMetrics:
 def _encode(form: tuple[tuple[str, str], ...]) -> str:
     """Form-encode a query; repeated queries are encoded once."""
     return urllib.parse.urlencode(form)
+
+
+def _copied(exc: BaseException) -> BaseException | None:
+    """A waiter's own copy of the one answer's error."""
+    return type(exc)(str(exc)) if isinstance(exc, PrometheusUnavailable) else None
 
 
 def _shown(query: str) -> str:
