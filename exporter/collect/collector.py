@@ -53,6 +53,17 @@ CACHED_NOTE = " Cached: refreshed every collection interval, see gpupilot_export
 
 BASE_ERROR_KINDS = ("init", "read", "timeout")
 
+SLOW_SHARE = 0.5
+"""A collection longer than this share of the interval is logged (once per slow spell)."""
+
+SHOWN_NAME = 64
+"""Characters of a claim's or device's name shown in a log line (a kubelet answer may carry any)."""
+
+
+def _shown(name: str) -> str:
+    text = name if name.isprintable() else ascii(name)[1:-1]
+    return text if len(text) <= SHOWN_NAME else f"{text[: SHOWN_NAME - 3]}..."
+
 
 class Collector:
     def __init__(
@@ -95,6 +106,9 @@ class Collector:
         self._dra_mode = ""
         self._allocations_error: str | None = None
         self._dra_note = ""
+        self._slow = False
+        """Whether the last collection took longer than :data:`SLOW_SHARE` of the interval (logged once
+        per slow spell)."""
         self.last_error = ""
         """One line on why the last attempt failed (empty after a success)."""
         self._stop = threading.Event()
@@ -177,10 +191,29 @@ class Collector:
         self._snapshot, self._snapshot_at, self._device_families = snap, now, families
         self._backend_up = True
         self._last_duration = now - start
+        self._note_duration(self._last_duration, snap, allocations)
         self._last_success_wall = self._wall_clock()
         self.last_error = ""
         self._page = self._render()
         return True
+
+    def _note_duration(self, took: float, snap: NodeSnapshot, allocations: Allocations | None) -> None:
+        """One warning when collections start taking more than :data:`SLOW_SHARE` of the interval (with
+        what they carried), one info line when they are back under it."""
+        slow = took > SLOW_SHARE * self.settings.interval
+        if slow and not self._slow:
+            holders = sum(len(v) for v in allocations.values()) if allocations else 0
+            log.warning(
+                "collection took %.2fs of its %gs interval (%d GPUs, %d device holders); "
+                "gpupilot_exporter_collection_duration_seconds has each one's time",
+                took,
+                self.settings.interval,
+                len(snap.gpus),
+                holders,
+            )
+        elif self._slow and not slow:
+            log.info("collection back under %g%% of its interval (%.2fs)", SLOW_SHARE * 100, took)
+        self._slow = slow
 
     def _open(self, now: float) -> bool:
         if now < self._next_open_at:
@@ -260,7 +293,8 @@ class Collector:
         if resolved.unresolved:
             self._errors["dra"] = self._errors.get("dra", 0) + len(resolved.unresolved)
             names = ", ".join(
-                f"{c.claim_namespace}/{c.claim_name} ({c.pool}/{c.device})" for c in resolved.unresolved
+                f"{_shown(c.claim_namespace)}/{_shown(c.claim_name)} ({_shown(c.pool)}/{_shown(c.device)})"
+                for c in resolved.unresolved
             )
             why = f"; ResourceSlices unavailable: {found.slices_note}" if found.slices is None else ""
             note = f"claimed device(s) not found on this node, served without pod labels: {names}{why}"

@@ -56,7 +56,7 @@ def allocations_from_response(
 ) -> dict[str, tuple[PodRef, ...]]:
     """Pure: a ``List`` response → device id → the containers holding it (in response order)."""
     wanted = tuple(resources)
-    out: dict[str, list[PodRef]] = {}
+    out: dict[str, dict[PodRef, None]] = {}  # each device's holders in response order, each once
     for pod in response.pod_resources:
         for container in pod.containers:
             for dev in container.devices:
@@ -70,9 +70,7 @@ def allocations_from_response(
                         resource=dev.resource_name,
                         replica=raw_id.partition("::")[2],
                     )
-                    holders = out.setdefault(strip_sharing_suffix(raw_id), [])
-                    if ref not in holders:
-                        holders.append(ref)
+                    out.setdefault(strip_sharing_suffix(raw_id), {})[ref] = None
     return {device: tuple(refs) for device, refs in out.items()}
 
 

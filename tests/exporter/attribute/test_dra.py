@@ -379,3 +379,50 @@ def test_once_says_which_claims_it_could_not_attribute(kubelet, capsys):
         "gpupilot-exporter: warning: claimed device(s) not found on this node, served without pod labels: "
         "ml/lost-0-gpu (gpu-h100-b/gpu-9); ResourceSlices unavailable: ResourceSlices not watched"
     ]
+
+
+def test_one_unparsable_device_name_drops_only_that_devices_labels(kubelet, caplog):
+    """A claim naming ``gpu-`` and 5,000 digits (more than Python converts to an int by default):
+    that claim alone goes unattributed — counted, one warning naming it shortened, no Python error
+    text — and every other device keeps its pod labels."""
+    snap = node_snapshot()
+    odd = "gpu-" + "9" * 5000
+    kubelet.set_pods(
+        [
+            pod("ml", "train-0", [container("main", claims=[claim("train-0-gpu", "ml", ["gpu-0"])])]),
+            pod("ml", "odd-0", [container("main", claims=[claim("odd-claim", "ml", [odd])])]),
+            pod("serve", "legacy-0", [container("srv", mig={"1g.10gb": [snap.gpus[1].instances[1].uuid]})]),
+        ]
+    )
+    client = PodResourcesClient(kubelet.socket_path, timeout=2.0)
+    c = Collector(
+        fakes.FakeBackend(snap),
+        hostname="node-a",
+        settings=CollectorSettings(interval=1.0),
+        allocations=client.attribution,
+    )
+    try:
+        with caplog.at_level("WARNING", logger="exporter.collect.collector"):
+            assert c.collect_once()
+        text = c.page.body(openmetrics=False, gzip=False, now=time.monotonic()).decode()
+    finally:
+        c.stop()
+        client.close()
+    assert any('pod="train-0"' in s for s in series(text, "DCGM_FI_DEV_GPU_UTIL"))
+    assert any('pod="legacy-0"' in s for s in series(text, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
+    assert "odd-0" not in text
+    assert c.errors["dra"] == 1 and c.errors["podresources"] == 0
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "ml/odd-claim (node-a/gpu-999" in line and "..." in line and len(line) < 300
+    assert "digits" not in line and "int" not in line.split("(")[0]
+
+
+def test_names_with_numbers_out_of_bounds_or_other_scripts_parse_to_nothing():
+    for name in (
+        "gpu-" + "9" * 5000,
+        "gpu-\u0663",
+        "gpu-1-mig-" + "1" * 40 + "-0-1",
+        "gpu-0-mig-1g10gb-19-0\n",
+    ):
+        assert dra.parse_canonical(name) is None, name
+    assert dra.parse_canonical("gpu-123456") == (123456, None)

@@ -302,3 +302,31 @@ def test_a_backend_bug_is_a_read_error_not_a_dead_loop(caplog: pytest.LogCapture
     assert c.errors["read"] == 1
     assert "KeyError" in c.last_error
     assert value(scrape(c), "gpupilot_exporter_backend_up") == 0.0
+
+
+def test_a_slow_collection_is_one_warning_per_slow_spell(caplog: pytest.LogCaptureFixture) -> None:
+    clock = ManualClock()
+    took = [6.0]  # of a 10 s interval
+
+    class Slow(fakes.FakeBackend):
+        def read(self) -> NodeSnapshot:
+            clock.advance(took[0])
+            return super().read()
+
+    c = make(Slow(fakes.node(fakes.whole_gpu(0))), clock=clock)
+    try:
+        with caplog.at_level("INFO", logger="exporter.collect.collector"):
+            assert c.collect_once() and c.collect_once()
+            took[0] = 1.0
+            assert c.collect_once()
+    finally:
+        c.stop()
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        (
+            "WARNING",
+            "collection took 6.00s of its 10s interval (1 GPUs, 0 device holders); "
+            "gpupilot_exporter_collection_duration_seconds has each one's time",
+        ),
+        ("INFO", "collection back under 50% of its interval (1.00s)"),
+    ]
