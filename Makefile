@@ -13,13 +13,14 @@ PYTEST_ARGS ?=
 # included), which without the caches is compiled again each time (about 6 s of CPU per worker).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo bench clean protos dashboards manifests rules-test history images image-tools extras
+.PHONY: scan help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo bench clean protos dashboards manifests rules-test history images image-tools extras
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
 	@echo "make test   lint, type checks, import contracts, promtool rule tests and pytest"
 	@echo "make bench  benchmarks, each beside its baseline, ratios printed"
 	@echo "make lint   ruff + mypy + import-linter + the import-cycle check only"
+	@echo "make scan   checkov over every rendering of the chart and the overlays (accepted findings: deploy/scan-allowlist.yaml)"
 	@echo "make images the three service images (buildah, no Docker) into dist/images/*.oci.tar, each started once"
 	@echo "make extras each extra (and none) in a fresh venv from a wheel of this checkout, every command run for real"
 	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
@@ -92,6 +93,21 @@ images: venv image-tools
 # against a real Prometheus over a day of the demo fleet. Not in `make test` (about 2 minutes); CI runs it.
 extras: venv prometheus
 	$(BIN)/python -m devkit.extras
+
+# checkov (pinned) in a venv of its own: its dependency tree stays out of the services' extras.
+# `make scan` renders the chart (defaults, auto-apply, cert-manager, the exporter's privileged
+# features, OpenShift) and the kustomize overlays and fails on any finding that
+# deploy/scan-allowlist.yaml does not accept with a reason (devkit/scan.py).
+CHECKOV_VERSION := 3.3.30
+SCAN_VENV := .venv-scan
+$(SCAN_VENV)/.checkov-$(CHECKOV_VERSION):
+	@test -x $(SCAN_VENV)/bin/python || $(PYTHON) -m venv $(SCAN_VENV)
+	@echo "==> installing checkov $(CHECKOV_VERSION) into $(SCAN_VENV)"
+	@$(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check "checkov==$(CHECKOV_VERSION)"
+	@touch $@
+
+scan: venv helm kubectl $(SCAN_VENV)/.checkov-$(CHECKOV_VERSION)
+	$(BIN)/python -m devkit.scan --checkov $(SCAN_VENV)/bin/checkov --helm $(BIN)/helm
 
 lint: venv
 	$(BIN)/ruff check .
