@@ -44,14 +44,17 @@ incomplete head is checked after each read, counting the whole read in which it 
 WRITE_HIGH_WATER = 64 * 1024
 """Send-buffer size above which a connection stops reading requests until its client reads."""
 MAX_CONNECTIONS = 128
-"""Open connections at most; more are closed at once. With the per-connection bounds above this
-caps what all clients together can make the exporter hold (a few MiB plus answers in flight;
-Prometheus needs one connection per scraping server, kubelet probes one each)."""
+"""Open connections at most. With the per-connection bounds above this caps what all clients
+together can make the exporter hold (a few MiB plus answers in flight; Prometheus needs one
+connection per scraping server, kubelet probes one each). A connection beyond it takes the place of
+the one that has waited longest for a complete request head (anonymous before one with a verified
+client certificate; never one being answered); with none such, the new one is closed at once."""
 IDLE_TIMEOUT_S = 120.0
 """A connection on which nothing arrives for this long is closed."""
-HEAD_TIMEOUT_S = 30.0
+HEAD_TIMEOUT_S = 10.0
 """A request head not complete this long after its first byte gets 408 and the connection closes
-(a client trickling bytes would otherwise hold a connection as long as it likes)."""
+(a client trickling bytes would otherwise hold a connection as long as it likes); a new connection
+that sends no complete head this long after it opened is closed (like Go's ``ReadHeaderTimeout``)."""
 LINGER_S = 2.0
 """After a last answer, how long what the client still sends is read and dropped before closing."""
 CLOSE_TIMEOUT_S = 30.0
@@ -158,7 +161,21 @@ class _App:
         self.max_connections = max_connections
         self.extra = tuple(extra_headers.items())
         self.connections: set[_Connection] = set()
+        self.shed = 0
+        """Connections closed to make room for a new one."""
         self._refused_logged_at = -math.inf
+
+    def make_room(self) -> bool:
+        """At the limit: close the connection that has waited longest for a request head, anonymous
+        ones first (closing ones before all); False when every connection is being answered."""
+        candidates = [c for c in self.connections if c.awaiting_head()]
+        if not candidates:
+            return False
+        oldest = min(candidates, key=lambda c: (c.trusted, c.waiting_since))
+        oldest.shed()
+        self.shed += 1
+        log.debug("at %d connections: closed the longest waiting for a request head", len(self.connections))
+        return True
 
     def refused_connection(self) -> None:
         now = time.monotonic()
@@ -220,6 +237,12 @@ class _Connection(asyncio.BufferedProtocol):
         self.stopped = False  # nothing more is parsed: an error answer or a close is due
         self.error: int | None = None  # the error answer due after the pending ones
         self.last_active = time.monotonic()
+        self.connected_at = self.last_active
+        self.first_head = True  # no request head complete yet on this connection
+        self.waiting_since = self.last_active
+        """Since when this connection waits for a request head: its start, or its last answer."""
+        self.closing: asyncio.Transport | None = None  # lingering after a last answer
+        self._trusted: bool | None = None
         self.lost = False  # the transport has reported the connection closed
         # the request being parsed
         self.chunk = 0
@@ -236,7 +259,7 @@ class _Connection(asyncio.BufferedProtocol):
     # -- transport callbacks ----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        if len(self.app.connections) >= self.app.max_connections:
+        if len(self.app.connections) >= self.app.max_connections and not self.app.make_room():
             self.app.refused_connection()
             transport.abort()
             return
@@ -245,8 +268,38 @@ class _Connection(asyncio.BufferedProtocol):
         self.app.connections.add(self)
         asyncio.get_running_loop().call_later(min(IDLE_TIMEOUT_S, HEAD_TIMEOUT_S), self._timeout_check)
 
+    # -- making room ------------------------------------------------------------------------
+    @property
+    def trusted(self) -> bool:
+        """The client's certificate was verified in the TLS handshake (``client_ca_file``)."""
+        if self._trusted is None:
+            transport = self.transport
+            self._trusted = bool(transport is not None and transport.get_extra_info("peercert"))
+        return self._trusted
+
+    def awaiting_head(self) -> bool:
+        """Nothing being answered: a new, idle or trickling connection, or one lingering after its
+        last answer (those first: their ``waiting_since`` is -inf)."""
+        if self.closing is not None:
+            return True
+        transport = self.transport
+        return (
+            transport is not None
+            and not self.pending
+            and not self.waiting
+            and not self.stopped
+            and transport.get_write_buffer_size() == 0
+        )
+
+    def shed(self) -> None:
+        transport = self.transport or self.closing
+        self.transport = self.closing = None
+        self.stopped = True
+        if transport is not None:
+            transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+        self.transport = self.closing = None
         self.lost = True
         self.pending.clear()
         self.app.connections.discard(self)
@@ -299,6 +352,9 @@ class _Connection(asyncio.BufferedProtocol):
             self._refuse(408)
             self._drain()
             return
+        if self.first_head and not self.in_head and now - self.connected_at >= HEAD_TIMEOUT_S:
+            self._close()  # not a byte of a request since it opened
+            return
         idle = now - self.last_active
         if idle >= IDLE_TIMEOUT_S:
             self._close()
@@ -306,6 +362,8 @@ class _Connection(asyncio.BufferedProtocol):
         due = IDLE_TIMEOUT_S - idle
         if self.in_head:
             due = min(due, HEAD_TIMEOUT_S - (now - self.head_started))
+        elif self.first_head:
+            due = min(due, HEAD_TIMEOUT_S - (now - self.connected_at))
         asyncio.get_running_loop().call_later(due, self._timeout_check)
 
     # -- parser callbacks (httptools) -------------------------------------------------------
@@ -336,6 +394,7 @@ class _Connection(asyncio.BufferedProtocol):
 
     def on_headers_complete(self) -> None:
         self.in_head = False
+        self.first_head = False
         parser = self.parser
         version = parser.get_http_version()
         if version not in ("1.1", "1.0"):
@@ -453,6 +512,7 @@ class _Connection(asyncio.BufferedProtocol):
         length = sum(map(len, body))
         head = _response_head(status, ctype, length, headers + self.app.extra, close)
         self.transport.write(head if head_only else b"".join((head, *body)))  # one copy of the body
+        self.waiting_since = time.monotonic()
         if close:
             self._close(linger=True)
 
@@ -466,6 +526,8 @@ class _Connection(asyncio.BufferedProtocol):
         if transport is None:
             return
         self.transport = None
+        self.closing = transport
+        self.waiting_since = -math.inf
         self.stopped = True
         self.pending.clear()
         if linger and transport.can_write_eof():  # not TLS: a TLS close_notify is a close

@@ -311,3 +311,46 @@ def test_pipelined_requests_and_http10_close(metrics_server: MetricsServer, coll
     assert data.count(b"HTTP/1.1 200 OK") == 2
     assert data.index(b"ok\n") < data.index(b"ready: snapshot")
     assert b"Connection: close" in data
+
+
+def _tls_health(tls: ssl.SSLSocket) -> bytes:
+    tls.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    return tls.recv(4096)
+
+
+@pytest.mark.slow
+def test_at_the_limit_anonymous_half_heads_make_room_before_a_verified_client(
+    tmp_path: Path, exporter_pki: pki_mod.Pki, collector: Collector
+) -> None:
+    cfg = web_config(
+        tmp_path,
+        f"tls_server_config:\n  cert_file: {exporter_pki.server_cert}\n  key_file: {exporter_pki.server_key}\n"
+        f"  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: {exporter_pki.ca_cert}\n",
+    )
+    collector.collect_once()
+    anonymous = ssl.create_default_context(cafile=str(exporter_pki.ca_cert))
+    verified = ssl.create_default_context(cafile=str(exporter_pki.ca_cert))
+    verified.load_cert_chain(str(exporter_pki.client_cert), str(exporter_pki.client_key))
+    with MetricsServer(collector, host="127.0.0.1", port=0, web_config=cfg, max_connections=20) as srv:
+        addr = ("127.0.0.1", srv.port)
+        scraper = verified.wrap_socket(socket.create_connection(addr, timeout=5), server_hostname="localhost")
+        slow = []
+        try:
+            assert _tls_health(scraper).startswith(b"HTTP/1.1 200")  # kept alive, idle: the oldest
+            for _ in range(60):  # bounded: three times the limit
+                tls = anonymous.wrap_socket(
+                    socket.create_connection(addr, timeout=5), server_hostname="localhost"
+                )
+                tls.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                slow.append(tls)
+            probe = anonymous.wrap_socket(
+                socket.create_connection(addr, timeout=5), server_hostname="localhost"
+            )
+            with probe:
+                assert _tls_health(probe).startswith(b"HTTP/1.1 200")
+            assert _tls_health(scraper).startswith(b"HTTP/1.1 200")  # never closed for an anonymous one
+            assert srv._app.shed >= 60 + 1 - 20
+        finally:
+            scraper.close()
+            for tls in slow:
+                tls.close()

@@ -108,19 +108,91 @@ def _health(sock: socket.socket) -> bytes:
     return sock.recv(4096)
 
 
-def test_connections_beyond_the_limit_are_closed(small_server: MetricsServer) -> None:
+def test_a_connection_beyond_the_limit_takes_the_place_of_the_longest_idle_one(
+    small_server: MetricsServer,
+) -> None:
     addr = ("127.0.0.1", small_server.port)
     with socket.create_connection(addr, timeout=5) as a, socket.create_connection(addr, timeout=5) as b:
-        assert _health(a).startswith(b"HTTP/1.1 200") and _health(b).startswith(b"HTTP/1.1 200")
+        assert _health(a).startswith(b"HTTP/1.1 200")
+        time.sleep(0.05)
+        assert _health(b).startswith(b"HTTP/1.1 200")  # both idle now; a for longer
+        with socket.create_connection(addr, timeout=5) as c:
+            assert _health(c).startswith(b"HTTP/1.1 200")
+            assert a.recv(1) == b""  # closed for c
+            assert _health(b).startswith(b"HTTP/1.1 200")
+    assert small_server._app.shed == 1
+
+
+def test_connections_being_answered_are_never_closed_for_room(small_server: MetricsServer) -> None:
+    """Two clients pipeline requests and read nothing: their answers back up, both are being
+    answered; a third connection is closed at once, not one of theirs."""
+    addr = ("127.0.0.1", small_server.port)
+    busy = []
+    try:
+        for _ in range(2):
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.connect(addr)
+            s.settimeout(0.5)
+            try:
+                for _ in range(200):  # bounded: the server stops reading long before
+                    s.sendall(PIPELINED)
+            except TimeoutError:
+                pass
+            busy.append(s)
         with socket.create_connection(addr, timeout=5) as c:
             try:
                 answer = _health(c)
             except ConnectionResetError:
                 answer = b""
             assert answer == b""
+        assert small_server._app.shed == 0
+    finally:
+        for s in busy:
+            s.close()
     time.sleep(0.2)  # the server sees the two closes
     with socket.create_connection(addr, timeout=5) as d:
         assert _health(d).startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.slow
+def test_1500_half_sent_heads_do_not_starve_health(
+    one_gpu_collector: Collector,
+) -> None:
+    with MetricsServer(one_gpu_collector, host="127.0.0.1", port=0) as srv:
+        addr = ("127.0.0.1", srv.port)
+        kept = socket.create_connection(addr, timeout=5)  # a scraper's kept-alive connection
+        assert _health(kept).startswith(b"HTTP/1.1 200")
+        half = []
+        try:
+            for _ in range(1500):  # bounded in count; each connect is immediate on loopback
+                s = socket.create_connection(addr, timeout=5)
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                half.append(s)
+            started = time.monotonic()
+            with socket.create_connection(addr, timeout=5) as probe:
+                answer = _health(probe)
+            took = time.monotonic() - started
+            assert answer.startswith(b"HTTP/1.1 200") and took < 1.0, took
+            assert srv._app.shed >= 1500 - 128
+        finally:
+            for s in half:
+                s.close()
+            kept.close()
+
+
+@pytest.mark.slow
+def test_a_connection_that_sends_no_head_is_closed_at_the_head_timeout(
+    small_server: MetricsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exporter.serve import server as server_mod  # noqa: PLC0415
+
+    monkeypatch.setattr(server_mod, "HEAD_TIMEOUT_S", 0.5)
+    with socket.create_connection(("127.0.0.1", small_server.port), timeout=5) as s:
+        started = time.monotonic()
+        assert s.recv(1) == b""
+        took = time.monotonic() - started
+    assert 0.4 < took < 2.0, took  # not the 120 s idle timeout
 
 
 def test_request_body_refused_and_connection_closed(small_server: MetricsServer) -> None:
