@@ -406,6 +406,7 @@ class LoopServer(Generic[L]):
         backlog, the connection that has waited longest for a request head is cut for it (an
         anonymous one before a trusted one); with none to cut, the client waits for a slot."""
         assert self._freed is not None
+        watch_backlog = True  # False while every connection is being answered (nothing to cut)
         while self.open_connections >= self.limits.max_connections:
             self._freed.clear()
             waiting = self._loop.create_future()
@@ -415,22 +416,29 @@ class LoopServer(Generic[L]):
                 if not fut.done():
                     fut.set_result(None)
 
-            self._loop.add_reader(fd, backlog)
+            if watch_backlog:
+                self._loop.add_reader(fd, backlog)
             freed = self._loop.create_task(self._freed.wait())
             try:
                 await asyncio.wait(
                     (waiting, freed), timeout=self.AT_LIMIT_TICK, return_when="FIRST_COMPLETED"
                 )
             finally:
-                self._loop.remove_reader(fd)
+                if watch_backlog:
+                    self._loop.remove_reader(fd)
                 freed.cancel()
                 waiting.cancel()
             if self.open_connections < self.limits.max_connections:
                 return
+            watch_backlog = True  # after a tick or a close without a cut, look at the backlog again
             self._at_limit()
-            shed = waiting.done() and not waiting.cancelled() and self._shed_one()
-            if shed and self.open_connections >= self.limits.max_connections:
-                # its slot is freed when the loop runs its connection_lost; wait for that
+            if not (waiting.done() and not waiting.cancelled()):
+                continue
+            if not self._shed_one():
+                watch_backlog = False  # the listening socket stays readable: do not spin on it
+                continue
+            if self.open_connections >= self.limits.max_connections:
+                # the slot is freed when the loop runs the cut connection's connection_lost
                 self._freed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._freed.wait(), 1.0)
