@@ -76,6 +76,21 @@ def trust_paths(objs: Objects) -> dict[str, str]:
             namespace, cert_name = inject.split("/")
             cert = one(objs, "Certificate", cert_name)
             assert cert["metadata"]["namespace"] == namespace, name
+            if cert["spec"].get("isCA"):
+                # The CA's own Certificate (its Secret outlives the serving certificate's renewals):
+                # a CA Issuer on that Secret must sign the certificate the adapter mounts.
+                (issuer,) = [
+                    o
+                    for o in objs
+                    if o["kind"] == "Issuer"
+                    and (o["spec"].get("ca") or {}).get("secretName") == cert["spec"]["secretName"]
+                ]
+                (cert,) = [
+                    o
+                    for o in objs
+                    if o["kind"] == "Certificate"
+                    and o["spec"]["issuerRef"]["name"] == issuer["metadata"]["name"]
+                ]
             assert cert["spec"]["secretName"] == mounted, f"{name}: the adapter mounts another Secret"
             assert dns in cert["spec"]["dnsNames"], name
             one(objs, cert["spec"]["issuerRef"].get("kind", "Issuer"), cert["spec"]["issuerRef"]["name"])
