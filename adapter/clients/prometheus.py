@@ -248,9 +248,13 @@ class PrometheusClient:
             )
             data = self._decoded(answer, path, purpose)
             try:
-                return promanswer.vector(data, answer.body)
+                samples = promanswer.vector(data, answer.body)
             except promanswer.PrometheusFailure as exc:
                 failure = self._ours(exc)
+            else:
+                if lease is not None:  # the refresher holds what it keeps (membudget.take_parsed)
+                    membudget.note_parsed(answer.body.size)
+                return samples
             del data
         finally:
             if answer is not None:

@@ -7,6 +7,11 @@ request rate. The first request for a key evaluates it synchronously (concurrent
 share that one evaluation); a key nobody asked for during ``idle_drop`` seconds is dropped. A failed
 refresh keeps the previous result, which is served until it is ``max_age`` seconds old; after that
 the request gets the refresh's error (503), never an older value.
+
+With a memory budget (``--memory-budget``), each value kept is held against it for the answers it
+was built from (:func:`adapter.clients.membudget.take_parsed`), until it is replaced or dropped;
+a value that does not fit in the half of the budget values may hold is served to the requests that
+waited for it and not kept, so the next request evaluates it again.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Generic, TypeVar
 
 from prometheus_client import Gauge
 
+from adapter.clients import membudget
 from adapter.errors import UpstreamUnavailable
 from adapter.provider import nowait
 
@@ -37,7 +43,7 @@ class Entry(Generic[T]):
 
 
 class _Slot(Generic[T]):
-    __slots__ = ("asked", "attempted", "entry", "error", "failing", "first", "load", "running")
+    __slots__ = ("asked", "attempted", "entry", "error", "failing", "first", "held", "load", "running")
 
     def __init__(self, load: Callable[[], T]) -> None:
         self.load = load
@@ -48,6 +54,8 @@ class _Slot(Generic[T]):
         self.running = False
         self.failing = False
         self.first = threading.Event()
+        self.held = 0
+        """Bytes of the memory budget the kept value holds."""
 
 
 class RefreshingCache(Generic[T]):
@@ -62,6 +70,7 @@ class RefreshingCache(Generic[T]):
         clock: Callable[[], float] = time.monotonic,
         keys_gauge: Gauge | None = None,
         oldest_gauge: Gauge | None = None,
+        budget: membudget.MemoryBudget | None = None,
     ) -> None:
         for name, value in (("interval", interval), ("idle_drop", idle_drop)):
             if not math.isfinite(value) or value <= 0:
@@ -72,6 +81,8 @@ class RefreshingCache(Generic[T]):
         """Queries kept fresh at most; a new one past this is evaluated for its request only."""
         self.max_age = max_age if max_age > 0 else math.inf
         self._clock = clock
+        self._budget = budget
+        self._unkept_logged = -math.inf
         self._slots: dict[Hashable, _Slot[T]] = {}
         self._lock = threading.Lock()
         self._pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="refresh")
@@ -141,6 +152,7 @@ class RefreshingCache(Generic[T]):
     # -- evaluation ------------------------------------------------------------------------------
     def _evaluate(self, key: Hashable, slot: _Slot[T]) -> None:
         started = self._clock()
+        membudget.take_parsed()  # from here: the answers this evaluation reads
         try:
             value = slot.load()
         except UpstreamUnavailable as exc:
@@ -156,6 +168,7 @@ class RefreshingCache(Generic[T]):
             slot.error = UpstreamUnavailable(f"evaluating the metric failed: {type(exc).__name__}")
         else:
             slot.entry = Entry(value, started)
+            self._hold(key, slot, membudget.take_parsed() * membudget.HELD_FACTOR)
             slot.error = None
             if slot.failing:
                 log.info("refreshing %s works again", key)
@@ -166,6 +179,36 @@ class RefreshingCache(Generic[T]):
                 self.refreshes += 1
             slot.first.set()
 
+    def _hold(self, key: Hashable, slot: _Slot[T], amount: int) -> None:
+        """Hold ``amount`` of the budget for the value just kept (the previous one's released); when
+        it does not fit, the slot is dropped: its waiters still read the value from it."""
+        if self._budget is None:
+            return
+        if slot.held:
+            self._budget.unhold(slot.held)
+            slot.held = 0
+        with self._lock:
+            kept = self._slots.get(key) is slot
+        if not kept or not amount:
+            return
+        if self._budget.hold(amount):
+            slot.held = amount
+            return
+        with self._lock:
+            if self._slots.get(key) is slot:
+                del self._slots[key]
+        now = self._clock()
+        if now - self._unkept_logged >= 60:  # at most one line a minute, whatever the request rate
+            self._unkept_logged = now
+            log.warning(
+                "%s: its value (about %s) is served but not kept in memory: values kept hold half of "
+                "--memory-budget %s already; each request evaluates it again. Narrow the query or raise "
+                "--memory-budget with the container's memory limit",
+                key,
+                membudget.mib(amount),
+                membudget.mib(self._budget.limit),
+            )
+
     def refresh_due(self) -> int:
         """Start the refreshes that are due and drop idle keys; returns how many were started."""
         now = self._clock()
@@ -174,6 +217,9 @@ class RefreshingCache(Generic[T]):
             for key, slot in list(self._slots.items()):
                 if now - slot.asked > self.idle_drop and not slot.running:
                     del self._slots[key]
+                    if slot.held and self._budget is not None:
+                        self._budget.unhold(slot.held)
+                        slot.held = 0
                     log.debug("dropped %s: not asked for %.0fs", key, now - slot.asked)
                     continue
                 # a failed refresh is retried one interval after it started, not at every tick

@@ -124,6 +124,7 @@ class Adapter:
             max_age=settings.max_value_age,
             keys_gauge=self.metrics.refreshed_queries,
             oldest_gauge=self.metrics.values_age,
+            budget=self.budget,
         )
         self.metrics.refresh_interval.set(interval)
         self.values = MetricValues(

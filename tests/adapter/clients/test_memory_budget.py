@@ -13,6 +13,7 @@ import functools
 import gc
 import sys
 import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,3 +215,57 @@ def test_twenty_concurrent_million_series_answers_stay_under_the_budget(million:
     assert run.code == 0, run.stderr
     assert run.stderr.strip() == "['PrometheusUnavailable']"
     assert run.peak_rss < 160 * MiB, f"peaked at {run.peak_rss / MiB:.0f} MiB"
+
+
+def test_values_kept_in_memory_hold_the_budget_until_dropped(ten_thousand: HugeAnswerServer) -> None:
+    budget = membudget.MemoryBudget(64 * MiB)
+    client = PrometheusClient(ten_thousand.url, timeout=30, budget=budget)
+    now = [0.0]
+    cache: RefreshingCache[object] = RefreshingCache(
+        interval=10, idle_drop=100, max_age=0, budget=budget, clock=lambda: now[0]
+    )
+    size = answer_size(10_000) * membudget.HELD_FACTOR  # ~7.6 MiB
+    try:
+        value = cache.get("a", functools.partial(client.query, "a"), wait=30).value
+        assert len(value) == 10_000  # type: ignore[arg-type]
+        assert (budget.held, budget.used) == (size, size)  # the read's charge given back, the value held
+        cache.get("b", functools.partial(client.query, "b"), wait=30)
+        assert budget.held == 2 * size
+
+        def refreshed(count: int) -> None:
+            deadline = time.monotonic() + 30
+            while cache.refreshes < count and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert cache.refreshes == count
+
+        now[0] = 20.0
+        assert cache.refresh_due() == 2
+        refreshed(4)
+        assert budget.held == 2 * size  # each refresh's value replaces its hold
+        now[0] = 120.0
+        cache.get("b", functools.partial(client.query, "b"), wait=30)  # b asked again; a not
+        now[0] = 150.0
+        cache.refresh_due()  # a: idle past 100 s, dropped with its hold; b refreshed
+        refreshed(5)
+        assert budget.held == size and len(cache) == 1
+    finally:
+        cache.stop()
+        client.close()
+
+
+def test_a_value_over_the_half_values_may_hold_is_served_not_kept(
+    ten_thousand: HugeAnswerServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    budget = membudget.MemoryBudget(14 * MiB)  # values may hold 7 MiB: less than one answer's 7.6
+    client = PrometheusClient(ten_thousand.url, timeout=30, budget=budget)
+    cache: RefreshingCache[object] = RefreshingCache(interval=10, idle_drop=100, max_age=0, budget=budget)
+    try:
+        for _ in range(3):
+            value = cache.get("a", functools.partial(client.query, "a"), wait=30).value
+            assert len(value) == 10_000  # type: ignore[arg-type]
+            assert len(cache) == 0 and budget.used == 0
+    finally:
+        cache.stop()
+        client.close()
+    lines = [r.getMessage() for r in caplog.records if "not kept in memory" in r.getMessage()]
+    assert len(lines) == 1 and "--memory-budget 14 MiB" in lines[0]
