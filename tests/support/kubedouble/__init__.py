@@ -52,6 +52,9 @@ What it serves (see :mod:`tests.support.kubedouble.server` for the route table):
   BOOKMARK every ``bookmark_interval_s``.
 - RBAC: ``kube.load_rbac(Path("deploy/rightsizer"))`` enforces the manifests' Roles/ClusterRoles and
   bindings (:mod:`tests.support.kubedouble.rbac`); ``kube.add_service_account(ns, name)`` returns a token.
+- Admission: ``kube.load_admission_policies(Path("deploy/rightsizer/admission-policy.yaml"))`` evaluates
+  the ValidatingAdmissionPolicies (real CEL) on every later UPDATE and refuses as the API server does
+  (:mod:`tests.support.kubedouble.admission`).
 - A simulated **MIG Manager** (:mod:`tests.support.kubedouble.migmanager`): on ``nvidia.com/mig.config``
   changes → ``failed`` for names missing from the ConfigMap the ClusterPolicy points at (or for
   layouts without a placement, or with pods still holding the node's GPUs: "In use by another

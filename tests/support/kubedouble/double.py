@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client
 
 from mig_geometry.catalogue import find_model
-from tests.support.kubedouble import deviceplugin
+from tests.support.kubedouble import admission, deviceplugin
 from tests.support.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
 from tests.support.kubedouble.disruption import DisruptionController, ReplicaSetController
 from tests.support.kubedouble.dradriver import DraDriver
@@ -223,6 +223,13 @@ class KubeDouble:
         self.auth.rules.extend(rules)
         self.auth.enforce_rules = True
         return len(rules)
+
+    def load_admission_policies(self, *paths: Path) -> int:
+        """Enforce the ValidatingAdmissionPolicies (with their Deny bindings) in these manifests on
+        every later UPDATE; returns how many. See :mod:`tests.support.kubedouble.admission`."""
+        bound = admission.load(paths)
+        self.api.admission.extend(bound)
+        return len(bound)
 
     def allow(
         self,
