@@ -68,7 +68,9 @@ def test_every_apiservice_has_a_trust_path(variant: str) -> None:
         assert api["spec"]["insecureSkipTLSVerify"] is False, where
         if cert_manager:
             # The CA certificate's: its Secret outlives every renewal of the serving certificate.
-            assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/gpupilot-adapter-ca"}, where
+            assert annotations == {"cert-manager.io/inject-ca-from": f"{NAMESPACE}/gpupilot-adapter-ca"}, (
+                where
+            )
             assert "caBundle" not in api["spec"], where
         else:
             assert "cert-manager.io/inject-ca-from" not in annotations, f"{where}: cert-manager is off"
@@ -85,12 +87,18 @@ def test_every_apiservice_has_a_trust_path(variant: str) -> None:
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         assert f"gpupilot-adapter.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
         now = datetime.datetime.now(datetime.UTC)
-        assert now + datetime.timedelta(days=364) < cert.not_valid_after_utc < now + datetime.timedelta(days=366)
+        assert (
+            now + datetime.timedelta(days=364) < cert.not_valid_after_utc < now + datetime.timedelta(days=366)
+        )
         noted = secret["metadata"]["annotations"]["gpupilot.io/not-after"]
-        assert abs(datetime.datetime.fromisoformat(noted) - cert.not_valid_after_utc) < datetime.timedelta(minutes=5)
+        assert abs(datetime.datetime.fromisoformat(noted) - cert.not_valid_after_utc) < datetime.timedelta(
+            minutes=5
+        )
         ca = objs[("Secret", f"{secret_name}-ca")]
         assert ca["data"]["tls.crt"] == secret["data"]["ca.crt"] and "tls.key" in ca["data"]
-        assert x509.load_pem_x509_certificate(ca_pem).not_valid_after_utc > now + datetime.timedelta(days=3000)
+        assert x509.load_pem_x509_certificate(ca_pem).not_valid_after_utc > now + datetime.timedelta(
+            days=3000
+        )
         assert base64.b64decode(secret["data"]["tls.key"]).startswith(b"-----BEGIN RSA PRIVATE KEY-----")
 
 
@@ -330,7 +338,10 @@ def install_secrets(kube: Any, objs: dict[tuple[str, str], dict[str, Any]]) -> N
     for (kind, _name), obj in objs.items():
         if kind == "Secret":
             meta = {**obj["metadata"], **OWNED_BY_RELEASE}
-            meta["annotations"] = {**obj["metadata"].get("annotations", {}), **OWNED_BY_RELEASE["annotations"]}
+            meta["annotations"] = {
+                **obj["metadata"].get("annotations", {}),
+                **OWNED_BY_RELEASE["annotations"],
+            }
             kube.store.put("/secrets", {**obj, "metadata": meta}, event="ADDED")
 
 
