@@ -12,9 +12,17 @@ Steps (each timed; the times and the archive sizes are printed at the end):
 3. ``buildah build --target SERVICE`` of the Dockerfile (vfs storage, chroot isolation: no daemon,
    no user namespaces needed), pushed to ``dist/images/gpupilot-SERVICE.oci.tar`` under the name the
    chart pulls (``localhost/gpupilot/gpupilot-SERVICE:VERSION`` unless ``--repository``/``--tag``).
-4. Each archive is started again (``buildah from oci-archive:…`` + ``buildah run``): its entry
-   point answers ``--help``; the exporter's ``--once`` ends with its one-line no-GPU message on a
-   machine without a GPU; the exporter holds none of the simulator's dependencies.
+4. Each archive is started again (``buildah from oci-archive:…`` + ``buildah run`` as the image's
+   own user, chroot isolation: the host's loopback) and its commands run for real, the same calls
+   ``make extras`` runs in a venv with only that service's extra (:mod:`devkit.walk`): the
+   rightsizer's ``plan``, ``report`` and ``serve`` (until its first report answers on ``/report/``)
+   against a real Prometheus on the host over a day of the demo fleet; the adapter's
+   ``explain-hpa --state``, ``convert-config``, ``replay-hpa`` and ``serve`` (until the metrics API
+   answers); the exporter's ``--backend nvml --once`` to its one-line no-GPU message (no GPU here);
+   the exporter holds none of the simulator's dependencies. The working containers are removed
+   afterwards, failed or not.
+
+Run it under ``flock /tmp/gpupilot-images.lock`` where several builds may share the machine.
 
 Any step failing ends the run with one line naming the step and the command's last output line.
 """
@@ -26,9 +34,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+
+from devkit import walk
+from devkit.prometheus import PrometheusServer
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "dist" / "images"
@@ -40,7 +53,12 @@ scaler); Debian's essential variant leaves it out."""
 # No documentation, manual pages or translations in the base (about a third of its size).
 DPKG_EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
 EXPORTER_FORBIDDEN = ("numpy", "aiohttp", "pandas", "scipy", "matplotlib", "kubernetes")
-NO_GPU_MESSAGE = "gpupilot-exporter: backend nvml unavailable:"
+IMAGE_UID = "65532"
+"""The images' user (gpupilot), as the Dockerfile sets it."""
+IMAGE_WORK = "/walk"
+"""Where the checks' scratch folder is mounted inside a container."""
+OUTPUT_FILES = (".stdout", ".stderr")
+"""A command's output in that folder (see :func:`walk_image`)."""
 
 
 class ImageBuildError(RuntimeError):
@@ -91,6 +109,25 @@ def build_base(out: Path, *, suite: str) -> None:
         raise
 
 
+def store_ids(kind: str) -> set[str]:
+    """IDs of buildah's ``images`` (every one, intermediate included) or ``containers`` now."""
+    trunc = "--no-trunc" if kind == "images" else "--notruncate"
+    cmd = ["buildah", kind, "--all", "--quiet", trunc]
+    res = subprocess.run(cmd, env=buildah_env(), capture_output=True, text=True, check=False)
+    return set(res.stdout.split()) if res.returncode == 0 else set()
+
+
+def remove_new(images: set[str], containers: set[str]) -> None:
+    """Remove the containers and images (the base, intermediate stages, each service's image and the
+    copies `buildah from oci-archive:` pulls) this run added to buildah's store; the archives stay."""
+    for ctr in sorted(store_ids("containers") - containers):
+        subprocess.run(["buildah", "rm", ctr], env=buildah_env(), capture_output=True, check=False)
+    for image in sorted(store_ids("images") - images):
+        subprocess.run(
+            ["buildah", "rmi", "--force", image], env=buildah_env(), capture_output=True, check=False
+        )
+
+
 def build_wheels(out: Path) -> None:
     wheels = out / "wheels"
     if wheels.exists():
@@ -118,9 +155,19 @@ def build_image(service: str, out: Path, *, name: str) -> Path:
     return archive
 
 
-def in_container(step: str, archive: Path, *cmd: str) -> subprocess.CompletedProcess[str]:
-    ctr = run(f"{step} (buildah from)", ["buildah", "from", f"oci-archive:{archive}"]).strip()
+@contextmanager
+def container(step: str, archive: Path) -> Iterator[str]:
+    """A working container of ``archive``, removed afterwards whatever happens."""
+    name = f"gpupilot-check-{archive.name.split('.')[0]}-{os.getpid()}"
+    ctr = run(f"{step} (buildah from)", ["buildah", "from", "--name", name, f"oci-archive:{archive}"]).strip()
     try:
+        yield ctr
+    finally:
+        subprocess.run(["buildah", "rm", ctr], env=buildah_env(), capture_output=True, check=False)
+
+
+def in_container(step: str, archive: Path, *cmd: str) -> subprocess.CompletedProcess[str]:
+    with container(step, archive) as ctr:
         return subprocess.run(
             ["buildah", "run", ctr, "--", *cmd],
             env=buildah_env(),
@@ -128,33 +175,62 @@ def in_container(step: str, archive: Path, *cmd: str) -> subprocess.CompletedPro
             text=True,
             check=False,
         )
+
+
+def walk_image(service: str, archive: Path, *, prom: str) -> list[walk.Outcome]:
+    """The service's calls (:data:`devkit.walk.CALLS`) inside one working container of ``archive``,
+    as the image's user, ``{work}`` a host folder mounted at /walk (owned by that user). Without
+    ``prom`` the calls that need Prometheus are left out."""
+    host_work = Path(tempfile.mkdtemp(prefix=f"gpupilot-image-{service}-"))
+    try:
+        walk.prepare(host_work)
+        subprocess.run(["chown", "-R", f"{IMAGE_UID}:{IMAGE_UID}", str(host_work)], check=True)
+        calls = [c for c in walk.CALLS[service] if prom or not c.prometheus]
+        with container(f"{service} walk", archive) as ctr:
+
+            def wrap(argv: Sequence[str]) -> list[str]:
+                # the command's output into files of the mounted folder, not through buildah's relay
+                # of it (which now and then hands back nothing from a command that printed)
+                to_files = f'exec "$@" >{IMAGE_WORK}/{OUTPUT_FILES[0]} 2>{IMAGE_WORK}/{OUTPUT_FILES[1]}'
+                volume = f"{host_work}:{IMAGE_WORK}"
+                return ["buildah", "run", "--volume", volume, ctr, "--", "sh", "-c", to_files, "sh", *argv]
+
+            place = walk.Place(work=IMAGE_WORK, prom=prom)
+            files = (host_work / OUTPUT_FILES[0], host_work / OUTPUT_FILES[1])
+            return [
+                walk.run_call(c, place, wrap=wrap, env=buildah_env(), host_work=host_work, output_files=files)
+                for c in calls
+            ]
     finally:
-        subprocess.run(["buildah", "rm", ctr], env=buildah_env(), capture_output=True, check=False)
+        shutil.rmtree(host_work, ignore_errors=True)
 
 
-def smoke_test(service: str, archive: Path) -> None:
-    entry = f"gpupilot-{service}"
-    res = in_container(f"{service} --help", archive, entry, "--help")
-    if res.returncode != 0 or "usage:" not in res.stdout:
-        raise ImageBuildError(f"{archive.name}: '{entry} --help' exit {res.returncode}: {res.stderr.strip()}")
+def check_contents(service: str, archive: Path) -> None:
+    """The image runs as gpupilot (uid 65532); the exporter's holds none of the simulator's or the
+    analysis stack's modules."""
+    uid = in_container(f"{service} user", archive, "id", "-u").stdout.strip()
+    if uid != IMAGE_UID:
+        raise ImageBuildError(f"{archive.name}: runs as uid {uid or '?'}, not gpupilot ({IMAGE_UID})")
     if service != "exporter":
         return
-    res = in_container("exporter --once", archive, entry, "--once")
-    # buildah adds its own lines after the command's output ("subprocess exited with status N",
-    # "Error: exit status N").
-    buildah_lines = ("Error: exit status", "subprocess exited with status")
-    lines = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith(buildah_lines)]
-    last = (lines or [""])[-1]
-    if res.returncode != 1 or not last.startswith(NO_GPU_MESSAGE):
-        raise ImageBuildError(
-            f"{archive.name}: '{entry} --once' without a GPU: exit {res.returncode}, last line {last!r}"
-        )
     probe = "import importlib.util as u, sys; f = [m for m in sys.argv[1:] if u.find_spec(m)]; sys.exit(','.join(f) or 0)"
     res = in_container("exporter contents", archive, "python3", "-c", probe, *EXPORTER_FORBIDDEN)
     if res.returncode != 0:
         raise ImageBuildError(
             f"{archive.name}: holds {res.stderr.strip()} (the simulator's or analysis stack)"
         )
+
+
+def check_image(service: str, archive: Path, *, prom: str) -> list[walk.Outcome]:
+    """:func:`check_contents`, then :func:`walk_image`; a failed call ends the run with its line."""
+    check_contents(service, archive)
+    outcomes = walk_image(service, archive, prom=prom)
+    for line in walk.summary([(service, o) for o in outcomes]):
+        print(f"    {walk.shorten(line, IMAGE_WORK)}", flush=True)
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        raise ImageBuildError(f"{archive.name}: '{failed[0].command}': {failed[0].why}")
+    return outcomes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -189,18 +265,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         times[step] = time.monotonic() - start
         return result
 
+    server: PrometheusServer | None = None
+    scratch = Path(tempfile.mkdtemp(prefix="gpupilot-images-"))
+    before = store_ids("images"), store_ids("containers")
     try:
         timed("base image", build_base, out, suite=args.suite)
         timed("wheels", build_wheels, out)
+        data = timed("history", walk.history, scratch / "history", python=sys.executable)
+        assert isinstance(data, Path)
+        server = PrometheusServer(data, log_file=scratch / "prometheus.log").start()
         for service in args.only or SERVICES:
             name = f"{args.repository}-{service}:{tag}"
             archive = timed(f"{service} image", build_image, service, out, name=name)
             assert isinstance(archive, Path)
-            timed(f"{service} start", smoke_test, service, archive)
             print(f"    {archive.relative_to(ROOT) if ROOT in archive.parents else archive}: {name}")
-    except ImageBuildError as exc:
+            timed(f"{service} run", check_image, service, archive, prom=server.url)
+    except (ImageBuildError, subprocess.CalledProcessError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+        remove_new(*before)
     for step, seconds in times.items():
         print(f"{step:<20} {seconds:7.1f} s")
     print(f"{'total':<20} {sum(times.values()):7.1f} s")

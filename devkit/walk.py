@@ -402,7 +402,8 @@ def judge(call: Call, place: Place, code: int, stdout: str, stderr: str) -> str:
             shown = " | ".join(lines[-3:]) if lines else "(nothing on stderr)"
             return f"stderr is not the one line {place.fill(call.error)!r}...: {shown}"
     if call.says and place.fill(call.says) not in stdout + stderr:
-        return f"the output does not hold {place.fill(call.says)!r}"
+        tail = " | ".join((stdout.strip().splitlines() + lines_of(stderr))[-2:]) or "(no output)"
+        return f"the output does not hold {place.fill(call.says)!r}: {tail}"
     return ""
 
 
@@ -421,26 +422,51 @@ Runner = Callable[[Sequence[str]], list[str]]
 """The command line that runs argv where the calls run (a venv's PATH, ``buildah run``)."""
 
 
-def run_call(call: Call, place: Place, *, wrap: Runner, env: Mapping[str, str], host_work: Path) -> Outcome:
+def run_call(
+    call: Call,
+    place: Place,
+    *,
+    wrap: Runner,
+    env: Mapping[str, str],
+    host_work: Path,
+    output_files: tuple[Path, Path] | None = None,
+) -> Outcome:
+    """Run ``call`` where ``wrap`` says. ``output_files``: where the command's stdout and stderr land
+    when ``wrap`` sends them to files (read before what came through the pipes)."""
     place.port = free_port()
     write_files(host_work, place)
+    for path in output_files or ():
+        path.unlink(missing_ok=True)
     argv = [place.fill(a) for a in call.argv]
     command = " ".join(argv)
     started = time.monotonic()
+
+    def captured(out: str, err: str) -> tuple[str, str]:
+        if output_files is None:
+            return out, err
+        out_file, err_file = (p.read_text(errors="replace") if p.is_file() else "" for p in output_files)
+        return out_file + out, err_file + err
+
     if call.serve:
-        why = _serve(call, place, wrap(argv), env)
+        why = _serve(call, place, wrap(argv), env, captured)
     else:
         try:
             res = subprocess.run(
                 wrap(argv), env=dict(env), capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
             )
-            why = judge(call, place, res.returncode, res.stdout, res.stderr)
+            why = judge(call, place, res.returncode, *captured(res.stdout, res.stderr))
         except subprocess.TimeoutExpired:
             why = f"no answer within {RUN_TIMEOUT_S:.0f} s"
     return Outcome(call, command, not why, time.monotonic() - started, why)
 
 
-def _serve(call: Call, place: Place, cmd: list[str], env: Mapping[str, str]) -> str:
+def _serve(
+    call: Call,
+    place: Place,
+    cmd: list[str],
+    env: Mapping[str, str],
+    captured: Callable[[str, str], tuple[str, str]],
+) -> str:
     """Start, wait for the URL to answer 200 with ``says``, SIGTERM, expect a clean exit."""
     url, says = place.fill(call.serve), place.fill(call.says)
     proc = subprocess.Popen(
@@ -467,6 +493,7 @@ def _serve(call: Call, place: Place, cmd: list[str], env: Mapping[str, str]) -> 
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
         return f"{url}: still running 30 s after SIGTERM"
+    output = "".join(captured(output, ""))
     last = (lines_of(output) or ["(no output)"])[-1]
     if TRACEBACK in output:
         return f"a traceback: {last}"
