@@ -104,7 +104,7 @@ def build_base(out: Path, *, suite: str) -> None:
         run("base (buildah add)", ["buildah", "add", ctr, str(tar), "/"])
         run("base (buildah config)", ["buildah", "config", "--cmd", "/bin/sh", ctr])
         run("base (buildah commit)", ["buildah", "commit", "--rm", ctr, BASE_IMAGE])
-    except ImageBuildError:
+    except BaseException:  # interrupted too: no working container left behind
         subprocess.run(["buildah", "rm", ctr], env=buildah_env(), capture_output=True, check=False)
         raise
 
