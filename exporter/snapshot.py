@@ -64,7 +64,8 @@ class ProcessUsage:
     """One compute process on a whole GPU, from NVML's per-process accounting."""
 
     pid: int
-    """In the host PID namespace (the exporter runs with hostPID)."""
+    """In the host PID namespace: only with hostPID (the chart's exporter.processes.enabled) does NVML
+    list other pods' processes at all."""
     memory_bytes: float | None = None
     """Framebuffer the process holds (``nvmlDeviceGetComputeRunningProcesses``); None: not reported."""
     sm_util: float | None = None
