@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # included), which without the caches is compiled again each time (about 6 s of CPU per worker).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: scan help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo bench clean protos dashboards manifests rules-test history images image-tools extras
+.PHONY: scan help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo bench clean protos dashboards manifests rules-test history images image-tools extras e2e
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
@@ -22,6 +22,7 @@ help:
 	@echo "make lint   ruff + mypy + import-linter + the import-cycle check only"
 	@echo "make scan   checkov over every rendering of the chart and the overlays (accepted findings: deploy/scan-allowlist.yaml)"
 	@echo "make images the three service images (buildah, no Docker) into dist/images/*.oci.tar, each started once"
+	@echo "make e2e    the chart's and the overlays' pods run from the built images (after make images), every check one line"
 	@echo "make extras each extra (and none) in a fresh venv from a wheel of this checkout, every command run for real"
 	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
 	@echo "make docs   build the documentation site into .site/ (mkdocs --strict)"
@@ -87,6 +88,11 @@ IMAGE_REPOSITORY ?= localhost/gpupilot/gpupilot
 IMAGE_TAG ?=
 images: venv image-tools
 	$(BIN)/python -m devkit.images --repository $(IMAGE_REPOSITORY) $(if $(IMAGE_TAG),--tag $(IMAGE_TAG))
+
+# The rendered chart and kustomize overlays run from dist/images/*.oci.tar (buildah, chroot isolation,
+# as root) against the Kubernetes API double and a real Prometheus (devkit/e2e/). After `make images`.
+e2e: venv prometheus helm kubectl image-tools
+	$(BIN)/python -m devkit.e2e
 
 # Each install users make (pip install 'gpupilot[EXTRA]', and no extra) in a fresh venv from a wheel
 # of this checkout, each console script's commands run for real (devkit/extras.py, devkit/walk.py),

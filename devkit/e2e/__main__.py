@@ -1,0 +1,307 @@
+"""``python -m devkit.e2e`` (``make e2e``): see :mod:`devkit.e2e`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devkit import process, prometheus
+from devkit.e2e import certmanager, checks, cluster, render
+from devkit.e2e.pod import ARCHIVES, PodError, PodRun, archive
+from devkit.e2e.render import ROOT, Obj, Rendering
+
+SCENARIO = ROOT / "examples" / "fleet-demo.yaml"
+SIM_NODE = "gpu-h100-a"
+SERVICES = ("exporter", "adapter", "rightsizer")
+ERRORS = (checks.CheckFailed, PodError, render.RenderError, certmanager.CertManagerError, OSError, ValueError)
+
+
+@dataclass
+class Result:
+    rendering: str
+    check: str
+    ok: bool
+    line: str
+
+
+class Run:
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.results: list[Result] = []
+        self.started = time.monotonic()
+
+    def check(self, rendering: str, name: str, fn: Callable[[], str]) -> bool:
+        t0 = time.monotonic()
+        try:
+            line, ok = fn(), True
+        except ERRORS as err:
+            line, ok = (str(err).splitlines() or [type(err).__name__])[0], False
+        took = time.monotonic() - t0
+        self.results.append(Result(rendering, name, ok, line))
+        print(f"{'PASS' if ok else 'FAIL'}  {rendering:22} {name:26} {line} ({took:.0f}s)", flush=True)
+        return ok
+
+    def note(self, text: str) -> None:
+        print(f"      {text}", flush=True)
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:  # every interface, as a container's listener binds
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))  # noqa: S104 (a probe, closed at once)
+        except OSError:
+            return False
+    return True
+
+
+def ports_of(pod: PodRun) -> list[int]:
+    return [int(p["containerPort"]) for p in pod.workload.container.get("ports", [])]
+
+
+def map_taken_ports(pod: PodRun, run: Run) -> dict[int, int]:
+    """Rendered ports this machine already uses, mapped with the workload's own flag or file."""
+    mapped = {}
+    for port in ports_of(pod):
+        if not port_free(port):
+            new = process.free_port()
+            pod.replace_port(port, new)
+            mapped[port] = new
+            run.note(
+                f"{pod.workload.name}: port {port} is taken on this machine: mapped to {new} (its flag or config)"
+            )
+    return mapped
+
+
+def scrape_job(rendering: Rendering, port: int) -> prometheus.ScrapeJob:
+    """The exporter's ServiceMonitor (else PodMonitor) as a static Prometheus job on this machine:
+    its path, interval, honorLabels, the node labels its relabelings set from the pod's node, and
+    its metricRelabelings."""
+    monitor = rendering.find("ServiceMonitor", "gpupilot-exporter") or rendering.find(
+        "PodMonitor", "gpupilot-exporter"
+    )
+    if monitor is None:
+        raise render.RenderError(f"{rendering.name}: no ServiceMonitor or PodMonitor for the exporter")
+    (endpoint,) = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
+    labels = {
+        r["targetLabel"]: SIM_NODE
+        for r in endpoint.get("relabelings", [])
+        if r.get("sourceLabels") == ["__meta_kubernetes_pod_node_name"]
+    }
+    keys = {
+        "sourceLabels": "source_labels",
+        "targetLabel": "target_label",
+        "regex": "regex",
+        "action": "action",
+        "replacement": "replacement",
+    }
+    metric_relabel = [
+        {keys[k]: v for k, v in r.items() if k in keys} for r in endpoint.get("metricRelabelings", [])
+    ]
+    return prometheus.ScrapeJob(
+        "gpupilot-exporter",
+        [f"127.0.0.1:{port}"],
+        interval=endpoint.get("interval", "15s"),
+        honor_labels=bool(endpoint.get("honorLabels")),
+        metrics_path=endpoint.get("path", "/metrics"),
+        labels=labels,
+        metric_relabel_configs=metric_relabel,
+    )
+
+
+def rule_files(rendering: Rendering, work: Path) -> list[Path]:
+    out = []
+    for rule in rendering.of_kind("PrometheusRule"):
+        path = work / f"rules-{rule['metadata']['name']}.yaml"
+        path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
+        out.append(path)
+    return out
+
+
+def query(url: str, expr: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{url}/api/v1/query?query={urllib.parse.quote(expr)}", timeout=10) as r:
+        return list(json.loads(r.read())["data"]["result"])
+
+
+def simulated_pods(url: str) -> list[Obj]:
+    if not query(url, "inference_queue_depth"):
+        return []
+    found = query(url, 'group by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{pod!=""})')
+    return [{"name": s["metric"]["pod"], "namespace": s["metric"]["namespace"]} for s in found]
+
+
+def exporter_phase(renderings: list[Rendering], run: Run) -> int:
+    """Each rendering's exporter from its image: to its no-GPU line. Returns the metrics port."""
+    port = 0
+    for r in renderings:
+        ex = r.workload("exporter", "DaemonSet")
+        kube = cluster.start(r, run.work / r.name.replace("/", "-") / "exporter-cluster")
+        pod = PodRun(ex, r, kube, {}, run.work / r.name.replace("/", "-")).prepare()
+        try:
+            port = ports_of(pod)[0]
+            mapped = map_taken_ports(pod, run)
+            pod.start()
+            served = mapped.get(port, port)
+            run.check(r.name, "exporter image, no GPU", partial(checks.exporter_without_gpu, pod, served))
+        finally:
+            pod.stop()
+            kube.stop()
+    return port
+
+
+def serving_phase(r: Rendering, prom_url: str, pods: list[Obj], run: Run) -> None:
+    where = run.work / r.name.replace("/", "-")
+    secrets = certmanager.issue(r) if r.of_kind("Certificate") else {}
+    if secrets:
+        run.note(
+            f"{r.name}: cert-manager stood in for: Secrets {', '.join(sorted(secrets))}; caBundle injected"
+        )
+    kube = cluster.start(r, where / "cluster")
+    cluster.seed_pods(kube, pods)
+    running: list[PodRun] = []
+    try:
+        adapter = PodRun(r.workload("adapter", "Deployment"), r, kube, secrets, where).prepare()
+        sizer = PodRun(r.workload("rightsizer", "Deployment"), r, kube, secrets, where).prepare()
+        adapter_ports = {**{p: p for p in ports_of(adapter)}, **map_taken_ports(adapter, run)}
+        sizer_ports = {**{p: p for p in ports_of(sizer)}, **map_taken_ports(sizer, run)}
+        running += [adapter.start(), sizer.start()]
+        https = adapter_ports[6443]
+        kube.aggregate(r, https)
+        run.check(r.name, "serving cert vs caBundle", lambda: checks.serving_certificate(r, https))
+        run.check(r.name, "custom.metrics.k8s.io", lambda: checks.custom_metrics(kube))
+        if any(a["spec"]["group"] == "external.metrics.k8s.io" for a in r.of_kind("APIService")):
+            run.check(r.name, "external.metrics.k8s.io", lambda: checks.external_metrics(kube))
+        keda = [a for a in adapter.args if a.startswith("--external-scaler-address=")]
+        if keda:
+            kport = int(keda[0].rsplit(":", 1)[1])
+            run.check(r.name, "KEDA GetMetrics", lambda: checks.keda_get_metrics(adapter, kport))
+        tests = [w for w in r.workloads() if w.kind == "Pod"]
+        for w in tests:
+            test = PodRun(w, r, kube, secrets, where).prepare()
+            running.append(test.start())
+            run.check(r.name, "helm test pod", partial(checks.helm_test, test, 120))
+        (http_port,) = sizer_ports.values()
+        run.check(r.name, "rightsizer serve", lambda: checks.rightsizer_serves(http_port, 240))
+        for pod in (adapter, sizer):
+            if not pod.running():
+                last = (pod.output() or [""])[-1][:200]
+                run.check(r.name, f"{pod.workload.name} alive", partial(_raise, f"exited: {last}"))
+    finally:
+        for pod in running:
+            pod.stop()
+        kube.stop()
+
+
+def _raise(line: str) -> str:
+    raise checks.CheckFailed(line)
+
+
+def summary(run: Run) -> int:
+    wall = time.monotonic() - run.started
+    failed = [r for r in run.results if not r.ok]
+    print()
+    print(f"make e2e: {len(run.results) - len(failed)}/{len(run.results)} checks passed in {wall:.0f} s")
+    names = list(dict.fromkeys(r.rendering for r in run.results))
+    checks_ = list(dict.fromkeys(r.check for r in run.results))
+    width = max(len(c) for c in checks_)
+    print(f"  {'':{width}}  " + "  ".join(f"{n:22}" for n in names))
+    for c in checks_:
+        row = []
+        for n in names:
+            found = [r for r in run.results if r.rendering == n and r.check == c]
+            row.append(f"{('pass' if found[0].ok else 'FAIL') if found else '-':22}")
+        print(f"  {c:{width}}  " + "  ".join(row))
+    for r in failed:
+        print(f"FAIL {r.rendering}: {r.check}: {r.line}")
+    print("Not shown here: a real kube-apiserver, kubelet, cert-manager or GPU (see docs/deploy.md).")
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devkit.e2e", description=__doc__)
+    parser.add_argument(
+        "--only", action="append", choices=["chart", *render.OVERLAYS], help="one rendering (repeatable)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, files) and print it")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("error: make e2e runs as root (buildah's chroot isolation): sudo make e2e", file=sys.stderr)
+        return 2
+    missing = [archive(s).name for s in SERVICES if not archive(s).is_file()]
+    if missing:
+        print(f"error: {ARCHIVES}: {', '.join(missing)} missing: run 'make images' first", file=sys.stderr)
+        return 2
+    work = checks.scratch()
+    run = Run(work)
+    server: prometheus.PrometheusServer | None = None
+    sim = apps = None
+    try:
+        prom_port = process.free_port()
+        prom_url = f"http://127.0.0.1:{prom_port}"
+        wanted = args.only or ["chart", *render.OVERLAYS]
+        renderings = [
+            render.chart(prom_url) if n == "chart" else render.overlay(n, prom_url, work) for n in wanted
+        ]
+        for r in renderings:
+            print(f"rendered {r.name}: {len(r.objects)} objects; {'; '.join(r.notes)}", flush=True)
+        port = exporter_phase(renderings, run)
+        # The data: the simulator on the exporter's port, scraped as the ServiceMonitor says.
+        sim_port = port if port_free(port) else process.free_port()
+        sim_cmd = [str(Path(sys.executable).parent / "gpupilot-exporter"), "--backend", "sim", "--scenario", str(SCENARIO),
+                   "--node", SIM_NODE, "--node-name", SIM_NODE, "--listen", f"127.0.0.1:{sim_port}", "--interval", "5"]  # fmt: skip
+        sim = subprocess.Popen(sim_cmd, stdout=(work / "sim.log").open("wb"), stderr=subprocess.STDOUT)
+        # The cluster's other series (kube-state-metrics, the applications' inference_queue_depth).
+        apps_port = process.free_port()
+        apps_cmd = [sim_cmd[0], "cluster", "--scenario", str(SCENARIO), "--listen", f"127.0.0.1:{apps_port}"]
+        apps = subprocess.Popen(apps_cmd, stdout=(work / "apps.log").open("wb"), stderr=subprocess.STDOUT)
+        server = prometheus.PrometheusServer(
+            work / "prometheus" / "data",
+            rule_files=rule_files(renderings[0], work),
+            scrape_jobs=[
+                scrape_job(renderings[0], sim_port),
+                prometheus.ScrapeJob("kube-state-metrics", [f"127.0.0.1:{apps_port}"], interval="15s"),
+            ],
+            port=prom_port,
+        )
+        server.start(timeout=120)
+        pods: list[Obj] = []
+
+        def data() -> str:
+            nonlocal pods
+            pods = simulated_pods(server.url) if server else []
+            if not pods:
+                raise checks.CheckFailed("no DCGM_FI_DEV_GPU_UTIL series with a pod yet")
+            return f"the simulator on :{sim_port} scraped as the ServiceMonitor says: {len(pods)} GPU pods of {SIM_NODE}"
+
+        if run.check("prometheus", "scrape", lambda: checks.retry(data, timeout=90, every=2)):
+            for r in renderings:
+                serving_phase(r, prom_url, pods, run)
+    finally:
+        if server is not None:
+            server.stop()
+        process.stop_process(sim)
+        process.stop_process(apps)
+        if args.keep:
+            print(f"work folder kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return summary(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
