@@ -231,14 +231,40 @@ def test_environment_names_uid_capabilities_pid_namespace_and_versions(expositio
     assert prof > 20 and f"profiling values: {prof} checked, 0 NaN or out of range" in text
 
 
-def test_pod_without_privileges_is_told_why(exposition, tmp_path):
+def test_default_pod_without_privileges_is_told_what_is_not_checked(tmp_path):
+    """The chart's default exporter pod (no CAP_SYS_ADMIN, no hostPID): unknown placements and
+    withheld process counts are what it was granted, said as unchecked, not problems."""
+    lib = fk.FakeNvml([fk.h100_mig(0), fk.l4(1)], admin=False)
+    backend = NvmlBackend(
+        library=lib,
+        clock=lib.clock,
+        sleep=lib.sleep,
+        visibility=lambda: ProcessVisibility(False, "own PID namespace (no hostPID)"),
+    )
+    backend.open()
+    try:
+        once = render_text(device_families(backend.read(), hostname="gpu-node"))
+    finally:
+        backend.close()
     proc = fake_proc(tmp_path, cap_eff="00000000a80425fb", nspid="4242\t17")
-    rc, text = run_main(FakeRunner(smi=SMI_AGREE, once_stdout=exposition), proc=proc, environ={})
-    assert rc == 1
+    rc, text = run_main(FakeRunner(smi=SMI_AGREE, once_stdout=once), proc=proc, environ={})
+    assert rc == 0, text
+    assert "at slice -1 (size 0)" in text, "the placements the pod cannot read are still listed"
     assert "capabilities: CAP_CHOWN, +" in text and "PID namespace: own (no hostPID)" in text
     assert "NVIDIA_MIG_MONITOR_DEVICES=(unset)" in text
-    assert "PROBLEM: no CAP_SYS_ADMIN" in text
-    assert "PROBLEM: not in the host PID namespace" in text
+    assert "not checked: MIG placements and the parent GPU's memory (no CAP_SYS_ADMIN" in text
+    assert "not checked: process counts (own PID namespace: exporter.processes.enabled=false)" in text
+    assert "placement unknown" not in text and "process counts withheld" not in text
+    assert "PROBLEM: no CAP_SYS_ADMIN" not in text
+
+
+def test_privileged_check_still_finds_unknown_placements_and_withheld_processes():
+    once = 'gpupilot_exporter_process_visibility{Hostname="n",reason="own PID namespace (no hostPID)"} 0\n'
+    d = gc.exporter_detail(once)
+    _, problems = gc.detail_problems(d, {}, {}, [], admin=True, host_pid=True)
+    assert "process counts withheld: own PID namespace (no hostPID)" in problems
+    _, problems = gc.detail_problems(d, {}, {}, [], admin=True, host_pid=False)
+    assert problems == []
 
 
 def test_mig_uuids_placements_prof_and_processes_disagreeing(tmp_path):
