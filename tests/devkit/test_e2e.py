@@ -115,7 +115,7 @@ class _Echo(BaseHTTPRequestHandler):
                 "path": self.path,
                 "user": self.headers.get("X-Remote-User"),
                 "groups": self.headers.get_all("X-Remote-Group"),
-                "peer": self.connection.getpeercert()["subject"][0][0][1],  # type: ignore[union-attr]
+                "peer": self.connection.getpeercert()["subject"][0][0][1],
             }
         ).encode()
         self.send_response(200)
@@ -155,7 +155,7 @@ def test_aggregation_layer_trusts_the_ca_bundle_and_sends_the_user(
     port, serving_ca, front_ca = extension_server
     (tmp_path / "f").mkdir()
     front = make_ca(tmp_path / "f", "other-ca")  # a CA the server does not trust
-    apiservice = {
+    apiservice: dict[str, Any] = {
         "metadata": {"name": "v1beta2.custom.metrics.k8s.io"},
         "spec": {
             "group": "custom.metrics.k8s.io",
