@@ -55,19 +55,21 @@ def _open_plan_folder(directory: Path, plan_id: str) -> int:
         directory.mkdir(parents=True, exist_ok=True)
         top = os.open(directory, _DIR)
     except OSError as exc:
+        why = exc
         if directory.is_symlink():  # O_NOFOLLOW met a link (ENOTDIR or ELOOP)
-            exc = OSError(errno.ELOOP, "it is a symbolic link; give the real folder")
+            why = OSError(errno.ELOOP, "it is a symbolic link; give the real folder")
         elif exc.errno in (errno.ENOTDIR, errno.EEXIST):
-            exc = OSError(exc.errno, "not a folder (a file is in its place)")
-        raise GitopsWriteFailed(directory, exc, kept=False) from None
+            why = OSError(exc.errno, "not a folder (a file is in its place)")
+        raise GitopsWriteFailed(directory, why, kept=False) from None
     try:
         with contextlib.suppress(FileExistsError):
             os.mkdir(plan_id, 0o755, dir_fd=top)
         return os.open(plan_id, _DIR, dir_fd=top)
     except OSError as exc:
+        why = exc
         if exc.errno in (errno.ENOTDIR, errno.ELOOP):  # a file or a link where the folder goes
-            exc = OSError(exc.errno, "not a folder (a symbolic link or a file is in its place)")
-        raise GitopsWriteFailed(directory / plan_id, exc, kept=False) from None
+            why = OSError(exc.errno, "not a folder (a symbolic link or a file is in its place)")
+        raise GitopsWriteFailed(directory / plan_id, why, kept=False) from None
     finally:
         os.close(top)
 

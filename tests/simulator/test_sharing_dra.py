@@ -137,5 +137,5 @@ def test_a_node_of_an_older_dra_driver_names_mig_devices_as_v25_8_did(fleet):
     page = page_at(older, "gpu-dra-s", older.epoch + 11 * H)
     rerank = next(lab for lab, _ in samples(page, "gpupilot_device_pod_info") if lab["pod"] == "rerank-0")
     assert rerank["dra_device_name"] == "gpu-0-mig-9-4-4" and rerank["dra_mig_profile"] == "3g.40gb"
-    with pytest.raises(ScenarioError, match="is not one of v25.12, v25.8"):
+    with pytest.raises(ScenarioError, match=r"is not one of v25\.12, v25\.8"):
         scenario_mod.loads(text.replace("driver: v25.8", "driver: v24"))
