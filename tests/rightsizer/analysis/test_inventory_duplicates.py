@@ -61,10 +61,14 @@ def test_of_differing_copies_the_same_one_is_kept_whatever_the_order() -> None:
     gpus_a, insts_a, pods_a = _series(1, memory="81559")
     gpus_b, insts_b, pods_b = _series(1, memory="40960")
     forward = inventory(
-        Answers(gpus_a + gpus_b, insts_a + insts_b, pods_a + pods_b), at=0.0, lookback_s=3600.0
-    )  # type: ignore[arg-type]
+        Answers(gpus_a + gpus_b, insts_a + insts_b, pods_a + pods_b),  # type: ignore[arg-type]
+        at=0.0,
+        lookback_s=3600.0,
+    )
     backward = inventory(
-        Answers(gpus_b + gpus_a, insts_b + insts_a, pods_b + pods_a), at=0.0, lookback_s=3600.0
-    )  # type: ignore[arg-type]
+        Answers(gpus_b + gpus_a, insts_b + insts_a, pods_b + pods_a),  # type: ignore[arg-type]
+        at=0.0,
+        lookback_s=3600.0,
+    )
     assert forward == backward
     assert forward[0][0].gpus[0].memory_total_mib == 40960  # "40960" sorts before "81559"

@@ -69,7 +69,7 @@ def test_a_plugin_that_never_republishes_rolls_the_node_back(kube):
         labels={"nvidia-dra-driver-gpu-component": "kubelet-plugin"},
     )
     kube.dra_driver.started["gpu-a"] = "never"  # a driver that does not come back: no new slice
-    kube.dra_driver.publish = lambda node: None  # type: ignore[method-assign]
+    kube.dra_driver.publish = lambda node: None
     report, _ = run_apply(kube, make_plan([Change("gpu-a", "all-1g.10gb", GOOD)]))
     [outcome] = report.outcomes
     assert outcome.result == "rolled-back"

@@ -108,7 +108,11 @@ def test_a_failed_write_rolls_back_the_cluster_policy_in_one_line(tmp_path: Path
         (out,) = report.outcomes
         assert out.result == "failed" and "\n" not in out.reason
         assert out.reason.startswith("node unchanged: cannot write ") and "check --gitops-dir" in out.reason
-        assert kube.cluster_policy()["spec"]["migManager"]["config"]["name"] == "default-mig-parted-config"
+        policy = kube.cluster_policy()
+        assert (
+            policy is not None
+            and policy["spec"]["migManager"]["config"]["name"] == "default-mig-parted-config"
+        )
         assert (
             "ClusterPolicy cluster-policy points at default-mig-parted-config again"
             in report.configs_restored

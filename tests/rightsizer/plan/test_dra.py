@@ -103,7 +103,11 @@ def test_pure_node_modes():
         instances_seen={("", "a"): 7, ("", "b"): 7, ("", "c"): 9},
         instances_now={("", "a"): 7, ("", "b"): 7, ("", "c"): 2},
     )
-    assert [m.mode for m in modes] == [dra.DEVICE_PLUGIN, dra.DRA_STATIC, dra.DRA_DYNAMIC]
+    assert [m.mode for m in modes] == [
+        management.DEVICE_PLUGIN,
+        management.DRA_STATIC,
+        management.DRA_DYNAMIC,
+    ]
 
 
 def test_pure_profile_recommendation_and_workload_grouping():

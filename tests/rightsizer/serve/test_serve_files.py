@@ -121,6 +121,7 @@ def test_oversized_files_are_refused_unread(tmp_path: Path):
     (day / "report.html").write_bytes(b"x" * 2048)
     files = ReportFiles(reports_dir=tmp_path / "reports", plan_path=tmp_path / "plan.json", max_bytes=1024)
     reply = files.answer("/report/")
+    assert isinstance(reply, Reply), "refused before any file is opened"
     assert reply.status == 500 and b"larger than 1024 bytes" in reply.body
     (day / "report.html").write_bytes(b"x" * 1024)
     assert files.answer("/report/").status == 200
