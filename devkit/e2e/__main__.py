@@ -164,7 +164,7 @@ def exporter_phase(renderings: list[Rendering], run: Run) -> int:
     return port
 
 
-def serving_phase(r: Rendering, prom_url: str, pods: list[Obj], run: Run) -> None:
+def serving_phase(r: Rendering, pods: list[Obj], run: Run) -> None:
     where = run.work / r.name.replace("/", "-")
     secrets = certmanager.issue(r) if r.of_kind("Certificate") else {}
     if secrets:
@@ -290,7 +290,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if run.check("prometheus", "scrape", lambda: checks.retry(data, timeout=90, every=2)):
             for r in renderings:
-                serving_phase(r, prom_url, pods, run)
+                serving_phase(r, pods, run)
+    except (*ERRORS, prometheus.PrometheusError) as err:
+        print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
+        run.results.append(Result("setup", "set-up", False, str(err).splitlines()[0] if str(err) else ""))
     finally:
         if server is not None:
             server.stop()
