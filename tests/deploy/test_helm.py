@@ -370,7 +370,19 @@ COMPONENTS = {
     "exporter/mig-pause-client": "exporter.migPause=client",
     "adapter/external": "adapter.externalMetrics=true",
     "adapter/keda": "adapter.externalScaler.enabled=true",
+    "adapter/keda-tls": (
+        "adapter.externalScaler.enabled=true,adapter.externalScaler.tls.secretName=gpupilot-keda-scaler-tls"
+    ),
+    "adapter/keda-mtls": (
+        "adapter.externalScaler.enabled=true,adapter.externalScaler.tls.secretName=gpupilot-keda-scaler-tls,"
+        "adapter.externalScaler.tls.clientCAKey=ca.crt"
+    ),
     "rightsizer/auto-apply": "rightsizer.autoApply.enabled=true",
+}
+# components added before one (in this order), as an overlay must list them.
+COMPONENTS_BEFORE = {
+    "adapter/keda-tls": ("adapter/keda",),
+    "adapter/keda-mtls": ("adapter/keda", "adapter/keda-tls"),
 }
 
 
@@ -381,7 +393,10 @@ def test_chart_settings_match_kustomize_components(component: str, tmp_path: Pat
         yaml.safe_dump(
             {
                 "resources": [os.path.relpath(DEPLOY / OVERLAY, tmp_path)],
-                "components": [os.path.relpath(DEPLOY / component, tmp_path)],
+                "components": [
+                    os.path.relpath(DEPLOY / c, tmp_path)
+                    for c in (*COMPONENTS_BEFORE.get(component, ()), component)
+                ],
             }
         )
     )
