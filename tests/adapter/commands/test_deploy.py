@@ -116,9 +116,10 @@ def test_optional_components_render(tmp_path: Path) -> None:
     link.symlink_to(BASE)
     (overlay / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        "resources:\n  - base\ncomponents:\n  - base/external\n  - base/cert-manager\n"
+        "resources:\n  - base\ncomponents:\n  - base/external\n  - base/keda\n"
     )
-    kinds = {(d["kind"], d["metadata"]["name"]) for d in render(overlay)}
-    assert ("APIService", "v1beta1.external.metrics.k8s.io") in kinds
-    assert ("Certificate", "gpupilot-adapter-tls") in kinds
-    assert ("Deployment", "gpupilot-adapter") in kinds
+    rendered = {(d["kind"], d["metadata"]["name"]): d for d in render(overlay)}
+    external = rendered[("APIService", "v1beta1.external.metrics.k8s.io")]
+    assert ("Certificate", "gpupilot-adapter-tls") in rendered, "the serving certificate comes with the base"
+    assert external["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].endswith("/gpupilot-adapter-tls")
+    assert ("Deployment", "gpupilot-adapter") in rendered

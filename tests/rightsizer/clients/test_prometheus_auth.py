@@ -128,13 +128,13 @@ def test_basic_auth_in_the_url_is_redacted_everywhere(
         (
             "tok-WRONG-000000",
             "team-gpu",
-            "answered HTTP 401 for /prometheus/api/v1/query (invalid or expired bearer token); not authenticated: "
+            "answered HTTP 401 for /api/v1/query (invalid or expired bearer token); not authenticated: "
             "check --prometheus-username/--prometheus-password-file, --prometheus-bearer-token-file",
         ),
         (
             TOKENS[0],
             "team-other",
-            "answered HTTP 403 for /prometheus/api/v1/query (tenant team-other is not allowed",
+            "answered HTTP 403 for /api/v1/query (tenant team-other is not allowed",
         ),
     ],
 )
