@@ -124,15 +124,7 @@ class HTTPServer(LoopServer[Limits]):
         )
         if reply.status in (405, 413):
             resp.force_close()  # an unread body must not be parsed as the next request
-        log.debug(
-            "%s %s %s %d %dB %.1fms",
-            request.remote,
-            request.method,
-            path,
-            reply.status,
-            len(reply.body),
-            (time.perf_counter() - start) * 1000,
-        )
+        _access_log(request, path, reply.status, len(reply.body), start)
         return resp
 
     async def _stream(
@@ -174,15 +166,7 @@ class HTTPServer(LoopServer[Limits]):
                 request.transport.abort()
         finally:
             reply.file.close()
-        log.debug(
-            "%s %s %s %d %dB %.1fms",
-            request.remote,
-            request.method,
-            path,
-            reply.status,
-            sent,
-            (time.perf_counter() - start) * 1000,
-        )
+        _access_log(request, path, reply.status, sent, start)
         return resp
 
     async def _reply(self, request: web.BaseRequest, path: str) -> Reply | FileReply:
@@ -200,3 +184,16 @@ class HTTPServer(LoopServer[Limits]):
         except Exception as exc:  # a bug must not leave the client without an answer
             log.error("%s: error serving %s: %s: %s", self.name, path, type(exc).__name__, exc)
             return Reply(500, f"internal error serving {path}; see the log\n".encode())
+
+
+def _access_log(request: web.BaseRequest, path: str, status: int, size: int, start: float) -> None:
+    """One debug line per answer: client, method, path, status, bytes sent, milliseconds."""
+    log.debug(
+        "%s %s %s %d %dB %.1fms",
+        request.remote,
+        request.method,
+        path,
+        status,
+        size,
+        (time.perf_counter() - start) * 1000,
+    )
