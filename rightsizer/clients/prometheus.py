@@ -170,13 +170,17 @@ class PrometheusClient:
         query = getattr(self._local, "query", path)
         body = promanswer.AnswerBody(url=self.url, query=query, limits=self.limits)
         deadline = getattr(self._local, "deadline", None)
+        whole = False
         try:
             for chunk in resp.iter_content(CHUNK):
                 body.feed(chunk)
                 if deadline is not None and time.monotonic() > deadline:
                     raise promanswer.timed_out(self.url, self.timeout, flag="--timeout")
+            whole = True
         finally:
             resp.close()  # over a limit or past the deadline: the rest is not read
+            if not whole:  # refused, timed out or cut off: what was read goes now, not with the error
+                body.discard()
         self._local.answer = (promanswer.decode(resp.status_code, resp.reason or "", body, path=path), body)
         # requests has no public way to say what was read: the library parses this small answer
         resp._content = _EMPTY
@@ -192,29 +196,36 @@ class PrometheusClient:
         self._local.query = query
         self._local.deadline = time.monotonic() + self.timeout
         self._local.answer = None
+        # The error is raised after the handler, with no __context__: the failure caught here holds
+        # the reading frames in its traceback, and a kept error (serve records its last one) must
+        # not keep them, or the chunk being read, alive.
+        failure: PrometheusError | None = None
         try:
             send()
         except promanswer.PrometheusFailure as exc:
-            raise _ours(exc) from None
-        except requests.Timeout as exc:
-            raise _ours(promanswer.timed_out(self.url, self.timeout, flag="--timeout")) from exc
+            failure = _ours(exc)
         except requests.RequestException as exc:
-            if "Read timed out" in str(exc):  # a read timeout while the body streams
-                raise _ours(promanswer.timed_out(self.url, self.timeout, flag="--timeout")) from exc
-            if promauth.is_tls_failure(exc):  # SSLError, or a peer's alert inside a ConnectionError
-                raise PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.tls_failure(exc)}") from exc
-            if "RemoteDisconnected" in repr(exc):  # closed before any answer (a refused client cert)
-                raise PrometheusUnavailable(
-                    f"Prometheus at {self.url}: {promauth.disconnected(self.url)}"
-                ) from exc
-            raise _ours(promanswer.unreachable(self.url, _cause(exc), flag="--prometheus-url")) from exc
+            failure = self._failure(exc)
         finally:
             self._local.query = None
+        if failure is not None:
+            self._local.answer = None
+            raise failure from None
         answer: tuple[dict[str, Any], promanswer.AnswerBody] | None = self._local.answer
         self._local.answer = None
         if answer is None:  # a redirect chain or a hook skipped: never expected
             raise PrometheusQueryError(f"{self.url}{path} gave no answer to read")
         return answer
+
+    def _failure(self, exc: requests.RequestException) -> PrometheusError:
+        """A ``requests`` failure as one line (its text only: nothing of it is kept)."""
+        if isinstance(exc, requests.Timeout) or "Read timed out" in str(exc):  # also while streaming
+            return _ours(promanswer.timed_out(self.url, self.timeout, flag="--timeout"))
+        if promauth.is_tls_failure(exc):  # SSLError, or a peer's alert inside a ConnectionError
+            return PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.tls_failure(exc)}")
+        if "RemoteDisconnected" in repr(exc):  # closed before any answer (a refused client cert)
+            return PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.disconnected(self.url)}")
+        return _ours(promanswer.unreachable(self.url, _cause(exc), flag="--prometheus-url"))
 
     def instant(self, query: str, at: float | datetime | None = None) -> list[Sample]:
         """Evaluate ``query`` at ``at`` (Unix seconds or datetime; default now). Vectors and scalars.
