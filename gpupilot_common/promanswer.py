@@ -175,6 +175,12 @@ def decode(status: int, reason: str, body: AnswerBody, *, path: str) -> dict[str
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if exc.msg.startswith("Not enough memory"):  # orjson's MemoryError, not the answer's fault
+            raise PrometheusAnswerTooLarge(
+                f"Prometheus at {url}: not enough memory to parse the answer to {_shown(body.query)!r} "
+                f"({len(raw):,} bytes); narrow the query, lower {body.limits.bytes_flag} or give the "
+                "process more memory"
+            ) from None
         if 200 <= status < 300:
             raise PrometheusBadAnswer(f"{url}{path}{_not_json(raw, exc)}") from None
         doc = None
