@@ -121,5 +121,7 @@ def test_optional_components_render(tmp_path: Path) -> None:
     rendered = {(d["kind"], d["metadata"]["name"]): d for d in render(overlay)}
     external = rendered[("APIService", "v1beta1.external.metrics.k8s.io")]
     assert ("Certificate", "gpupilot-adapter-tls") in rendered, "the serving certificate comes with the base"
-    assert external["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].endswith("/gpupilot-adapter-tls")
+    assert external["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].endswith(
+        "/gpupilot-adapter-tls"
+    )
     assert ("Deployment", "gpupilot-adapter") in rendered
