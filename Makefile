@@ -128,7 +128,11 @@ rules-test: prometheus
 
 # pytest-xdist workers: more than the cores, since many tests wait on servers they started.
 PYTEST_WORKERS ?= 6
-PYTEST := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+# make unit's tests are CPU-bound: each worker also imports every test module, so on two cores three
+# workers finish sooner than six (23 s against 28-31 s).
+UNIT_WORKERS ?= 3
+PYTEST_RUN := PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest --dist loadgroup --no-loadscope-reorder
+PYTEST := $(PYTEST_RUN) -n $(PYTEST_WORKERS)
 
 # Every test (what `make test` runs after the static checks), in parallel: a module's tests on one
 # worker (its module fixtures built once), the expensive histories built once per run (tests/conftest.py).
@@ -137,7 +141,7 @@ pytest: venv prometheus victoriametrics helm kubectl
 
 # The inner loop: the tests that start no Prometheus and are not marked slow.
 unit: venv
-	$(PYTEST) -m "not prometheus and not slow" $(PYTEST_ARGS)
+	$(PYTEST_RUN) -n $(UNIT_WORKERS) -m "not prometheus and not slow" $(PYTEST_ARGS)
 
 # The static checks beside the tests: the tests leave part of the two cores idle (waiting on the
 # servers they start), which the checks fill. pytest is named first and every check has a job slot of

@@ -87,6 +87,7 @@ class _SlowToStop(_Raising):
         await asyncio.sleep(2)  # an orderly stop slower than close() waits for (a loaded machine)
 
 
+@pytest.mark.slow
 def test_a_closed_server_leaves_no_task_behind(caplog: pytest.LogCaptureFixture) -> None:
     """Whether its orderly stop finishes or close() stops the loop before it has, the accept loop and
     every connection's task unwind before the loop is closed: a task destroyed while pending is an

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -33,6 +34,7 @@ def render_with(tmp_path: Path, components: list[Path]) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(res.stdout) if d]
 
 
+@pytest.mark.slow
 def test_generated_component_serves_the_apiservices(tmp_path: Path) -> None:
     certs = tmp_path / "adapter-tls"
     assert adapter_tls.main(["--out", str(certs), "--external", "--days", "30"]) == 0

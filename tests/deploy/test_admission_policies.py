@@ -21,6 +21,9 @@ from tests.deploy.test_manifests import DEPLOY, OVERLAY, render
 from tests.support.admission import Request, compile_all, refusals
 from tests.support.kubedouble.patching import merge_patch
 
+# Each test renders with kubectl kustomize or helm (subprocesses): make unit leaves them out.
+pytestmark = pytest.mark.slow
+
 RIGHTSIZER = "system:serviceaccount:gpupilot:gpupilot-rightsizer"
 
 

@@ -84,6 +84,7 @@ def test_operator_namespace_only_with_the_cluster_policy_integration() -> None:
     assert "set rightsizer.clusterPolicy.enabled=true, or turn auto-apply off" in res.stderr
 
 
+@pytest.mark.slow
 def test_kustomize_rightsizer_admits_only_the_monitoring_namespace(tmp_path: Path) -> None:
     """The overlay's monitoringNamespace setting reaches the rightsizer's NetworkPolicy."""
     settings = yaml.safe_load((DEPLOY / "overlays" / "gpu-operator" / "settings.yaml").read_text())

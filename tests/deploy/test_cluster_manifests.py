@@ -15,6 +15,9 @@ import yaml
 
 from tests.deploy.test_manifests import DEPLOY, OVERLAY, ROOT, find, pod_spec, render, render_with
 
+# Each test renders with kubectl kustomize or helm (subprocesses): make unit leaves them out.
+pytestmark = pytest.mark.slow
+
 
 def build(
     tmp_path: Path, *, resources: list[str], components: list[str], extra: dict[str, Any] | None = None
@@ -64,6 +67,7 @@ def test_exporter_privileges_are_the_documented_minimum() -> None:
         assert evidence in text, f"the DaemonSet no longer explains {evidence}"
 
 
+@pytest.mark.slow
 def test_feature_components_add_exactly_their_privileges(tmp_path: Path) -> None:
     (tmp_path / "p").mkdir()
     ds = one(
@@ -115,6 +119,7 @@ SETTINGS = {
 }
 
 
+@pytest.mark.slow
 def test_every_setting_reaches_its_objects(tmp_path: Path) -> None:
     cm = {
         "apiVersion": "v1",
@@ -174,6 +179,7 @@ def test_overlays_set_every_setting(overlay: str) -> None:
     assert set(settings) == used == set(SETTINGS)
 
 
+@pytest.mark.slow
 def test_openshift_overlay_uses_its_operator_namespace_and_scc() -> None:
     objs = render("overlays/openshift")
     assert not [o for o in objs if o["metadata"].get("namespace") == "gpu-operator"]
@@ -240,6 +246,7 @@ def rightsizer_annotation_keys() -> set[str]:
     return set(re.findall(r'"(gpupilot\.io/[a-z-]+)"', source))
 
 
+@pytest.mark.slow
 def test_admission_policies_bind_to_the_rightsizer_and_cover_its_writes() -> None:
     """Every write the auto-apply component grants (node, ClusterPolicy and workload patches) is bound
     by a Deny policy matching the rightsizer's user; tests/deploy/test_admission_policies.py

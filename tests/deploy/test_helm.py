@@ -165,6 +165,7 @@ def test_each_component_switches_off() -> None:
     assert not template("exporter-only", "exporter.enabled=false"), "everything off must render nothing"
 
 
+@pytest.mark.slow
 def test_values_reach_the_objects() -> None:
     objs = {(o["kind"], o["metadata"]["name"]): o for o in template("everything")}
     ds = pod_spec(objs[("DaemonSet", "gpupilot-exporter")])
@@ -197,6 +198,7 @@ def _auth_secret(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_prometheus_auth_reaches_both_services() -> None:
     objs = {(o["kind"], o["metadata"]["name"]): o for o in template("mimir")}
     flags = {

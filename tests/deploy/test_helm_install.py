@@ -24,6 +24,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from tests.deploy.test_helm import CHART, NAMESPACE, VARIANTS, run_helm, template
 from tests.deploy.test_manifests import pod_spec, write_rules
 
+# Each test renders with kubectl kustomize or helm (subprocesses): make unit leaves them out.
+pytestmark = pytest.mark.slow
+
 Objects = dict[tuple[str, str], dict[str, Any]]
 
 
@@ -50,6 +53,7 @@ def verifies(ca_pem: bytes, cert_pem: bytes) -> None:
         key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_every_apiservice_has_a_trust_path(variant: str) -> None:
     objs = by_name(template(variant))

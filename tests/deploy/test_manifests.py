@@ -24,6 +24,9 @@ import yaml
 
 from devkit import manifests
 
+# Each test renders with kubectl kustomize or helm (subprocesses): make unit leaves them out.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 OVERLAY = "overlays/gpu-operator"
@@ -161,6 +164,7 @@ def test_every_expected_kustomization_exists_and_renders() -> None:
         assert render(rel), f"deploy/{rel} renders no objects"
 
 
+@pytest.mark.slow
 def test_api_versions_are_known_and_current() -> None:
     for rel, obj in all_objects():
         kind = obj["kind"]

@@ -96,6 +96,7 @@ def test_windows_are_the_longest_block_range_within_the_point_bound() -> None:
     assert backfill.window_seconds(15.0) == backfill.window_seconds(1.0) == 2 * 3600
 
 
+@pytest.mark.slow
 def test_window_equals_live_snapshots_at_every_timestamp(small: tuple[Path, Scenario]) -> None:
     _, s = small
     ts = backfill.timestamps(WINDOW_START, WINDOW_START + 7199, 60.0)

@@ -217,6 +217,7 @@ def test_twenty_concurrent_million_series_answers_stay_under_the_budget(million:
     assert run.peak_rss < 160 * MiB, f"peaked at {run.peak_rss / MiB:.0f} MiB"
 
 
+@pytest.mark.slow
 def test_values_kept_in_memory_hold_the_budget_until_dropped(ten_thousand: HugeAnswerServer) -> None:
     budget = membudget.MemoryBudget(64 * MiB)
     client = PrometheusClient(ten_thousand.url, timeout=30, budget=budget)
@@ -253,6 +254,7 @@ def test_values_kept_in_memory_hold_the_budget_until_dropped(ten_thousand: HugeA
         client.close()
 
 
+@pytest.mark.slow
 def test_a_value_over_the_half_values_may_hold_is_served_not_kept(
     ten_thousand: HugeAnswerServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -121,6 +121,7 @@ def test_check_passes_on_a_free_or_own_cluster(kube_and_kubeconfig, capsys):
     assert code == 0 and text.count(" ours") == 2
 
 
+@pytest.mark.slow
 def test_check_with_an_unreachable_api_is_exit_2_one_line(tmp_path: Path, capsys):
     import socket  # noqa: PLC0415
 

@@ -93,6 +93,7 @@ def test_repeated_410_backs_off_instead_of_relisting_in_a_loop(watcher_of) -> No
         kube.wait_for(lambda: "b" in w.pods, timeout=10)
 
 
+@pytest.mark.slow
 def test_a_single_expiry_relists_at_once(watcher_of) -> None:
     with KubeDouble() as kube:
         kube.add_pod("a", node="n")

@@ -166,6 +166,7 @@ def test_keep_alive_head_404_405_and_bad_requests(
         assert s.recv(100).startswith(b"HTTP/1.1 431")
 
 
+@pytest.mark.slow
 def test_concurrent_scrapes_while_collections_swap_pages(
     metrics_server: MetricsServer, collector: Collector
 ) -> None:

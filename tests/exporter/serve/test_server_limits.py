@@ -123,6 +123,7 @@ def test_a_connection_beyond_the_limit_takes_the_place_of_the_longest_idle_one(
     assert small_server._app.shed == 1
 
 
+@pytest.mark.slow
 def test_connections_being_answered_are_never_closed_for_room(small_server: MetricsServer) -> None:
     """Two clients pipeline requests and read nothing: their answers back up, both are being
     answered; a third connection is closed at once, not one of theirs."""

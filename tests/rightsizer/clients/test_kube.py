@@ -58,6 +58,7 @@ def test_missing_configmap_is_none_and_cluster_policy_patch_uses_merge_patch(dou
     assert double.cluster_policy()["spec"]["migManager"]["config"]["name"] == "x"
 
 
+@pytest.mark.slow
 def test_eviction_refused_by_pdb_is_too_many_requests(double):
     double.add_pod("p", node="gpu-a", labels={"app": "a"})
     double.add_pdb("a", match_labels={"app": "a"}, min_available=1)

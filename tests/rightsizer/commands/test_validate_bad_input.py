@@ -167,6 +167,7 @@ def test_loader_survives_generated_documents(tree: Any, wrap: bool) -> None:
     _exercise(yaml.safe_dump(_embed(tree) if wrap else tree))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("ab:-[]{}'\"|>\n #&*!0x1g.10gb\t,?%@`")), max_size=200))
 def test_loader_survives_generated_text(text: str) -> None:

@@ -28,6 +28,7 @@ class _Counted(tuple[DeviceStats, ...]):
         return super().__iter__()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nodes", [20, 60])
 def test_building_a_plan_walks_the_devices_a_fixed_number_of_times(nodes: int) -> None:
     analysis = synthesise(nodes, 7)

@@ -173,6 +173,7 @@ def test_synthetic_week_renders_every_section_with_the_plan_numbers(tmp_path):
     assert "<td class='k'>ml/infer-0-0</td><td>gpu-node-1</td>" in html and ">24.0<" in html
 
 
+@pytest.mark.slow
 def test_without_price_or_alerts_the_report_says_so(tmp_path):
     written = write_report(synthetic_report(price=None, alerts=False), tmp_path)
     html = written.html.read_text()
@@ -214,6 +215,7 @@ def test_history_fills_trend_and_heatmap_over_the_whole_window(metrics_history):
     assert len({round(v, 2) for v in cells if v is not None}) > 10  # activity varies, not a constant
 
 
+@pytest.mark.slow
 def test_top_idle_slices_leave_out_a_slice_that_bursts():
     """Same rule as serve's gpupilot_rightsizer_idle_slices: GPU 1 has many idle hours but a burst."""
     report = synthetic_report()
@@ -360,6 +362,7 @@ def test_a_plan_beside_the_report_is_kept_when_the_report_is_replaced(tmp_path):
     assert "plan.json" in names and "old-chart.png" not in names and "report.html" in names
 
 
+@pytest.mark.slow
 def test_one_change_reads_in_the_singular(tmp_path):
     data = report_data()
     one = make_plan([Change("gpu-node-1", "all-1g.10gb", {"7g.80gb": 1}, gpus_freed=1)])
