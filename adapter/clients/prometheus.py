@@ -137,10 +137,15 @@ class PrometheusClient:
                 async with session.request(method, self.url + path, data=data, headers=headers) as resp:
                     # read chunk by chunk: an answer over the limits or the budget stops here, the
                     # connection closed
-                    async for chunk in resp.content.iter_chunked(CHUNK):
-                        if lease is not None:
-                            await lease.charge(len(chunk))
-                        body.feed(chunk)
+                    try:
+                        async for chunk in resp.content.iter_chunked(CHUNK):
+                            if lease is not None:
+                                await lease.charge(len(chunk))
+                            body.feed(chunk)
+                    except RuntimeError:
+                        # aiohttp's stream raises a bare RuntimeError("Connection closed.") when the
+                        # connection goes away mid-answer: a transport failure like any other
+                        raise aiohttp.ClientPayloadError("the connection closed during the answer") from None
                     return _Answer(resp.status, resp.reason or "", body)
         except BaseException:
             body.discard()  # the traceback keeps this frame: it must not keep the bytes

@@ -91,7 +91,10 @@ class Discovery:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.refresh()
+            try:
+                self.refresh()
+            except Exception:  # anything unforeseen: logged, and the next interval tries again
+                log.exception("discovery: refresh failed; keeping the previous listing")
             self._wake.wait(self._interval)
             self._wake.clear()
 
