@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import errno
 import functools
 import math
 import os
@@ -417,7 +418,9 @@ def _short(exc: BaseException, client: PrometheusClient) -> str:
     """The root cause in a few words: ``connection refused``, not the whole exception chain."""
     if isinstance(exc, aiohttp.ClientSSLError) or promauth.is_tls_failure(exc):
         return promauth.tls_failure(exc)
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
+    if isinstance(exc, aiohttp.ServerDisconnectedError) or (
+        isinstance(exc, OSError) and exc.errno == errno.ECONNRESET
+    ):  # a reset is the other way a TLS 1.3 server's refusal of the client certificate arrives
         return promauth.disconnected(client.url)
     if isinstance(exc, aiohttp.ClientConnectorError):
         if exc.os_error.errno:  # "connection refused", not "Connect call failed ('127.0.0.1', 9)"

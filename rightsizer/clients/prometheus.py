@@ -223,7 +223,8 @@ class PrometheusClient:
             return _ours(promanswer.timed_out(self.url, self.timeout, flag="--timeout"))
         if promauth.is_tls_failure(exc):  # SSLError, or a peer's alert inside a ConnectionError
             return PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.tls_failure(exc)}")
-        if "RemoteDisconnected" in repr(exc):  # closed before any answer (a refused client cert)
+        # closed or reset before any answer: how a TLS 1.3 server refuses a client certificate
+        if "RemoteDisconnected" in repr(exc) or "ConnectionResetError" in repr(exc):
             return PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.disconnected(self.url)}")
         return _ours(promanswer.unreachable(self.url, _cause(exc), flag="--prometheus-url"))
 
