@@ -226,19 +226,20 @@ def pytest_configure(config: pytest.Config) -> None:
 LONGEST_FIRST = (
     "tests/devkit/test_demo.py",
     "tests/rightsizer/serve/test_serve_failover.py",
+    "tests/devkit/test_rule_backfill.py",
     "tests/devkit/test_demo_victoriametrics.py",
     "victoriametrics",
-    "tests/rightsizer/apply/test_apply_faults.py",
-    "tests/devkit/test_rule_backfill.py",
-    "tests/dashboards/test_queries.py",
     "tests/rightsizer/analysis/test_bursts.py",
     "tests/deploy/test_helm.py",
+    "tests/rightsizer/commands/test_multicluster.py",
+    "tests/rightsizer/apply/test_apply_faults.py",
+    "tests/rightsizer/commands/test_plan_cli.py",
     "tests/rightsizer/apply/test_apply_workloads.py",
     "tests/rightsizer/report/test_report.py",
-    "tests/rightsizer/commands/test_multicluster.py",
-    "tests/deploy/test_images.py",
+    "tests/deploy/test_helm_install.py",
+    "tests/devkit/test_demo_apply.py",
 )
-"""The groups that take longest (measured: 85 s down to 19 s on 2 cores), handed to workers first
+"""The groups that take longest (measured: 130 s down to 28 s on 2 cores), handed to workers first
 (``make pytest`` passes ``--no-loadscope-reorder``): started last, a two-minute group would run
 alone at the end. Then the groups holding a ``slow`` or ``prometheus`` test (mostly waiting on the
 servers, deadlines and Leases they exercise: they overlap the long groups' CPU), then the rest (short
