@@ -33,22 +33,24 @@ def load_script():
 gc = load_script()
 
 
-@pytest.fixture(scope="module")
-def exposition() -> str:
-    """What `--once` prints for an H100 (MIG, GPM) and an L4, produced by the real backend code."""
-    lib = fk.FakeNvml([fk.h100_mig(0), fk.l4(1)])
-    backend = NvmlBackend(
-        library=lib,
-        clock=lib.clock,
-        sleep=lib.sleep,
-        visibility=lambda: ProcessVisibility(True, "host PID namespace"),
-    )
+HOST_PID = ProcessVisibility(True, "host PID namespace")
+
+
+def once_output(lib: fk.FakeNvml, visibility: ProcessVisibility = HOST_PID) -> str:
+    """What `--once` prints for the fake NVML ``lib``, produced by the real backend code."""
+    backend = NvmlBackend(library=lib, clock=lib.clock, sleep=lib.sleep, visibility=lambda: visibility)
     backend.open()
     try:
         snap = backend.read()
     finally:
         backend.close()
     return render_text(device_families(snap, hostname="gpu-node"))
+
+
+@pytest.fixture(scope="module")
+def exposition() -> str:
+    """What `--once` prints for an H100 (MIG, GPM) and an L4."""
+    return once_output(fk.FakeNvml([fk.h100_mig(0), fk.l4(1)]))
 
 
 H100 = "GPU-h100-0000-0000-0000-000000000000"
@@ -234,18 +236,10 @@ def test_environment_names_uid_capabilities_pid_namespace_and_versions(expositio
 def test_default_pod_without_privileges_is_told_what_is_not_checked(tmp_path):
     """The chart's default exporter pod (no CAP_SYS_ADMIN, no hostPID): unknown placements and
     withheld process counts are what it was granted, said as unchecked, not problems."""
-    lib = fk.FakeNvml([fk.h100_mig(0), fk.l4(1)], admin=False)
-    backend = NvmlBackend(
-        library=lib,
-        clock=lib.clock,
-        sleep=lib.sleep,
-        visibility=lambda: ProcessVisibility(False, "own PID namespace (no hostPID)"),
+    once = once_output(
+        fk.FakeNvml([fk.h100_mig(0), fk.l4(1)], admin=False),
+        ProcessVisibility(False, "own PID namespace (no hostPID)"),
     )
-    backend.open()
-    try:
-        once = render_text(device_families(backend.read(), hostname="gpu-node"))
-    finally:
-        backend.close()
     proc = fake_proc(tmp_path, cap_eff="00000000a80425fb", nspid="4242\t17")
     rc, text = run_main(FakeRunner(smi=SMI_AGREE, once_stdout=once), proc=proc, environ={})
     assert rc == 0, text
@@ -271,17 +265,7 @@ def test_mig_uuids_placements_prof_and_processes_disagreeing(tmp_path):
     lib = fk.FakeNvml([fk.h100_mig(0), fk.l4(1)], admin=False)
     gpu = lib.gpus[0]
     gpu.migs[0].gpm = {1: float("nan"), 2: 70.0, 3: 50.0, 5: 45.0, 10: 60.0}
-    backend = NvmlBackend(
-        library=lib,
-        clock=lib.clock,
-        sleep=lib.sleep,
-        visibility=lambda: ProcessVisibility(True, "host PID namespace"),
-    )
-    backend.open()
-    try:
-        text_once = render_text(device_families(backend.read(), hostname="gpu-node"))
-    finally:
-        backend.close()
+    text_once = once_output(lib)
     smi_list = SMI_LIST.replace("MIG-h100-0-gi10", "MIG-h100-0-gi11")
     runner = FakeRunner(smi=SMI_AGREE, once_stdout=text_once, smi_list=smi_list, smi_apps=f"{H100}, 101\n")
     rc, text = run_main(runner)
