@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # included), which without the caches is compiled again each time (about 6 s of CPU per worker).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: scan help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo bench clean protos dashboards manifests rules-test history images image-tools extras e2e
+.PHONY: scan help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo demo-check bench clean protos dashboards manifests rules-test history images image-tools extras e2e
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
@@ -24,6 +24,7 @@ help:
 	@echo "make images the three service images (buildah, no Docker) into dist/images/*.oci.tar, each started once"
 	@echo "make e2e    the chart's and the overlays' pods run from the built images (after make images), every check one line"
 	@echo "make extras each extra (and none) in a fresh venv from a wheel of this checkout, every command run for real"
+	@echo "make demo-check  make demo at its defaults, shown once; fails when any step failed (CI)"
 	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
 	@echo "make docs   build the documentation site into .site/ (mkdocs --strict)"
 	@echo "make manifests  regenerate dashboards/*.json, deploy/monitoring and the chart's files/ from their sources"
@@ -163,6 +164,14 @@ DEMO_STORE := $(if $(filter victoriametrics,$(DEMO_BACKEND)),victoriametrics,pro
 
 demo: venv $(DEMO_STORE)
 	$(BIN)/python -m devkit.demo
+
+# `make demo` as a user runs it, at its defaults (14 days of history, the recording rules backfilled
+# over the last 7), shown once (DEMO_EXIT=1) in a work folder of its own: it exits non-zero when any
+# step failed (a recording rule the plan reads with no samples fails the history step). CI runs it;
+# `make test` runs the demo on one day of history, where every step is the same code.
+demo-check: venv prometheus
+	rm -rf .demo/ci
+	DEMO_EXIT=1 DEMO_DIR=$(CURDIR)/.demo/ci $(MAKE) --no-print-directory demo
 
 # Simulated history on its own: 14 days of the demo fleet as TSDB blocks (start Prometheus on
 # .demo/history-make/data). HISTORY_STEP=15s for scrape resolution (about 5x slower).

@@ -226,7 +226,6 @@ def pytest_configure(config: pytest.Config) -> None:
 LONGEST_FIRST = (
     "tests/devkit/test_demo.py",
     "tests/rightsizer/serve/test_serve_failover.py",
-    "tests/devkit/test_rule_backfill.py",
     "tests/devkit/test_demo_victoriametrics.py",
     "victoriametrics",
     "tests/rightsizer/analysis/test_bursts.py",
