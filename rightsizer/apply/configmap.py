@@ -10,6 +10,7 @@ ClusterPolicy points at now, plus those already in our target ConfigMap, plus th
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -105,7 +106,29 @@ class Merge:
         return {"version": "v1", "mig-configs": self.configs}
 
     def render(self) -> str:
-        return dump_yaml(self.document)
+        return _rendered(self.document)
+
+
+_RENDERED: dict[str, str] = {}
+_RENDERED_MAX = 4
+_RENDERED_LOCK = threading.Lock()
+
+
+def _rendered(document: dict[str, Any]) -> str:
+    """``dump_yaml(document)``, once per content: the merged file carries the operator's default
+    configs for every GPU model (about 30 ms of PyYAML's representer), and serve's runs and apply's
+    retries render the same content again and again. ``repr`` is the key (C-speed, and unlike JSON it
+    tells ``1`` from ``"1"``); a few recent contents are kept."""
+    key = repr(document)
+    with _RENDERED_LOCK:
+        text = _RENDERED.get(key)
+    if text is None:
+        text = dump_yaml(document)
+        with _RENDERED_LOCK:
+            if len(_RENDERED) >= _RENDERED_MAX:
+                _RENDERED.pop(next(iter(_RENDERED)))
+            _RENDERED[key] = text
+    return text
 
 
 def merge(*, existing: list[dict[str, Any]], wanted: Mapping[str, Any]) -> Merge:

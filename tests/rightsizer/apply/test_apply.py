@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import yaml
 
+from rightsizer.apply import configmap
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.configmap import GPUPILOT_CONFIGMAP
 from tests.support.kubedouble import KubeDouble, MigManagerSettings, default_mig_configs
@@ -301,3 +302,19 @@ def test_node_whose_mig_manager_does_not_offer_the_layout_is_not_touched(kube):
     )
     assert outcome["gpu-b"].result == "applied"  # its layout uses offered profiles only
     assert any(node == "gpu-a" and msg.startswith("skipped: ") for node, msg in lines)
+
+
+def test_a_merged_file_is_rendered_once_per_content() -> None:
+    """The operator's whole default file is re-rendered on every apply unless its text is reused: the
+    same content gives the same (cached) text, any change in content a new one, 1 and "1" apart."""
+    configs = default_mig_configs()
+    first = configmap.merge(existing=[configs], wanted={}).render()
+    again = configmap.merge(existing=[dict(configs)], wanted={}).render()
+    assert again is first and yaml.safe_load(first) == {"version": "v1", "mig-configs": configs}
+    grown = configmap.merge(
+        existing=[configs], wanted={"gpupilot-x": [{"devices": "all", "mig-enabled": False}]}
+    )
+    assert "gpupilot-x" in grown.render() and "gpupilot-x" not in first
+    as_int = configmap.Merge({"c": [{"devices": [1]}]}, (), (), ()).render()
+    as_str = configmap.Merge({"c": [{"devices": ["1"]}]}, (), (), ()).render()
+    assert yaml.safe_load(as_int) != yaml.safe_load(as_str)
