@@ -137,47 +137,102 @@ class RuleBackfillError(PrometheusError):
     """promtool wrote no samples for some recording rules; the message names them and why."""
 
 
+PROMTOOL_BLOCK_SECONDS = 7200
+"""promtool ``create-blocks-from rules`` evaluates the range one 2 h block at a time (its default
+``--max-block-duration``, which :func:`backfill_rules` leaves alone), blocks aligned on even UTC hours."""
+
+
+def promtool_rules_start(start: float, eval_interval: float) -> int:
+    """The ``--start`` to give promtool for recording rules wanted from ``start``: ``start`` itself,
+    or the next 2 h boundary when that is no more than one ``eval_interval`` away.
+
+    In each block promtool evaluates from the rule group's first evaluation time at or after the
+    block's start (the group's times are offset by a hash of its file path and name), and when that
+    time falls after the block's end it stops for the *whole* range instead of going on to the next
+    block: it exits 0 having queried nothing and written nothing (seen with promtool 2.42). That can
+    happen only in the first block, when ``start`` lies less than one interval before its end: a
+    demo run a few minutes after an even UTC hour. Starting at the boundary costs less than one
+    interval of rule history."""
+    first = int(start)
+    boundary = -(-first // PROMTOOL_BLOCK_SECONDS) * PROMTOOL_BLOCK_SECONDS
+    return boundary if 0 < boundary - first <= int(eval_interval) else first
+
+
 def backfill_rules(
     data_dir: Path, rule_files: Sequence[Path], *, start: float, end: float, eval_interval: float
 ) -> list[Path]:
     """Backfill recording rules into ``data_dir``, pass by pass; returns the files done. Each pass
     must write samples for every rule of its file (promtool exits 0 having written nothing when the
-    rules' inputs are missing over the range): otherwise :class:`RuleBackfillError` says which."""
+    rules' inputs are missing over the range): otherwise :class:`RuleBackfillError` says which. A
+    pass that fails keeps its working directory (promtool's output and the Prometheus log) and its
+    error names it."""
+    if int(eval_interval) >= PROMTOOL_BLOCK_SECONDS:
+        raise PrometheusError(
+            f"recording-rule backfill every {int(eval_interval)}s: promtool evaluates rules 2 h at a time "
+            "and skips the rest of the range at a 2 h block with no evaluation in it; use an interval under 2 h"
+        )
     _, tool = require_binaries()
+    first = promtool_rules_start(start, eval_interval)
     done: list[Path] = []
     for path in recording_order(rule_files):
-        names, _ = _records(path)
-        with tempfile.TemporaryDirectory(prefix="gpupilot-rules-") as tmp:
-            out = Path(tmp) / "blocks"
-            with PrometheusServer(data_dir, log_file=Path(tmp) / "prometheus.log") as prom:
-                cmd = [
-                    tool,
-                    "tsdb",
-                    "create-blocks-from",
-                    "rules",
-                    f"--start={int(start)}",
-                    f"--end={int(end)}",
-                    f"--url={prom.url}",
-                    f"--output-dir={out}",
-                    f"--eval-interval={int(eval_interval)}s",
-                    str(path),
-                ]
-                res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
-            if res.returncode != 0:
-                raise PrometheusError(f"promtool create-blocks-from rules {path.name} failed: {tail[0]}")
-            missing = names - (names_written(out, names) if out.is_dir() else set())
-            if missing:
-                raise RuleBackfillError(
-                    f"promtool create-blocks-from rules {path.name} wrote no samples for "
-                    f"{', '.join(sorted(missing))} over {format_time(start)} → {format_time(end)}: their "
-                    f"inputs had no data there (the history covers {coverage(data_dir)}); promtool said: {tail[0]}"
-                )
-            for block in out.iterdir():
-                if block.is_dir():
-                    shutil.move(str(block), data_dir / block.name)
+        work = Path(tempfile.mkdtemp(prefix=f"gpupilot-rules-{path.stem}-"))
+        try:
+            out = _rules_pass(tool, data_dir, path, work, start=first, end=end, eval_interval=eval_interval)
+        except PrometheusError:
+            raise  # its message points into ``work``, kept for the logs
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        for block in out.iterdir():
+            if block.is_dir():
+                shutil.move(str(block), data_dir / block.name)
+        shutil.rmtree(work, ignore_errors=True)
         done.append(path)
     return done
+
+
+def _rules_pass(
+    tool: str, data_dir: Path, path: Path, work: Path, *, start: int, end: float, eval_interval: float
+) -> Path:
+    """One promtool run over ``path`` against a Prometheus on ``data_dir``; the blocks it wrote."""
+    names, _ = _records(path)
+    out = work / "blocks"
+    log = work / "promtool.log"
+    with PrometheusServer(data_dir, log_file=work / "prometheus.log") as prom:
+        cmd = [
+            tool,
+            "tsdb",
+            "create-blocks-from",
+            "rules",
+            f"--start={start}",
+            f"--end={int(end)}",
+            f"--url={prom.url}",
+            f"--output-dir={out}",
+            f"--eval-interval={int(eval_interval)}s",
+            str(path),
+        ]
+        began = time.monotonic()
+        res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        took = time.monotonic() - began
+    log.write_text(
+        f"$ {' '.join(cmd)}\n# exit {res.returncode} after {took:.2f}s\n{res.stdout}{res.stderr}",
+        errors="replace",
+    )
+    tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
+    if res.returncode != 0:
+        raise PrometheusError(
+            f"promtool create-blocks-from rules {path.name} failed: {tail[0]} (see {log} and {work / 'prometheus.log'})"
+        )
+    missing = names - (names_written(out, names) if out.is_dir() else set())
+    if missing:
+        raise RuleBackfillError(
+            f"promtool create-blocks-from rules {path.name} wrote no samples for "
+            f"{', '.join(sorted(missing))} over {format_time(start)} → {format_time(end)} in {took:.1f}s: their "
+            f"inputs had no data there (the history covers {coverage(data_dir)}); promtool said: {tail[0]} "
+            f"(see {log} and {work / 'prometheus.log'})"
+        )
+    out.mkdir(exist_ok=True)
+    return out
 
 
 def build_history(

@@ -7,13 +7,15 @@ demo on one day of history through the same code (tests/devkit/test_demo.py)."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from devkit import history
+from devkit import history, prometheus
 from devkit.demo import rulesubset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,29 @@ def test_a_pass_that_writes_nothing_fails_with_the_reason(tmp_path: Path) -> Non
     assert "wrote no samples for test:gpu_util:avg" in message
     assert "the history covers no blocks" in message and "\n" not in message
     assert not list(data.iterdir()) or not history.blocks(data)
+    kept = re.search(r"see (\S+/promtool\.log) and (\S+/prometheus\.log)\)$", message)
+    assert kept, message  # the pass's logs outlive it, for the diagnosis
+    promtool_log, prometheus_log = Path(kept[1]), Path(kept[2])
+    assert "create-blocks-from rules" in promtool_log.read_text() and prometheus_log.is_file()
+    shutil.rmtree(promtool_log.parent)
+
+
+@pytest.mark.slow
+def test_rules_starting_just_before_a_2h_boundary_are_backfilled(tmp_path: Path) -> None:
+    """promtool evaluates rules 2 h block by block and, when the group's first evaluation falls past
+    the first block's end (``--start`` a second before an even UTC hour, every 300 s), writes
+    nothing at all and exits 0: the demo hit this when started a few minutes after an even hour."""
+    boundary = int(time.time()) // 7200 * 7200 - 4 * 7200
+    series = tmp_path / "history.om"
+    lines = ["# TYPE test_gauge gauge"]
+    lines += [f'test_gauge{{node="a"}} 1 {t}' for t in range(boundary - 7200, boundary + 7200, 60)]
+    series.write_text("\n".join([*lines, "# EOF", ""]))
+    data = tmp_path / "data"
+    prometheus.backfill_openmetrics(series, data)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("groups:\n- name: g\n  rules:\n  - record: test:gauge:copy\n    expr: test_gauge\n")
+    history.backfill_rules(data, [rules], start=boundary - 1, end=boundary + 3600, eval_interval=300)
+    assert history.names_written(data, {"test:gauge:copy"}) == {"test:gauge:copy"}
 
 
 def test_names_are_matched_whole_in_a_blocks_index(tmp_path: Path) -> None:
