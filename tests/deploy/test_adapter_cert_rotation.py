@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cryptography import x509
 
 from tests.deploy.test_helm_install import apiservices, by_name, install_secrets, template_against
+from tests.support.yamldocs import load_all
 
 TLS = ("Secret", "gpupilot-adapter-tls")
 CA = ("Secret", "gpupilot-adapter-tls-ca")
@@ -24,7 +24,7 @@ CA = ("Secret", "gpupilot-adapter-tls-ca")
 def render(kube: Any, tmp_path: Path) -> dict[tuple[str, str], dict[str, Any]]:
     res = template_against(kube, tmp_path)
     assert res.returncode == 0, res.stderr
-    return by_name(tuple(d for d in yaml.safe_load_all(res.stdout) if d))
+    return by_name(tuple(load_all(res.stdout)))
 
 
 def expiring(

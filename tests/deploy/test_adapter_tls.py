@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from devkit import adapter_tls
 from tests.deploy.test_manifests import DEPLOY, OVERLAY, pod_spec
+from tests.support.yamldocs import load_all
 
 
 def render_with(tmp_path: Path, components: list[Path]) -> list[dict[str, Any]]:
@@ -31,7 +32,7 @@ def render_with(tmp_path: Path, components: list[Path]) -> list[dict[str, Any]]:
     )
     res = subprocess.run(["kubectl", "kustomize", str(top)], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
-    return [d for d in yaml.safe_load_all(res.stdout) if d]
+    return load_all(res.stdout)
 
 
 @pytest.mark.slow

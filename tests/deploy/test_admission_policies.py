@@ -20,6 +20,7 @@ from tests.deploy.test_helm import NAMESPACE, template
 from tests.deploy.test_manifests import DEPLOY, OVERLAY, render
 from tests.support.admission import Request, compile_all, refusals
 from tests.support.kubedouble.patching import merge_patch
+from tests.support.yamldocs import load_all
 
 # Each test renders with kubectl kustomize or helm (subprocesses): make unit leaves them out.
 pytestmark = pytest.mark.slow
@@ -272,7 +273,7 @@ def test_kustomize_takes_the_user_name_from_the_service_accounts_namespace(tmp_p
     )
     res = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
-    objs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    objs = load_all(res.stdout)
     policies = [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"]
     assert len(policies) == 3
     for p in policies:

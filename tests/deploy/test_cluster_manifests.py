@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.deploy.test_manifests import DEPLOY, OVERLAY, ROOT, find, pod_spec, render, render_with
+from tests.support.yamldocs import load_all
 
 # Each test renders with kubectl kustomize or helm (subprocesses): make unit leaves them out.
 pytestmark = pytest.mark.slow
@@ -31,7 +32,7 @@ def build(
         (tmp_path / name).write_text(yaml.safe_dump(content))
     res = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
-    return [d for d in yaml.safe_load_all(res.stdout) if d]
+    return load_all(res.stdout)
 
 
 def one(objs: Sequence[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

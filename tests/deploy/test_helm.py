@@ -30,6 +30,7 @@ from tests.deploy.test_manifests import (
     pod_spec,
     render,
 )
+from tests.support.yamldocs import load_all
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -72,7 +73,7 @@ def template(variant: str, *sets: str) -> tuple[dict[str, Any], ...]:
         args += ["--set", s]
     res = run_helm(*args)
     assert res.returncode == 0, f"helm template ({variant}) failed: {res.stderr.strip()}"
-    return tuple(doc for doc in yaml.safe_load_all(res.stdout) if doc)
+    return tuple(load_all(res.stdout))
 
 
 def without_generated_tls(objs: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
@@ -404,7 +405,7 @@ def test_chart_settings_match_kustomize_components(component: str, tmp_path: Pat
     )
     res = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
-    kustomize = tuple(d for d in yaml.safe_load_all(res.stdout) if d)
+    kustomize = tuple(load_all(res.stdout))
     chart = template("defaults", AS_KUSTOMIZE, COMPONENTS[component])
     assert chart != template("defaults", AS_KUSTOMIZE), f"{COMPONENTS[component]} changes nothing"
     if component == "rightsizer/auto-apply":  # the component grants; auto_apply.enabled is the config's
@@ -440,7 +441,7 @@ def test_chart_files_are_plain_copies_and_package_renders_the_same(tmp_path: Pat
     (packaged,) = tmp_path.glob("gpupilot-*.tgz")
     res = run_helm("template", "gpupilot", str(packaged), "--namespace", NAMESPACE)
     assert res.returncode == 0, res.stderr
-    packaged_objs = tuple(d for d in yaml.safe_load_all(res.stdout) if d)
+    packaged_objs = tuple(load_all(res.stdout))
     assert without_generated_tls(packaged_objs) == without_generated_tls(template("defaults"))
 
 

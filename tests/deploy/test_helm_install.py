@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
 from tests.deploy.test_helm import CHART, NAMESPACE, VARIANTS, run_helm, template
 from tests.deploy.test_manifests import pod_spec, write_rules
+from tests.support.yamldocs import load_all
 
 # Each test renders with kubectl kustomize or helm (subprocesses): make unit leaves them out.
 pytestmark = pytest.mark.slow
@@ -367,7 +368,7 @@ def test_lookup_keeps_the_certificate_and_finds_the_pause_label(tmp_path: Path) 
         kube.add_node("gpu-old")  # GPU Operator before v26.7.0: no client label
         res = template_against(kube, tmp_path)
         assert res.returncode == 0, res.stderr
-        fresh = by_name(tuple(d for d in yaml.safe_load_all(res.stdout) if d))
+        fresh = by_name(tuple(load_all(res.stdout)))
         assert (
             "nvidia.com/gpu.deploy.client"
             not in pod_spec(fresh[("DaemonSet", "gpupilot-exporter")])["nodeSelector"]
@@ -378,7 +379,7 @@ def test_lookup_keeps_the_certificate_and_finds_the_pause_label(tmp_path: Path) 
         kube.add_node("gpu-new", labels={"nvidia.com/gpu.deploy.client": "true"})
         res = template_against(kube, tmp_path)
         assert res.returncode == 0, res.stderr
-        upgraded = by_name(tuple(d for d in yaml.safe_load_all(res.stdout) if d))
+        upgraded = by_name(tuple(load_all(res.stdout)))
     assert upgraded[("Secret", "gpupilot-adapter-tls")]["data"] == generated, "the upgrade kept the pair"
     assert {api["spec"]["caBundle"] for api in apiservices(upgraded)} == {generated["ca.crt"]}
     selector = pod_spec(upgraded[("DaemonSet", "gpupilot-exporter")])["nodeSelector"]

@@ -15,6 +15,7 @@ import yaml
 
 from tests.deploy.test_helm import CHART, NAMESPACE, ROOT, run_helm
 from tests.deploy.test_manifests import pod_spec
+from tests.support.yamldocs import load_all
 
 # component values → the pod it places (kind, name).
 PODS = {
@@ -40,7 +41,7 @@ def render(tmp_path: Path, values: dict[str, Any]) -> dict[tuple[str, str], dict
     path.write_text(yaml.safe_dump(values))
     res = run_helm("template", "gpupilot", str(CHART), "--namespace", NAMESPACE, "-f", str(path))
     assert res.returncode == 0, res.stderr
-    return {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(res.stdout) if o}
+    return {(o["kind"], o["metadata"]["name"]): o for o in load_all(res.stdout)}
 
 
 def placement(component: str) -> dict[str, Any]:

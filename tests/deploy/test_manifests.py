@@ -25,6 +25,8 @@ import yaml
 from devkit import manifests
 
 # Each test renders with kubectl kustomize or helm (subprocesses): make unit leaves them out.
+from tests.support.yamldocs import load_all
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +98,7 @@ def render(rel: str) -> tuple[dict[str, Any], ...]:
         ["kubectl", "kustomize", str(DEPLOY / rel)], capture_output=True, text=True, check=False
     )
     assert res.returncode == 0, f"kubectl kustomize deploy/{rel} failed: {res.stderr.strip()}"
-    return tuple(doc for doc in yaml.safe_load_all(res.stdout) if doc)
+    return tuple(load_all(res.stdout))
 
 
 @functools.cache
@@ -113,7 +115,7 @@ def render_with(rel: str, component: str) -> tuple[dict[str, Any], ...]:
         )
         res = subprocess.run(["kubectl", "kustomize", tmp], capture_output=True, text=True, check=False)
     assert res.returncode == 0, f"deploy/{rel} + {component}: {res.stderr.strip()}"
-    return tuple(doc for doc in yaml.safe_load_all(res.stdout) if doc)
+    return tuple(load_all(res.stdout))
 
 
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
@@ -458,7 +460,7 @@ def test_overlay_with_each_optional_component_renders(component: str, tmp_path: 
     )
     res = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=False)
     assert res.returncode == 0, f"overlay + {component}: {res.stderr.strip()}"
-    objs = [d for d in yaml.safe_load_all(res.stdout) if d]
+    objs = load_all(res.stdout)
     for obj in objs:
         assert obj["apiVersion"] == KNOWN_API_VERSIONS.get(obj["kind"]), ident(obj)
     assert objs != list(render(OVERLAY)), f"{component} changes nothing"

@@ -19,6 +19,7 @@ import yaml
 
 from tests.deploy.test_manifests import DEPLOY, find
 from tests.support.kubedouble import KubeDouble, MigManagerSettings
+from tests.support.yamldocs import load_all
 
 NODE_LABELS = {
     "nvidia.com/gpu.present": "true",
@@ -38,7 +39,7 @@ def client_daemonset(tmp_path: Path) -> dict[str, Any]:
         )
     )
     out = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=True)
-    return next(d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "DaemonSet")
+    return next(d for d in load_all(out.stdout) if d["kind"] == "DaemonSet")
 
 
 def run_reconfiguration(daemonset: dict[str, Any]) -> tuple[list[tuple[str, str, dict[str, Any]]], list[str]]:

@@ -14,6 +14,7 @@ import yaml
 from adapter.cli import build_parser
 from adapter.config import apiservices
 from adapter.config.mapping import parse_config
+from tests.support.yamldocs import load_all
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ROOT / "deploy" / "adapter"
@@ -27,7 +28,7 @@ def render(path: Path) -> list[dict[str, Any]]:
         ["kubectl", "kustomize", str(path)], capture_output=True, text=True, check=False, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+    return load_all(out.stdout)
 
 
 @pytest.fixture(scope="module")
