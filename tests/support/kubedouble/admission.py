@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tests.support.kubedouble.errors import ApiError
 from tests.support.kubedouble.store import Kind
+from tests.support.yamldocs import load_all
 
 GROUP = "admissionregistration.k8s.io/"
 
@@ -35,7 +34,7 @@ def load(paths: Iterable[Path]) -> list[Bound]:
     for path in paths:
         files = sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
         for f in files:
-            docs += [d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)]
+            docs += [d for d in load_all(f.read_text()) if isinstance(d, dict)]
     policies = {
         d["metadata"]["name"]: d
         for d in docs

@@ -21,9 +21,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tests.support.kubedouble.server import Rule
+from tests.support.yamldocs import load_all
 
 BUILTIN_ROLES: dict[tuple[str, str, str], list[dict[str, Any]]] = {
     ("ClusterRole", "", "system:auth-delegator"): [
@@ -45,7 +44,7 @@ def _documents(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
     for path in paths:
         files = sorted(path.rglob("*.yaml")) if path.is_dir() else [path]
         for f in files:
-            for doc in yaml.safe_load_all(f.read_text()):
+            for doc in load_all(f.read_text()):
                 if isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith(
                     "rbac.authorization.k8s.io/"
                 ):
