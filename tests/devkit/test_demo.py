@@ -109,6 +109,15 @@ def test_rightsizing_section_writes_plan_and_report(one_shot: DemoRun) -> None:
     rows = [ln.split() for ln in text.splitlines() if ln.strip().startswith("deployment/")]
     assert rows and all(r[-1].split("/")[0] == r[-1].split("/")[1] for r in rows), text
     assert "status.phase=Pending: none" in text
+    # the demo fleet's own plan changes one request (the summarizer, 2g.20gb → 1g.10gb): it ends
+    # Running and Ready on the new slice
+    changed = [
+        ln for ln in text.splitlines() if ln.strip().startswith("deployment/") and "(unchanged)" not in ln
+    ]
+    assert len(changed) == 1, text
+    assert "nvidia.com/mig-2g.20gb: 1" in changed[0] and "nvidia.com/mig-1g.10gb: 1" in changed[0], text
+    assert changed[0].split()[-1] == "1/1", text
+    assert "pod ai-serving/summarizer-" in text and "to nvidia.com/mig-1g.10gb" in text
 
 
 def test_urls_section_and_cleanup(one_shot: DemoRun) -> None:
