@@ -5,7 +5,13 @@ from __future__ import annotations
 MAX_MESSAGE = 500
 """Longest error message shown; a value quoted from a file can be megabytes."""
 
-_CONTROL = {i: f"\\x{i:02x}" for i in range(32)} | {0x7F: "\\x7f", 10: "\\n", 13: "\\r", 9: "\\t"}
+_CONTROL = (
+    {i: f"\\x{i:02x}" for i in [*range(32), *range(0x7F, 0xA0)]}
+    | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+    | {10: "\\n", 13: "\\r", 9: "\\t"}
+)
+"""C0 and C1 controls, DEL and the Unicode line and paragraph separators: every character that
+``str.splitlines`` (and a terminal or a log shipper) may take for a line break."""
 
 
 def one_line(text: str, *, limit: int = MAX_MESSAGE) -> str:
