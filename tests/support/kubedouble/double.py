@@ -652,10 +652,12 @@ class KubeDouble:
         self, predicate: Callable[[], bool], *, timeout: float = 5.0, what: str = "condition"
     ) -> None:
         deadline = time.monotonic() + timeout
+        pause = 0.005  # quick for what is nearly there, then backing off to 50 ms for long waits
         while time.monotonic() < deadline:
             if predicate():
                 return
-            time.sleep(0.005)
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.05)
         raise TimeoutError(f"kubedouble: timed out after {timeout}s waiting for {what}")
 
     def snapshot(self) -> dict[tuple[str, str, str], dict[str, Any]]:
