@@ -5,6 +5,7 @@ each with the one line naming the budget, and nothing stays charged afterwards."
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -57,4 +58,10 @@ def test_an_answer_over_the_budget_is_503_and_unavailable_naming_it(
             )
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "--memory-budget 16 MiB" in info.value.details() and "\n" not in info.value.details()
-    assert adapter.budget.used == 0 and adapter.budget.refused >= 2
+    assert adapter.budget.refused >= 2
+    # Nothing refused keeps any of the budget. The discovery thread may still be reading the huge
+    # 'metric names' answer (it holds its share until it stops it): wait for that, not for a leak.
+    deadline = time.monotonic() + 20
+    while adapter.budget.used and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert adapter.budget.used == 0
