@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import os
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,6 @@ from devkit.demo.console import Console
 from devkit.demo.procs import Supervisor
 from devkit.demo.settings import from_env
 from tests.support.rightsizer.apply_support import resize_plan, write_plan
-
-DEMO_FLEET = Path(__file__).resolve().parents[2] / "examples" / "fleet-demo.yaml"
 
 
 @pytest.mark.slow

@@ -78,12 +78,13 @@ def test_the_demos_rule_levels_hold_every_rule_plan_and_report_read(tmp_path: Pa
     """A rule renamed in rules/ cannot drop out of the demo's backfill unseen: every name the demo
     needs is a recording rule there, and the levels hold each one after the rules it reads."""
     files = sorted((ROOT / "rules").glob("*.rules.yaml"))
-    assert set(rulesubset.NEEDED) <= set(rulesubset.recording_rules(files))
+    rules = rulesubset.recording_rules(files)
+    assert set(rulesubset.NEEDED) <= set(rules)
     placed: set[str] = set()
     for path in rulesubset.write_levels(files, tmp_path):
         level = {str(r["record"]) for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]}
         for name in level:
-            expr = str(rulesubset.recording_rules(files)[name]["expr"])
+            expr = str(rules[name]["expr"])
             assert all(dep in placed for dep in rulesubset.NEEDED if dep != name and dep in expr), name
         placed |= level
     assert set(rulesubset.NEEDED) <= placed
