@@ -7,6 +7,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
+from gpupilot_common.paths import is_file
+
 
 class OneLineParser(argparse.ArgumentParser):
     """``prog: error: argument --x: … (see --help)``; subparsers made from it behave the same."""
@@ -18,7 +20,7 @@ class OneLineParser(argparse.ArgumentParser):
 def existing_file(text: str) -> Path:
     """``argparse`` type for a file that must exist now (a CA bundle, a token), not at first use."""
     path = Path(text)
-    if not path.is_file():
+    if not is_file(path):
         raise argparse.ArgumentTypeError(f"{text!r}: no such file")
     return path
 

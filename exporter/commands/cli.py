@@ -40,6 +40,7 @@ from exporter.settings import (
 )
 from gpupilot_common import argtypes, numbers
 from gpupilot_common.cli import OneLineParser, add_version
+from gpupilot_common.paths import exists, is_file
 
 PROG = "gpupilot-exporter"
 MIN_INTERVAL_S = 0.1
@@ -314,7 +315,7 @@ def build_backend(settings: Settings) -> Backend:
         sim_backend = simulator_module("backend", wanted_by="--backend sim")
 
         assert settings.scenario is not None
-        if not settings.scenario.is_file():
+        if not is_file(settings.scenario):
             raise ConfigError(f"{settings.scenario}: scenario file not found; check --scenario")
         scenario = scenario_mod.load(settings.scenario)
         if not scenario.nodes:
@@ -377,7 +378,7 @@ def missing_socket_line(settings: Settings) -> str:
     """One line when pod attribution is on but the kubelet's socket is not there (``--once`` would
     otherwise print metrics without pods and exit 0 saying nothing); empty otherwise."""
     attributing = settings.kubernetes and (settings.backend != "sim" or settings.pod_resources_socket_given)
-    if not attributing or settings.pod_resources_socket.exists():
+    if not attributing or exists(settings.pod_resources_socket):
         return ""
     return (
         f"{settings.pod_resources_socket}: kubelet pod-resources socket not found, so no metric names a pod; "

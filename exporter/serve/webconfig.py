@@ -35,6 +35,7 @@ import bcrypt
 
 from exporter.errors import ConfigError
 from gpupilot_common import checked, yamlsafe
+from gpupilot_common.paths import is_file
 
 _TOP = {"tls_server_config", "http_server_config", "basic_auth_users"}
 _TLS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}
@@ -215,7 +216,7 @@ def _file(path: Path, where: str, value: Any) -> Path:
     p = Path(value)
     if not p.is_absolute():
         p = path.parent / p
-    if not p.is_file():
+    if not is_file(p):
         raise _fail(path, where, f"{p} does not exist or is not a file; fix the path")
     return p
 

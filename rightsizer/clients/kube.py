@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from gpupilot_common import neterror
+from gpupilot_common.paths import is_file
 from rightsizer.errors import RightsizerError
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class Kube:
         cfg = client.Configuration()
         try:
             if settings.kubeconfig is not None:
-                if not settings.kubeconfig.is_file():
+                if not is_file(settings.kubeconfig):
                     raise PermanentKubeError(f"{settings.kubeconfig}: kubeconfig file not found")
                 config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=str(settings.kubeconfig), context=settings.context, client_configuration=cfg

@@ -33,6 +33,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpupilot_common import checked, promauth
+from gpupilot_common.paths import is_file
 from gpupilot_common.section import Section
 from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
@@ -352,7 +353,7 @@ def _prometheus_auth(r: Section) -> promauth.PrometheusAuth:
         text = r.optional_text(key)
         if text is None:
             return None
-        if not Path(text).is_file():
+        if not is_file(Path(text)):
             raise r.fail(key, f"{text!r}: no such file")
         return Path(text)
 

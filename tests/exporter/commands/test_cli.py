@@ -67,6 +67,14 @@ def test_once_warns_in_one_line_when_the_pod_resources_socket_is_missing(tmp_pat
     assert "warning" not in present.stderr  # the simulator's own pods: nothing to warn about
 
 
+def test_a_socket_path_too_long_to_look_up_is_reported_missing() -> None:
+    settings = cli.parse_settings(
+        ["--backend", "sim", "--scenario", str(SCENARIO), "--pod-resources-socket", "/" + "s" * 300],
+        environ={},
+    )
+    assert "kubelet pod-resources socket not found" in cli.missing_socket_line(settings)
+
+
 # An exporter-only install (the exporter image: no numpy, no simulator extra), imitated by hiding numpy
 # from the import system before the exporter starts.
 WITHOUT_NUMPY = "import sys; sys.modules['numpy'] = None; from exporter.commands.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -75,6 +75,10 @@ def test_empty_file_means_plain_http(tmp_path: Path) -> None:
             "tls_server_config: {cert_file: /nope.crt, key_file: /nope.key}\n",
             "tls_server_config.cert_file: /nope.crt does not exist",
         ),
+        (  # a name the system will not look up (ENAMETOOLONG)
+            f"tls_server_config: {{cert_file: /{'c' * 300}.crt, key_file: /nope.key}}\n",
+            "tls_server_config.cert_file: /ccc",
+        ),
         ("tls_server_config: {cert_file: x}\n", "tls_server_config.key_file: missing"),
         ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice: expected a bcrypt hash"),
         (

@@ -127,6 +127,15 @@ def test_a_300_character_timezone_is_one_line() -> None:
     ) and "is not an IANA time zone" in str(err.value)
 
 
+def test_a_file_name_too_long_to_look_up_is_one_line() -> None:
+    """The system refuses to look a 300-character name up (ENAMETOOLONG) rather than say it is missing."""
+    with pytest.raises(ServeConfigError) as err:
+        parse(with_value(("prometheus_password_file",), "E" * 300), source="serve.yaml")
+    assert str(err.value).startswith("serve.yaml: prometheus_password_file: 'EEE") and "no such file" in str(
+        err.value
+    )
+
+
 def write(tmp_path: Path, **auto_apply: Any) -> Path:
     doc = {
         "prometheus_url": f"http://127.0.0.1:{free_port()}",  # nothing listens there
