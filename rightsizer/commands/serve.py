@@ -23,6 +23,7 @@ from gpupilot_common import credentials, promauth
 from gpupilot_common.httpserve import FileReply, HTTPServer, Limits, Reply
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import Applier, ApplyReport, ApplySettings
+from rightsizer.apply.record import mig_nodes
 from rightsizer.clients.kube import Kube, KubeError, KubeSettings
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.errors import RightsizerError
@@ -83,7 +84,7 @@ class LiveJobs:
     def node_marks(self, *, settings: AutoApply) -> Sequence[proto.NodeView]:
         kube = Kube.connect(KubeSettings(kubeconfig=settings.kubeconfig))
         try:
-            return [proto.view(n) for n in kube.list_nodes(label_selector=proto.CONFIG_LABEL)]
+            return mig_nodes(kube, apply_settings(settings).namespace)
         finally:
             kube.close()
 

@@ -151,6 +151,7 @@ def test_every_setting_reaches_its_objects(tmp_path: Path) -> None:
         "default-mig-parted-config",
         "team-mig-config",
         "my-mig-config",
+        "gpupilot-rightsizer-in-flight",
     ]
     assert one(objs, "RoleBinding", "gpupilot-rightsizer-mig-config")["metadata"]["namespace"] == "gpu-ops-x"
     # The write rights of deploy/rightsizer/auto-apply, listed before settings, get the same values.
