@@ -68,13 +68,24 @@ class Entries:
         else:
             self.started.pop(plan_id, None)
 
-    def clear_settled(self, in_flight: set[str]) -> set[str]:
-        """Drop ``started`` nodes the cluster shows settled (no run has them in flight); returns them."""
+    def clear_settled(
+        self, in_flight: set[str], *, disrupted: set[str] | None = None, day: str = ""
+    ) -> set[str]:
+        """Drop ``started`` nodes the cluster shows settled (no run has them in flight); returns them.
+
+        ``disrupted``: the nodes the cluster shows cordoned on ``day``. A settled node among them was
+        finished by a run that never reported (a replica killed between two nodes): it is recorded
+        here as that run would have — disrupted on ``day``, tried by the plan that started it — so
+        the ledger agrees with the cluster."""
         cleared: set[str] = set()
         for plan_id, nodes in list(self.started.items()):
             settled = set(nodes) - in_flight
             cleared |= settled
             self.set_started(plan_id, set(nodes) - settled)
+            finished = settled & (disrupted or set())
+            if finished and day:
+                self.add_day(day, finished)
+                self.add_tried(plan_id, finished)
         return cleared
 
     def prune(self, *, plan_id: str, today: date, keep_days: int = KEEP_DAYS) -> None:

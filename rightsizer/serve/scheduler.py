@@ -335,7 +335,9 @@ class Service(Collector):
             return self._apply_failed(exc)
         day = now.date()
         marks = budget.ClusterMarks.read(nodes, day=day, tz=self.config.timezone)
-        cleared = entries.clear_settled(set(marks.in_flight))
+        cleared = entries.clear_settled(
+            set(marks.in_flight), disrupted=set(marks.cordoned_today), day=day.isoformat()
+        )
         choice = budget.choose(plan, entries, marks, day=day.isoformat(), per_day=guard.max_nodes_per_day)
         if choice.idle:
             if cleared:  # the ledger is written only when something changed

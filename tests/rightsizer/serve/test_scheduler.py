@@ -455,3 +455,17 @@ def test_a_damaged_ledger_is_set_aside_not_overwritten(
     ledger.save(entries)
     assert (tmp_path / "ledger.json.damaged").read_text().startswith('{"2026-11-30": ["gpu-a"]')
     assert FileLedger(path).load().days == {"2026-12-01": ["gpu-b"]}
+
+
+def test_a_node_a_dead_run_finished_is_recorded_when_its_hand_over_is_cleared():
+    """A replica killed between two nodes never reported the first: the run that clears its hand-over
+    records that node as disrupted on the day the cluster shows and tried by the dead run's plan, so the
+    ledger agrees with the cluster; a handed-over node never cordoned is only cleared."""
+    from rightsizer.serve.ledger import Entries  # noqa: PLC0415
+
+    entries = Entries(started={"plan-a": ["gpu-1", "gpu-2", "gpu-3"]})
+    cleared = entries.clear_settled({"gpu-2"}, disrupted={"gpu-1", "gpu-2"}, day="2026-12-07")
+    assert cleared == {"gpu-1", "gpu-3"}
+    assert entries.started == {"plan-a": ["gpu-2"]}  # still in flight: the next apply settles it
+    assert entries.day("2026-12-07") == {"gpu-1"}
+    assert entries.tried_in("plan-a") == {"gpu-1"}  # gpu-3 was never started: a later round may
