@@ -104,3 +104,34 @@ def watch_pause(*, lasted_s: float, events: int, backoff: Backoff) -> float:
         backoff.reset()
         return 0.0
     return backoff.next_delay()
+
+
+class LoopFailures:
+    """Failures of each long-lived loop since start, by loop name (thread-safe): what a service's
+    ``…_loop_failures_total{loop=…}`` self-metric shows."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def register(self, *loops: str) -> None:
+        """Show ``loops`` at 0 until they fail (a counter that exists before its first increment)."""
+        with self._lock:
+            for loop in loops:
+                self._counts.setdefault(loop, 0)
+
+    def add(self, loop: str) -> None:
+        with self._lock:
+            self._counts[loop] = self._counts.get(loop, 0) + 1
+
+    def counter(self, loop: str) -> Callable[[BaseException], None]:
+        """An ``on_failure`` for :func:`guarded` / :func:`keep_running` counting under ``loop``."""
+        return lambda _exc: self.add(loop)
+
+    def get(self, loop: str) -> int:
+        with self._lock:
+            return self._counts.get(loop, 0)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)

@@ -38,7 +38,7 @@ from exporter.settings import (
     ListenAddress,
     Settings,
 )
-from gpupilot_common import argtypes, numbers
+from gpupilot_common import argtypes, loops, numbers
 from gpupilot_common.cli import OneLineParser, add_version
 from gpupilot_common.paths import exists, is_file
 
@@ -329,7 +329,7 @@ def build_backend(settings: Settings) -> Backend:
 
 
 def build_allocations(
-    settings: Settings, backend: Backend, *, hostname: str = ""
+    settings: Settings, backend: Backend, *, hostname: str = "", failures: loops.LoopFailures | None = None
 ) -> AllocationsSource | None:
     """Pod attribution: kubelet when asked for, else the simulator's own pods in sim mode. With DRA
     on and an API to ask, the node's ResourceSlices are watched (listed once with ``--once``)."""
@@ -341,7 +341,11 @@ def build_allocations(
 
         slices = None
         if settings.enable_dra and settings.kube_api_url and hostname:
-            watcher = kubeapi.SliceWatcher(kubeapi.ApiAccess(url=settings.kube_api_url), node=hostname)
+            watcher = kubeapi.SliceWatcher(
+                kubeapi.ApiAccess(url=settings.kube_api_url), node=hostname, failures=failures
+            )
+            if failures is not None:
+                failures.register("resourceslices")
             if settings.once:
                 try:
                     watcher.list_once()
@@ -464,13 +468,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         web = webconfig.load(settings.web_config) if settings.web_config else None
         backend = build_backend(settings)
         hostname = hostname_for(settings, backend)
+        failures = loops.LoopFailures()
         collector = Collector(
             backend,
             hostname=hostname,
             settings=settings.collector,
-            allocations=build_allocations(settings, backend, hostname=hostname),
+            allocations=build_allocations(settings, backend, hostname=hostname, failures=failures),
             process_owners=build_process_owners(settings, backend),
             layout=settings.layout,
+            loop_failures=failures,
         )
         if settings.once:
             try:
