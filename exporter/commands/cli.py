@@ -484,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 collector.stop()
         server = MetricsServer(
-            collector, host=settings.listen.host, port=settings.listen.port, web_config=web
+            collector, host=settings.listen.host, port=settings.listen.port, web_config=web, failures=failures
         )
         return serve(collector, server)
     except ConfigError as exc:
