@@ -69,10 +69,20 @@ def server_context(*, cert_file: Path, key_file: Path, client_ca_pems: list[byte
             f"--tls-cert-file {cert_file} / --tls-private-key-file {key_file}: cannot load: {exc}"
         ) from exc
     if client_ca_pems:
-        ctx.load_verify_locations(cadata=b"\n".join(client_ca_pems).decode())
+        ctx.load_verify_locations(cadata=_pem_text(client_ca_pems))
         ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx
+
+
+def _pem_text(pems: list[bytes]) -> str:
+    """The certificates of ``pems`` as clean PEM text: what lies between the blocks (comments, a byte
+    that is not UTF-8) is left out, as Go's PEM decoder (kube-apiserver's) skips it."""
+    try:
+        certs = x509.load_pem_x509_certificates(b"\n".join(pems))
+    except ValueError as exc:
+        raise ConfigError(f"client CA bundle: not PEM certificates ({exc})") from None
+    return "".join(c.public_bytes(serialization.Encoding.PEM).decode("ascii") for c in certs)
 
 
 def certificate_expiry(cert_file: Path) -> float:
