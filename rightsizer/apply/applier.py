@@ -166,6 +166,7 @@ class Applier:
         clock: Clock | None = None,
         only: Collection[str] | None = None,
         stop: Callable[[], str] | None = None,
+        on_lease_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         """``only``: the changed nodes this run may start (None: all; in-flight nodes are settled
         whatever it says); ``stop``: why the run must stop now ("" to go on), asked at each safe step
@@ -175,6 +176,7 @@ class Applier:
         self.clock: Clock = clock or SystemClock()
         self.only = None if only is None else frozenset(only)
         self._stop = stop or (lambda: "")
+        self._on_lease_failure = on_lease_failure
         self._lease: ApplyLease | None = None
         self.record = inflight.InFlightRecord(kube, settings.namespace)
         self.workload_steps = WorkloadSteps(
@@ -192,7 +194,12 @@ class Applier:
         r.call("read the ClusterPolicy", lambda: resolve_config_target(self.kube, self.plan, self.settings))
         if self.settings.lease_duration_s <= 0:
             return self._run(None)
-        lease = ApplyLease(self.kube, self.settings.namespace, duration_s=self.settings.lease_duration_s)
+        lease = ApplyLease(
+            self.kube,
+            self.settings.namespace,
+            duration_s=self.settings.lease_duration_s,
+            on_failure=self._on_lease_failure,
+        )
         r.call(
             "take the apply Lease",
             lambda: lease.acquire(

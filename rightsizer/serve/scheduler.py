@@ -31,6 +31,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpupilot_common import loops
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import ApplyReport
 from rightsizer.errors import RightsizerError
@@ -100,9 +101,14 @@ class Service(Collector):
         clock: Callable[[], datetime] | None = None,
         ledger: Ledger | None = None,
         leader: Callable[[], bool] | None = None,
+        loop_failures: loops.LoopFailures | None = None,
     ) -> None:
         """``ledger``: where auto-apply records its work (default: a file in ``state_dir``);
-        ``leader``: whether this replica leads now (None: a single replica, always)."""
+        ``leader``: whether this replica leads now (None: a single replica, always);
+        ``loop_failures``: the long-lived loops' failures (leader election, the apply Lease's
+        renewals), shown in ``/metrics``."""
+        self.loop_failures = loop_failures or loops.LoopFailures()
+        self.loop_failures.register("leader-election", "apply-lease")
         self.config = config
         self.jobs = jobs
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -491,6 +497,7 @@ class Service(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             yield from status.metric_families(self.state, self.failures.total)
+        yield status.loop_failures(self.loop_failures.snapshot())
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry()
