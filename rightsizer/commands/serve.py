@@ -136,7 +136,9 @@ def http_server(
         if path == "/metrics":
             return Reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
         if path in ("/health", "/healthz"):
-            return Reply(200, json.dumps(service.health(scheduler)).encode(), "application/json")
+            health = service.health(scheduler)
+            code = 503 if health["status"] == "stuck" else 200  # a liveness probe restarts a stuck replica
+            return Reply(code, json.dumps(health).encode(), "application/json")
         if files.handles(path):
             return files.answer(path)
         return Reply(404, b"not found: try /health, /metrics, /report/, /reports/ or /plan.json\n")
