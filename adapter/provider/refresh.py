@@ -171,7 +171,7 @@ class RefreshingCache(Generic[T]):
             slot.error = UpstreamUnavailable(f"evaluating the metric failed: {type(exc).__name__}")
         else:
             slot.entry = Entry(value, started)
-            self._hold(key, slot, membudget.take_parsed() * membudget.HELD_FACTOR)
+            self._hold(key, slot, membudget.take_parsed())
             slot.error = None
             if slot.failing:
                 log.info("refreshing %s works again", key)
