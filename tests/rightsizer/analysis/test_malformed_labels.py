@@ -58,7 +58,7 @@ def test_one_malformed_label_sets_its_node_aside_and_the_rest_is_inventoried(
     answers = Answers(good[0] + broken[0], good[1] + broken[1], good[2] + broken[2])
     skipped: list[str] = []
     with caplog.at_level(logging.WARNING):
-        nodes, holders = inventory(answers, at=0.0, lookback_s=3600.0, skipped=skipped)  # type: ignore[arg-type]
+        nodes, _ = inventory(answers, at=0.0, lookback_s=3600.0, skipped=skipped)  # type: ignore[arg-type]
     assert [n.name for n in nodes] == ["gpu-a"]
     assert len(nodes[0].gpus[0].instances) == 7
     (line,) = skipped
