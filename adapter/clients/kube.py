@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, overload
 
@@ -29,6 +30,7 @@ from urllib3.exceptions import HTTPError
 from adapter.errors import KubernetesUnavailable
 from adapter.quantity import parse_quantity, to_milli
 from gpupilot_common import loops, neterror, timefmt, urllib3deadline, watchdog
+from gpupilot_common.paths import file_problem
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -106,6 +108,8 @@ class KubeClient:
         self.timeout = timeout
         """Seconds for each call (a TokenReview, a SubjectAccessReview, one page of a list)."""
         self.page_size = page_size
+        if kubeconfig and (problem := file_problem(Path(kubeconfig))):  # a named pipe would block here
+            raise KubernetesUnavailable(f"--kubeconfig {kubeconfig}: {problem}; give the kubeconfig file")
         try:
             if kubeconfig:
                 api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]

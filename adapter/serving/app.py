@@ -29,13 +29,14 @@ from adapter.serving.keda.scaler import Scaler
 from adapter.serving.selfmetrics import SelfMetrics
 from adapter.serving.server import AdapterHTTPServer, App
 from adapter.serving.tlsutil import certificate_expiry, self_signed_pair, server_context
+from gpupilot_common import yamlsafe
 
 log = logging.getLogger(__name__)
 
 
 def _read(path: Path, flag: str) -> bytes:
     try:
-        return path.read_bytes()
+        return yamlsafe.read_bytes(path)  # a regular file only: a named pipe would block the start
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from exc
 

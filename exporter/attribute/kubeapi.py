@@ -34,7 +34,7 @@ from typing import Any
 
 from exporter.attribute.podresources import dra
 from exporter.errors import ExporterError
-from gpupilot_common import loops, watchdog
+from gpupilot_common import loops, watchdog, yamlsafe
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class _Client:
         req = urllib.request.Request(self.access.url + path, headers={"Accept": "application/json"})
         if self.access.token_file is not None:
             try:
-                token = self.access.token_file.read_text().strip()
+                token = yamlsafe.read_text(self.access.token_file, max_bytes=64 << 10).strip()
             except OSError as exc:
                 raise KubeApiError(
                     f"{self.access.token_file}: cannot read the ServiceAccount token: {exc}"

@@ -40,7 +40,7 @@ from exporter.settings import (
 )
 from gpupilot_common import argtypes, loops, numbers
 from gpupilot_common.cli import OneLineParser, add_version
-from gpupilot_common.paths import exists, is_file
+from gpupilot_common.paths import exists, file_problem
 
 PROG = "gpupilot-exporter"
 MIN_INTERVAL_S = 0.1
@@ -315,8 +315,13 @@ def build_backend(settings: Settings) -> Backend:
         sim_backend = simulator_module("backend", wanted_by="--backend sim")
 
         assert settings.scenario is not None
-        if not is_file(settings.scenario):
-            raise ConfigError(f"{settings.scenario}: scenario file not found; check --scenario")
+        if problem := file_problem(settings.scenario):
+            what = (
+                "scenario file not found"
+                if problem.startswith("no such file")
+                else f"the scenario is {problem}"
+            )
+            raise ConfigError(f"{settings.scenario}: {what}; check --scenario")
         scenario = scenario_mod.load(settings.scenario)
         if not scenario.nodes:
             raise ConfigError(f"{settings.scenario}: the scenario has no nodes; add one under nodes:")

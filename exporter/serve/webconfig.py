@@ -37,7 +37,7 @@ import bcrypt
 
 from exporter.errors import ConfigError
 from gpupilot_common import checked, loops, yamlsafe
-from gpupilot_common.paths import is_file
+from gpupilot_common.paths import file_problem, is_file
 
 _TOP = {"tls_server_config", "http_server_config", "basic_auth_users"}
 _TLS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}
@@ -90,6 +90,15 @@ class WebConfig:
         if self.tls is None:
             return None
         tls = self.tls
+        for where, file in (
+            ("cert_file", tls.cert_file),
+            ("key_file", tls.key_file),
+            ("client_ca_file", tls.client_ca_file),
+        ):
+            if file is not None and (problem := file_problem(file)):  # OpenSSL would block on a pipe
+                raise ConfigError(
+                    f"{self.path}: tls_server_config.{where}: {file} is {problem}; give a PEM file"
+                )
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = _VERSIONS[tls.min_version]
         if tls.max_version:

@@ -102,7 +102,7 @@ def decode(text: str, *, where: str) -> dict[str, Record]:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("nodes"), dict):
             raise ValueError(f"not a format-{FORMAT} record")
         return {str(name): Record.from_json(str(name), entry) for name, entry in doc["nodes"].items()}
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError) as exc:
         raise RecordUnreadable(
             f"{where}: key {DATA_KEY} cannot be read ({type(exc).__name__}: {str(exc)[:200]}); it records "
             "the nodes apply has in flight: restore it, or delete it once no node is in flight"

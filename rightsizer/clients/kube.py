@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from gpupilot_common import neterror, urllib3deadline, watchdog
-from gpupilot_common.paths import is_file
+from gpupilot_common.paths import file_problem
 from rightsizer.errors import RightsizerError
 
 log = logging.getLogger(__name__)
@@ -175,8 +175,9 @@ class Kube:
         cfg = client.Configuration()
         try:
             if settings.kubeconfig is not None:
-                if not is_file(settings.kubeconfig):
-                    raise PermanentKubeError(f"{settings.kubeconfig}: kubeconfig file not found")
+                if problem := file_problem(settings.kubeconfig):
+                    what = "file not found" if problem.startswith("no such file") else f"is {problem}"
+                    raise PermanentKubeError(f"{settings.kubeconfig}: kubeconfig {what}")
                 config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=str(settings.kubeconfig), context=settings.context, client_configuration=cfg
                 )

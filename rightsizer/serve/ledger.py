@@ -25,7 +25,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Protocol
 
-from gpupilot_common import atomicfile
+from gpupilot_common import atomicfile, yamlsafe
 from rightsizer.clients.kube import ConflictError, Kube
 from rightsizer.errors import RightsizerError
 
@@ -144,7 +144,7 @@ class FileLedger:
     def load(self) -> Entries:
         self._damaged: str | None = None
         try:
-            text = self.path.read_text()
+            text = yamlsafe.read_text(self.path)  # a regular file, bounded, UTF-8
         except FileNotFoundError:
             return Entries()
         except (OSError, ValueError) as exc:
@@ -152,7 +152,7 @@ class FileLedger:
             return Entries()
         try:
             return Entries.from_json(json.loads(text))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             self._damaged = text
             log.error(
                 "ledger %s is not valid (%s); starting a new one, the damaged file is kept as %s",
@@ -188,7 +188,7 @@ class ConfigMapLedger:
         text = str(data.get(DATA_KEY) or "{}") if isinstance(data, dict) else "{}"
         try:
             return Entries.from_json(json.loads(text))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             self._damaged = text
             log.error(
                 "ledger ConfigMap %s/%s: %s is not valid (%s); starting a new one, the damaged text is "

@@ -49,7 +49,7 @@ from adapter.serving.keda import externalscaler_pb2 as pb
 from adapter.serving.keda import externalscaler_pb2_grpc as pb_grpc
 from adapter.serving.keda.scaler import Reading, Scaler
 from adapter.serving.selfmetrics import RequestStats
-from gpupilot_common import loops
+from gpupilot_common import loops, yamlsafe
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -79,7 +79,7 @@ def status_code(exc: AdapterError) -> grpc.StatusCode:
 
 def _read_file(path: Path, flag: str) -> bytes:
     try:
-        return path.read_bytes()
+        return yamlsafe.read_bytes(path)  # a regular file only
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from None
 
