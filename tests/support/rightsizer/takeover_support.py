@@ -211,7 +211,7 @@ class Replica:
         raise AssertionError("no report job configured")
 
     def node_marks(self, *, settings: Any) -> list[proto.NodeView]:
-        return mig_nodes(self.kube, apply_settings(settings).namespace)
+        return mig_nodes(self.kube, apply_settings(settings).namespace)  # type: ignore[arg-type]
 
     def apply(self, plan: Any, *, settings: Any, nodes: Any, stop: Any) -> Any:
         self.applied.append(list(nodes))
