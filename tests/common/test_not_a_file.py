@@ -78,7 +78,9 @@ def test_a_nul_in_a_serve_yaml_path_is_one_line_naming_the_field(tmp_path: Path,
     bad = '"/var/lib/gpu\\0pilot"'
     report = f"report:\n  schedule: mon 06:00\n  out_dir: {bad}\n" if field == "report.out_dir" else ""
     state = f"state_dir: {bad}\n" if field == "state_dir" else f"state_dir: {tmp_path}\n"
-    config.write_text(f"prometheus_url: http://127.0.0.1:9\ntimezone: UTC\n{state}{report}plan: {{every: 6h}}\n")
+    config.write_text(
+        f"prometheus_url: http://127.0.0.1:9\ntimezone: UTC\n{state}{report}plan: {{every: 6h}}\n"
+    )
     done = subprocess.run(
         [sys.executable, "-m", "rightsizer", "serve", "--config", str(config), "--check", "--offline"],
         cwd=REPO,
