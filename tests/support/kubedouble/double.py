@@ -14,7 +14,8 @@ import yaml
 from kubernetes import client
 
 from mig_geometry.catalogue import find_model
-from tests.support.kubedouble import admission, deviceplugin
+from devkit.cluster import deviceplugin
+from tests.support.kubedouble import admission
 from tests.support.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
 from tests.support.kubedouble.disruption import DisruptionController, ReplicaSetController
 from tests.support.kubedouble.dradriver import DraDriver

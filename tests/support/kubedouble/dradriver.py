@@ -14,7 +14,7 @@ from typing import Any
 
 from mig_geometry.placement import place
 from tests.support.dra_slices import MigDevice, resource_slice
-from tests.support.kubedouble import deviceplugin
+from devkit.cluster import deviceplugin
 from tests.support.kubedouble.migmanager import MigManager, gpu_model_of
 from tests.support.kubedouble.store import Store
 

@@ -39,7 +39,7 @@ import yaml
 
 from mig_geometry.catalogue import MODELS, GpuModel, find_model
 from mig_geometry.placement import place
-from tests.support.kubedouble import deviceplugin
+from devkit.cluster import deviceplugin
 from tests.support.kubedouble.store import Store
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
