@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from mig_geometry.catalogue import find_model
 from devkit.cluster import deviceplugin
+from mig_geometry.catalogue import find_model
 from tests.support.kubedouble import admission
 from tests.support.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
 from tests.support.kubedouble.disruption import DisruptionController, ReplicaSetController
