@@ -68,6 +68,8 @@ class MigManager:
         self.kube = Kube(self.kubeconfig)
         self._busy: set[str] = set()
         self._failed: dict[str, str] = {}
+        self._known: set[str] = set()
+        """Nodes seen at least once."""
         """Node → the config that failed there: not tried again until the label changes."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -77,6 +79,7 @@ class MigManager:
     def start(self) -> MigManager:
         for node in self.kube.list("v1", "Node"):
             labels = node["metadata"].get("labels") or {}
+            self._known.add(node["metadata"]["name"])
             if labels.get(CONFIG_LABEL) and labels.get(STATE_LABEL) == "success":
                 self.applied[node["metadata"]["name"]] = labels[CONFIG_LABEL]
         self._thread.start()
@@ -112,8 +115,14 @@ class MigManager:
 
     def _consider(self, node: dict[str, Any]) -> None:
         name = node["metadata"]["name"]
-        want = (node["metadata"].get("labels") or {}).get(CONFIG_LABEL, "")
+        labels = node["metadata"].get("labels") or {}
+        want = labels.get(CONFIG_LABEL, "")
         with self._lock:
+            if name not in self._known:
+                # a node that joins with its config applied (what GPU Feature Discovery reports)
+                self._known.add(name)
+                if want and labels.get(STATE_LABEL) == "success":
+                    self.applied.setdefault(name, want)
             if not want or name in self._busy or self.applied.get(name) == want:
                 return
             if self._failed.get(name) == want:
