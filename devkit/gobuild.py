@@ -97,6 +97,17 @@ TOOLS: dict[str, GoTool] = {
             ldflags=_kube_version_flags(KUBERNETES_RELEASE),
         ),
         GoTool(
+            name="kube-state-metrics",
+            directory="kube-state-metrics",
+            release="v2.20.0",
+            binaries=(Binary("kube-state-metrics", "k8s.io/kube-state-metrics/v2"),),
+            ldflags=(
+                "-X github.com/prometheus/common/version.Version=v2.20.0",
+                "-X github.com/prometheus/common/version.Branch=release-2.20",
+                "-X github.com/prometheus/common/version.Revision=v2.20.0",
+            ),
+        ),
+        GoTool(
             name="kwok",
             directory="kwok",
             release="v0.8.0",

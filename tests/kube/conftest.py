@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,13 +59,15 @@ class RealCluster:
 
 
 @pytest.fixture(scope="session")
-def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
+def real_cluster() -> Iterator[RealCluster]:
     from devkit.cluster import ControlPlane  # noqa: PLC0415
     from devkit.cluster.kubeclient import Kube  # noqa: PLC0415
     from devkit.cluster.migmanager import MigManager  # noqa: PLC0415
     from devkit.cluster.nodes import add_from_scenario  # noqa: PLC0415
 
-    where = tmp_path_factory.mktemp("control-plane")
+    # not under pytest's basetemp: other runs on the machine prune it, and a failure's objects and
+    # logs must stay where its report says
+    where = Path(tempfile.mkdtemp(prefix="gpupilot-control-plane-"))
     cp = ControlPlane(where).start()
     manager = None
     try:
