@@ -44,6 +44,8 @@ class Binary:
     """The file name the binary gets in the tool's folder."""
     package: str
     """The Go package to build: ``.`` for the module's own main, else an upstream import path."""
+    links: tuple[str, ...] = ()
+    """Other names for the same binary (symbolic links beside it: ``kubectl`` → ``kube``)."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +93,19 @@ TOOLS: dict[str, GoTool] = {
             name="kube",
             directory="kube",
             release=KUBERNETES_RELEASE,
-            binaries=(Binary("kube", "."),),
+            binaries=(Binary("kube", ".", links=("kubectl",)),),
             ldflags=_kube_version_flags(KUBERNETES_RELEASE),
+        ),
+        GoTool(
+            name="kube-state-metrics",
+            directory="kube-state-metrics",
+            release="v2.20.0",
+            binaries=(Binary("kube-state-metrics", "k8s.io/kube-state-metrics/v2"),),
+            ldflags=(
+                "-X github.com/prometheus/common/version.Version=v2.20.0",
+                "-X github.com/prometheus/common/version.Branch=release-2.20",
+                "-X github.com/prometheus/common/version.Revision=v2.20.0",
+            ),
         ),
         GoTool(
             name="kwok",
@@ -218,6 +231,8 @@ def build(name: str, *, progress: bool = True) -> Path:
                     raise GoToolError(
                         f"{tool.name}: go build of {binary.package} failed ({_failure_line(log)}); see {log}"
                     )
+                for link in binary.links:
+                    (Path(tmp) / link).symlink_to(binary.name)
             (Path(tmp) / ".complete").write_text(
                 f"{tool.release} built in {time.monotonic() - started:.0f}s\n"
             )

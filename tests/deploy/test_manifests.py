@@ -274,16 +274,9 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
     read = by[("Role", "gpupilot-rightsizer-mig-config")]
     assert read["metadata"]["namespace"] == "gpu-operator"
     assert [(r["apiGroups"], r["resources"], r.get("resourceNames"), r["verbs"]) for r in read["rules"]] == [
-        (
-            *cm,
-            [
-                "default-mig-parted-config",
-                "custom-mig-config",
-                "gpupilot-mig-parted-config",
-                "gpupilot-rightsizer-in-flight",  # apply's in-flight record, for --dry-run
-            ],
-            ["get"],
-        ),
+        # every ConfigMap of the namespace: the mig-parted files, the MIG Manager's per-node profile
+        # lists and apply's in-flight record (for --dry-run)
+        (*cm, None, ["get"]),
     ]
     cm_role = by[("Role", "gpupilot-rightsizer-apply")]
     assert cm_role["metadata"]["namespace"] == "gpu-operator"
