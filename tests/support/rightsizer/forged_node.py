@@ -55,16 +55,16 @@ class Target:
         return cls(rightsizer=client(rightsizer), node=client(node), admin=client(admin))
 
 
-def forged_workloads(moves: tuple[tuple[str, str, int], ...]) -> str:
-    """The ``gpupilot.io/workloads`` annotation naming the victim with ``moves``."""
+def forged_workloads(moves: tuple[tuple[str, str, int], ...], *, namespace: str = VICTIM_NAMESPACE) -> str:
+    """The ``gpupilot.io/workloads`` annotation naming the victim (in ``namespace``) with ``moves``."""
     victim = wl.Change(
         kind="Deployment",
-        namespace=VICTIM_NAMESPACE,
+        namespace=namespace,
         name=VICTIM,
         replicas=1,
         selector={"app": VICTIM},
         moves=moves,
-        pods=(f"{VICTIM_NAMESPACE}/{VICTIM}-0",),
+        pods=(f"{namespace}/{VICTIM}-0",),
     )
     return wl.encode([victim])
 
@@ -77,6 +77,7 @@ def forge(
     previous: str,
     config: str,
     moves: tuple[tuple[str, str, int], ...],
+    namespace: str = VICTIM_NAMESPACE,
 ) -> dict[str, str]:
     """Write, as the node itself, the annotations of a change left at ``cordoned``; returns them."""
     annotations = {
@@ -85,17 +86,25 @@ def forge(
         proto.ANN_PREVIOUS: previous,
         proto.ANN_TARGET: config,
         proto.ANN_WAS_UNSCHEDULABLE: "false",
-        wl.ANN_WORKLOADS: forged_workloads(moves),
+        wl.ANN_WORKLOADS: forged_workloads(moves, namespace=namespace),
         wl.ANN_WORKLOAD_MODE: "patch",
     }
     kubernetes.client.CoreV1Api(target.node).patch_node(node, {"metadata": {"annotations": annotations}})
     return annotations
 
 
-def rollback_attack(target: Target, node: str, *, previous: str, config: str) -> dict[str, str]:
+def rollback_attack(
+    target: Target, node: str, *, previous: str, config: str, namespace: str = VICTIM_NAMESPACE
+) -> dict[str, str]:
     """On a node the plan leaves alone: "restoring" the victim would move its GPU to :data:`FORGED`."""
     return forge(
-        target, node, plan_id="forged-plan", previous=previous, config=config, moves=((FORGED, GPU, 1),)
+        target,
+        node,
+        plan_id="forged-plan",
+        previous=previous,
+        config=config,
+        moves=((FORGED, GPU, 1),),
+        namespace=namespace,
     )
 
 
@@ -104,18 +113,18 @@ def forward_attack(target: Target, node: str, *, plan_id: str, previous: str, co
     return forge(target, node, plan_id=plan_id, previous=previous, config=config, moves=((GPU, FORGED, 1),))
 
 
-def victim(target: Target) -> dict[str, Any]:
+def victim(target: Target, namespace: str = VICTIM_NAMESPACE) -> dict[str, Any]:
     """The victim Deployment as the API has it now (plain JSON)."""
     apps = kubernetes.client.AppsV1Api(target.admin)
-    obj = apps.read_namespaced_deployment(VICTIM, VICTIM_NAMESPACE)
+    obj = apps.read_namespaced_deployment(VICTIM, namespace)
     out: dict[str, Any] = target.admin.sanitize_for_serialization(obj)
     return out
 
 
-def victim_requests(target: Target) -> dict[str, str]:
+def victim_requests(target: Target, namespace: str = VICTIM_NAMESPACE) -> dict[str, str]:
     """The GPU limits and requests of the victim's containers, summed by name."""
     out: dict[str, str] = {}
-    for c in victim(target)["spec"]["template"]["spec"]["containers"]:
+    for c in victim(target, namespace)["spec"]["template"]["spec"]["containers"]:
         res = c.get("resources") or {}
         for part in ("limits", "requests"):
             for name, value in (res.get(part) or {}).items():
