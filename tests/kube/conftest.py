@@ -85,6 +85,15 @@ def real_cluster() -> Iterator[RealCluster]:
         shutil.rmtree(where, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def chart(real_cluster: RealCluster) -> str:
+    """The chart installed once per run (tests/kube/world.py: install_chart); its namespace."""
+    from tests.kube import world  # noqa: PLC0415
+
+    world.install_chart(real_cluster)
+    return world.RELEASE_NS
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report = yield
