@@ -25,8 +25,8 @@ MIG3 = "nvidia.com/mig-3g.40gb"
 
 
 @pytest.fixture(scope="module")
-def rightsizer(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    world.install_rightsizer(real_cluster)
+def rightsizer(real_cluster: RealCluster, chart: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chart installed (once per run: the ``chart`` fixture); its rightsizer's token."""
     where = tmp_path_factory.mktemp("rightsizer-forged")
     return world.service_account_kubeconfig(real_cluster, where, world.RELEASE_NS, "gpupilot-rightsizer")
 
