@@ -17,7 +17,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,9 @@ class RealCluster:
     manager: Any
     """:class:`devkit.cluster.migmanager.MigManager`."""
     failures: int = 0
+    created_nodes: list[str] = field(default_factory=list)
+    """Nodes a test added (tests/kube/world.py): removed after it unless it failed, so that what
+    one test cordoned today (serve's daily budget counts it) is gone for the next."""
 
     @property
     def kubeconfig(self) -> Path:
@@ -110,7 +113,9 @@ def namespace(real_cluster: RealCluster, request: pytest.FixtureRequest) -> Iter
     digest = hashlib.sha1(full.encode()).hexdigest()[:6]
     name = f"{re.sub(r'[^a-z0-9-]', '-', full)[:50].strip('-')}-{digest}"
     real_cluster.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    before = len(real_cluster.created_nodes)
     yield name
+    added = real_cluster.created_nodes[before:]
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         real_cluster.failures += 1
@@ -135,6 +140,9 @@ def namespace(real_cluster: RealCluster, request: pytest.FixtureRequest) -> Iter
         )
         return
     real_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    for node in added:
+        real_cluster.kubectl("delete", "node", node, "--wait=false", check=False)
+    del real_cluster.created_nodes[before:]
 
 
 def dump_yaml(objs: list[dict[str, Any]]) -> str:

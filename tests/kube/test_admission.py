@@ -172,7 +172,7 @@ def _node(cluster: RealCluster, name: str) -> dict[str, Any]:
     return live
 
 
-def test_apply_node_patches_are_admitted(real_cluster: RealCluster, chart: str) -> None:
+def test_apply_node_patches_are_admitted(real_cluster: RealCluster, chart: str, namespace: str) -> None:
     live = _node(real_cluster, "admission-node-ok")
     cordoned = merge_patch(
         live, protocol.cordon_patch(protocol.view(live), plan_id="p", target="all-3g.40gb", now="t")
@@ -194,7 +194,7 @@ def test_apply_node_patches_are_admitted(real_cluster: RealCluster, chart: str) 
 
 @pytest.mark.parametrize("change", sorted(set(NODE_FORBIDDEN) - {"providerID"}))
 def test_node_changes_outside_the_allow_list_are_refused(
-    real_cluster: RealCluster, chart: str, change: str
+    real_cluster: RealCluster, chart: str, namespace: str, change: str
 ) -> None:
     """(``providerID`` is left out: the API server itself refuses to change it once set.)"""
     name = "admission-node-" + re.sub(r"[^a-z0-9]+", "-", change.lower()).strip("-")

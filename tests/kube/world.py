@@ -50,6 +50,7 @@ def add_gpu_node(
     }
     deviceplugin.publish(obj, node_resources(labels, default_mig_configs()[config]))
     cluster.kube.create(obj)
+    cluster.created_nodes.append(name)
     cluster.manager.applied[name] = config
     wait(lambda: node_ready(cluster, name), what=f"node {name} Ready", timeout=60)
 
@@ -72,9 +73,11 @@ def deployment(
     node: str = "",
     pool: str = "",
     replicas: int = 1,
+    labels: Mapping[str, str] | None = None,
 ) -> None:
-    """A GPU Deployment pinned to ``node``, or free to run on any node labelled ``pool=<pool>``."""
-    labels = {"app": name}
+    """A GPU Deployment pinned to ``node``, or free to run on any node labelled ``pool=<pool>``;
+    its pods labelled ``app=<name>`` and ``labels``."""
+    selector_labels = {"app": name}
     selector = {"kubernetes.io/hostname": node} if node else {"pool": pool}
     cluster.kube.apply(
         {
@@ -83,9 +86,9 @@ def deployment(
             "metadata": {"name": name, "namespace": namespace},
             "spec": {
                 "replicas": replicas,
-                "selector": {"matchLabels": labels},
+                "selector": {"matchLabels": selector_labels},
                 "template": {
-                    "metadata": {"labels": labels},
+                    "metadata": {"labels": {**selector_labels, **(labels or {})}},
                     "spec": {
                         "nodeSelector": selector,
                         "terminationGracePeriodSeconds": 0,
@@ -106,13 +109,24 @@ def deployment(
     )
 
 
-def pdb(cluster: RealCluster, namespace: str, name: str, *, app: str, min_available: int) -> None:
+def pdb(
+    cluster: RealCluster,
+    namespace: str,
+    name: str,
+    *,
+    app: str,
+    min_available: int,
+    selector: Mapping[str, str] | None = None,
+) -> None:
     cluster.kube.apply(
         {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": app}}},
+            "spec": {
+                "minAvailable": min_available,
+                "selector": {"matchLabels": dict(selector or {"app": app})},
+            },
         }
     )
 
