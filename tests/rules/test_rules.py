@@ -1,10 +1,12 @@
-"""rules/: promtool check and unit tests pass, every alert is documented, linked and tested firing."""
+"""rules/: promtool check and unit tests pass, every alert is documented, linked and tested firing.
+
+promtool is the selected Prometheus's (``$GPUPILOT_PROMETHEUS``: Debian's 2.42 in ``make test``,
+3.13 and 3.16 in ``make compat``)."""
 
 from __future__ import annotations
 
 import functools
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -58,9 +60,9 @@ ALERTS = _rules("alert")
 
 
 def _promtool() -> str:
-    tool = shutil.which("promtool")
-    assert tool, "promtool not found: run 'make test' as root or 'sudo apt-get install prometheus'"
-    return tool
+    from devkit.prometheus import require_binaries  # noqa: PLC0415
+
+    return require_binaries()[1]
 
 
 def test_promtool_check_rules() -> None:
