@@ -40,7 +40,7 @@ RULES = (REPO / "rules" / "recording.rules.yaml", REPO / "rules" / "recording-fl
 DAYS = 3
 STEP = 60.0
 AHEAD = 900.0
-COMPARED_WITH = ("3.13",)
+COMPARED_WITH = ("3.13", "3.16")
 
 
 @dataclass(frozen=True)

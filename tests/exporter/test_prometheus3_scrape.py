@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.compat, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = ROOT / "examples" / "fleet-demo.yaml"
 NODE = "gpu-h100-a"
-ENGINE_NAMES = ("2.42", "3.13")
+ENGINE_NAMES = ("2.42", "3.13", "3.16")
 GAUGES_ONLY = """\
 DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).
 DCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).
