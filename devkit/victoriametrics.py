@@ -225,7 +225,8 @@ def vmctl_import(server: VictoriaMetricsServer, blocks_dir: Path) -> float:
         binary,
         "prometheus",
         "-s",
-        "--vm-disable-progress-bar",
+        # renamed after 1.79
+        "--disable-progress-bar" if engine() == CURRENT else "--vm-disable-progress-bar",
         f"--prom-snapshot={blocks_dir}",
         f"--vm-addr={server.url}",
         "--vm-concurrency=2",
