@@ -63,6 +63,10 @@ class GoTool:
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for ``go build`` (``GOTOOLCHAIN`` where a module needs a newer Go; the
     reason is written beside the tool)."""
+    placeholders: tuple[tuple[str, str], ...] = ()
+    """Files ``(import path, text)`` that a dependency embeds (``//go:embed``) but whose module, as
+    the proxy serves it, lacks (web assets built with npm upstream): the build then runs on a
+    vendored copy of the module (``go mod vendor``) with these written into it."""
     generate: tuple[tuple[str, ...], ...] = ()
     """Commands run in the module's folder after the build, each a binary of the tool's and its
     arguments; ``{out}`` is the tool's folder (files generated from upstream's sources, such as
@@ -115,6 +119,8 @@ def _victoriametrics_binaries(release: str, stamp: str, commit: str) -> tuple[Bi
         for app in ("victoria-metrics", "vmagent", "vmalert", "vmctl")
     )
 
+
+_NO_UI = "<!doctype html><title>Alertmanager</title><p>This build serves the API only (no web UI).</p>\n"
 
 PROMETHEUS_LTS = "3.13.5"
 """Prometheus' current long-term-support release (supported until July 2027), module v0.313.5."""
@@ -193,6 +199,8 @@ TOOLS: dict[str, GoTool] = {
                 VICTORIAMETRICS_RELEASE, "20260828-134629", "83fc70c6aced8c99a0a445a872ee891191b98517"
             ),
         ),
+        # Alertmanager's web UI is built with npm and Elm and embedded from ui/app/dist, which its
+        # module on the proxy does not hold: a one-line page stands in for each UI (API v2 only).
         GoTool(
             name="alertmanager",
             directory="alertmanager",
@@ -200,6 +208,10 @@ TOOLS: dict[str, GoTool] = {
             binaries=(
                 Binary("alertmanager", "github.com/prometheus/alertmanager/cmd/alertmanager"),
                 Binary("amtool", "github.com/prometheus/alertmanager/cmd/amtool"),
+            ),
+            placeholders=tuple(
+                (f"github.com/prometheus/alertmanager/ui/app/dist/{ui}/index.html", _NO_UI)
+                for ui in ("elm", "mantine")
             ),
             ldflags=_prometheus_version_flags(
                 ALERTMANAGER_RELEASE, "v0.35.0", "release-0.35", "20261109-07:41:41"
@@ -269,6 +281,7 @@ def content_key(tool: GoTool, go_version: str) -> str:
             digest.update(path.relative_to(tool.module_dir).as_posix().encode() + b"\0")
             digest.update(path.read_bytes())
     commands = [" ".join(cmd) for cmd in tool.generate] + [f for b in tool.binaries for f in b.ldflags]
+    commands += [f"{path}\0{text}" for path, text in tool.placeholders]
     for part in (
         *tool.ldflags,
         *tool.tags,
@@ -331,6 +344,18 @@ def _failure_line(log: Path) -> str:
     return lines[-1].strip()[:200] if lines else ""
 
 
+def _vendored(go: str, tool: GoTool, src: Path, *, env: Mapping[str, str], log: Path) -> Path:
+    """A copy of the tool's module with its dependencies vendored and the placeholders written in."""
+    shutil.copytree(tool.module_dir, src)
+    if _run_logged([go, "mod", "vendor"], cwd=src, env={**env, "GOFLAGS": ""}, log=log) != 0:
+        raise GoToolError(f"{tool.name}: go mod vendor failed ({_failure_line(log)}); see {log}")
+    for path, text in tool.placeholders:
+        target = src / "vendor" / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return src
+
+
 def build(name: str, *, progress: bool = True) -> Path:
     """Build ``name`` (when not already built for its pin) and return the folder of its binaries."""
     if name not in TOOLS:
@@ -353,6 +378,15 @@ def build(name: str, *, progress: bool = True) -> Path:
                 raise GoToolError(
                     f"{tool.name}: its Go modules could not be downloaded ({_failure_line(log)}); see {log}"
                 )
+            where, build_env = tool.module_dir, env
+            if tool.placeholders:
+                where, build_env = (
+                    _vendored(go, tool, Path(tmp) / ".src", env=env, log=log),
+                    {
+                        **env,
+                        "GOFLAGS": "-mod=vendor",
+                    },
+                )
             for binary in tool.binaries:
                 cmd = [go, "build", "-trimpath", "-o", str(Path(tmp) / binary.name)]
                 flags = ["-s", "-w", *tool.ldflags, *binary.ldflags]
@@ -360,10 +394,11 @@ def build(name: str, *, progress: bool = True) -> Path:
                 if tool.tags:
                     cmd += ["-tags", ",".join(tool.tags)]
                 cmd.append(binary.package)
-                if _run_logged(cmd, cwd=tool.module_dir, env=env, log=log) != 0:
+                if _run_logged(cmd, cwd=where, env=build_env, log=log) != 0:
                     raise GoToolError(
                         f"{tool.name}: go build of {binary.package} failed ({_failure_line(log)}); see {log}"
                     )
+            shutil.rmtree(Path(tmp) / ".src", ignore_errors=True)
             for command in tool.generate:
                 argv = [str(Path(tmp) / command[0]), *(a.replace("{out}", tmp) for a in command[1:])]
                 if _run_logged(argv, cwd=tool.module_dir, env=env, log=log) != 0:
