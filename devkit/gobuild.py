@@ -46,6 +46,8 @@ class Binary:
     """The Go package to build: ``.`` for the module's own main, else an upstream import path."""
     ldflags: tuple[str, ...] = ()
     """``-X`` settings of this binary alone (VictoriaMetrics' version string names the program)."""
+    links: tuple[str, ...] = ()
+    """Other names for the same binary (symbolic links beside it: ``kubectl`` → ``kube``)."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ TOOLS: dict[str, GoTool] = {
             name="kube",
             directory="kube",
             release=KUBERNETES_RELEASE,
-            binaries=(Binary("kube", "."),),
+            binaries=(Binary("kube", ".", links=("kubectl",)),),
             ldflags=_kube_version_flags(KUBERNETES_RELEASE),
         ),
         GoTool(
@@ -398,6 +400,8 @@ def build(name: str, *, progress: bool = True) -> Path:
                     raise GoToolError(
                         f"{tool.name}: go build of {binary.package} failed ({_failure_line(log)}); see {log}"
                     )
+                for link in binary.links:
+                    (Path(tmp) / link).symlink_to(binary.name)
             shutil.rmtree(Path(tmp) / ".src", ignore_errors=True)
             for command in tool.generate:
                 argv = [str(Path(tmp) / command[0]), *(a.replace("{out}", tmp) for a in command[1:])]
