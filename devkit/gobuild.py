@@ -349,7 +349,8 @@ def _failure_line(log: Path) -> str:
 def _vendored(go: str, tool: GoTool, src: Path, *, env: Mapping[str, str], log: Path) -> Path:
     """A copy of the tool's module with its dependencies vendored and the placeholders written in."""
     shutil.copytree(tool.module_dir, src)
-    if _run_logged([go, "mod", "vendor"], cwd=src, env={**env, "GOFLAGS": ""}, log=log) != 0:
+    # -e: go mod vendor stops at the missing embedded files otherwise (they are written next)
+    if _run_logged([go, "mod", "vendor", "-e"], cwd=src, env={**env, "GOFLAGS": ""}, log=log) != 0:
         raise GoToolError(f"{tool.name}: go mod vendor failed ({_failure_line(log)}); see {log}")
     for path, text in tool.placeholders:
         target = src / "vendor" / path

@@ -52,12 +52,23 @@ class Schema:
     schema: Mapping[str, Any]
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 reading of a bare ``=`` (an enum value in the operator's CRDs): a string, not PyYAML's
+    1.1 ``value`` tag, which it cannot construct."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:value"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 @cache
 def schemas(folder: Path) -> dict[tuple[str, str], Schema]:
     """``(kind, version)`` → the served version's schema, for every CRD in ``folder``."""
     out: dict[tuple[str, str], Schema] = {}
     for path in sorted(folder.glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.load(path.read_text(), Loader=_Loader)  # noqa: S506 - a SafeLoader
         kind = doc["spec"]["names"]["kind"]
         for ver in doc["spec"]["versions"]:
             if ver.get("served"):

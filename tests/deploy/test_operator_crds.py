@@ -1,8 +1,8 @@
 """The chart's and the kustomize overlays' ServiceMonitor, PodMonitor and PrometheusRule objects
 against the prometheus-operator's own CRD schemas (generated from its API types at the pinned
 release by devkit.gobuild's ``prometheus-operator-crds``), as ``kubectl apply --validate=strict``
-would judge them: types, enums, patterns, required and unknown fields. The CEL rules of the schemas
-need a real API server and are counted, not evaluated, here."""
+would judge them: types, enums, patterns, required and unknown fields (the three CRDs carry no CEL
+rules, which only an API server could evaluate)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,11 @@ def test_a_wrong_object_is_named_with_its_field(crds: Path) -> None:
     assert any(".spec.groups[0].rules[0].for" in p for p in operator_crds.validate(rule, crds))
 
 
-def test_what_only_a_real_api_server_checks_is_counted(crds: Path) -> None:
+def test_the_offline_check_covers_the_whole_schema(crds: Path) -> None:
+    """CEL rules (``x-kubernetes-validations``) need an API server; the three CRDs hold none at this
+    release, so the checks above are all their schemas ask. A release that adds some fails here."""
+    for plural in ("servicemonitors", "podmonitors", "prometheusrules"):
+        assert "x-kubernetes-validations" not in (crds / f"monitoring.coreos.com_{plural}.yaml").read_text()
     objs = _monitoring(template("everything"))
-    counted = {o["kind"]: operator_crds.cel_rules(o, crds) for o in objs}
-    assert set(counted) == KINDS
-    assert all(n >= 0 for n in counted.values())
+    assert {o["kind"] for o in objs} == KINDS
+    assert [operator_crds.cel_rules(o, crds) for o in objs] == [0] * len(objs)
