@@ -11,7 +11,17 @@ import sys
 import time
 from pathlib import Path
 
-AREAS = ("exporter", "sharing", "adapter", "adapter_peer", "keda", "rightsizer", "inventory", "answers", "scale")
+AREAS = (
+    "exporter",
+    "sharing",
+    "adapter",
+    "adapter_peer",
+    "keda",
+    "rightsizer",
+    "inventory",
+    "answers",
+    "scale",
+)
 HERE = Path(__file__).resolve().parent
 
 
