@@ -3,7 +3,7 @@ routed by examples/alertmanager.yaml: each severity reaches its receiver with th
 group and inhibit on, and a critical alert silences a lesser one of the same GPU.
 
 History for three alerts that fire without a ``for`` (an idle MIG slice over 26 hours, a GPU with
-double-bit ECC errors, Xid errors on two GPUs) is backfilled up to a minute ago; Prometheus evaluates
+double-bit ECC errors, Xid errors on two GPUs) is backfilled around now; Prometheus evaluates
 every second, Alertmanager's group wait is cut to one second, and webhook receivers in this process
 record what arrives."""
 
@@ -47,25 +47,28 @@ def _labels(labels: dict[str, str]) -> str:
 
 
 def _history(now: float) -> str:
-    """OpenMetrics: 26 h of an idle allocated slice every 5 minutes, 30 minutes of an ECC count and
-    of Xid counters (one rising 5 minutes ago), every minute, all ending a minute ago."""
-    end = now - now % 60 - 60
-    slow = [end - i * 300 for i in range(26 * 12, -1, -1)]
-    fast = [end - i * 60 for i in range(30, -1, -1)]
+    """OpenMetrics, one sample a minute: 26 h of an idle allocated slice; 30 minutes of an ECC count
+    and of Xid counters, one of them rising 4 minutes ago. The samples run 10 minutes past ``now``
+    (a query sees none of them before their time), so the alerts stay active however long the
+    machine takes to start the servers."""
+    start = now - now % 60
+    end = start + 600
+    day = [end - i * 60 for i in range(26 * 60 + 10, -1, -1)]
+    recent = [t for t in day if t >= start - 1800]
     info = {k: SLICE[k] for k in ("Hostname", "UUID", "GPU_I_ID", "namespace", "pod")}
     gpu_info = [{k: g[k] for k in ("Hostname", "UUID", "gpu", "modelName")} for g in (ECC_GPU, XID_GPU)]
     out = ["# TYPE gpupilot:slice_activity:avg5m gauge"]
-    out += [f"gpupilot:slice_activity:avg5m{_labels(SLICE)} 0.01 {t:.0f}" for t in slow]
+    out += [f"gpupilot:slice_activity:avg5m{_labels(SLICE)} 0.01 {t:.0f}" for t in day]
     out += ["# TYPE gpupilot_device_pod_info gauge"]
-    out += [f"gpupilot_device_pod_info{_labels(info)} 1 {t:.0f}" for t in slow]
+    out += [f"gpupilot_device_pod_info{_labels(info)} 1 {t:.0f}" for t in day]
     out += ["# TYPE gpupilot_gpu_info gauge"]
-    out += [f"gpupilot_gpu_info{_labels(g)} 1 {t:.0f}" for g in gpu_info for t in fast]
+    out += [f"gpupilot_gpu_info{_labels(g)} 1 {t:.0f}" for g in gpu_info for t in recent]
     out += ["# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL gauge"]
-    out += [f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{_labels(ECC_GPU)} 2 {t:.0f}" for t in fast]
+    out += [f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{_labels(ECC_GPU)} 2 {t:.0f}" for t in recent]
     out += ["# TYPE gpupilot_xid_errors counter"]
     for gpu in (ECC_GPU, XID_GPU):
         labels = {k: gpu[k] for k in ("Hostname", "gpu", "UUID")} | {"xid": "79"}
-        out += [f"gpupilot_xid_errors_total{_labels(labels)} {int(t > end - 300)} {t:.0f}" for t in fast]
+        out += [f"gpupilot_xid_errors_total{_labels(labels)} {int(t > start - 240)} {t:.0f}" for t in recent]
     return "\n".join(out) + "\n# EOF\n"
 
 
@@ -136,7 +139,7 @@ def delivered(
                 selected=prom3,
             )
             with prom:
-                deadline = time.monotonic() + 60
+                deadline = time.monotonic() + 120
                 while time.monotonic() < deadline and not all(
                     receivers.alerts(r) for r in ("gpu-oncall", "gpu-tickets", "gpu-rightsizing")
                 ):
