@@ -206,6 +206,8 @@ def _measure(
     row = result.row()
     total = max(int(row["requests"]), 1)  # type: ignore[call-overload]
     row["apiserver_cpu_ms_per_request"] = round((after[2] - before[2]) * 1000 / total, 3)
+    # per answer given: an adapter that times out on most requests spends its CPU on the few it answers
+    row["adapter_cpu_ms_per_answer"] = round(result.adapter_cpu_s * 1000 / max(len(result.latencies), 1), 3)
     row["scenario"] = name
     return row
 
@@ -387,23 +389,30 @@ def _run(root: Path, seconds: float) -> dict[str, Any]:
 
 
 def _goals(rows: list[dict[str, object]]) -> dict[str, object]:
-    def pick(name: str, rate: float) -> dict[str, object]:
+    def pick(name: str, rate: float) -> dict[str, Any]:
         return next(r for r in rows if r["scenario"] == name and r["rate_per_s"] == rate)
 
-    ours, peer = pick("gpupilot-adapter hpa-500", 100.0), pick("prometheus-adapter hpa-500", 100.0)
-    p99 = float(ours["p99_ms"]) / max(float(peer["p99_ms"]), 1e-9)  # type: ignore[arg-type]
-    cpu = float(ours["adapter_cpu_ms_per_request"]) / max(float(peer["adapter_cpu_ms_per_request"]), 1e-9)  # type: ignore[arg-type]
-    return {
-        "p99_ratio_at_100_per_s": round(p99, 3),
-        "p99_met": p99 <= 0.1,
-        "cpu_per_answer_ratio_at_100_per_s": round(cpu, 3),
-        "cpu_met": cpu <= 0.2,
-        "gpupilot_failures": sum(
-            sum(r["failures"].values()) for r in rows if str(r["scenario"]).startswith("gpupilot")
-        ),  # type: ignore[attr-defined]
-        "peer_failures_at_100_per_s": sum(peer["failures"].values()),  # type: ignore[attr-defined]
-        "note": "the peer's p99 counts only the answers it gave within the client's 30 s timeout",
-    }
+    out: dict[str, object] = {}
+    for rate in (0.0, *RATES):
+        ours, peer = (
+            pick("gpupilot-adapter hpa-500" if rate else "gpupilot-adapter serial", rate),
+            pick("prometheus-adapter hpa-500" if rate else "prometheus-adapter serial", rate),
+        )
+        key = f"{rate:g}_per_s" if rate else "serial"
+        out[f"p99_ratio_{key}"] = round(float(ours["p99_ms"]) / max(float(peer["p99_ms"]), 1e-9), 4)
+        out[f"cpu_per_answer_ratio_{key}"] = round(
+            float(ours["adapter_cpu_ms_per_answer"]) / max(float(peer["adapter_cpu_ms_per_answer"]), 1e-9), 4
+        )
+        out[f"peer_failures_{key}"] = sum(peer["failures"].values())
+    out["p99_met"] = float(out["p99_ratio_100_per_s"]) <= 0.1  # type: ignore[arg-type]
+    out["cpu_met"] = float(out["cpu_per_answer_ratio_100_per_s"]) <= 0.2  # type: ignore[arg-type]
+    out["gpupilot_failures"] = sum(
+        sum(r["failures"].values())  # type: ignore[attr-defined]
+        for r in rows
+        if str(r["scenario"]).startswith("gpupilot")
+    )
+    out["note"] = "a peer's p99 counts only the answers it gave within the client's 30 s timeout"
+    return out
 
 
 def render(res: dict[str, Any]) -> str:
@@ -412,19 +421,19 @@ def render(res: dict[str, Any]) -> str:
         f"{res['pods_in_prometheus']} pods in Prometheus and in the cluster, {res['seconds_per_scenario']} s per "
         f"scenario, {res['cpus']} CPUs, load average {res['load_average_1m_at_end']} at the end",
         f"{'scenario':<34}{'rate/s':>7}{'ok':>7}{'fail':>6}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
-        f"{'adapter CPU ms/req':>20}{'apiserver ms/req':>18}{'prom CPU ms/req':>17}{'prom q/s':>10}{'peak MiB':>10}",
+        f"{'adapter CPU ms/answer':>23}{'apiserver ms/req':>18}{'prom CPU ms/req':>17}{'prom q/s':>10}{'peak MiB':>10}",
     ]
     for r in res["scenarios"]:
         rate = f"{r['rate_per_s']:g}" if r["rate_per_s"] else "serial"
         lines.append(
             f"{r['scenario']:<34}{rate:>7}{r['ok']:>7}{sum(r['failures'].values()):>6}{r['p50_ms']:>9}"
-            f"{r['p99_ms']:>9}{r['max_ms']:>9}{r['adapter_cpu_ms_per_request']:>20}"
+            f"{r['p99_ms']:>9}{r['max_ms']:>9}{r['adapter_cpu_ms_per_answer']:>23}"
             f"{r['apiserver_cpu_ms_per_request']:>18}{r['prometheus_cpu_ms_per_request']:>17}"
             f"{r['prometheus_queries_per_s']:>10}{r['adapter_peak_rss_mib']:>10}"
         )
         if r["failures"]:
             lines.append(f"    failures: {r['failures']}")
-    lines.append(f"goals (ours ÷ peer at 100/s; p99 ≤ 0.1, CPU ≤ 0.2): {res['goals']}")
+    lines.append(f"ours ÷ peer (goals at 100/s: p99 ≤ 0.1, CPU per answer ≤ 0.2): {res['goals']}")
     return "\n".join(lines)
 
 
