@@ -17,6 +17,7 @@ AREAS = (
     "adapter",
     "adapter_peer",
     "keda",
+    "keda_peer",
     "rightsizer",
     "inventory",
     "answers",
