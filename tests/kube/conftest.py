@@ -11,6 +11,7 @@ logs; the cluster's folder is then kept.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -104,7 +105,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 @pytest.fixture
 def namespace(real_cluster: RealCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace of the test's own, removed after it (kept, and dumped, when the test failed)."""
-    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") or "test"
+    full = request.node.name.lower()
+    # the test's name, cut to fit a namespace, and a digest of the whole (parameters differ at its end)
+    digest = hashlib.sha1(full.encode()).hexdigest()[:6]
+    name = f"{re.sub(r'[^a-z0-9-]', '-', full)[:50].strip('-')}-{digest}"
     real_cluster.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
     report = getattr(request.node, "rep_call", None)
