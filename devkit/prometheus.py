@@ -57,6 +57,12 @@ class Engine:
         """The full release (``3.13.5``), or ``Debian's 2.42`` for the system's package."""
         return gobuild.TOOLS[self.tool].release if self.tool else f"Debian's {self.name}"
 
+    @property
+    def has_web_ui(self) -> bool:
+        """Debian's package serves the web UI; the built ones serve the API only (the UI's assets are
+        built with npm upstream and are not in the Go module)."""
+        return not self.tool
+
     def binaries(self, *, build_missing: bool = True) -> tuple[str, str]:
         """``prometheus`` and ``promtool`` of this engine (built first when missing and allowed)."""
         if not self.tool:
