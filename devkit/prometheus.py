@@ -75,7 +75,9 @@ class Engine:
         try:
             prom_path = gobuild.binary(self.tool, "prometheus", build_missing=build_missing)
         except gobuild.GoToolError as exc:
-            raise PrometheusError(f"Prometheus {self.name}: {exc}") from None
+            raise PrometheusError(
+                f"Prometheus {self.name}: {exc} (or {ENGINE_ENV}=2.42 for Debian's package)"
+            ) from None
         return str(prom_path), str(prom_path.parent / "promtool")
 
     def available(self) -> bool:
