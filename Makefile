@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # included), which without the caches is compiled again each time (about 6 s of CPU per worker).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: cluster-tools cluster kube-test scan help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo demo-check bench clean protos dashboards manifests rules-test history images image-tools extras e2e
+.PHONY: cluster-tools cluster kube-test scan help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo demo-check bench clean protos dashboards manifests rules-test history images image-tools extras e2e compat go-tools
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
@@ -26,6 +26,7 @@ help:
 	@echo "make kube-test  the tests of what Kubernetes decides, against its real control plane (built from Go modules)"
 	@echo "make cluster    that control plane on loopback with simulated GPU nodes, until Ctrl-C"
 	@echo "make extras each extra (and none) in a fresh venv from a wheel of this checkout, every command run for real"
+	@echo "make compat the tests on Prometheus 3 (LTS and newest) beside 2.42, the current VictoriaMetrics and Alertmanager, the operator's CRDs (builds them first)"
 	@echo "make demo-check  make demo at its defaults, shown once; fails when any step failed (CI)"
 	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
 	@echo "make docs   build the documentation site into .site/ (mkdocs --strict)"
@@ -141,12 +142,27 @@ PYTEST := $(PYTEST_RUN) -n $(PYTEST_WORKERS)
 
 # Every test (what `make test` runs after the static checks), in parallel: a module's tests on one
 # worker (its module fixtures built once), the expensive histories built once per run (tests/conftest.py).
+# The `compat` tests (Prometheus 3 beside 2.42, built tools) run in `make compat`.
 pytest: venv prometheus victoriametrics helm kubectl
-	$(PYTEST) -m "not kube" $(PYTEST_ARGS)
+	$(PYTEST) -m "not compat and not kube" $(PYTEST_ARGS)
 
 # The inner loop: the tests that start no Prometheus and are not marked slow.
 unit: venv
-	$(PYTEST_RUN) -n $(UNIT_WORKERS) -m "not prometheus and not slow and not kube" $(PYTEST_ARGS)
+	$(PYTEST_RUN) -n $(UNIT_WORKERS) -m "not prometheus and not slow and not compat and not kube" $(PYTEST_ARGS)
+
+# The Go programs the tests run beside the project, built from their pinned Go modules into
+# ~/.cache/gpupilot/tools (devkit/gobuild.py; a rebuild only when a pin changes).
+COMPAT_TOOLS := prometheus-lts prometheus-latest victoriametrics alertmanager prometheus-operator-crds
+go-tools: venv
+	$(BIN)/python -m devkit.gobuild build $(COMPAT_TOOLS)
+
+# The tests on the releases users run today (devkit/compat.py): Prometheus 3.13 LTS and 3.16 (rules,
+# scrapes, the tests over the fleet history), every adapter and rightsizer query compared with 2.42
+# over one TSDB, the exporter under Prometheus 3's scrape protocols and escaping, the alerts through a
+# real Alertmanager, the chart's monitoring objects against the prometheus-operator's CRDs, and the
+# VictoriaMetrics tests on its current release. Builds what is missing first; CI runs it.
+compat: venv prometheus victoriametrics helm kubectl
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m devkit.compat $(PYTEST_ARGS)
 
 # Kubernetes' own control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) and
 # KWOK, built from their published Go modules at the pinned releases into ~/.cache/gpupilot/tools

@@ -11,7 +11,18 @@ import sys
 import time
 from pathlib import Path
 
-AREAS = ("exporter", "sharing", "adapter", "keda", "rightsizer", "inventory", "answers", "scale")
+AREAS = (
+    "exporter",
+    "sharing",
+    "adapter",
+    "adapter_peer",
+    "keda",
+    "keda_peer",
+    "rightsizer",
+    "inventory",
+    "answers",
+    "scale",
+)
 HERE = Path(__file__).resolve().parent
 
 

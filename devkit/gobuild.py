@@ -44,6 +44,8 @@ class Binary:
     """The file name the binary gets in the tool's folder."""
     package: str
     """The Go package to build: ``.`` for the module's own main, else an upstream import path."""
+    ldflags: tuple[str, ...] = ()
+    """``-X`` settings of this binary alone (VictoriaMetrics' version string names the program)."""
     links: tuple[str, ...] = ()
     """Other names for the same binary (symbolic links beside it: ``kubectl`` → ``kube``)."""
 
@@ -65,6 +67,14 @@ class GoTool:
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for ``go build`` (``GOTOOLCHAIN`` where a module needs a newer Go; the
     reason is written beside the tool)."""
+    placeholders: tuple[tuple[str, str], ...] = ()
+    """Files ``(import path, text)`` that a dependency embeds (``//go:embed``) but whose module, as
+    the proxy serves it, lacks (web assets built with npm upstream): the build then runs on a
+    vendored copy of the module (``go mod vendor``) with these written into it."""
+    generate: tuple[tuple[str, ...], ...] = ()
+    """Commands run in the module's folder after the build, each a binary of the tool's and its
+    arguments; ``{out}`` is the tool's folder (files generated from upstream's sources, such as
+    CRDs, land beside the binaries and are never committed)."""
 
     @property
     def module_dir(self) -> Path:
@@ -84,6 +94,60 @@ def _kube_version_flags(release: str) -> tuple[str, ...]:
         ]
     return tuple(flags)
 
+
+def _prometheus_version_flags(release: str, module_version: str, branch: str, date: str) -> tuple[str, ...]:
+    # The release's Go module carries no commit (the proxy's .info has none for these tags): the
+    # revision names the module version the binary was built from.
+    pkg = "github.com/prometheus/common/version"
+    return (
+        f"-X {pkg}.Version={release}",
+        f"-X {pkg}.Revision={module_version}",
+        f"-X {pkg}.Branch={branch}",
+        f"-X {pkg}.BuildUser=gpupilot-devkit",
+        f"-X {pkg}.BuildDate={date}",
+    )
+
+
+def _victoriametrics_binaries(release: str, stamp: str, commit: str) -> tuple[Binary, ...]:
+    # VictoriaMetrics' own version string (its Makefile's): program-date-time-tags-release-0-gcommit;
+    # its /metrics reads the short version back out of it.
+    return tuple(
+        Binary(
+            app,
+            f"github.com/VictoriaMetrics/VictoriaMetrics/app/{app}",
+            ldflags=(
+                f"-X github.com/VictoriaMetrics/VictoriaMetrics/lib/buildinfo.Version="
+                f"{app}-{stamp}-tags-{release}-0-g{commit[:10]}",
+            ),
+        )
+        for app in ("victoria-metrics", "vmagent", "vmalert", "vmctl")
+    )
+
+
+_NO_UI = "<!doctype html><title>Alertmanager</title><p>This build serves the API only (no web UI).</p>\n"
+
+PROMETHEUS_LTS = "3.13.5"
+"""Prometheus' current long-term-support release (supported until July 2027), module v0.313.5."""
+PROMETHEUS_LATEST = "3.16.0"
+"""Prometheus' newest release, module v0.316.0."""
+VICTORIAMETRICS_RELEASE = "v1.151.0"
+"""The newest VictoriaMetrics whose pinned dependencies the module proxy serves: v1.152 and later ask
+for Go 1.27 and, more decisively, v1.154.1 pins dependency versions the proxy refuses (403:
+VictoriaMetrics/metrics v1.44.1, metricsql v0.87.5, …), so a newer toolchain alone would not build
+it. v1.151.0 pins ``prometheus/client_golang/exp`` at a commit the proxy refuses too; only vmctl
+reaches it (through ``prometheus/prometheus/config`` v0.313.1), and the tool module replaces it with
+the commit that Prometheus release itself was published with (``devkit/gotools/victoriametrics``)."""
+ALERTMANAGER_RELEASE = "0.35.0"
+PROMETHEUS_ADAPTER_RELEASE = "v0.12.0"
+"""kubernetes-sigs/prometheus-adapter's newest release (``go list -m -versions`` lists none, but the
+version itself is served)."""
+PROMETHEUS_OPERATOR_RELEASE = "v0.95.2"
+"""The prometheus-operator release whose CRDs the chart's monitoring objects are checked against: its
+API types module (``…/pkg/apis/monitoring``) is served at this release, its main module is not (only
+v0.85.0), so the CRDs are generated from the types with controller-gen, as upstream's
+``make generate-crds`` does (``crd:crdVersions=v1``, the v1 and v1alpha1 packages)."""
+KEDA_RELEASE = "v2.21.0"
+"""KEDA's newest release that builds with Go 1.26 (v2.21.1 asks for Go 1.27.4)."""
 
 KUBERNETES_RELEASE = "v1.37.2"
 """The Kubernetes release of the test control plane (devkit/gotools/kube/go.mod pins the same)."""
@@ -125,6 +189,93 @@ TOOLS: dict[str, GoTool] = {
             release="v0.8.0",
             binaries=(Binary("kwok", "sigs.k8s.io/kwok/cmd/kwok"),),
         ),
+        # Prometheus' API only: the web UI's assets are built with npm and embedded under the
+        # ``builtinassets`` tag, which these builds leave out (the UI pages answer that the assets
+        # are missing; every /api/v1 endpoint works).
+        GoTool(
+            name="prometheus-lts",
+            directory="prometheus-lts",
+            release=PROMETHEUS_LTS,
+            binaries=(
+                Binary("prometheus", "github.com/prometheus/prometheus/cmd/prometheus"),
+                Binary("promtool", "github.com/prometheus/prometheus/cmd/promtool"),
+            ),
+            ldflags=_prometheus_version_flags(
+                PROMETHEUS_LTS, "v0.313.5", "release-3.13", "20261021-10:29:46"
+            ),
+        ),
+        GoTool(
+            name="prometheus-latest",
+            directory="prometheus-latest",
+            release=PROMETHEUS_LATEST,
+            binaries=(
+                Binary("prometheus", "github.com/prometheus/prometheus/cmd/prometheus"),
+                Binary("promtool", "github.com/prometheus/prometheus/cmd/promtool"),
+            ),
+            ldflags=_prometheus_version_flags(
+                PROMETHEUS_LATEST, "v0.316.0", "release-3.16", "20261105-15:06:51"
+            ),
+        ),
+        GoTool(
+            name="victoriametrics",
+            directory="victoriametrics",
+            release=VICTORIAMETRICS_RELEASE,
+            binaries=_victoriametrics_binaries(
+                VICTORIAMETRICS_RELEASE, "20260828-134629", "83fc70c6aced8c99a0a445a872ee891191b98517"
+            ),
+        ),
+        # Alertmanager's web UI is built with npm and Elm and embedded from ui/app/dist, which its
+        # module on the proxy does not hold: a one-line page stands in for each UI (API v2 only).
+        GoTool(
+            name="alertmanager",
+            directory="alertmanager",
+            release=ALERTMANAGER_RELEASE,
+            binaries=(
+                Binary("alertmanager", "github.com/prometheus/alertmanager/cmd/alertmanager"),
+                Binary("amtool", "github.com/prometheus/alertmanager/cmd/amtool"),
+            ),
+            placeholders=tuple(
+                (f"github.com/prometheus/alertmanager/ui/app/dist/{ui}/index.html", _NO_UI)
+                for ui in ("elm", "mantine")
+            ),
+            ldflags=_prometheus_version_flags(
+                ALERTMANAGER_RELEASE, "v0.35.0", "release-0.35", "20261109-07:41:41"
+            ),
+        ),
+        GoTool(
+            name="prometheus-adapter",
+            directory="prometheus-adapter",
+            release=PROMETHEUS_ADAPTER_RELEASE,
+            binaries=(Binary("prometheus-adapter", "sigs.k8s.io/prometheus-adapter/cmd/adapter"),),
+        ),
+        GoTool(
+            name="prometheus-operator-crds",
+            directory="prometheus-operator-crds",
+            release=PROMETHEUS_OPERATOR_RELEASE,
+            binaries=(Binary("controller-gen", "sigs.k8s.io/controller-tools/cmd/controller-gen"),),
+            generate=(
+                (
+                    "controller-gen",
+                    "crd:crdVersions=v1",
+                    "paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1",
+                    "paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1alpha1",
+                    "output:crd:dir={out}/crds",
+                ),
+            ),
+        ),
+        GoTool(
+            name="keda",
+            directory="keda",
+            release=KEDA_RELEASE,
+            binaries=(
+                Binary("keda", "github.com/kedacore/keda/v2/cmd/operator"),
+                Binary("keda-adapter", "github.com/kedacore/keda/v2/cmd/adapter"),
+            ),
+            ldflags=(
+                f"-X github.com/kedacore/keda/v2/version.Version={KEDA_RELEASE.lstrip('v')}",
+                f"-X github.com/kedacore/keda/v2/version.GitCommit={KEDA_RELEASE}",
+            ),
+        ),
     )
 }
 
@@ -158,7 +309,15 @@ def content_key(tool: GoTool, go_version: str) -> str:
         if path.is_file() and (path.suffix in {".go", ".yaml"} or path.name in own):
             digest.update(path.relative_to(tool.module_dir).as_posix().encode() + b"\0")
             digest.update(path.read_bytes())
-    for part in (*tool.ldflags, *tool.tags, *sorted(f"{k}={v}" for k, v in tool.env.items()), go_version):
+    commands = [" ".join(cmd) for cmd in tool.generate] + [f for b in tool.binaries for f in b.ldflags]
+    commands += [f"{path}\0{text}" for path, text in tool.placeholders]
+    for part in (
+        *tool.ldflags,
+        *tool.tags,
+        *sorted(f"{k}={v}" for k, v in tool.env.items()),
+        *commands,
+        go_version,
+    ):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
 
@@ -214,6 +373,19 @@ def _failure_line(log: Path) -> str:
     return lines[-1].strip()[:200] if lines else ""
 
 
+def _vendored(go: str, tool: GoTool, src: Path, *, env: Mapping[str, str], log: Path) -> Path:
+    """A copy of the tool's module with its dependencies vendored and the placeholders written in."""
+    shutil.copytree(tool.module_dir, src)
+    # -e: go mod vendor stops at the missing embedded files otherwise (they are written next)
+    if _run_logged([go, "mod", "vendor", "-e"], cwd=src, env={**env, "GOFLAGS": ""}, log=log) != 0:
+        raise GoToolError(f"{tool.name}: go mod vendor failed ({_failure_line(log)}); see {log}")
+    for path, text in tool.placeholders:
+        target = src / "vendor" / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return src
+
+
 def build(name: str, *, progress: bool = True) -> Path:
     """Build ``name`` (when not already built for its pin) and return the folder of its binaries."""
     if name not in TOOLS:
@@ -238,19 +410,33 @@ def build(name: str, *, progress: bool = True) -> Path:
                 raise GoToolError(
                     f"{tool.name}: its Go modules could not be downloaded ({_failure_line(log)}); see {log}"
                 )
+            where, build_env = tool.module_dir, env
+            if tool.placeholders:
+                where, build_env = (
+                    _vendored(go, tool, Path(tmp) / ".src", env=env, log=log),
+                    {
+                        **env,
+                        "GOFLAGS": "-mod=vendor",
+                    },
+                )
             for binary in tool.binaries:
                 cmd = [go, "build", *modfile, "-trimpath", "-o", str(Path(tmp) / binary.name)]
-                flags = ["-s", "-w", *tool.ldflags]
+                flags = ["-s", "-w", *tool.ldflags, *binary.ldflags]
                 cmd += ["-ldflags", " ".join(flags)]
                 if tool.tags:
                     cmd += ["-tags", ",".join(tool.tags)]
                 cmd.append(binary.package)
-                if _run_logged(cmd, cwd=tool.module_dir, env=env, log=log) != 0:
+                if _run_logged(cmd, cwd=where, env=build_env, log=log) != 0:
                     raise GoToolError(
                         f"{tool.name}: go build of {binary.package} failed ({_failure_line(log)}); see {log}"
                     )
                 for link in binary.links:
                     (Path(tmp) / link).symlink_to(binary.name)
+            shutil.rmtree(Path(tmp) / ".src", ignore_errors=True)
+            for command in tool.generate:
+                argv = [str(Path(tmp) / command[0]), *(a.replace("{out}", tmp) for a in command[1:])]
+                if _run_logged(argv, cwd=tool.module_dir, env=env, log=log) != 0:
+                    raise GoToolError(f"{tool.name}: {command[0]} failed ({_failure_line(log)}); see {log}")
             (Path(tmp) / ".complete").write_text(
                 f"{tool.release} built in {time.monotonic() - started:.0f}s\n"
             )

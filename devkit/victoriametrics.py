@@ -1,4 +1,10 @@
-"""Run a real VictoriaMetrics (Debian's ``victoria-metrics`` package) for tests, the demo and benchmarks.
+"""Run a real VictoriaMetrics for tests, the demo and benchmarks: Debian's 1.79 or a built current one.
+
+Which: ``$GPUPILOT_VICTORIAMETRICS`` (``1.79`` or ``debian``: Debian's ``victoria-metrics``
+package on PATH, what ``make test`` runs; ``1.151`` or ``current``: the release ``devkit.gobuild``
+builds from its Go module as the ``victoriametrics`` tool, with a progress line the first time, what
+``make compat`` and ``make demo DEMO_BACKEND=victoriametrics`` run). Each binary below is found
+through :func:`require_binary`.
 
 :class:`VictoriaMetricsServer` starts the single-node server on a free loopback port (optionally
 scraping targets with its built-in ``-promscrape.config``) and waits for ``/health``;
@@ -38,6 +44,7 @@ from typing import TextIO
 
 import yaml
 
+from devkit import gobuild
 from devkit.process import LoopbackServer
 from devkit.prometheus import ScrapeJob, free_port, scrape_configs
 from gpupilot_common.timefmt import format_time
@@ -51,8 +58,41 @@ class VictoriaMetricsError(RuntimeError):
 
 BINARIES = ("victoria-metrics", "vmagent", "vmalert", "vmctl")
 
+ENGINE_ENV = "GPUPILOT_VICTORIAMETRICS"
+DEBIAN = "1.79"
+CURRENT = gobuild.VICTORIAMETRICS_RELEASE.lstrip("v").rsplit(".", 1)[0]
+"""The built release's major.minor (``1.151``)."""
+ALIASES = {"debian": DEBIAN, "current": CURRENT}
+DEMO_DEFAULT = CURRENT
+"""What ``make demo DEMO_BACKEND=victoriametrics`` starts unless told otherwise."""
 
-def require_binary(name: str) -> str:
+
+def engine(name: str | None = None) -> str:
+    """``1.79`` (Debian's) or the built release's ``major.minor``: ``name``, else
+    ``$GPUPILOT_VICTORIAMETRICS``, else Debian's."""
+    raw = (name if name is not None else os.environ.get(ENGINE_ENV, "")).strip() or DEBIAN
+    key = ALIASES.get(raw.lower(), raw)
+    if key not in (DEBIAN, CURRENT):
+        known = ", ".join([DEBIAN, CURRENT, *ALIASES])
+        raise VictoriaMetricsError(f"{ENGINE_ENV}={raw}: no such VictoriaMetrics (known: {known})")
+    return key
+
+
+def select_default(default: str = DEMO_DEFAULT) -> str:
+    """For an entry point (the demo): ``$GPUPILOT_VICTORIAMETRICS``, else ``default``, set in the
+    environment so that every process started from here runs the same one."""
+    chosen = engine(os.environ.get(ENGINE_ENV, "") or default)
+    os.environ[ENGINE_ENV] = chosen
+    return chosen
+
+
+def require_binary(name: str, selected: str | None = None) -> str:
+    """The path of ``name`` (one of :data:`BINARIES`) in the selected VictoriaMetrics."""
+    if engine(selected) == CURRENT:
+        try:
+            return str(gobuild.binary("victoriametrics", name))
+        except gobuild.GoToolError as exc:
+            raise VictoriaMetricsError(f"VictoriaMetrics {CURRENT}: {exc}") from None
     path = shutil.which(name)
     if not path:
         raise VictoriaMetricsError(
@@ -185,7 +225,8 @@ def vmctl_import(server: VictoriaMetricsServer, blocks_dir: Path) -> float:
         binary,
         "prometheus",
         "-s",
-        "--vm-disable-progress-bar",
+        # renamed after 1.79
+        "--disable-progress-bar" if engine() == CURRENT else "--vm-disable-progress-bar",
         f"--prom-snapshot={blocks_dir}",
         f"--vm-addr={server.url}",
         "--vm-concurrency=2",

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from devkit import prometheus, victoriametrics
 from devkit.demo import applyplan, fleet, history, sections, services, vmstore
 from devkit.demo.console import Console, StepFailed
 from devkit.demo.procs import Interrupted, Supervisor, raise_on_signals
@@ -28,8 +29,11 @@ def preflight_error(settings: DemoSettings) -> str | None:
         problem = vmstore.preflight_error()
         if problem:
             return problem
-    elif not shutil.which("prometheus") or not shutil.which("promtool"):
-        return "prometheus/promtool not found: run 'make demo' (installs Debian's prometheus as root)"
+    else:
+        try:
+            prometheus.engine().binaries(build_missing=False)
+        except prometheus.PrometheusError as err:
+            return str(err)
     if not settings.scenario.is_file():
         return f"{settings.scenario} not found: set DEMO_SCENARIO to a fleet scenario file"
     return None
@@ -41,8 +45,14 @@ def check_prerequisites(con: Console, settings: DemoSettings) -> None:
     shown = settings.scenario
     if shown.is_relative_to(settings.root):
         shown = shown.relative_to(settings.root)
-    store = "victoria-metrics" if settings.backend == "victoriametrics" else "prometheus"
-    con.note(f"{store} {shutil.which(store)}, scenario {shown}")
+    if settings.backend == "victoriametrics":
+        store = (
+            f"VictoriaMetrics {victoriametrics.engine()} {victoriametrics.require_binary('victoria-metrics')}"
+        )
+    else:
+        chosen = prometheus.engine()
+        store = f"Prometheus {chosen.release} {chosen.binaries()[0]}"
+    con.note(f"{store}, scenario {shown} ({prometheus.ENGINE_ENV}, {victoriametrics.ENGINE_ENV} choose)")
 
 
 def run(settings: DemoSettings, con: Console) -> int:
@@ -184,6 +194,9 @@ HELP_EPILOG = """environment:
   DEMO_SKIP_SECTIONS=1   start everything and print the URLs only
   DEMO_DIR=DIR           working files (default .demo/ in the checkout)
   DEMO_BACKEND=NAME      prometheus (default) or victoriametrics (vmagent scrapes, vmalert runs rules/)
+  GPUPILOT_PROMETHEUS=V  3.13 (default: the LTS), 3.16 (the newest) or 2.42 (Debian's package);
+                         a 3.x is built from its Go module the first time (minutes, a progress line)
+  GPUPILOT_VICTORIAMETRICS=V  1.151 (default, built the same way) or 1.79 (Debian's package)
 """
 
 
@@ -198,6 +211,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = from_env()
     except SettingsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:  # the releases users run today unless told otherwise; built now when missing
+        if settings.backend == "victoriametrics":
+            victoriametrics.require_binary("victoria-metrics", victoriametrics.select_default())
+        else:
+            prometheus.select_default()
+    except (prometheus.PrometheusError, victoriametrics.VictoriaMetricsError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     problem = preflight_error(settings)

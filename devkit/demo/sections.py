@@ -6,6 +6,7 @@ import json
 import urllib.parse
 from pathlib import Path
 
+from devkit import prometheus
 from devkit.demo import commands
 from devkit.demo.console import Console, StepFailed
 from devkit.demo.services import Endpoints
@@ -149,9 +150,16 @@ def urls(
         con.line(f"  VictoriaMetrics UI    {ends.prometheus}/vmui  (try gpupilot:slice_activity:avg5m)")
         if ends.rules:
             con.line(f"  vmalert alerts        {ends.rules}/api/v1/alerts")
-    elif ends.prometheus:
+    elif ends.prometheus and prometheus.engine().has_web_ui:
         con.line(f"  Prometheus UI         {ends.prometheus}/graph  (try gpupilot:slice_activity:avg5m)")
         con.line(f"  Prometheus alerts     {ends.prometheus}/alerts")
+    elif ends.prometheus:  # a Prometheus built from its Go module: the API only
+        query = urllib.parse.urlencode({"query": "gpupilot:slice_activity:avg5m"})
+        con.line(f"  Prometheus API        {ends.prometheus}/api/v1/query?{query}")
+        con.line(f"  Prometheus alerts     {ends.prometheus}/api/v1/alerts")
+        con.line(
+            f"  (Prometheus {prometheus.engine().release} is built without its web UI; GPUPILOT_PROMETHEUS=2.42 has one)"
+        )
     for node, url in ends.exporters.items():
         con.line(f"  exporter {node:<12} {url}/metrics")
     if ends.cluster:

@@ -26,12 +26,11 @@ from simulator import scenario as scenario_mod
 
 
 def preflight_error() -> str | None:
-    missing = [b for b in ("victoria-metrics", "vmagent", "vmalert") if not shutil.which(b)]
-    if missing:
-        return (
-            f"{', '.join(missing)} not found: run 'DEMO_BACKEND=victoriametrics make demo' "
-            "(installs Debian's victoria-metrics as root)"
-        )
+    for binary in ("victoria-metrics", "vmagent", "vmalert"):
+        try:
+            vm.require_binary(binary)
+        except vm.VictoriaMetricsError as err:
+            return str(err)
     return None
 
 

@@ -339,6 +339,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"error: {ARCHIVES}: {', '.join(missing)} missing: run 'make images' first", file=sys.stderr)
         return 2
+    try:  # Prometheus 3 LTS unless GPUPILOT_PROMETHEUS says otherwise; built now when missing
+        chosen = prometheus.select_default()
+    except prometheus.PrometheusError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"Prometheus {chosen.release} ({prometheus.ENGINE_ENV}={chosen.name})", flush=True)
     work = checks.scratch()
     run = Run(work, keep=args.keep, kube_tool=RELEASES[args.kubernetes])
     server: prometheus.PrometheusServer | None = None

@@ -37,7 +37,8 @@ class LookbackSettings:
 
 
 def past_need_query(*, cluster_label: str, threshold: float) -> str:
-    return f"max by ({cluster_label}, {BY}) (max_over_time({RULE}[1h])) >= {threshold!r}"
+    # (t - 1 h, t] on Prometheus 2 and 3 alike: a millisecond short of the hour (docs/rules.md)
+    return f"max by ({cluster_label}, {BY}) (max_over_time({RULE}[3599999ms])) >= {threshold!r}"
 
 
 def attach(

@@ -48,8 +48,8 @@ def trend_queries(cluster_label: str = "cluster", *, named: bool = False) -> Tre
     by = f"{cluster_label}, Hostname, UUID, GPU_I_ID"
     raw_idle = (
         f"count(count by ({by}) ("
-        f'max by ({by}) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!="", pod!=""}}[5m])) < 0.05'
-        f' or max by ({by}) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{{pod!=""}}[5m])) < 5'
+        f'max by ({by}) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{{GPU_I_ID!="", pod!=""}}[4m59s999ms])) < 0.05'
+        f' or max by ({by}) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{{pod!=""}}[4m59s999ms])) < 5'
         "))" + ZERO_WHERE_SEEN
     )
     return TrendQueries(
@@ -238,8 +238,10 @@ def _heatmap(
     hours = steps(start, end, step)
     if not hours:
         return (), {}
-    # Each cell: the mean over the hour ending at that step (a subquery-free avg_over_time).
-    rng = f"[{int(step)}s]"
+    # Each cell: the mean over the hour ending at that step (a subquery-free avg_over_time), the
+    # window a millisecond short so that Prometheus 2 (closed windows) and 3 (left-open) both leave
+    # out the sample on the hour before: (t - 1 h, t].
+    rng = f"[{int(step) * 1000 - 1}ms]"
     by = f"{cluster_label}, Hostname"
     sel = f'{{{cluster_label}!=""}}' if named else ""
     rule = f"avg by ({by}) (avg_over_time(gpupilot:slice_activity:avg5m{sel}{rng}))"

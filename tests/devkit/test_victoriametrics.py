@@ -93,4 +93,4 @@ def test_a_server_that_cannot_start_names_its_log(tmp_path: Path) -> None:
 def test_missing_binary_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(vmkit.VictoriaMetricsError, match="make victoriametrics"):
-        vmkit.require_binary("vmalert")
+        vmkit.require_binary("vmalert", vmkit.DEBIAN)

@@ -1,10 +1,12 @@
-"""rules/: promtool check and unit tests pass, every alert is documented, linked and tested firing."""
+"""rules/: promtool check and unit tests pass, every alert is documented, linked and tested firing.
+
+promtool is the selected Prometheus's (``$GPUPILOT_PROMETHEUS``: Debian's 2.42 in ``make test``,
+3.13 and 3.16 in ``make compat``)."""
 
 from __future__ import annotations
 
 import functools
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -58,9 +60,9 @@ ALERTS = _rules("alert")
 
 
 def _promtool() -> str:
-    tool = shutil.which("promtool")
-    assert tool, "promtool not found: run 'make test' as root or 'sudo apt-get install prometheus'"
-    return tool
+    from devkit.prometheus import require_binaries  # noqa: PLC0415
+
+    return require_binaries()[1]
 
 
 def test_promtool_check_rules() -> None:
@@ -173,6 +175,38 @@ def test_seed_replay_shows_each_fault() -> None:
     assert len(seed_rules["groups"][0]["rules"]) == 6
 
 
+_DURATION = re.compile(r"(\d+)(ms|[smhdwy])")
+_UNIT_MS = {
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+    "w": 604_800_000,
+    "y": 31_536_000_000,
+}
+_RANGE = re.compile(r"\[((?:\d+(?:ms|[smhdwy]))+)(:[^\]]*)?\]")
+"""A range selector's or a subquery's window (``[5m]``, ``[4m59s999ms]``, ``[24h:1h]``)."""
+
+
+def _ms(duration: str) -> int:
+    return sum(int(n) * _UNIT_MS[unit] for n, unit in _DURATION.findall(duration))
+
+
+def _whole(expr: str) -> str:
+    """``expr`` with each window written a millisecond short given at its length (``[23h59m59s999ms]``
+    → ``[24h]``), in whole hours or minutes, so the checks below read the window meant."""
+
+    def whole(m: re.Match[str]) -> str:
+        ms = _ms(m[1]) + 1
+        if ms % 60_000:
+            return m[0]
+        unit = "h" if ms % _UNIT_MS["h"] == 0 else "m"
+        return f"[{ms // _UNIT_MS[unit]}{unit}{m[2] or ''}]"
+
+    return _RANGE.sub(whole, expr)
+
+
 _WINDOW = re.compile(r"(gpupilot:[a-z_:0-9]+)(\{[^}]*\})?\[(\d+)([hdw])\]")
 """A recording rule's series read over a window of hours or more."""
 
@@ -204,7 +238,7 @@ def test_an_alert_over_a_window_of_a_rule_requires_the_rule_to_cover_it(alert: d
     reads it over 24 h (or 7 d) must also require the rule's series to reach that far back, and to
     have a sample in every hour between (a gap of 23 h 40 min between two idle ends is no idle day).
     The hourly clause's own one-hour windows are what it counts."""
-    expr = alert["expr"]
+    expr = _whole(alert["expr"])
     hourly = _hourly_coverage(expr)
     for series, _matchers, n, unit in _WINDOW.findall(expr):
         if f"{n}{unit}" == "1h" and any(s == series for s, _ in hourly):
@@ -220,6 +254,20 @@ def test_an_alert_over_a_window_of_a_rule_requires_the_rule_to_cover_it(alert: d
             f"{alert['alert']}: the runbook does not say the alert waits for the rule's history"
         )
         assert "every hour" in page.lower(), f"{alert['alert']}: the runbook does not say gaps keep it quiet"
+
+
+def test_every_rule_window_is_a_millisecond_short() -> None:
+    """Range windows one millisecond short of their length take the same samples on Prometheus 2
+    (closed windows) and 3 (left-open); a full-length window, or a subquery's, is named here."""
+    full = []
+    for kind in ("record", "alert"):
+        for rule in _rules(kind):
+            for m in _RANGE.finditer(rule["expr"]):
+                if not m[2] and (_ms(m[1]) + 1) % 60_000:
+                    full.append(f"{rule[kind]}: [{m[1]}]")
+    assert not full, full
+    assert _whole("x[23h59m59s999ms]") == "x[24h]" and _whole("x[4m59s999ms]") == "x[5m]"
+    assert _whole("count_over_time(x[59m59s999ms])[24h:1h]") == "count_over_time(x[1h])[24h:1h]"
 
 
 def test_the_window_check_sees_an_unguarded_alert() -> None:

@@ -124,8 +124,19 @@ def test_gzip_only_when_accepted(metrics_server: MetricsServer, collector: Colle
     assert r.getheader("Content-Encoding") is None
 
 
+PROMETHEUS_3_ACCEPT = (  # 3.13's default scrape_protocols, UTF-8 names allowed (seen by tests/exporter/test_prometheus3_scrape.py)
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+
+
 def test_negotiation_helpers() -> None:
     assert wants_openmetrics(PROMETHEUS_ACCEPT)
+    assert wants_openmetrics(PROMETHEUS_3_ACCEPT)
+    assert wants_openmetrics(PROMETHEUS_3_ACCEPT.replace("allow-utf-8", "underscores"))
+    # scrape_protocols: [PrometheusText0.0.4] alone
+    assert not wants_openmetrics("text/plain;version=0.0.4;q=1.0,*/*;q=0.1")
     assert not wants_openmetrics("text/plain;version=0.0.4;q=1,application/openmetrics-text;q=0.5")
     assert not wants_openmetrics("text/html,application/xhtml+xml,*/*;q=0.8")
     assert not wants_openmetrics("application/openmetrics-text;q=0")

@@ -8,12 +8,20 @@ from pathlib import Path
 
 import psutil
 
+from devkit import prometheus, victoriametrics
 from devkit.demo.main import MARKER
 
 
 def demo_env(work: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEMO_")}
     env.update({"DEMO_DIR": str(work), "DEMO_DAYS": "1"})
+    # the releases this test run is on (make test: Debian's), not the demo's own default (the newest)
+    env.update(
+        {
+            prometheus.ENGINE_ENV: prometheus.engine().name,
+            victoriametrics.ENGINE_ENV: victoriametrics.engine(),
+        }
+    )
     env.update(extra)
     return env
 
