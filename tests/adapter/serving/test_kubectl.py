@@ -117,7 +117,7 @@ def kubectl(served_adapter: Served, *args: str) -> subprocess.CompletedProcess[s
 def test_kubectl_version_and_raw_gets(served_adapter: Served) -> None:
     version = kubectl(served_adapter, "version", "-o", "json")
     assert version.returncode == 0, version.stderr
-    assert json.loads(version.stdout)["serverVersion"]["gitVersion"].startswith("v1.32")
+    assert json.loads(version.stdout)["serverVersion"]["gitVersion"].startswith("v1.37")
 
     disc = kubectl(served_adapter, "get", "--raw", "/apis/custom.metrics.k8s.io/v1beta2")
     assert disc.returncode == 0, disc.stderr

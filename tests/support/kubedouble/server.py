@@ -446,7 +446,7 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                     reason = REASONS.get(fault.status, "InternalError")
                     raise ApiError(fault.status, reason, fault.message, retry_after_s=fault.retry_after_s)
                 if parsed.path == "/version":
-                    self._send(200, {"major": "1", "minor": "32", "gitVersion": "v1.32.0-kubedouble"})
+                    self._send(200, {"major": "1", "minor": "37", "gitVersion": "v1.37.2-kubedouble"})
                     return
                 if parsed.path in ("/healthz", "/readyz", "/livez"):
                     self._send(200, {"status": "ok"})
