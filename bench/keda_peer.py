@@ -24,12 +24,10 @@ every 5 s throughout. Run: ``python -m bench.keda_peer [--seconds 20]`` (``make 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import shutil
 import ssl
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +41,7 @@ from bench.adapter import Result, memory_mib, open_loop, prometheus_queries
 from bench.adapter_peer import _cpu, _FileTarget, _serial, _started
 from devkit import gobuild
 from devkit.cluster import ControlPlane
+from devkit.cluster.keda import Keda
 from devkit.cluster.kubeclient import Kube
 from devkit.prometheus import PrometheusServer, backfill_openmetrics, free_port
 
@@ -72,19 +71,6 @@ def write_history(path: Path, now: float) -> None:
             labels = f'namespace="{NAMESPACE}",pod="{app}-{i}",app="{app}"'
             out.writelines(f"inference_queue_depth{{{labels}}} {i % 20} {t}\n" for t in stamps)
         out.write("# EOF\n")
-
-
-def _keda_crds() -> Path:
-    """KEDA's CRDs as its module ships them (``config/crd/bases``), from Go's module cache."""
-    tool = gobuild.TOOLS["keda"]
-    res = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "github.com/kedacore/keda/v2"],
-        cwd=tool.module_dir,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return Path(res.stdout.strip()) / "config" / "crd" / "bases"
 
 
 def _scaled_object(name: str, trigger: dict[str, Any]) -> dict[str, Any]:
@@ -141,99 +127,16 @@ def run(*, seconds: float = 20.0, workdir: Path | None = None) -> dict[str, Any]
 
 
 def _run(root: Path, seconds: float) -> dict[str, Any]:
-    keda = gobuild.binary("keda").parent
-    kubectl = str(gobuild.binary("kube").parent / "kubectl")
     write_history(root / "history.om.txt", time.time())
     backfill_openmetrics(root / "history.om.txt", root / "data", block_duration="2h")
     (root / "adapter.yaml").write_text(CONFIG)
-    certs = root / "keda-certs"
-    certs.mkdir(parents=True)
     rows: list[dict[str, object]] = []
     facts: dict[str, Any] = {}
     with PrometheusServer(root / "data") as prom, ControlPlane(root / "cluster") as cp:
         assert cp.certs is not None
-        kc = str(cp.admin_kubeconfig)
         kube = Kube(cp.admin_kubeconfig)
-        subprocess.run(
-            [kubectl, f"--kubeconfig={kc}", "apply", "--server-side", "-f", str(_keda_crds())],
-            check=True,
-            capture_output=True,
-        )
-        for ns in ("keda", NAMESPACE):
-            kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        metrics_port, grpc_port, scaler_port = free_port(), free_port(), free_port()
-        kube.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": "keda-metrics-apiserver", "namespace": "keda"},
-                "spec": {"type": "ExternalName", "externalName": "localhost"},
-            }
-        )
-        kube.apply(
-            {
-                "apiVersion": "apiregistration.k8s.io/v1",
-                "kind": "APIService",
-                "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
-                "spec": {
-                    "group": "external.metrics.k8s.io",
-                    "version": "v1beta1",
-                    "groupPriorityMinimum": 100,
-                    "versionPriority": 100,
-                    "service": {"name": "keda-metrics-apiserver", "namespace": "keda", "port": metrics_port},
-                },
-            }
-        )
-        env = {
-            **os.environ,
-            "KEDA_CLUSTER_OBJECT_NAMESPACE": "keda",
-            "POD_NAMESPACE": "keda",
-            "WATCH_NAMESPACE": "",
-        }
-        operator_cmd = [
-            str(keda / "keda"),
-            f"--kubeconfig={kc}",
-            f"--metrics-bind-address=127.0.0.1:{free_port()}",
-            f"--health-probe-bind-address=127.0.0.1:{free_port()}",
-            f"--metrics-service-bind-address=127.0.0.1:{grpc_port}",
-            f"--cert-dir={certs}",
-            "--enable-cert-rotation=true",
-            "--enable-webhook-patching=false",
-            "--zap-log-level=error",
-        ]
-        # First start: the rotator writes the Secret kedaorg-certs and exits for the pod to restart
-        # with it mounted; write its files where a kubelet would and start again.
-        first = subprocess.run(operator_cmd, env=env, capture_output=True, timeout=180, check=False)
-        secret = _wait(
-            "KEDA's certificate Secret",
-            lambda: (kube.get("v1", "Secret", "kedaorg-certs", "keda") or {}).get("data"),
-        )
-        for name, value in secret.items():
-            (certs / name).write_bytes(base64.b64decode(value))
-        facts["operator_first_start_exit"] = first.returncode
-        metrics_cmd = [
-            str(keda / "keda-adapter"),
-            *(
-                f"--{flag}={kc}"
-                for flag in (
-                    "kubeconfig",
-                    "lister-kubeconfig",
-                    "authentication-kubeconfig",
-                    "authorization-kubeconfig",
-                )
-            ),
-            f"--secure-port={metrics_port}",
-            "--bind-address=127.0.0.1",
-            f"--cert-dir={certs}",
-            f"--tls-cert-file={certs / 'tls.crt'}",
-            f"--tls-private-key-file={certs / 'tls.key'}",
-            f"--requestheader-client-ca-file={cp.certs.front_proxy_ca.path}",
-            "--requestheader-allowed-names=front-proxy-client",
-            f"--metrics-service-address=127.0.0.1:{grpc_port}",
-            "--metrics-service-grpc-authority=keda-operator.keda.svc.cluster.local",
-            f"--port={free_port()}",
-            f"--profiling-bind-address=127.0.0.1:{free_port()}",
-        ]
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        scaler_port = free_port()
         ours_cmd = [
             *(
                 sys.executable,
@@ -251,12 +154,13 @@ def _run(root: Path, seconds: float) -> dict[str, Any]:
             *("--external-scaler-address", f"127.0.0.1:{scaler_port}"),
         ]
         with (
-            _started("keda-operator", operator_cmd, root / "operator.log", env) as operator,
-            _started("keda-metrics", metrics_cmd, root / "metrics.log", env) as metrics,
+            Keda(cp, root / "keda") as keda,
             _started(
                 "gpupilot-adapter", ours_cmd, root / "adapter.log", {**os.environ, "MALLOC_ARENA_MAX": "2"}
             ) as ours,
         ):
+            operator, metrics = keda.operator, keda.metrics
+            assert operator is not None and metrics is not None
             triggers = {
                 "prometheus": {
                     "type": "prometheus",

@@ -5,8 +5,12 @@ kill after 20 s). Shared by :mod:`devkit.prometheus` and :mod:`devkit.victoriame
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -19,6 +23,17 @@ import psutil
 PORT_TRIES = 3
 """Launches on a fresh port when another process took the chosen one first (a free port is free only
 until someone binds it: parallel test workers start servers all the time)."""
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """``preexec_fn`` for servers the devkit starts: SIGTERM when the process that started them dies
+    (a killed test run or demo leaves nothing behind)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:

@@ -17,7 +17,6 @@ Metadata level (``<dir>/audit.log``: the e2e reads the 403s from it).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -36,10 +35,9 @@ import yaml
 
 from devkit import gobuild, pki
 from devkit.cluster import pki as clusterpki
-from devkit.process import free_port
+from devkit.process import die_with_parent, free_port
 
 STAGES = Path(__file__).with_name("stages.yaml")
-PR_SET_PDEATHSIG = 1
 SHM = Path("/dev/shm")  # noqa: S108 - a private mkdtemp folder inside it, removed on stop
 
 
@@ -66,11 +64,6 @@ class Component:
     cmd: list[str]
     log: Path
     proc: subprocess.Popen[bytes] | None = None
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -347,7 +340,7 @@ class ControlPlane:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 process_group=0 if self.pgid is None else self.pgid,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, before exec
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - prctl only, before exec
             )
         if self.pgid is None:
             self.pgid = proc.pid

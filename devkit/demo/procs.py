@@ -9,12 +9,10 @@ sends them SIGTERM, so nothing outlives it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import ssl
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,17 +22,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-PR_SET_PDEATHSIG = 1
+from devkit.process import die_with_parent
 
 
 class ServiceError(RuntimeError):
     """A child service exited or never became ready."""
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -68,7 +60,7 @@ class Supervisor:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
                 env=env,
             )
         service = Service(name, proc, log)
@@ -136,7 +128,7 @@ def popen_in_own_group(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[b
     return subprocess.Popen(
         list(argv),
         start_new_session=True,
-        preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
+        preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl, async-signal-safe
         **kwargs,
     )
 
