@@ -11,6 +11,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from adapter.clients.prometheus import PrometheusMetrics
+from gpupilot_common import buildinfo
 
 
 class SelfMetrics:
@@ -87,6 +88,8 @@ class SelfMetrics:
             ["result"],
             registry=r,
         )
+        self.build_info = Gauge(buildinfo.NAME, buildinfo.HELP, list(buildinfo.labels("adapter")), registry=r)
+        self.build_info.labels(**buildinfo.labels("adapter")).set(1)
         self.serving_cert_expiry = Gauge(
             "gpupilot_adapter_serving_certificate_expiry_timestamp_seconds",
             "Unix time the serving certificate in use expires.",

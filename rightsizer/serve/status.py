@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gpupilot_common import buildinfo
 from rightsizer.plan import idle
 from rightsizer.serve.state import State
 
@@ -28,6 +29,10 @@ JOBS = ("plan", "report", "auto_apply")
 def metric_families(s: State, failures: Counter[str]) -> Iterator[Metric]:
     """The service's metrics from a consistent ``s`` (read under the service's lock)."""
     plan = s.plan
+    info = buildinfo.labels("rightsizer")
+    build = GaugeMetricFamily(buildinfo.NAME, buildinfo.HELP, labels=list(info))
+    build.add_metric(list(info.values()), 1.0)
+    yield build
     ts = GaugeMetricFamily(
         "gpupilot_rightsizer_last_plan_timestamp_seconds",
         "Unix time of the last plan attempt (0: none yet).",
