@@ -9,7 +9,8 @@ Example (``examples/rightsizer-serve.yaml``)::
     timezone: Europe/Berlin          # required: every time below is in this zone
     listen: 0.0.0.0:9500             # /health and /metrics
     state_dir: /var/lib/gpupilot     # plans, reports, the auto-apply ledger
-    report: {schedule: "mon 06:00", window: 7d, price_per_gpu_hour: 2.5}
+    report: {schedule: "mon 06:00", window: 7d, price_per_gpu_hour: 2.5,
+             retention: {count: 26, max_age: 365d}}   # dated report folders kept
     plan: {every: 6h, window: 7d}   # also max_nodes, headroom (0.2), idle_threshold (0.05), min_busy (15m)
     auto_apply:
       enabled: false
@@ -39,6 +40,7 @@ from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan.settings import PlanSettings
+from rightsizer.serve.retention import Retention
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _SCHEDULE = re.compile(r"^(?P<days>[a-z,\-*]+)\s+(?P<h>\d{1,2}):(?P<m>\d{2})$")
@@ -64,6 +66,8 @@ class ReportJob:
     price_per_gpu_hour: float | None = None
     out_dir: Path | None = None
     """Where reports go (one dated folder each); default ``<state_dir>/reports``."""
+    retention: Retention = field(default_factory=Retention)
+    """Dated report folders kept after each report (default: all)."""
 
 
 @dataclass(frozen=True)
@@ -235,14 +239,24 @@ def _timezone(r: Section) -> ZoneInfo:
 
 
 def _report(rr: Section) -> ReportJob:
-    rr.keys(("schedule", "window", "price_per_gpu_hour", "out_dir"))
+    rr.keys(("schedule", "window", "price_per_gpu_hour", "out_dir", "retention"))
     price = rr.number("price_per_gpu_hour", None)
     out = rr.optional_text("out_dir")
+    keep = Retention()
+    if (kr := rr.section("retention")) is not None:
+        kr.keys(("count", "max_age"))
+        max_age = None
+        if kr.raw("max_age") not in (None, ""):
+            max_age = kr.duration("max_age", 0.0)
+            if max_age < 86400:
+                raise kr.fail("max_age", "must be at least 1d (report folders are dated by day)")
+        keep = Retention(count=kr.integer("count", None, minimum=1), max_age_s=max_age)
     return ReportJob(
         _schedule(rr, "schedule"),
         rr.duration("window", 7 * 86400.0),
         price,
         Path(out) if out else None,
+        keep,
     )
 
 

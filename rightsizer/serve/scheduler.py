@@ -31,12 +31,13 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpupilot_common import logs
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import ApplyReport
 from rightsizer.errors import RightsizerError
 from rightsizer.plan import idle
 from rightsizer.plan.model import Plan
-from rightsizer.serve import budget, status, webfiles
+from rightsizer.serve import budget, retention, status, webfiles
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
 from rightsizer.serve.failures import Failures, JobFailed
 from rightsizer.serve.ledger import Entries, FileLedger, Ledger, LedgerConflict
@@ -280,7 +281,10 @@ class Service(Collector):
             self.state.last_report_at = now.timestamp()
             self.state.runs[("report", "ok")] += 1
         self._succeeded("report")
-        log.info("report written to %s", path)
+        log.info("report written to %s", path, extra=logs.fields(path=str(path)))
+        retention.prune(
+            self.reports_dir, job.retention, today=now.astimezone(self.config.timezone).date(), written=out
+        )
         return True
 
     def run_first_report(self) -> bool:

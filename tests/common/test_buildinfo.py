@@ -6,9 +6,11 @@ import platform
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -37,7 +39,7 @@ def test_adapter() -> None:
 
 def test_rightsizer() -> None:
     class Families(Collector):
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self) -> Iterator[Metric]:
             return status.metric_families(State(), Counter())
 
     reg = CollectorRegistry()

@@ -295,6 +295,13 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
         # what YAML says. CEL ignores whitespace: compare the expressions without it.
         for validation in out["spec"].get("validations", []):
             validation["expression"] = " ".join(validation["expression"].split())
+    if out["kind"] == "Deployment":
+        # The chart rolls the rightsizer's pods when its config changes (a checksum of it); kustomize
+        # users change the config by a new rollout of their own (docs/upgrade.md).
+        template = out["spec"]["template"]["metadata"]
+        template.get("annotations", {}).pop("checksum/config", None)
+        if "annotations" in template and not template["annotations"]:
+            del template["annotations"]
     if out["kind"] == "ConfigMap" and out["metadata"]["name"] == "gpupilot-rightsizer":
         out["data"] = {k: yaml.safe_load(v) for k, v in out["data"].items()}  # comments differ
     if out["kind"] == "APIService":

@@ -40,7 +40,7 @@ imagePullSecrets:
 {{- end -}}
 
 {{/* A pod's placement from its component's values (.v): nodeSelector, tolerations, affinity,
-priorityClassName, each only when set. */}}
+topologySpreadConstraints, priorityClassName, each only when set. */}}
 {{- define "gpupilot.placement" -}}
 {{- with .v.priorityClassName }}
 priorityClassName: {{ . }}
@@ -55,6 +55,10 @@ tolerations:
 {{- end }}
 {{- with .v.affinity }}
 affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.topologySpreadConstraints }}
+topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
@@ -192,19 +196,102 @@ notAfter: {{ dateInZone $layout (now | dateModify (printf "+%dh" (mul (int $a.ge
 {{- .own | default .root.Values.prometheus.url -}}
 {{- end -}}
 
-{{/* The rightsizer's serve --config: rightsizer.config as given, else the chart's
-files/rightsizer.yaml with the Prometheus URL (and prometheusAuth), the operator namespace, the MIG
-ConfigMap and autoApply.enabled put in. */}}
+{{/* The rightsizer's serve --config, as a map: the chart's files/rightsizer.yaml with the values put
+in (Prometheus URL and prometheusAuth, time zone, report schedule, window, price and retention,
+the operator namespace, the MIG ConfigMap, autoApply.enabled, leader election with more than one
+replica), then rightsizer.config (YAML text or a map) merged over it key by key; a key set to null
+there removes the chart's. Rendered with toYaml (YAML text with its comments would be lost anyway). */}}
 {{- define "gpupilot.rightsizerConfig" -}}
 {{- $r := .Values.rightsizer -}}
-{{- $default := .Files.Get "files/rightsizer.yaml" -}}
-{{- $url := printf "prometheus_url: %s" (include "gpupilot.prometheusUrl" (dict "own" $r.prometheusUrl "root" .)) -}}
+{{- $c := .Files.Get "files/rightsizer.yaml" | fromYaml -}}
+{{- $_ := set $c "prometheus_url" (include "gpupilot.prometheusUrl" (dict "own" $r.prometheusUrl "root" .)) -}}
 {{- range $k, $v := include "gpupilot.prometheusAuth" . | fromYaml -}}
-{{- $url = printf "%s\nprometheus_%s: %s" $url ($k | replace "-" "_") ($v | quote) -}}
+{{- $_ := set $c (printf "prometheus_%s" ($k | replace "-" "_")) $v -}}
 {{- end -}}
-{{- $default = regexReplaceAll "(?m)^prometheus_url: .*$" $default $url -}}
-{{- $default = regexReplaceAll "(?m)^  operator_namespace: .*$" $default (printf "  operator_namespace: %s" $r.gpuOperatorNamespace) -}}
-{{- $default = regexReplaceAll "(?m)^  mig_configmap: .*$" $default (printf "  mig_configmap: %s" $r.migConfigMap) -}}
-{{- $default = regexReplaceAll "(?m)^auto_apply:\n  enabled: .*$" $default (printf "auto_apply:\n  enabled: %t" $r.autoApply.enabled) -}}
-{{- $r.config | default $default -}}
+{{- $_ = set $c "timezone" ($r.timezone | default "UTC") -}}
+{{- $rv := $r.report | default dict -}}
+{{- $report := get $c "report" | default dict -}}
+{{- with $rv.schedule }}{{ $_ = set $report "schedule" . }}{{ end -}}
+{{- with $rv.window }}{{ $_ = set $report "window" . }}{{ end -}}
+{{- if not (kindIs "invalid" $rv.pricePerGpuHour) }}{{ $_ = set $report "price_per_gpu_hour" (float64 $rv.pricePerGpuHour) }}{{ end -}}
+{{- with $rv.retention }}
+{{- $keep := dict -}}
+{{- with .count }}{{ $_ = set $keep "count" (int .) }}{{ end -}}
+{{- with .maxAge }}{{ $_ = set $keep "max_age" . }}{{ end -}}
+{{- if $keep }}{{ $_ = set $report "retention" $keep }}{{ end -}}
+{{- end -}}
+{{- $_ = set $c "report" $report -}}
+{{- $auto := get $c "auto_apply" | default dict -}}
+{{- $_ = set $auto "enabled" $r.autoApply.enabled -}}
+{{- $_ = set $auto "operator_namespace" $r.gpuOperatorNamespace -}}
+{{- $_ = set $auto "mig_configmap" $r.migConfigMap -}}
+{{- if gt (int ($r.replicas | default 1)) 1 -}}
+{{- $_ = set $auto "leader_election" (dict "namespace" .Release.Namespace) -}}
+{{- end -}}
+{{- $_ = set $c "auto_apply" $auto -}}
+{{- $own := $r.config | default dict -}}
+{{- if kindIs "string" $own -}}
+{{- $own = fromYaml $own -}}
+{{- if hasKey $own "Error" -}}
+{{- fail (printf "rightsizer.config is not YAML: %s" (get $own "Error")) -}}
+{{- end -}}
+{{- end -}}
+{{- $c = mergeOverwrite $c (deepCopy $own) -}}
+{{- range $k, $v := $own -}}
+{{- if kindIs "invalid" $v }}{{ $_ = unset $c $k }}{{ end -}}
+{{- end -}}
+{{- toYaml $c -}}
+{{- end -}}
+
+{{/* A component's (.v) log flags: only what differs from the services' defaults (text, info). */}}
+{{- define "gpupilot.logArgs" -}}
+{{- if and .v.logFormat (ne .v.logFormat "text") }}
+- --log-format={{ .v.logFormat }}
+{{- end }}
+{{- if and .v.logLevel (ne .v.logLevel "info") }}
+- --log-level={{ .v.logLevel }}
+{{- end }}
+{{- end -}}
+
+{{/* A component's (.v) extraArgs, quoted. */}}
+{{- define "gpupilot.extraArgs" -}}
+{{- range .v.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A list value of a component (.v, key .key), as items of a list already open in the template. */}}
+{{- define "gpupilot.extraList" -}}
+{{- with (get .v .key) }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A security context: the chart's (.default, YAML text) with the component's value (.own, a map)
+merged over it, key by key. */}}
+{{- define "gpupilot.securityContext" -}}
+{{- toYaml (mergeOverwrite (.default | fromYaml) (deepCopy (.own | default dict))) -}}
+{{- end -}}
+
+{{/* A component's ServiceAccount annotations (.v.serviceAccount.annotations), when set. */}}
+{{- define "gpupilot.serviceAccountAnnotations" -}}
+{{- with dig "serviceAccount" "annotations" dict .v }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A ServiceMonitor's extra labels and an endpoint's relabelings/metricRelabelings appended to
+the chart's (.relabelings, .metricRelabelings: lists; .sm: the component's serviceMonitor values). */}}
+{{- define "gpupilot.monitorEndpointRelabel" -}}
+{{- $r := concat (.relabelings | default list) (.sm.relabelings | default list) -}}
+{{- $m := concat (.metricRelabelings | default list) (.sm.metricRelabelings | default list) -}}
+{{- with $r }}
+relabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end -}}
