@@ -318,6 +318,8 @@ def test_notes_say_how_to_check_each_part() -> None:
         "rightsizer.persistence.enabled=true",
         "a CA the chart generated",
         "count every GPU twice",  # beside NVIDIA's dcgm-exporter
+        "--metric-labels-allowlist=nodes=[nvidia.com/mig.config,nvidia.com/mig.config.state",
+        "gpupilot-rightsizer serve --config /etc/gpupilot/rightsizer.yaml --check",
     ):
         assert needed in notes, needed
     assert "symlink" not in res.stderr.lower(), res.stderr  # the chart holds plain files
