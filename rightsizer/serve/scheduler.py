@@ -82,6 +82,31 @@ def idle_slices(plan: Plan) -> int:
     return len(idle.idle_devices(plan))
 
 
+def job_intervals(config: ServeConfig) -> dict[str, float]:
+    """Seconds between the scheduled runs of the plan and report jobs
+    (``gpupilot_rightsizer_job_interval_seconds``, what the staleness alerts compare the last success
+    with; auto-apply has none: most of its runs are skipped outside the maintenance window)."""
+    out: dict[str, float] = {}
+    if config.plan is not None:
+        out["plan"] = config.plan.every_s
+    if config.report is not None:
+        out["report"] = longest_gap_days(config.report.schedule.day_of_week) * 86400.0
+    return out
+
+
+def longest_gap_days(day_of_week: str) -> int:
+    """The most days between two runs of a weekly schedule's days (``mon`` 7, ``mon-fri`` 3, ``*`` 1)."""
+    if day_of_week == "*":
+        return 1
+    days: set[int] = set()
+    for part in day_of_week.split(","):
+        first, _, last = part.partition("-")
+        a, b = DAYS.index(first), DAYS.index(last or first)
+        days.update(range(a, b + 1) if a <= b else [*range(a, 7), *range(b + 1)])
+    ordered = sorted(days)
+    return max((ordered[(i + 1) % len(ordered)] - d) % 7 or 7 for i, d in enumerate(ordered))
+
+
 def in_window(now: datetime, window: MaintenanceWindow) -> bool:
     """``now`` (local time) inside the window; a window whose end is before its start runs past midnight."""
     day = DAYS[now.weekday()]
@@ -196,6 +221,8 @@ class Service(Collector):
                     self._scheduler.remove_job(pending.id)
 
     def _succeeded(self, job: str) -> None:
+        with self._lock:
+            self.state.last_success[job] = self.clock().timestamp()
         if (was := self.failures.succeeded(job)) is not None:
             log.info("%s job works again after %d failure(s)", job, was.count)
         if self._scheduler is not None:
@@ -444,6 +471,9 @@ class Service(Collector):
         self._scheduler = scheduler
         tz = self.config.timezone
         now = self.clock().astimezone(tz)
+        with self._lock:
+            self.state.started_at = now.timestamp()
+            self.state.intervals = job_intervals(self.config)
         defaults: dict[str, Any] = {"coalesce": True, "max_instances": 1, "replace_existing": True}
         if (rj := self.config.report) is not None:
             trigger = CronTrigger(

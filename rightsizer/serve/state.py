@@ -19,3 +19,10 @@ class State:
     applies: Counter[str] = dataclasses.field(default_factory=Counter)
     runs: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)
     last_skip: str = ""
+    started_at: float = 0.0
+    """When the service started (Unix seconds): a job's "last success" until it first succeeds."""
+    last_success: dict[str, float] = dataclasses.field(default_factory=dict)
+    """job → Unix time of its last successful run."""
+    intervals: dict[str, float] = dataclasses.field(default_factory=dict)
+    """plan and report → seconds between their scheduled runs (plan.every; a week, or a day for a
+    schedule on several days)."""

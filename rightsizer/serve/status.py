@@ -49,10 +49,16 @@ def metric_families(s: State, failures: Counter[str]) -> Iterator[Metric]:
         idle_gauge = GaugeMetricFamily(
             "gpupilot_rightsizer_idle_slices",
             "MIG slices and whole GPUs whose busiest min_busy rolling mean (15 min by default) stayed "
-            "below the idle threshold in the latest plan's window: a slice with a daily burst is not "
-            "idle (cached from the last successful plan; see last_plan_timestamp_seconds).",
+            "below the idle threshold in the latest plan's window (a slice with a daily burst is not "
+            'idle), by whether a pod holds them: allocated="true" is the report\'s "allocated devices '
+            'idle all window", allocated="false" its unallocated capacity (cached from the last '
+            "successful plan; see last_plan_timestamp_seconds).",
+            labels=["allocated"],
         )
-        idle_gauge.add_metric([], float(len(idle.idle_devices(plan))))
+        found = idle.idle_devices(plan)
+        held = sum(1 for _n, e in found if e.allocated)
+        idle_gauge.add_metric(["true"], float(held))
+        idle_gauge.add_metric(["false"], float(len(found) - held))
         yield idle_gauge
         freeable = GaugeMetricFamily(
             "gpupilot_rightsizer_freeable_gpus",
@@ -85,6 +91,22 @@ def metric_families(s: State, failures: Counter[str]) -> Iterator[Metric]:
     for (job, result), count in sorted(s.runs.items()):
         runs.add_metric([job, result], float(count))
     yield runs
+    success = GaugeMetricFamily(
+        "gpupilot_rightsizer_last_success_timestamp_seconds",
+        "Unix time of each job's last successful run; the service's start until its first one "
+        "(the GPURightsizer*Stale alerts compare it with job_interval_seconds).",
+        labels=["job"],
+    )
+    interval = GaugeMetricFamily(
+        "gpupilot_rightsizer_job_interval_seconds",
+        "Seconds between the scheduled runs of each configured job.",
+        labels=["job"],
+    )
+    for job, every in sorted(s.intervals.items()):
+        success.add_metric([job], s.last_success.get(job, s.started_at))
+        interval.add_metric([job], every)
+    yield success
+    yield interval
     if s.last_report_at is not None:
         rep = GaugeMetricFamily(
             "gpupilot_rightsizer_last_report_timestamp_seconds",
