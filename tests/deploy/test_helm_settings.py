@@ -223,3 +223,89 @@ def test_counters_csv_from_a_configmap() -> None:
     spec = pod_spec(own[("DaemonSet", "gpupilot-exporter")])
     assert {"name": "counters", "configMap": {"name": "my-counters"}} in spec["volumes"]
     assert "--collectors=/etc/gpupilot-exporter-counters/dcp.csv" in spec["containers"][0]["args"]
+
+
+def alerts(objs: Objects) -> dict[str, dict[str, Any]]:
+    rule = objs[("PrometheusRule", "gpupilot-alerts")]
+    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+
+
+@pytest.mark.slow
+def test_alerts_can_be_switched_off_tuned_labelled_and_pointed_at_your_runbooks() -> None:
+    default = alerts(render())
+    tuned = alerts(
+        render(
+            "monitoring.prometheusRules.runbookBaseUrl=https://wiki.example/gpu/",
+            json_sets=(
+                'monitoring.prometheusRules.alerts={"GPULowUtilization": {"enabled": false}, '
+                '"GPUHighTemperature": {"threshold": 80, "for": "10m", "severity": "critical", "labels": {"team": "infra"}}, '
+                '"GPUAdapterCertificateExpiring": {"threshold": 30}}',
+                'monitoring.prometheusRules.extraAlertLabels={"cluster": "eu-1"}',
+            ),
+        )
+    )
+    assert set(default) - set(tuned) == {"GPULowUtilization"}
+    hot = tuned["GPUHighTemperature"]
+    assert hot["expr"].strip().endswith("> 80") and default["GPUHighTemperature"]["expr"].strip().endswith(
+        "> 85"
+    )
+    assert hot["for"] == "10m" and hot["labels"] == {
+        "severity": "critical",
+        "team": "infra",
+        "cluster": "eu-1",
+    }
+    assert "< 30 * 86400" in tuned["GPUAdapterCertificateExpiring"]["expr"]
+    assert tuned["GPUExporterDown"]["labels"] == {"severity": "critical", "cluster": "eu-1"}
+    assert all(
+        a["annotations"]["runbook_url"].startswith("https://wiki.example/gpu/") for a in tuned.values()
+    )
+    assert tuned["GPULost"]["annotations"]["runbook_url"] == "https://wiki.example/gpu/gpulost.md"
+
+
+@pytest.mark.slow
+def test_a_threshold_for_an_alert_without_one_fails_in_one_line() -> None:
+    res = run_helm(
+        "template", "gpupilot", str(CHART), "--set-json",
+        'monitoring.prometheusRules.alerts={"GPULost": {"threshold": 2}}',
+    )  # fmt: skip
+    assert res.returncode != 0
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("Error:")]
+    assert "monitoring.prometheusRules.alerts.GPULost.threshold: this alert has no single threshold" in line
+
+
+@pytest.mark.slow
+def test_dashboard_label_and_folder() -> None:
+    objs = render(
+        "monitoring.dashboards.folder=Platform/GPU",
+        "monitoring.dashboards.folderAnnotation=k8s-sidecar-target-directory",
+        json_sets=('monitoring.dashboards.labels={"grafana_dashboard": null, "grafana-dashboards": "gpu"}',),
+    )
+    boards = [
+        o
+        for (kind, name), o in objs.items()
+        if kind == "ConfigMap" and name.startswith("gpupilot-dashboard-")
+    ]
+    assert len(boards) == 6
+    for board in boards:
+        assert board["metadata"]["labels"]["grafana-dashboards"] == "gpu"
+        assert "grafana_dashboard" not in board["metadata"]["labels"]
+        assert board["metadata"]["annotations"] == {"k8s-sidecar-target-directory": "Platform/GPU"}
+    default = render()[("ConfigMap", "gpupilot-dashboard-gpupilot-health")]["metadata"]
+    assert default["labels"]["grafana_dashboard"] == "1" and default["annotations"] == {
+        "grafana_folder": "GPU"
+    }
+
+
+@pytest.mark.slow
+def test_network_policy_sources_are_a_list() -> None:
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}}}
+    objs = render(json_sets=(f"networkPolicy.metricsFrom=[{json.dumps(peer)}]",))
+    for name in ("gpupilot-exporter", "gpupilot-rightsizer"):
+        (rule,) = objs[("NetworkPolicy", name)]["spec"]["ingress"]
+        assert rule["from"][-1] == peer and len(rule["from"]) == 2
+    only = render(
+        "networkPolicy.monitoringNamespace=", json_sets=(f"networkPolicy.metricsFrom=[{json.dumps(peer)}]",)
+    )
+    assert only[("NetworkPolicy", "gpupilot-exporter")]["spec"]["ingress"][0]["from"] == [peer]
+    res = run_helm("template", "gpupilot", str(CHART), "--set", "networkPolicy.monitoringNamespace=")
+    assert res.returncode != 0 and "no source may scrape the metrics" in res.stderr
