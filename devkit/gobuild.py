@@ -44,6 +44,8 @@ class Binary:
     """The file name the binary gets in the tool's folder."""
     package: str
     """The Go package to build: ``.`` for the module's own main, else an upstream import path."""
+    links: tuple[str, ...] = ()
+    """Other names for the same binary (symbolic links beside it: ``kubectl`` → ``kube``)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ TOOLS: dict[str, GoTool] = {
             name="kube",
             directory="kube",
             release=KUBERNETES_RELEASE,
-            binaries=(Binary("kube", "."),),
+            binaries=(Binary("kube", ".", links=("kubectl",)),),
             ldflags=_kube_version_flags(KUBERNETES_RELEASE),
         ),
         GoTool(
@@ -218,6 +220,8 @@ def build(name: str, *, progress: bool = True) -> Path:
                     raise GoToolError(
                         f"{tool.name}: go build of {binary.package} failed ({_failure_line(log)}); see {log}"
                     )
+                for link in binary.links:
+                    (Path(tmp) / link).symlink_to(binary.name)
             (Path(tmp) / ".complete").write_text(
                 f"{tool.release} built in {time.monotonic() - started:.0f}s\n"
             )

@@ -472,7 +472,7 @@ def test_settings_reach_the_objects() -> None:
     assert ("PodDisruptionBudget", "gpupilot-adapter") not in by
     assert not {k for k, _ in by} & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     role = by[("Role", "gpupilot-rightsizer-mig-config")]
-    assert role["rules"][0]["resourceNames"] == ["default-mig-parted-config", "custom-mig-config", "mig-a"]
+    assert role["rules"][0] == {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
     config = yaml.safe_load(by[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"])
     assert config["auto_apply"]["mig_configmap"] == "mig-a"
 
