@@ -12,10 +12,12 @@ import concurrent.futures
 import functools
 import json
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, overload
 
@@ -27,6 +29,7 @@ from urllib3.exceptions import HTTPError
 from adapter.errors import KubernetesUnavailable
 from adapter.quantity import parse_quantity, to_milli
 from gpupilot_common import neterror, timefmt
+from gpupilot_common.paths import is_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -97,6 +100,20 @@ class AuthenticationConfigMap:
     client_ca: str
 
 
+def _api_client(kubeconfig: str, context: str) -> Any:
+    """As kubectl finds its configuration: ``kubeconfig`` when given, else ``$KUBECONFIG`` or
+    ``~/.kube/config`` when there is one, else the pod's in-cluster service account."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig, context=context or None)  # type: ignore[no-untyped-call]
+    default = os.environ.get("KUBECONFIG", "") or str(Path.home() / ".kube" / "config")
+    if any(is_file(Path(p)) for p in default.split(os.pathsep) if p):
+        return config.new_client_from_config(config_file=default, context=context or None)  # type: ignore[no-untyped-call]
+    if context:
+        raise config.ConfigException(f"--context {context}: no kubeconfig to take it from")
+    config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
 class KubeClient:
     def __init__(
         self, *, kubeconfig: str = "", context: str = "", timeout: float = 10.0, page_size: int = 500
@@ -105,15 +122,9 @@ class KubeClient:
         """Seconds for each call (a TokenReview, a SubjectAccessReview, one page of a list)."""
         self.page_size = page_size
         try:
-            if kubeconfig:
-                api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=kubeconfig, context=context or None
-                )
-            else:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-                api_client = client.ApiClient()
+            api_client = _api_client(kubeconfig, context)
         except (config.ConfigException, OSError) as exc:
-            hint = kubeconfig or "in-cluster service account"
+            hint = kubeconfig or "$KUBECONFIG, ~/.kube/config, in-cluster service account"
             raise KubernetesUnavailable(
                 f"Kubernetes client configuration ({hint}) failed: {str(exc).rstrip('.')}; pass --kubeconfig"
             ) from exc
