@@ -309,3 +309,36 @@ def test_network_policy_sources_are_a_list() -> None:
     assert only[("NetworkPolicy", "gpupilot-exporter")]["spec"]["ingress"][0]["from"] == [peer]
     res = run_helm("template", "gpupilot", str(CHART), "--set", "networkPolicy.monitoringNamespace=")
     assert res.returncode != 0 and "no source may scrape the metrics" in res.stderr
+
+
+@pytest.mark.slow
+def test_an_existing_secret_for_gitops() -> None:
+    """adapter.existingSecret: no Secret rendered, so every render is the same (Argo CD, helm-diff);
+    the adapter mounts that Secret; the APIServices trust caBundle, or cert-manager's CA injector
+    copies the Secret's ca.crt when none is given."""
+    first = render("adapter.existingSecret=my-adapter-tls")
+    assert first == render("adapter.existingSecret=my-adapter-tls")
+    assert not [name for kind, name in first if kind == "Secret"]
+    spec = pod_spec(first[("Deployment", "gpupilot-adapter")])
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "serving-cert"]
+    assert volume["secret"]["secretName"] == "my-adapter-tls"
+    for kind, name in first:
+        if kind == "APIService":
+            meta = first[(kind, name)]["metadata"]
+            assert meta["annotations"] == {"cert-manager.io/inject-ca-from-secret": "gpupilot/my-adapter-tls"}
+            assert "caBundle" not in first[(kind, name)]["spec"]
+    monitor = first[("ServiceMonitor", "gpupilot-adapter")]["spec"]["endpoints"][0]
+    assert monitor["tlsConfig"]["ca"]["secret"]["name"] == "my-adapter-tls"
+    given = render("adapter.existingSecret=my-adapter-tls", "adapter.caBundle=LS0tLS1CRUdJTi0tLS0t")
+    for kind, name in given:
+        if kind == "APIService":
+            assert given[(kind, name)]["spec"]["caBundle"] == "LS0tLS1CRUdJTi0tLS0t"
+            assert "annotations" not in given[(kind, name)]["metadata"]
+    res = run_helm(
+        "template",
+        "gpupilot",
+        str(CHART),
+        "--set",
+        "adapter.existingSecret=x,adapter.certManager.enabled=true",
+    )
+    assert res.returncode != 0 and "choose one" in res.stderr

@@ -134,7 +134,8 @@ key-file: {{ printf "%s/%s" $dir $a.keyKey | quote }}
 {{- end -}}
 
 {{/* The adapter's serving certificate and the APIServices' trust in it, as YAML:
-  mode: cert-manager | provided | generated
+  mode: cert-manager | existing | provided | generated
+  secretName: the Secret the adapter mounts (tls.crt, tls.key; ca.crt for the ServiceMonitor)
   caBundle: base64 PEM of the CA (empty with cert-manager: its CA injector fills it in)
   crt, key: base64 PEM of the serving certificate and key (generated only)
   caCrt, caKey: base64 PEM of the CA and its key (generated only: kept in a Secret of their own,
@@ -148,10 +149,19 @@ stays the same; the CA (10 years) is replaced only when it has 30 days left itse
 render: each call without Secrets to read makes new ones. */}}
 {{- define "gpupilot.adapterTLS" -}}
 {{- $a := .Values.adapter -}}
+{{- if and $a.existingSecret $a.certManager.enabled -}}
+{{- fail "adapter.existingSecret and adapter.certManager.enabled: choose one (cert-manager makes the Secret itself)" -}}
+{{- end -}}
 {{- if $a.certManager.enabled -}}
 mode: cert-manager
+secretName: {{ $a.tlsSecretName | quote }}
+{{- else if $a.existingSecret -}}
+mode: existing
+secretName: {{ $a.existingSecret | quote }}
+caBundle: {{ $a.caBundle | quote }}
 {{- else if $a.caBundle -}}
 mode: provided
+secretName: {{ $a.tlsSecretName | quote }}
 caBundle: {{ $a.caBundle | quote }}
 {{- else -}}
 {{- $layout := "2006-01-02T15:04:05Z" -}}
@@ -173,6 +183,7 @@ caBundle: {{ $a.caBundle | quote }}
 {{- $caNotAfter = dateInZone $layout (now | dateModify "+87600h") "UTC" -}}
 {{- end }}
 mode: generated
+secretName: {{ $a.tlsSecretName | quote }}
 caBundle: {{ $caCrt | quote }}
 caCrt: {{ $caCrt | quote }}
 caKey: {{ $caKey | quote }}
