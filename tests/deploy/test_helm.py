@@ -188,6 +188,7 @@ def test_values_reach_the_objects() -> None:
 
 
 AUTH_DIR = "/etc/gpupilot-prometheus-auth"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def _auth_secret(folder: Path) -> Path:
@@ -245,6 +246,11 @@ def test_rendered_configs_load(variant: str, tmp_path: Path) -> None:
         text = objs[("ConfigMap", "gpupilot-rightsizer")]["data"]["rightsizer.yaml"]
         if AUTH_DIR in text:  # the Secret's files, as the kubelet would mount them
             text = text.replace(AUTH_DIR, str(_auth_secret(tmp_path / "auth")))
+        if SA_DIR in text:  # OpenShift: the pod's token and service CA, as the kubelet mounts them
+            folder = _auth_secret(tmp_path / "sa")
+            (folder / "token").write_text("a-token")
+            (folder / "ca.crt").rename(folder / "service-ca.crt")
+            text = text.replace(SA_DIR, str(folder))
         path.write_text(text)
         res = subprocess.run(
             [sys.executable, "-m", "rightsizer", "serve", "--config", str(path), "--check", "--offline"],

@@ -342,3 +342,39 @@ def test_an_existing_secret_for_gitops() -> None:
         "adapter.existingSecret=x,adapter.certManager.enabled=true",
     )
     assert res.returncode != 0 and "choose one" in res.stderr
+
+
+@pytest.mark.slow
+def test_openshift_values_reach_thanos_querier_with_the_pods_token_and_service_ca() -> None:
+    """values-openshift.yaml (the file users start from; ci/openshift.yaml is the same file, which
+    tests/deploy/test_helm.py compares with deploy/overlays/openshift): thanos-querier on 9091 with the
+    pod's token and OpenShift's service CA, the readers bound to cluster-monitoring-view, the adapter's
+    ServiceMonitor authorised from a Secret (user-workload monitoring refuses bearerTokenFile)."""
+    users = CHART / "values-openshift.yaml"
+    assert users.read_text() == (CHART / "ci" / "openshift.yaml").read_text()
+    res = run_helm("template", "gpupilot", str(CHART), "--namespace", "gpupilot", "-f", str(users))
+    assert res.returncode == 0, res.stderr
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(res.stdout) if o}
+    sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+    args = container(objs, "Deployment", "gpupilot-adapter")["args"]
+    assert "--prometheus-url=https://thanos-querier.openshift-monitoring.svc:9091" in args
+    assert f"--prometheus-bearer-token-file={sa}/token" in args
+    assert f"--prometheus-ca-file={sa}/service-ca.crt" in args
+    config = serve_config(objs)
+    assert config["prometheus_url"] == "https://thanos-querier.openshift-monitoring.svc:9091"
+    assert config["prometheus_ca_file"] == f"{sa}/service-ca.crt"
+    binding = objs[("ClusterRoleBinding", "gpupilot-prometheus-reader")]
+    assert binding["roleRef"]["name"] == "cluster-monitoring-view"
+    assert {s["name"] for s in binding["subjects"]} == {"gpupilot-adapter", "gpupilot-rightsizer"}
+    (endpoint,) = objs[("ServiceMonitor", "gpupilot-adapter")]["spec"]["endpoints"]
+    assert "bearerTokenFile" not in endpoint
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "gpupilot-adapter-metrics-scraper", "key": "token"},
+    }
+    token = objs[("Secret", "gpupilot-adapter-metrics-scraper")]
+    assert token["type"] == "kubernetes.io/service-account-token"
+    assert token["metadata"]["annotations"] == {
+        "kubernetes.io/service-account.name": "gpupilot-adapter-metrics-scraper"
+    }
+    assert ("SecurityContextConstraints", "gpupilot-exporter") in objs

@@ -107,6 +107,8 @@ bearer-token-file: {{ $a.bearerTokenFile | quote }}
 {{- end }}
 {{- if $a.caKey }}
 ca-file: {{ printf "%s/%s" $dir $a.caKey | quote }}
+{{- else if $a.caFile }}
+ca-file: {{ $a.caFile | quote }}
 {{- end }}
 {{- if $a.certKey }}
 cert-file: {{ printf "%s/%s" $dir $a.certKey | quote }}
