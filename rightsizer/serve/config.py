@@ -10,7 +10,9 @@ Example (``examples/rightsizer-serve.yaml``)::
     listen: 0.0.0.0:9500             # /health and /metrics
     state_dir: /var/lib/gpupilot     # plans, reports, the auto-apply ledger
     report: {schedule: "mon 06:00", window: 7d, price_per_gpu_hour: 2.5,
-             retention: {count: 26, max_age: 365d}}   # dated report folders kept
+             retention: {count: 26, max_age: 365d},   # dated report folders kept
+             push: {webhook_url_file: /etc/gpupilot-report-webhook/url, format: slack,
+                    link: https://gpu-reports.example/report/, copy_to: /mnt/report-archive}}
     plan: {every: 6h, window: 7d}   # also max_nodes, headroom (0.2), idle_threshold (0.05), min_busy (15m)
     auto_apply:
       enabled: false
@@ -40,6 +42,7 @@ from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan.settings import PlanSettings
+from rightsizer.serve.push import FORMATS, ReportPush
 from rightsizer.serve.retention import Retention
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
@@ -68,6 +71,8 @@ class ReportJob:
     """Where reports go (one dated folder each); default ``<state_dir>/reports``."""
     retention: Retention = field(default_factory=Retention)
     """Dated report folders kept after each report (default: all)."""
+    push: ReportPush | None = None
+    """Where each new report is announced or copied (:mod:`rightsizer.serve.push`); None: nowhere."""
 
 
 @dataclass(frozen=True)
@@ -239,7 +244,7 @@ def _timezone(r: Section) -> ZoneInfo:
 
 
 def _report(rr: Section) -> ReportJob:
-    rr.keys(("schedule", "window", "price_per_gpu_hour", "out_dir", "retention"))
+    rr.keys(("schedule", "window", "price_per_gpu_hour", "out_dir", "retention", "push"))
     price = rr.number("price_per_gpu_hour", None)
     out = rr.optional_text("out_dir")
     keep = Retention()
@@ -257,6 +262,35 @@ def _report(rr: Section) -> ReportJob:
         price,
         Path(out) if out else None,
         keep,
+        _push(pr) if (pr := rr.section("push")) is not None else None,
+    )
+
+
+def _push(pr: Section) -> ReportPush:
+    pr.keys(("webhook_url_file", "format", "link", "copy_to", "timeout"))
+    url_file = pr.optional_text("webhook_url_file")
+    if url_file is not None and not is_file(Path(url_file)):
+        raise pr.fail("webhook_url_file", f"{url_file!r}: no such file (mount the Secret holding the URL)")
+    fmt = pr.text("format", "slack")
+    if fmt not in FORMATS:
+        raise pr.fail("format", f"{fmt!r}: one of {', '.join(FORMATS)}")
+    link = pr.optional_text("link") or ""
+    if link and not re.match(r"^https?://\S+$", link):
+        raise pr.fail("link", f"{link[:60]!r} is not an http(s) URL")
+    copy_to = pr.optional_text("copy_to")
+    if copy_to is not None and not Path(copy_to).is_absolute():
+        raise pr.fail("copy_to", f"{copy_to!r}: an absolute path (a mounted volume)")
+    if url_file is None and copy_to is None:
+        raise pr.fail("webhook_url_file", "report.push needs webhook_url_file and/or copy_to")
+    timeout = pr.duration("timeout", 10.0)
+    if not 1 <= timeout <= 120:
+        raise pr.fail("timeout", "must be between 1s and 2m")
+    return ReportPush(
+        webhook_url_file=Path(url_file) if url_file else None,
+        format=fmt,
+        link=link,
+        copy_to=Path(copy_to) if copy_to else None,
+        timeout_s=timeout,
     )
 
 

@@ -17,8 +17,10 @@ real APScheduler triggers on a fake clock.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,7 +39,7 @@ from rightsizer.apply.applier import ApplyReport
 from rightsizer.errors import RightsizerError
 from rightsizer.plan import idle
 from rightsizer.plan.model import Plan
-from rightsizer.serve import budget, retention, status, webfiles
+from rightsizer.serve import budget, push, retention, status, webfiles
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
 from rightsizer.serve.failures import Failures, JobFailed
 from rightsizer.serve.ledger import Entries, FileLedger, Ledger, LedgerConflict
@@ -107,6 +109,15 @@ def longest_gap_days(day_of_week: str) -> int:
     return max((ordered[(i + 1) % len(ordered)] - d) % 7 or 7 for i, d in enumerate(ordered))
 
 
+def weekly_figures(folder: Path) -> dict[str, Any]:
+    """The figures a report folder holds (its ``figures.json``), {} when none: the push's message."""
+    try:
+        doc = json.loads((folder / "figures.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def in_window(now: datetime, window: MaintenanceWindow) -> bool:
     """``now`` (local time) inside the window; a window whose end is before its start runs past midnight."""
     day = DAYS[now.weekday()]
@@ -138,6 +149,8 @@ class Service(Collector):
         self.ledger: Ledger = ledger or FileLedger(self.ledger_path)
         self.leader = leader
         self.failures = Failures()
+        self.sleep: Callable[[float], None] = time.sleep
+        """Pauses between a push's tries (tests replace it)."""
         self._scheduler: Any = None
         self._running = threading.Condition()
         self._in_flight = 0
@@ -312,7 +325,14 @@ class Service(Collector):
         retention.prune(
             self.reports_dir, job.retention, today=now.astimezone(self.config.timezone).date(), written=out
         )
+        if job.push is not None:
+            figures = weekly_figures(out)
+            push.push(out, figures, job.push, record=self._pushed, sleep=self.sleep)
         return True
+
+    def _pushed(self, target: str, result: str) -> None:
+        with self._lock:
+            self.state.pushes[(target, result)] += 1
 
     def run_first_report(self) -> bool:
         """The start-up report (none existed at start): as the weekly one, now. A replica that does not

@@ -107,6 +107,15 @@ def metric_families(s: State, failures: Counter[str]) -> Iterator[Metric]:
         interval.add_metric([job], every)
     yield success
     yield interval
+    pushes = CounterMetricFamily(
+        "gpupilot_rightsizer_report_pushes",
+        "Report pushes after each weekly report, by target (webhook, copy) and result (ok, failed after "
+        "three tries; the report itself is kept either way).",
+        labels=["target", "result"],
+    )
+    for (target, result), count in sorted(s.pushes.items()):
+        pushes.add_metric([target, result], float(count))
+    yield pushes
     if s.last_report_at is not None:
         rep = GaugeMetricFamily(
             "gpupilot_rightsizer_last_report_timestamp_seconds",

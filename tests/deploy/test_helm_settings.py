@@ -378,3 +378,26 @@ def test_openshift_values_reach_thanos_querier_with_the_pods_token_and_service_c
         "kubernetes.io/service-account.name": "gpupilot-adapter-metrics-scraper"
     }
     assert ("SecurityContextConstraints", "gpupilot-exporter") in objs
+
+
+@pytest.mark.slow
+def test_report_push_from_a_secret_and_to_a_claim() -> None:
+    objs = render(
+        "rightsizer.report.push.webhook.secretName=report-slack",
+        "rightsizer.report.push.link=https://gpu.example/report/",
+        "rightsizer.report.push.copyTo.existingClaim=report-archive",
+    )
+    push = serve_config(objs)["report"]["push"]
+    assert push == {
+        "webhook_url_file": "/etc/gpupilot-report-webhook/url",
+        "format": "slack",
+        "link": "https://gpu.example/report/",
+        "copy_to": "/var/lib/gpupilot-report-archive",
+    }
+    spec = pod_spec(objs[("Deployment", "gpupilot-rightsizer")])
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["report-webhook"]["secret"]["secretName"] == "report-slack"
+    assert volumes["report-archive"]["persistentVolumeClaim"]["claimName"] == "report-archive"
+    mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    assert {"/etc/gpupilot-report-webhook", "/var/lib/gpupilot-report-archive"} <= mounts
+    assert "push" not in serve_config(render())["report"]

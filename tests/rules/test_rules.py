@@ -51,6 +51,7 @@ SEED_INTENT = {
     "GPURightsizerReportStale",
     "GPURightsizerApplyFailed",
     "GPURightsizerRollbackFailed",
+    "GPURightsizerReportPushFailing",
 }
 
 

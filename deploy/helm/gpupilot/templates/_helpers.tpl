@@ -233,6 +233,16 @@ there removes the chart's. Rendered with toYaml (YAML text with its comments wou
 {{- with .maxAge }}{{ $_ = set $keep "max_age" . }}{{ end -}}
 {{- if $keep }}{{ $_ = set $report "retention" $keep }}{{ end -}}
 {{- end -}}
+{{- with $rv.push }}
+{{- $push := dict -}}
+{{- if dig "webhook" "secretName" "" . }}
+{{- $_ = set $push "webhook_url_file" (printf "/etc/gpupilot-report-webhook/%s" (dig "webhook" "key" "url" .)) -}}
+{{- $_ = set $push "format" (dig "webhook" "format" "slack" .) -}}
+{{- end }}
+{{- with .link }}{{ $_ = set $push "link" . }}{{ end -}}
+{{- if dig "copyTo" "existingClaim" "" . }}{{ $_ = set $push "copy_to" "/var/lib/gpupilot-report-archive" }}{{ end -}}
+{{- if or (hasKey $push "webhook_url_file") (hasKey $push "copy_to") }}{{ $_ = set $report "push" $push }}{{ end -}}
+{{- end }}
 {{- $_ = set $c "report" $report -}}
 {{- $auto := get $c "auto_apply" | default dict -}}
 {{- $_ = set $auto "enabled" $r.autoApply.enabled -}}
