@@ -401,3 +401,60 @@ def test_report_push_from_a_secret_and_to_a_claim() -> None:
     mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     assert {"/etc/gpupilot-report-webhook", "/var/lib/gpupilot-report-archive"} <= mounts
     assert "push" not in serve_config(render())["report"]
+
+
+@pytest.mark.slow
+def test_a_second_release_under_its_own_prefix() -> None:
+    """fullnameOverride (or nameOverride) renames every object and selector, cluster-wide ones too,
+    and what points at them (the certificate's name, the APIServices' owner flag, the exporter's
+    alert job); the names the services give what they make at run time and their commands stay."""
+    import base64  # noqa: PLC0415
+
+    from cryptography import x509  # noqa: PLC0415
+
+    args = ["template", "gpupilot", str(CHART), "--namespace", "gpu"]
+    res = run_helm(*args, "--set", "fullnameOverride=team-b,rightsizer.autoApply.enabled=true")
+    assert res.returncode == 0, res.stderr
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(res.stdout) if o}
+    names = {name for _kind, name in objs}
+    assert not {
+        n for n in names if n.startswith(("gpupilot-exporter", "gpupilot-adapter", "gpupilot-rightsizer"))
+    }
+    assert {"team-b-exporter", "team-b-adapter", "team-b-rightsizer", "team-b-alerts"} <= names
+    adapter = container(objs, "Deployment", "team-b-adapter")
+    assert (
+        adapter["command"] == ["gpupilot-adapter"]
+        and "--apiservice-owner=gpu/team-b-adapter" in adapter["args"]
+    )
+    assert objs[("Deployment", "team-b-adapter")]["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "team-b-adapter"
+    }
+    cert = x509.load_pem_x509_certificate(
+        base64.b64decode(objs[("Secret", "team-b-adapter-tls")]["data"]["tls.crt"])
+    )
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName
+    )
+    assert "team-b-adapter.gpu.svc" in sans
+    for kind, name in objs:
+        if kind == "APIService":
+            assert objs[(kind, name)]["spec"]["service"]["name"] == "team-b-adapter"
+    serve = objs[("Role", "team-b-rightsizer-serve")]
+    assert {n for r in serve["rules"] for n in r.get("resourceNames", [])} == {
+        "gpupilot-rightsizer-leader",
+        "gpupilot-rightsizer-ledger",
+    }
+    lease = objs[("Role", "team-b-rightsizer-apply")]
+    assert ["gpupilot-rightsizer-apply"] in [r.get("resourceNames") for r in lease["rules"]]
+    rules = {
+        r["alert"]: r
+        for g in objs[("PrometheusRule", "team-b-alerts")]["spec"]["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    }
+    assert ".*team-b-exporter.*" in rules["GPUExporterDown"]["expr"]
+    policy = next(o for (k, _n), o in objs.items() if k == "ValidatingAdmissionPolicy")
+    assert "system:serviceaccount:gpu:team-b-rightsizer" in json.dumps(policy)
+    by_name = run_helm(*args[:1], "team", *args[2:], "--set", "nameOverride=gpu")
+    assert by_name.returncode == 0, by_name.stderr
+    assert "name: team-gpu-adapter\n" in by_name.stdout

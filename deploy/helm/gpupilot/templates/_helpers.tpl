@@ -168,8 +168,9 @@ caBundle: {{ $a.caBundle | quote }}
 {{- else -}}
 {{- $layout := "2006-01-02T15:04:05Z" -}}
 {{- $soon := now | dateModify "+720h" | unixEpoch | atoi -}}
-{{- $oldCA := lookup "v1" "Secret" .Release.Namespace (printf "%s-ca" $a.tlsSecretName) | default dict -}}
-{{- $old := lookup "v1" "Secret" .Release.Namespace $a.tlsSecretName | default dict -}}
+{{- $secretName := include "gpupilot.rename" (dict "root" . "text" (printf " %s" $a.tlsSecretName)) | trim -}}
+{{- $oldCA := lookup "v1" "Secret" .Release.Namespace (printf "%s-ca" $secretName) | default dict -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace $secretName | default dict -}}
 {{- $caData := dig "data" dict $oldCA -}}
 {{- $data := dig "data" dict $old -}}
 {{- $caLeft := dig "metadata" "annotations" "gpupilot.io/not-after" "" $oldCA -}}
@@ -195,7 +196,7 @@ crt: {{ index $data "tls.crt" | quote }}
 key: {{ index $data "tls.key" | quote }}
 notAfter: {{ $left | quote }}
 {{- else }}
-{{- $svc := printf "gpupilot-adapter.%s.svc" .Release.Namespace }}
+{{- $svc := printf "%s-adapter.%s.svc" (include "gpupilot.fullname" .) .Release.Namespace }}
 {{- $cert := genSignedCert $svc nil (list $svc (printf "%s.cluster.local" $svc)) (int $a.generatedCertDays) $ca }}
 crt: {{ $cert.Cert | b64enc | quote }}
 key: {{ $cert.Key | b64enc | quote }}
@@ -317,4 +318,44 @@ relabelings:
 metricRelabelings:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+{{/* The prefix of every object's name: "gpupilot" (so a release of any name keeps the names of
+earlier releases), fullnameOverride when set, or <release>-<nameOverride> (the release name alone
+when it already holds nameOverride). A second release in a cluster needs one of the two. */}}
+{{- define "gpupilot.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else if .Values.nameOverride -}}
+{{- if contains .Values.nameOverride .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- else -}}
+gpupilot
+{{- end -}}
+{{- end -}}
+
+{{/* Rendered text (.text) with the chart's object names under the release's prefix (.root):
+gpupilot-exporter… → <fullname>-exporter… wherever a name stands (after a space, a quote, a colon,
+a bracket, an equals sign), never in a path, an image or a label key (after / . - or a letter), nor
+the names the services give objects they make at run time (their Leases, the ledger, the in-flight
+record) or the commands the containers run, which stay fixed. The identity for the default prefix. */}}
+{{- define "gpupilot.rename" -}}
+{{- $fn := include "gpupilot.fullname" .root -}}
+{{- if eq $fn "gpupilot" -}}
+{{- .text -}}
+{{- else -}}
+{{- $text := .text -}}
+{{- $fixed := list "\"gpupilot-rightsizer-leader\"" "\"gpupilot-rightsizer-ledger\"" "\"gpupilot-rightsizer-in-flight\"" "resourceNames: [\"gpupilot-rightsizer-apply\"]" "command: [\"gpupilot-exporter\"]" "command: [\"gpupilot-adapter\"]" "command: [\"gpupilot-rightsizer\"]" -}}
+{{- range $i, $f := $fixed -}}
+{{- $text = replace $f (printf "@@FIXED%d@@" $i) $text -}}
+{{- end -}}
+{{- $text = regexReplaceAll "(^|[^./A-Za-z0-9_-])gpupilot-(exporter|adapter|rightsizer|prometheus-reader)" $text (printf "${1}%s-${2}" $fn) -}}
+{{- range $i, $f := $fixed -}}
+{{- $text = replace (printf "@@FIXED%d@@" $i) $f $text -}}
+{{- end -}}
+{{- $text -}}
+{{- end -}}
 {{- end -}}
