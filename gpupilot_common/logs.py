@@ -146,16 +146,25 @@ class TextFormatter(logging.Formatter):
 
 
 def configure(
-    *, service: str, log_format: str = "text", level: str = "info", stream: TextIO | None = None
+    *,
+    service: str,
+    log_format: str = "text",
+    level: str = "info",
+    stream: TextIO | None = None,
+    force: bool = False,
 ) -> None:
-    """Replace the root logger's handlers with one on ``stream`` (stderr) in ``log_format``."""
+    """One handler on the root logger, on ``stream`` (stderr) in ``log_format``. As
+    ``logging.basicConfig``, nothing happens when the root logger has handlers already (a host that
+    configured logging, such as a test runner calling a command in its own process) unless ``force``."""
     if log_format not in FORMATS:
         raise ValueError(f"log format {log_format!r}: one of {', '.join(FORMATS)}")
     if level not in LEVELS:
         raise ValueError(f"log level {level!r}: one of {', '.join(LEVELS)}")
+    root = logging.getLogger()
+    if root.handlers and not force:
+        return
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter(service=service) if log_format == "json" else TextFormatter())
-    root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
     root.addHandler(handler)

@@ -143,6 +143,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"wrote {written.html}")
     print(f"wrote {written.markdown}")
-    for path in (*written.images, *((written.csv,) if written.csv else ())):
+    for path in (*written.images, *(p for p in (written.csv, written.figures) if p is not None)):
         print(f"wrote {path}")
     return 0

@@ -251,6 +251,8 @@ class Written:
     markdown: Path
     images: tuple[Path, ...]
     csv: Path | None = None
+    figures: Path | None = None
+    """The key figures (``figures.json``) the next report's week-over-week section reads."""
 
 
 def _report_file(name: str) -> bool:
@@ -276,7 +278,13 @@ def write_report(report: Report, out_dir: Path) -> Written:
 
     atomicfile.replace_dir(out_dir, build, owned=_report_file)
     images = tuple(out_dir / name for name in report.charts)
-    return Written(out_dir / "report.html", out_dir / "report.md", images, out_dir / "namespaces.csv")
+    return Written(
+        out_dir / "report.html",
+        out_dir / "report.md",
+        images,
+        out_dir / "namespaces.csv",
+        out_dir / weekly.FILE,
+    )
 
 
 def generate(

@@ -29,7 +29,7 @@ def restore_root() -> Iterator[None]:
 
 def test_json_lines_carry_fields_and_errors(restore_root: None) -> None:
     out = io.StringIO()
-    logs.configure(service="rightsizer", log_format="json", level="info", stream=out)
+    logs.configure(service="rightsizer", log_format="json", level="info", stream=out, force=True)
     log = logging.getLogger("rightsizer.test")
     log.debug("not shown")
     log.info("report written to %s", "/r", extra=logs.fields(path="/r", nodes=("a", "b"), count=3))
@@ -48,7 +48,7 @@ def test_json_lines_carry_fields_and_errors(restore_root: None) -> None:
 
 def test_text_lines_add_fields_as_pairs(restore_root: None) -> None:
     out = io.StringIO()
-    logs.configure(service="adapter", log_format="text", level="debug", stream=out)
+    logs.configure(service="adapter", log_format="text", level="debug", stream=out, force=True)
     logging.getLogger("adapter.x").debug("hello", extra=logs.fields(peer="1.2.3.4:5", why="two words"))
     (line,) = out.getvalue().splitlines()
     assert line.endswith('DEBUG adapter.x: hello peer=1.2.3.4:5 why="two words"')
@@ -56,10 +56,20 @@ def test_text_lines_add_fields_as_pairs(restore_root: None) -> None:
 
 def test_level_filters(restore_root: None) -> None:
     out = io.StringIO()
-    logs.configure(service="exporter", log_format="text", level="warning", stream=out)
+    logs.configure(service="exporter", log_format="text", level="warning", stream=out, force=True)
     logging.getLogger("x").info("quiet")
     logging.getLogger("x").warning("loud")
     assert "quiet" not in out.getvalue() and "loud" in out.getvalue()
+
+
+def test_a_host_that_configured_logging_keeps_it(restore_root: None) -> None:
+    """As logging.basicConfig: a process whose root logger has handlers (a test runner calling a
+    command in its own process) keeps them."""
+    root = logging.getLogger()
+    mine = logging.StreamHandler(io.StringIO())
+    root.addHandler(mine)
+    logs.configure(service="adapter", log_format="json")
+    assert mine in root.handlers
 
 
 def test_bad_settings_are_refused() -> None:

@@ -243,10 +243,11 @@ def test_the_first_table_lists_the_pods_holding_idle_gpus_by_idle_gpu_hours(tmp_
     written = write_report(synthetic_report(), tmp_path)
     md = written.markdown.read_text()
     sections = [line[3:] for line in md.splitlines() if line.startswith("## ")]
-    assert sections[:4] == [
+    assert sections[:5] == [
         "Pods holding idle GPUs",
         "Unallocated capacity",
         "Proposed layout changes",
+        "Week over week",
         "GPU use per namespace",
     ]
     first = md.split("## Pods holding idle GPUs")[1].split("## ")[0]
