@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "apply": "apply a plan through the NVIDIA MIG Manager's node-label protocol",
     "report": "write the weekly rightsizing report (HTML, Markdown, PNG charts)",
     "serve": "run scheduled jobs: weekly report, periodic plan, guarded auto-apply",
+    "drain": "ask a running serve to stop auto-applying and wait until no apply is in flight",
 }
 
 

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -34,6 +35,7 @@ from rightsizer.serve.failures import quiet_job_failures
 from rightsizer.serve.leader import LeaderElector
 from rightsizer.serve.ledger import ConfigMapLedger
 from rightsizer.serve.scheduler import Service
+from rightsizer.serve.stopsignal import StopSignal
 from rightsizer.serve.webfiles import ReportFiles
 from rightsizer.serve.wording import in_config_terms
 
@@ -206,6 +208,11 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
         )
     else:
         service = Service(config, jobs=jobs or LiveJobs(config))
+    if config.auto_apply.enabled and (source := config.auto_apply.stop_signal) is not None:
+        try:
+            service.stop_signal = stop_signal(config, source)
+        except KubeError as exc:  # auto-apply itself will say it cannot reach the API
+            log.warning("the emergency stop cannot be read (only auto_apply.paused works): %s", exc)
     scheduler = BackgroundScheduler(timezone=config.timezone, executors={"default": ThreadPoolExecutor(2)})
     service.add_jobs(scheduler)
     try:
@@ -222,12 +229,26 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
     for job in scheduler.get_jobs():
         log.info("job %s: next run %s", job.id, job.next_run_time)
     stop.wait()
+    service.stopping.set()  # an apply in progress stops at its next safe step
     log.info("stopping: waiting for running jobs to finish")
     stop_jobs(scheduler, service)
     if elector is not None:
         elector.stop(release=True)
     server.close()
     return 0
+
+
+def stop_signal(config: ServeConfig, source: serve_config.StopSignalSource) -> StopSignal:
+    """The emergency stop's and drain requests' annotations on ``source``, read through the API."""
+    kube = Kube.connect(KubeSettings(kubeconfig=config.auto_apply.kubeconfig))
+
+    def read() -> dict[str, str] | None:
+        found = kube.get_configmap(source.namespace, source.configmap)
+        if found is None:
+            return None
+        return {str(k): str(v) for k, v in ((found.get("metadata") or {}).get("annotations") or {}).items()}
+
+    return StopSignal(read, where=f"ConfigMap {source.namespace}/{source.configmap}", started_at=time.time())
 
 
 def stop_jobs(scheduler: Any, service: Service) -> None:

@@ -24,6 +24,8 @@ Example (``examples/rightsizer-serve.yaml``)::
       configmap_sync: 60s                  # as apply --configmap-sync
       lease_duration: 60s                  # the apply Lease, as apply --lease-duration
       leader_election: {namespace: gpupilot, lease_duration: 15s}   # optional: several replicas
+      paused: false                        # the emergency stop, kept in the config
+      stop_signal: {namespace: gpupilot, configmap: gpupilot-rightsizer}   # annotations read for it
 """
 
 from __future__ import annotations
@@ -129,6 +131,18 @@ class AutoApply:
     leader_election: LeaderElection | None = None
     """Several replicas: only the one holding the Lease reports and applies; the ledger lives in a
     ConfigMap of this namespace. None: one replica, ledger in ``state_dir``."""
+    paused: bool = False
+    """The emergency stop, in the config: no node is started; one in flight stops at its next safe
+    step (the next unpaused run resumes it from the ledger and the node's recorded step)."""
+    stop_signal: StopSignalSource | None = None
+    """A ConfigMap whose annotations pause auto-apply at once (``gpupilot.io/auto-apply: paused``)
+    or ask it to stop for a ``helm upgrade`` that switches it off (``gpupilot.io/auto-apply-drain``)."""
+
+
+@dataclass(frozen=True)
+class StopSignalSource:
+    namespace: str
+    configmap: str
 
 
 @dataclass(frozen=True)
@@ -178,6 +192,8 @@ _AUTO_APPLY_FIELDS = (
     "configmap_sync",
     "lease_duration",
     "leader_election",
+    "paused",
+    "stop_signal",
 )
 
 
@@ -340,6 +356,12 @@ def _auto_apply(ar: Section, *, has_plan: bool) -> AutoApply:
         if not 3 <= duration <= 600:
             raise lr.fail("lease_duration", "must be between 3s and 10m")
         election = LeaderElection(_namespace(lr, "namespace"), duration)
+    signal = None
+    if (sr := ar.section("stop_signal")) is not None:
+        sr.keys(("namespace", "configmap"))
+        signal = StopSignalSource(_namespace(sr, "namespace"), _k8s_name(sr, "configmap", None) or "")
+        if not signal.configmap:
+            raise sr.fail("configmap", "required: the ConfigMap whose annotations stop auto-apply")
     return AutoApply(
         enabled=enabled,
         window=window,
@@ -355,6 +377,8 @@ def _auto_apply(ar: Section, *, has_plan: bool) -> AutoApply:
         configmap_sync_s=_seconds(ar, "configmap_sync", 60.0, maximum=3600.0),
         lease_duration_s=int(_seconds(ar, "lease_duration", 60.0, minimum=1.0, maximum=3600.0)),
         leader_election=election,
+        paused=ar.boolean("paused", False),
+        stop_signal=signal,
     )
 
 

@@ -44,6 +44,7 @@ from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob,
 from rightsizer.serve.failures import Failures, JobFailed
 from rightsizer.serve.ledger import Entries, FileLedger, Ledger, LedgerConflict
 from rightsizer.serve.state import State
+from rightsizer.serve.stopsignal import StopSignal
 from rightsizer.serve.wording import in_config_terms
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,10 @@ class Service(Collector):
         self.failures = Failures()
         self.sleep: Callable[[float], None] = time.sleep
         """Pauses between a push's tries (tests replace it)."""
+        self.stopping = threading.Event()
+        """Set when the service stops (SIGTERM): an apply in progress stops at its next safe step."""
+        self.stop_signal: StopSignal | None = None
+        """The emergency stop's and drain requests' annotations (:mod:`rightsizer.serve.stopsignal`)."""
         self._scheduler: Any = None
         self._running = threading.Condition()
         self._in_flight = 0
@@ -184,10 +189,24 @@ class Service(Collector):
         return True
 
     def _leading(self) -> str:
-        """Why an apply of this replica must stop now ("" while it leads)."""
-        if self.leader is None or self.leader():
-            return ""
-        return "the loss of leadership (another replica leads)"
+        """Why an apply of this replica must stop at its next safe step ("" to go on): the service
+        stopping (SIGTERM: a rollout, a drain, the config changed), the loss of leadership, the
+        emergency stop (auto_apply.paused, or the stop signal's annotation), a drain request."""
+        if self.stopping.is_set():
+            return "the service stopping (SIGTERM; the next run resumes from the ledger)"
+        if self.leader is not None and not self.leader():
+            return "the loss of leadership (another replica leads)"
+        return self._paused()
+
+    def _paused(self) -> str:
+        """Why auto-apply is paused now ("" when it is not): the config or the stop signal."""
+        if self.config.auto_apply.paused:
+            reason = "the emergency stop (auto_apply.paused: true in the config)"
+        else:
+            reason = self.stop_signal.reason() if self.stop_signal is not None else ""
+        with self._lock:
+            self.state.paused = reason
+        return reason
 
     # -- failures ---------------------------------------------------------------------------------
     def _failed(
@@ -373,6 +392,8 @@ class Service(Collector):
         if not guard.enabled or guard.window is None or self._standby("auto_apply"):
             return True
         now = self.clock().astimezone(self.config.timezone)
+        if paused := self._paused():
+            return self._skip(f"paused by {paused}")
         if (waiting := self.failures.backing_off("auto_apply", now.timestamp())) is not None:
             return self._skip(f"backing off after {waiting.count} failure(s) in a row: {waiting.message}")
         with self._lock:  # the plan job may replace the plan meanwhile: check and apply the same one
@@ -562,4 +583,5 @@ class Service(Collector):
                 "failing": failing,
                 "last_plan_success": self.state.last_plan_ok,
                 "last_auto_apply_skip": self.state.last_skip,
+                "auto_apply_paused": self.state.paused,
             }

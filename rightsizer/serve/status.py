@@ -107,6 +107,13 @@ def metric_families(s: State, failures: Counter[str]) -> Iterator[Metric]:
         interval.add_metric([job], every)
     yield success
     yield interval
+    paused = GaugeMetricFamily(
+        "gpupilot_rightsizer_auto_apply_paused",
+        "1 while the guarded auto-apply is paused by the emergency stop (auto_apply.paused, or the "
+        "gpupilot.io/auto-apply=paused annotation) or a drain request, as last checked; else 0.",
+    )
+    paused.add_metric([], 1.0 if s.paused else 0.0)
+    yield paused
     pushes = CounterMetricFamily(
         "gpupilot_rightsizer_report_pushes",
         "Report pushes after each weekly report, by target (webhook, copy) and result (ok, failed after "

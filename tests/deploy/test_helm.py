@@ -47,6 +47,7 @@ API_VERSIONS = {
     **KNOWN_API_VERSIONS,
     "PodMonitor": "monitoring.coreos.com/v1",
     "Pod": "v1",  # the `helm test` hook
+    "Job": "batch/v1",  # the drain hook
     "PersistentVolumeClaim": "v1",
 }
 VARIANTS = ["defaults", *[p.stem for p in VALUES_FILES]]
@@ -327,6 +328,15 @@ CHART_EXTRAS = {
     "ClusterRoleBinding/-/gpupilot-adapter-test",
     "Pod/gpupilot/gpupilot-adapter-test",
 }
+# With auto-apply, the chart's pre-delete hook that drains it before an uninstall takes its rights.
+DRAIN_HOOK = {
+    "ServiceAccount/gpupilot/gpupilot-rightsizer-drain",
+    "Role/gpupilot/gpupilot-rightsizer-drain",
+    "RoleBinding/gpupilot/gpupilot-rightsizer-drain",
+    "Role/gpu-operator/gpupilot-rightsizer-drain",
+    "RoleBinding/gpu-operator/gpupilot-rightsizer-drain",
+    "Job/gpupilot/gpupilot-rightsizer-drain",
+}
 # The chart's default (auto) renders dcgm-exporter's pause without a cluster to look at, as
 # deploy/exporter places it; nothing to set.
 AS_KUSTOMIZE = "exporter.migPause=dcgm-exporter"
@@ -360,7 +370,7 @@ def _compare(
     shared = chart.keys() & kustomize.keys()
     for key in sorted(shared):
         assert chart[key] == kustomize[key], f"{key}: chart and kustomize differ"
-    assert set(chart) - set(kustomize) <= CHART_EXTRAS
+    assert set(chart) - set(kustomize) <= CHART_EXTRAS | DRAIN_HOOK
     return len(shared)
 
 

@@ -121,6 +121,9 @@ def render_with(rel: str, component: str) -> tuple[dict[str, Any], ...]:
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 
 
+DRAIN = "gpupilot-rightsizer-drain"
+"""The chart's drain hook (before an uninstall or an upgrade switching auto-apply off): it annotates
+the rightsizer's own config ConfigMap and is deleted with its hook."""
 BOOKKEEPING = "gpupilot-rightsizer-serve"
 """serve's own Role: its leader Lease and auto-apply ledger in its namespace, by name, whatever
 auto-apply says (test_serve_role_writes_only_its_own_lease_and_ledger); not a right over the cluster."""
@@ -134,7 +137,7 @@ def write_rules(objs: tuple[dict[str, Any], ...], prefix: str = "gpupilot-rights
         for o in objs
         if o["kind"] in {"Role", "ClusterRole"}
         and o["metadata"]["name"].startswith(prefix)
-        and o["metadata"]["name"] != BOOKKEEPING
+        and o["metadata"]["name"] not in (BOOKKEEPING, DRAIN)
         for r in o["rules"]
         if WRITE_VERBS & set(r["verbs"])
     ]
@@ -259,7 +262,10 @@ def test_serve_role_writes_only_its_own_lease_and_ledger() -> None:
             assert rule["verbs"] == ["create"] or rule["resourceNames"] in (
                 ["gpupilot-rightsizer-leader"],
                 ["gpupilot-rightsizer-ledger"],
+                ["gpupilot-rightsizer"],
             ), rule
+            if rule.get("resourceNames") == ["gpupilot-rightsizer"]:  # the emergency stop's annotations
+                assert rule["verbs"] == ["get"], rule
             assert set(rule["resources"]) <= {"leases", "configmaps"}, rule
 
 

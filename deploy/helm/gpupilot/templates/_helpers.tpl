@@ -249,6 +249,9 @@ there removes the chart's. Rendered with toYaml (YAML text with its comments wou
 {{- $_ = set $auto "enabled" $r.autoApply.enabled -}}
 {{- $_ = set $auto "operator_namespace" $r.gpuOperatorNamespace -}}
 {{- $_ = set $auto "mig_configmap" $r.migConfigMap -}}
+{{- if $r.autoApply.paused }}{{ $_ = set $auto "paused" true }}{{ end -}}
+{{- /* The emergency stop's annotations: on the rightsizer's own config ConfigMap. */ -}}
+{{- $_ = set $auto "stop_signal" (dict "namespace" .Release.Namespace "configmap" "gpupilot-rightsizer") -}}
 {{- if gt (int ($r.replicas | default 1)) 1 -}}
 {{- $_ = set $auto "leader_election" (dict "namespace" .Release.Namespace) -}}
 {{- end -}}
