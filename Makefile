@@ -96,6 +96,8 @@ images: venv image-tools
 # as root) against the Kubernetes API double and a real Prometheus (devkit/e2e/). After `make images`.
 e2e: venv prometheus helm kubectl image-tools cluster-tools
 	$(BIN)/python -m devkit.e2e
+	@# the oldest Kubernetes release users run that the chart is tested on
+	$(BIN)/python -m devkit.e2e --only chart --kubernetes v1.34.4
 
 # Each install users make (pip install 'gpupilot[EXTRA]', and no extra) in a fresh venv from a wheel
 # of this checkout, each console script's commands run for real (devkit/extras.py, devkit/walk.py),
@@ -151,7 +153,7 @@ unit: venv
 # (devkit/gobuild.py; about 11 minutes cold on 2 cores, seconds when built).
 cluster-tools:
 	@command -v go >/dev/null 2>&1 || { echo "error: Go 1.26 is needed to build the test control plane (https://go.dev/doc/install)"; exit 2; }
-	$(PYTHON) -m devkit.gobuild build kube kwok
+	$(PYTHON) -m devkit.gobuild build kube kube-1.34 kwok kube-state-metrics
 
 # The real control plane on loopback with the demo fleet's simulated GPU nodes, until Ctrl-C.
 cluster: venv cluster-tools

@@ -60,6 +60,8 @@ class GoTool:
     ldflags: tuple[str, ...] = ()
     """``-X`` settings that make the binary report its real release (``/version``, ``--version``)."""
     tags: tuple[str, ...] = ()
+    modfile: str = ""
+    """Another go.mod of the same folder (``go build -modfile``): one main, several pinned releases."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for ``go build`` (``GOTOOLCHAIN`` where a module needs a newer Go; the
     reason is written beside the tool)."""
@@ -85,6 +87,8 @@ def _kube_version_flags(release: str) -> tuple[str, ...]:
 
 KUBERNETES_RELEASE = "v1.37.2"
 """The Kubernetes release of the test control plane (devkit/gotools/kube/go.mod pins the same)."""
+KUBERNETES_OLDEST = "v1.34.4"
+"""The oldest release users run that the e2e also runs on (devkit/gotools/kube/go-1.34.mod)."""
 
 TOOLS: dict[str, GoTool] = {
     tool.name: tool
@@ -95,6 +99,25 @@ TOOLS: dict[str, GoTool] = {
             release=KUBERNETES_RELEASE,
             binaries=(Binary("kube", ".", links=("kubectl",)),),
             ldflags=_kube_version_flags(KUBERNETES_RELEASE),
+        ),
+        GoTool(
+            name="kube-1.34",
+            directory="kube",
+            release=KUBERNETES_OLDEST,
+            binaries=(Binary("kube", ".", links=("kubectl",)),),
+            ldflags=_kube_version_flags(KUBERNETES_OLDEST),
+            modfile="go-1.34.mod",
+        ),
+        GoTool(
+            name="kube-state-metrics",
+            directory="kube-state-metrics",
+            release="v2.20.0",
+            binaries=(Binary("kube-state-metrics", "k8s.io/kube-state-metrics/v2"),),
+            ldflags=(
+                "-X github.com/prometheus/common/version.Version=v2.20.0",
+                "-X github.com/prometheus/common/version.Branch=release-2.20",
+                "-X github.com/prometheus/common/version.Revision=v2.20.0",
+            ),
         ),
         GoTool(
             name="kwok",
@@ -205,12 +228,13 @@ def build(name: str, *, progress: bool = True) -> Path:
             print(f"==> building {tool.name} {tool.release} from its Go modules (log: {log})", flush=True)
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f".{tool.name}-", dir=cache_root()) as tmp:
-            if _run_logged([go, "mod", "download"], cwd=tool.module_dir, env=env, log=log) != 0:
+            modfile = [f"-modfile={tool.modfile}"] if tool.modfile else []
+            if _run_logged([go, "mod", "download", *modfile], cwd=tool.module_dir, env=env, log=log) != 0:
                 raise GoToolError(
                     f"{tool.name}: its Go modules could not be downloaded ({_failure_line(log)}); see {log}"
                 )
             for binary in tool.binaries:
-                cmd = [go, "build", "-trimpath", "-o", str(Path(tmp) / binary.name)]
+                cmd = [go, "build", *modfile, "-trimpath", "-o", str(Path(tmp) / binary.name)]
                 flags = ["-s", "-w", *tool.ldflags]
                 cmd += ["-ldflags", " ".join(flags)]
                 if tool.tags:

@@ -55,6 +55,9 @@ class Settings:
     extra_apiserver_flags: Sequence[str] = ()
     extra_controller_manager_flags: Sequence[str] = ()
     ready_timeout: float = 90.0
+    kube_tool: str = "kube"
+    """Which build of the components (:data:`devkit.gobuild.TOOLS`): ``kube`` (the newest release
+    pinned) or ``kube-1.34`` (the oldest release users run that the tests cover)."""
 
 
 @dataclass
@@ -92,6 +95,15 @@ class ControlPlane:
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def release(self) -> str:
+        return gobuild.TOOLS[self.settings.kube_tool].release
+
+    @property
+    def kubectl(self) -> Path:
+        """The kubectl of the same release."""
+        return gobuild.binary(self.settings.kube_tool).with_name("kubectl")
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -132,7 +144,7 @@ class ControlPlane:
 
     def start(self) -> ControlPlane:
         started = time.monotonic()
-        kube = str(gobuild.binary("kube"))
+        kube = str(gobuild.binary(self.settings.kube_tool))
         kwok = str(gobuild.binary("kwok"))
         self.directory.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
@@ -210,7 +222,7 @@ class ControlPlane:
                 [
                     kwok,
                     f"--kubeconfig={kwok_kubeconfig}",
-                    f"--config={STAGES}",
+                    f"--config={self._stages()}",
                     "--manage-all-nodes=true",
                     "--node-lease-duration-seconds=40",
                     "--cidr=10.244.0.1/16",
@@ -318,6 +330,13 @@ class ControlPlane:
             "--cert-dir=" + str(self.directory / "apiserver-certs"),
             *self.settings.extra_apiserver_flags,
         ]
+
+    def _stages(self) -> Path:
+        """Our KWOK stages, the nodes reporting the kubelet release of the control plane's."""
+        text = STAGES.read_text().replace("{{ Version | Quote }}", json.dumps(self.release))
+        path = self.directory / "kwok-stages.yaml"
+        path.write_text(text)
+        return path
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = self.logs / f"{name}.log"

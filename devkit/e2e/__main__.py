@@ -28,6 +28,8 @@ from devkit.e2e.render import ROOT, Obj, Rendering, Workload
 SCENARIO = ROOT / "examples" / "fleet-demo.yaml"
 SIM_NODE = "gpu-h100-a"
 SERVICES = ("exporter", "adapter", "rightsizer")
+RELEASES = {gobuild.KUBERNETES_RELEASE: "kube", gobuild.KUBERNETES_OLDEST: "kube-1.34"}
+"""Kubernetes releases the e2e runs on → the devkit.gobuild tool that builds them."""
 ERRORS = (
     checks.CheckFailed,
     PodError,
@@ -48,9 +50,10 @@ class Result:
 
 
 class Run:
-    def __init__(self, work: Path, *, keep: bool = False) -> None:
+    def __init__(self, work: Path, *, keep: bool = False, kube_tool: str = "kube") -> None:
         self.work = work
         self.keep = keep
+        self.kube_tool = kube_tool
         self.results: list[Result] = []
         self.started = time.monotonic()
 
@@ -213,9 +216,9 @@ def serving_phase(r: Rendering, pods: list[Obj], run: Run, prom_url: str) -> Non
             f"{r.name}: cert-manager stood in for: Secrets {', '.join(sorted(secrets))}; caBundle injected"
         )
     operator_ns = "nvidia-gpu-operator" if r.name.endswith("openshift") else "gpu-operator"
-    kube = cluster.start(where, SCENARIO, operator_namespace=operator_ns)
+    kube = cluster.start(where, SCENARIO, operator_namespace=operator_ns, kube_tool=run.kube_tool)
     run.note(
-        f"{r.name}: Kubernetes {gobuild.KUBERNETES_RELEASE} control plane with {len(kube.kube.list('v1', 'Node'))} KWOK nodes at {kube.cp.url}"
+        f"{r.name}: Kubernetes {kube.cp.release} control plane with {len(kube.kube.list('v1', 'Node'))} KWOK nodes at {kube.cp.url}"
     )
     running: list[PodRun] = []
     try:
@@ -329,7 +332,7 @@ def summary(run: Run) -> int:
     for r in failed:
         print(f"FAIL {r.rendering}: {r.check}: {r.line}")
     print(
-        f"Kubernetes {gobuild.KUBERNETES_RELEASE} built from its Go modules; KWOK for the kubelets. Not shown here: a kubelet, cert-manager or a GPU (see docs/deploy.md)."
+        f"Kubernetes {gobuild.TOOLS[run.kube_tool].release} built from its Go modules; KWOK for the kubelets. Not shown here: a kubelet, cert-manager or a GPU (see docs/deploy.md)."
     )
     return 1 if failed else 0
 
@@ -343,6 +346,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="one rendering (repeatable)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, files) and print it")
+    parser.add_argument(
+        "--kubernetes",
+        choices=sorted(RELEASES),
+        default=gobuild.KUBERNETES_RELEASE,
+        help="the Kubernetes release of the control plane (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("error: make e2e runs as root (buildah's chroot isolation): sudo make e2e", file=sys.stderr)
@@ -352,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {ARCHIVES}: {', '.join(missing)} missing: run 'make images' first", file=sys.stderr)
         return 2
     work = checks.scratch()
-    run = Run(work, keep=args.keep)
+    run = Run(work, keep=args.keep, kube_tool=RELEASES[args.kubernetes])
     server: prometheus.PrometheusServer | None = None
     sim = apps = None
     try:

@@ -26,8 +26,7 @@ from typing import Any
 
 import yaml
 
-from devkit import gobuild
-from devkit.cluster import ControlPlane
+from devkit.cluster import ControlPlane, Settings
 from devkit.cluster.kubeclient import Kube, KubeError, wait_for
 from devkit.cluster.migmanager import MigManager
 from devkit.cluster.nodes import OPERATOR_NAMESPACE, add_from_scenario
@@ -82,7 +81,7 @@ class Cluster:
         return self.tokens[key]
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout: float = 180) -> str:
-        kubectl = gobuild.binary("kube").with_name("kubectl")
+        kubectl = self.cp.kubectl
         res = subprocess.run(
             [str(kubectl), f"--kubeconfig={self.kubeconfig}", *args],
             input=stdin,
@@ -314,10 +313,12 @@ def audit_events(path: Path) -> Iterator[dict[str, Any]]:
         return
 
 
-def start(work: Path, scenario: Path, *, operator_namespace: str = OPERATOR_NAMESPACE) -> Cluster:
-    """A control plane with the scenario's GPU nodes, the GPU Operator's objects in
-    ``operator_namespace`` and the MIG Manager stand-in."""
-    cp = ControlPlane(work / "cluster").start()
+def start(
+    work: Path, scenario: Path, *, operator_namespace: str = OPERATOR_NAMESPACE, kube_tool: str = "kube"
+) -> Cluster:
+    """A control plane (of the release ``kube_tool`` builds) with the scenario's GPU nodes, the GPU
+    Operator's objects in ``operator_namespace`` and the MIG Manager stand-in."""
+    cp = ControlPlane(work / "cluster", Settings(kube_tool=kube_tool)).start()
     try:
         add_from_scenario(cp.admin_kubeconfig, scenario, operator_namespace=operator_namespace)
         manager = MigManager(cp.admin_kubeconfig, namespace=operator_namespace).start()

@@ -494,10 +494,10 @@ def test_settings_reach_the_objects() -> None:
 
 
 @pytest.mark.slow
-def test_clusters_without_admission_policies_v1_are_refused() -> None:
-    res = run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.29.0")
-    assert res.returncode != 0 and "kubeVersion: >=1.30.0-0" in res.stderr, res.stderr
-    assert run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.30.0").returncode == 0
+def test_clusters_older_than_the_tested_range_are_refused() -> None:
+    res = run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.33.9")
+    assert res.returncode != 0 and "kubeVersion: >=1.34.0-0" in res.stderr, res.stderr
+    assert run_helm("template", "gpupilot", str(CHART), "--kube-version", "1.34.0").returncode == 0
 
 
 @pytest.mark.slow

@@ -11,8 +11,10 @@ logs; the cluster's folder is then kept.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,14 +60,17 @@ class RealCluster:
 
 
 @pytest.fixture(scope="session")
-def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    from devkit.cluster import ControlPlane  # noqa: PLC0415
+def real_cluster() -> Iterator[RealCluster]:
+    from devkit.cluster import ControlPlane, Settings  # noqa: PLC0415
     from devkit.cluster.kubeclient import Kube  # noqa: PLC0415
     from devkit.cluster.migmanager import MigManager  # noqa: PLC0415
     from devkit.cluster.nodes import add_from_scenario  # noqa: PLC0415
 
-    where = tmp_path_factory.mktemp("control-plane")
-    cp = ControlPlane(where).start()
+    # not under pytest's basetemp: other runs on the machine prune it, and a failure's objects and
+    # logs must stay where its report says
+    where = Path(tempfile.mkdtemp(prefix="gpupilot-control-plane-"))
+    # GPUPILOT_KUBE_TOOL=kube-1.34: the same tests on the oldest release covered
+    cp = ControlPlane(where, Settings(kube_tool=os.environ.get("GPUPILOT_KUBE_TOOL", "kube"))).start()
     manager = None
     try:
         add_from_scenario(cp.admin_kubeconfig, SCENARIO)
@@ -78,6 +83,15 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClust
         cp.stop()
     if not cluster.failures:
         shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def chart(real_cluster: RealCluster) -> str:
+    """The chart installed once per run (tests/kube/world.py: install_chart); its namespace."""
+    from tests.kube import world  # noqa: PLC0415
+
+    world.install_chart(real_cluster)
+    return world.RELEASE_NS
 
 
 @pytest.hookimpl(wrapper=True)

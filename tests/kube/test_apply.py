@@ -28,9 +28,8 @@ SETTINGS = dataclasses.replace(
 
 
 @pytest.fixture(scope="module")
-def rightsizer(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def rightsizer(real_cluster: RealCluster, chart: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The chart's rightsizer (auto-apply) installed; a kubeconfig with its ServiceAccount's token."""
-    world.install_rightsizer(real_cluster)
     where = tmp_path_factory.mktemp("rightsizer")
     return world.service_account_kubeconfig(real_cluster, where, world.RELEASE_NS, "gpupilot-rightsizer")
 

@@ -143,12 +143,14 @@ def wait(check: Callable[[], Any], *, what: str, timeout: float = 90, every: flo
         time.sleep(every)
 
 
-def install_rightsizer(cluster: RealCluster, *, extra: tuple[str, ...] = ()) -> None:
-    """The chart with the rightsizer only and auto-apply on: its ServiceAccount, RBAC and admission
-    policies as users install them (``helm upgrade --install --wait``)."""
+def install_chart(cluster: RealCluster, *, extra: tuple[str, ...] = ()) -> None:
+    """The chart as users install it (``helm upgrade --install --wait``) with the parts the
+    real-cluster tests exercise: the exporter (DRA on: its ResourceSlice reader role) and the
+    rightsizer with auto-apply (its RBAC and admission policies); the adapter is make e2e's."""
     settings = [
-        "exporter.enabled=false",
         "adapter.enabled=false",
+        "exporter.serviceMonitor.enabled=false",
+        "exporter.dra.enabled=true",
         "rightsizer.autoApply.enabled=true",
         "rightsizer.serviceMonitor.enabled=false",
         "monitoring.prometheusRules.enabled=false",
@@ -164,15 +166,20 @@ def install_rightsizer(cluster: RealCluster, *, extra: tuple[str, ...] = ()) -> 
     assert res.returncode == 0, res.stderr[-800:]
 
 
-def service_account_kubeconfig(cluster: RealCluster, where: Path, namespace: str, name: str) -> Path:
-    """A kubeconfig with a TokenRequest token of ``namespace/name``: the rendered RBAC decides."""
+def service_account_token(cluster: RealCluster, namespace: str, name: str) -> str:
     body = {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenRequest",
         "spec": {"expirationSeconds": 3600},
     }
     answer = cluster.kube.create_raw(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token", body)
-    return Path(cluster.cp.token_kubeconfig(where / f"{name}.kubeconfig", str(answer["status"]["token"])))
+    return str(answer["status"]["token"])
+
+
+def service_account_kubeconfig(cluster: RealCluster, where: Path, namespace: str, name: str) -> Path:
+    """A kubeconfig with a TokenRequest token of ``namespace/name``: the rendered RBAC decides."""
+    token = service_account_token(cluster, namespace, name)
+    return Path(cluster.cp.token_kubeconfig(where / f"{name}.kubeconfig", token))
 
 
 def refused(cluster: RealCluster, user: str, *, since: float = 0.0) -> list[str]:
