@@ -148,10 +148,14 @@ def _go_version(go: str) -> str:
 
 
 def content_key(tool: GoTool, go_version: str) -> str:
-    """A digest of everything that decides the binaries: the module's files, flags, tags, Go."""
+    """A digest of everything that decides the binaries: the module's files (its own go.mod and
+    go.sum, or its ``modfile`` and that file's sum), flags, tags, Go. A binary's other names (its
+    links) are made when missing, without a rebuild."""
     digest = hashlib.sha256()
+    modfile = Path(tool.modfile or "go.mod")
+    own = {modfile.name, modfile.with_suffix(".sum").name}
     for path in sorted(tool.module_dir.rglob("*")):
-        if path.is_file() and path.suffix in {".mod", ".sum", ".go", ".yaml"}:
+        if path.is_file() and (path.suffix in {".go", ".yaml"} or path.name in own):
             digest.update(path.relative_to(tool.module_dir).as_posix().encode() + b"\0")
             digest.update(path.read_bytes())
     for part in (*tool.ldflags, *tool.tags, *sorted(f"{k}={v}" for k, v in tool.env.items()), go_version):
@@ -219,6 +223,7 @@ def build(name: str, *, progress: bool = True) -> Path:
     with _locked(name):
         folder = tool_dir(tool)
         if (folder / ".complete").is_file():
+            _links(tool, folder)
             return folder
         log = log_path(tool)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -252,12 +257,28 @@ def build(name: str, *, progress: bool = True) -> Path:
             os.chmod(tmp, 0o755)  # noqa: S103 - binaries others (the images, CI) run
             os.replace(tmp, folder)
             Path(tmp).mkdir()  # TemporaryDirectory removes it on exit
+        _prune(tool, keep=folder)
         if progress:
             print(
                 f"==> {tool.name} {tool.release} built in {time.monotonic() - started:.0f}s: {folder}",
                 flush=True,
             )
         return folder
+
+
+def _links(tool: GoTool, folder: Path) -> None:
+    for b in tool.binaries:
+        for link in b.links:
+            if not (folder / link).is_symlink():
+                (folder / link).symlink_to(b.name)
+
+
+def _prune(tool: GoTool, *, keep: Path) -> None:
+    """Remove the tool's earlier builds (other pins or keys): the cache holds one per tool."""
+    for old in cache_root().glob(f"{tool.name}-*"):
+        parts = old.name.rsplit("-", 2)
+        if old != keep and old.is_dir() and len(parts) == 3 and parts[0] == tool.name:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def binary(name: str, member: str | None = None, *, build_missing: bool = True) -> Path:

@@ -5,7 +5,9 @@ Each scenario node becomes a Node labelled as GPU Feature Discovery and the GPU 
 ``nvidia.com/mig.strategy``, ``nvidia.com/mig.config`` with its state ``success``, the operand
 ``nvidia.com/gpu.deploy.*`` labels), with the extended resources NVIDIA's device plugin would
 advertise for its layout and MIG strategy in ``status.capacity``/``allocatable``
-(:mod:`devkit.cluster.deviceplugin`). KWOK then acts as the node's kubelet (heartbeats, pods).
+(:mod:`devkit.cluster.deviceplugin`); a node NVIDIA's DRA driver serves (``dra: static|dynamic`` in
+the scenario) publishes its ResourceSlices as that driver does (:func:`dra_slices`). KWOK then acts
+as the node's kubelet (heartbeats, pods).
 
 Beside the nodes, the GPU Operator's side the rightsizer talks to: the ``gpu-operator`` namespace,
 a ClusterPolicy (a minimal CRD of ours for ``clusterpolicies.nvidia.com``: ``spec`` is kept as
@@ -22,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from devkit.cluster import deviceplugin
+from devkit.cluster import deviceplugin, draslices
 from devkit.cluster.kubeclient import Kube, KubeError
 from devkit.cluster.migconfig import default_mig_configs
 from exporter.errors import ScenarioError
@@ -176,6 +178,43 @@ def add_from_scenario(
     return add_nodes(Kube(kubeconfig), scen.nodes, operator_namespace=operator_namespace)
 
 
+def dra_slices(node: Any) -> list[dict[str, Any]]:
+    """The ResourceSlices NVIDIA's DRA driver publishes for a scenario node it serves (``dra:
+    static``: whole GPUs and the MIG instances made ahead of time, each with its UUID; ``dra:
+    dynamic``: every placement of every profile a claim could get, without UUID, consuming the GPU's
+    shared counters, which a slice of their own holds)."""
+    if node.dra not in ("static", "dynamic"):
+        return []
+    gpus = {g.index: g.uuid for g in node.gpus}
+    migs: list[draslices.MigDevice] = []
+    for g in node.gpus:
+        if node.dra == "static":
+            migs += [
+                draslices.MigDevice(
+                    g.index,
+                    i.profile.name,
+                    i.profile.gi_profile_id,
+                    i.start,
+                    i.profile.memory_slices,
+                    uuid=i.uuid,
+                )
+                for i in g.instances
+            ]
+        elif g.model.mig_capable:
+            migs += [
+                draslices.MigDevice(g.index, p.name, p.gi_profile_id, start, p.memory_slices)
+                for p in g.model.profiles
+                if not p.media_extensions
+                for start in p.starts
+            ]
+    release = node.dra_names if node.dra_names in ("v25.12", "v25.8") else "v25.12"
+    out = [draslices.resource_slice(node.name, gpus=gpus, migs=migs, release=release)]
+    out[0]["metadata"] = {"name": f"{node.name}-{draslices.DRIVER}"}
+    if node.dra == "dynamic":
+        out.append(draslices.counter_slice(node.name, minors=sorted(gpus)))
+    return out
+
+
 def add_nodes(
     kube: Kube, scenario_nodes: Iterable[Any], *, operator_namespace: str = OPERATOR_NAMESPACE
 ) -> list[str]:
@@ -192,6 +231,8 @@ def add_nodes(
         ensure_operator(kube, configs, namespace=operator_namespace)
         for node in nodes:
             kube.create(node_object(node, config_name=names[node.name]))
+            for rslice in dra_slices(node):
+                kube.create(rslice)
         for i in range(CPU_NODES):
             kube.create(cpu_node(f"cpu-{i}"))
     except KubeError as exc:

@@ -38,7 +38,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpupilot_common import checked, promauth
-from gpupilot_common.paths import is_file
+from gpupilot_common.paths import file_problem, name_problem
 from gpupilot_common.section import Section
 from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
@@ -276,7 +276,7 @@ def _report(rr: Section) -> ReportJob:
         _schedule(rr, "schedule"),
         rr.duration("window", 7 * 86400.0),
         price,
-        Path(out) if out else None,
+        _directory(rr, "out_dir", out) if out else None,
         keep,
         _push(pr) if (pr := rr.section("push")) is not None else None,
     )
@@ -285,8 +285,8 @@ def _report(rr: Section) -> ReportJob:
 def _push(pr: Section) -> ReportPush:
     pr.keys(("webhook_url_file", "format", "link", "copy_to", "timeout"))
     url_file = pr.optional_text("webhook_url_file")
-    if url_file is not None and not is_file(Path(url_file)):
-        raise pr.fail("webhook_url_file", f"{url_file!r}: no such file (mount the Secret holding the URL)")
+    if url_file is not None and (problem := file_problem(Path(url_file))):
+        raise pr.fail("webhook_url_file", f"{problem} (mount the Secret holding the URL)")
     fmt = pr.text("format", "slack")
     if fmt not in FORMATS:
         raise pr.fail("format", f"{fmt!r}: one of {', '.join(FORMATS)}")
@@ -308,6 +308,14 @@ def _push(pr: Section) -> ReportPush:
         copy_to=Path(copy_to) if copy_to else None,
         timeout_s=timeout,
     )
+
+
+def _directory(r: Section, key: str, text: str) -> Path:
+    """A directory name as given, refused in one line when no file system can hold it (a NUL)."""
+    path = Path(text)
+    if problem := name_problem(path):
+        raise r.fail(key, f"{text!r} {problem}; give a directory name without it")
+    return path
 
 
 def _fraction(r: Section, key: str, default: float, *, maximum: float) -> float:
@@ -413,7 +421,7 @@ def parse_document(doc: checked.Document) -> ServeConfig:
     auto = _auto_apply(ar, has_plan=plan is not None) if ar is not None else AutoApply()
     if report is None and plan is None:
         raise r.fail("report", "configure at least one job: 'report' and/or 'plan'")
-    state = Path(r.text("state_dir", "/var/lib/gpupilot"))
+    state = _directory(r, "state_dir", r.text("state_dir", "/var/lib/gpupilot"))
     auth = _prometheus_auth(r)
     return ServeConfig(doc.source, url, tz, host, port, state, report, plan, auto, auth)
 
@@ -425,8 +433,8 @@ def _prometheus_auth(r: Section) -> promauth.PrometheusAuth:
         text = r.optional_text(key)
         if text is None:
             return None
-        if not is_file(Path(text)):
-            raise r.fail(key, f"{text!r}: no such file")
+        if problem := file_problem(Path(text)):
+            raise r.fail(key, f"{text!r}: {problem}")
         return Path(text)
 
     auth = promauth.PrometheusAuth(

@@ -300,8 +300,8 @@ def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
     if out["kind"] == "ValidatingAdmissionPolicy":
         # kustomize (kyaml) re-folds the `>-` CEL expressions with an extra blank line; Helm keeps
         # what YAML says. CEL ignores whitespace: compare the expressions without it.
-        for validation in out["spec"].get("validations", []):
-            validation["expression"] = " ".join(validation["expression"].split())
+        for item in [*out["spec"].get("validations", []), *out["spec"].get("variables", [])]:
+            item["expression"] = " ".join(item["expression"].split())
     if out["kind"] == "Deployment":
         # The chart rolls the rightsizer's pods when its config changes (a checksum of it); kustomize
         # users change the config by a new rollout of their own (docs/upgrade.md).

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from devkit.cluster.draslices import DRIVER, MigDevice, counter_slice, resource_slice
 from exporter.attribute.kubeapi import ApiAccess, SliceWatcher
 from rightsizer.clients.kube import Kube, KubeSettings
 from rightsizer.plan import management
 from tests.kube import world
 from tests.kube.conftest import RealCluster
-from tests.support.dra_slices import DRIVER, MigDevice, counter_slice, resource_slice
 
 H100_UUID = "GPU-0c5a5d0e-0000-4000-8000-000000000001"
 

@@ -173,3 +173,31 @@ def test_a_renewal_answered_409_forever_gives_up_after_a_few_rereads():
     held._current = ours
     assert held.renew() is True and not held.lost.is_set()
     assert Conflicting.updates == lease_mod.RENEW_CONFLICT_RETRIES + 1
+
+
+def test_a_renewal_that_raises_anything_is_counted_and_the_next_one_comes():
+    """The renewal thread outlives an exception nobody foresaw (here a KeyError from an odd Lease):
+    one line, counted, and the Lease is renewed again at the next period."""
+    from rightsizer.apply.lease import ApplyLease  # noqa: PLC0415
+
+    with KubeDouble() as kube:
+        failures: list[BaseException] = []
+        held = ApplyLease(Kube(kube.api_client()), "gpu-operator", duration_s=1, on_failure=failures.append)
+        held.acquire()
+        real, calls = held.renew, {"n": 0}
+
+        def odd() -> bool:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise KeyError("spec")
+            return real()
+
+        held.renew = odd  # type: ignore[method-assign]
+        try:
+            deadline = time.monotonic() + 5
+            while calls["n"] < 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            held.stop_renewing()
+        assert calls["n"] >= 3 and [type(f) for f in failures] == [KeyError]
+        assert held.held() and not held.lost.is_set()

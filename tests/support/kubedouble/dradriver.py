@@ -13,9 +13,9 @@ import zlib
 from typing import Any
 
 from devkit.cluster import deviceplugin
+from devkit.cluster.draslices import MigDevice, resource_slice
 from devkit.cluster.migconfig import gpu_model_of
 from mig_geometry.placement import place
-from tests.support.dra_slices import MigDevice, resource_slice
 from tests.support.kubedouble.migmanager import MigManager
 from tests.support.kubedouble.store import Store
 
