@@ -11,7 +11,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from gpupilot_common.paths import is_file
+from gpupilot_common import yamlsafe
+from gpupilot_common.paths import file_problem
 from rightsizer.errors import RightsizerError
 
 MAX_URL_BYTES = 4096
@@ -24,10 +25,10 @@ class WebhookError(RightsizerError, RuntimeError):
 
 def read_url(path: Path) -> str:
     """The webhook URL held in ``path`` (one line); :class:`WebhookError` when unusable."""
+    if problem := file_problem(path):
+        raise WebhookError(f"webhook URL file {path}: {problem}")
     try:
-        if not is_file(path):
-            raise WebhookError(f"webhook URL file {path}: no such file")
-        text = path.read_bytes()[: MAX_URL_BYTES + 1].decode("utf-8", "replace").strip()
+        text = yamlsafe.read_bytes(path, max_bytes=MAX_URL_BYTES + 64).decode("utf-8", "replace").strip()
     except OSError as exc:
         raise WebhookError(f"webhook URL file {path}: {exc.strerror or exc}") from None
     if (

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpupilot_common.paths import is_file
+from gpupilot_common import yamlsafe
+from gpupilot_common.paths import file_problem
 from rightsizer.report.model import Report
 
 FILE = "figures.json"
@@ -96,9 +97,9 @@ def load(folder: Path) -> Figures | None:
     """The figures a report folder holds, or None (absent, unreadable, too large, not ours)."""
     path = folder / FILE
     try:
-        if not is_file(path) or path.stat().st_size > MAX_BYTES:
+        if file_problem(path):
             return None
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(yamlsafe.read_text(path, max_bytes=MAX_BYTES))
         if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
             return None
 

@@ -33,7 +33,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpupilot_common import logs, loops
+from gpupilot_common import logs, loops, yamlsafe
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import ApplyReport
 from rightsizer.errors import RightsizerError
@@ -120,7 +120,7 @@ def longest_gap_days(day_of_week: str) -> int:
 def weekly_figures(folder: Path) -> dict[str, Any]:
     """The figures a report folder holds (its ``figures.json``), {} when none: the push's message."""
     try:
-        doc = json.loads((folder / "figures.json").read_text(encoding="utf-8"))
+        doc = json.loads(yamlsafe.read_text(folder / "figures.json", max_bytes=64 * 1024))
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}

@@ -443,6 +443,7 @@ def test_a_second_release_under_its_own_prefix() -> None:
     assert {n for r in serve["rules"] for n in r.get("resourceNames", [])} == {
         "gpupilot-rightsizer-leader",
         "gpupilot-rightsizer-ledger",
+        "team-b-rightsizer",  # its own config: the emergency stop's annotations
     }
     lease = objs[("Role", "team-b-rightsizer-apply")]
     assert ["gpupilot-rightsizer-apply"] in [r.get("resourceNames") for r in lease["rules"]]
