@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from adapter.commands import check_apiservices, convert_config, explain_hpa, replay_hpa, serve
 from adapter.errors import AdapterError, ConfigError
+from gpupilot_common import logs
 from gpupilot_common.cli import OneLineParser, add_version
 
 
@@ -65,25 +66,24 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpupilot-adapter",
         description="Serve Prometheus metrics to the HPA as custom.metrics.k8s.io / external.metrics.k8s.io.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    logs.add_flags(parser)
     add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, command in COMMANDS.items():
         sp = sub.add_parser(name, help=command.help, description=command.description)
         add_version(sp)
+        logs.add_flags(sp, top_level=False)
         command.add_arguments(sp)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
+    level = logs.level_of(args)
+    logs.configure(service="adapter", log_format=args.log_format, level=level)
+    if level != "debug":
         # urllib3's own "Retrying (Retry(total=2 …))" lines come before the command's one-line error
-        # about an unreachable API server; -v shows them
+        # about an unreachable API server; --log-level debug shows them
         logging.getLogger("urllib3").setLevel(logging.ERROR)
     try:
         return COMMANDS[args.command].run(args)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dashboards import autoscaling, fleet, mig, node, rightsizing
+from dashboards import autoscaling, fleet, health, mig, node, rightsizing
 from dashboards.model import Dashboard
 
 HERE = Path(__file__).resolve().parent
@@ -23,6 +23,7 @@ DASHBOARDS: dict[str, Callable[[], Dashboard]] = {
     "gpupilot-mig.json": mig.dashboard,
     "gpupilot-autoscaling.json": autoscaling.dashboard,
     "gpupilot-rightsizing.json": rightsizing.dashboard,
+    "gpupilot-health.json": health.dashboard,
 }
 
 

@@ -7,8 +7,10 @@ datasource variable. Panels are placed left to right in rows of the 24-column gr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+
+from dashboards import filters
 
 JSON = dict[str, Any]
 PanelType = Literal["timeseries", "stat", "table", "status-history", "bargauge", "gauge"]
@@ -66,6 +68,17 @@ class QueryVariable:
     all_value: str | None = None
 
 
+FILTER_VARIABLES = (
+    QueryVariable("cluster", "Cluster", "label_values(gpupilot_gpu_info, cluster)", all_value=".*"),
+    QueryVariable(
+        "job", "Exporter job", 'label_values(DCGM_FI_DEV_GPU_TEMP{cluster=~"$cluster"}, job)', all_value=".*"
+    ),
+)
+"""On every dashboard, after the data source: the cluster (the series' ``cluster`` label, as
+``--cluster-label`` reads it; All also matches series without one) and the exporter's scrape job
+(dcgm-exporter beside gpupilot during a migration); :mod:`dashboards.filters` puts them in each query."""
+
+
 @dataclass
 class Dashboard:
     uid: str
@@ -104,7 +117,13 @@ class Dashboard:
                     "keepTime": True,
                 }
             ],
-            "templating": {"list": [_datasource_variable(), *(_variable(v) for v in self.variables)]},
+            "templating": {
+                "list": [
+                    _datasource_variable(),
+                    *(_variable(v) for v in FILTER_VARIABLES),
+                    *(_variable(replace(v, query=filters.variable_query(v.query))) for v in self.variables),
+                ]
+            },
             "panels": _layout(self.items),
         }
 
@@ -149,7 +168,7 @@ def _target(t: Target, ref: str) -> JSON:
     return {
         "datasource": DATASOURCE,
         "refId": ref,
-        "expr": t.expr.strip(),
+        "expr": filters.add_filters(t.expr.strip()),
         "legendFormat": t.legend or "__auto",
         "instant": t.instant,
         "range": not t.instant,

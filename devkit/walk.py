@@ -289,6 +289,22 @@ RIGHTSIZER_CALLS = (
         prometheus=True,  # the plan above
     ),
     Call(
+        (
+            RIGHTSIZER,
+            "drain",
+            "--namespace",
+            "gpupilot",
+            "--configmap",
+            "gpupilot-rightsizer",
+            "--lease-namespace",
+            "gpu-operator",
+            "--kubeconfig",
+            "{work}/kubeconfig",
+        ),
+        code=1,
+        error="error: configmap gpupilot/gpupilot-rightsizer: cannot reach the API server: connection refused;",
+    ),
+    Call(
         (RIGHTSIZER, "serve", "--config", "{work}/serve.yaml", "--check"),
         says="plan: next run",
         prometheus=True,

@@ -65,6 +65,8 @@ class Settings:
     once: bool = False
     """One collection, exposition on stdout, exit."""
     log_level: str = "info"
+    log_format: str = "text"
+    """``text`` or ``json`` (:mod:`gpupilot_common.logs`)."""
     listen: ListenAddress = field(default_factory=ListenAddress)
     layout: SeriesLayout = field(default_factory=SeriesLayout)
     """Fields (``-f``/``--collectors``), MIG series layout and host label of the device series."""

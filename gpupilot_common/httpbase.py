@@ -38,6 +38,8 @@ from typing import Any, Generic, Protocol, Self, TypeVar
 
 from aiohttp import http_exceptions, web, web_protocol
 
+from gpupilot_common import logs
+
 log = logging.getLogger(__name__)
 
 TEXT = "text/plain; charset=utf-8"
@@ -176,7 +178,9 @@ class BoundedProtocol(web_protocol.RequestHandler):
         self._head_timer = None
         if self.awaiting_head():
             peer = self.transport.get_extra_info("peername") if self.transport is not None else None
-            log.debug("no complete request head from %s within %gs; closing", peer, self.header_timeout)
+            log.debug(
+                "no complete request head from %s within %gs; closing", logs.peer(peer), self.header_timeout
+            )
             self.force_close()
 
     def handle_error(

@@ -27,6 +27,9 @@ class Column:
     """May be wrapped onto several lines when the table is too wide."""
     drop: int = 0
     """0: always shown; higher ranks are left out first when wrapping is not enough."""
+    breaks: str = " /._-"
+    """Where a wrapped line may break (after these characters). Names (pods, nodes) break at spaces
+    only, ``" "``: a name is never split; the column is then never narrower than its longest name."""
 
 
 def terminal_width() -> int:
@@ -45,35 +48,55 @@ def _natural(columns: Sequence[Column], rows: Sequence[Sequence[str]]) -> list[i
     return widths
 
 
-def _fit(columns: Sequence[Column], widths: list[int], width: int) -> list[int]:
-    """Shrink the wrappable columns, widest first, until the table fits or none can shrink."""
+def _pieces(line: str, breaks: str) -> list[str]:
+    """A word and the separators after it, in order: where a line may break."""
+    sep = re.escape(breaks.replace(" ", "")) + r"\s"
+    return [p for p in re.findall(rf"[^{sep}]*(?:[{sep}]+|$)", line) if p]
+
+
+def _longest_word(column: Column, rows: Sequence[Sequence[str]], index: int) -> int:
+    """The widest piece a wrapped cell of this column cannot break (a continuation adds two)."""
+    if column.breaks == " /._-":
+        return 0  # any word may be cut with an ellipsis: no floor
+    return max(
+        (
+            len(p.rstrip()) + 2
+            for row in rows
+            for line in _lines(row[index])
+            for p in _pieces(line, column.breaks)
+        ),
+        default=0,
+    )
+
+
+def _fit(columns: Sequence[Column], widths: list[int], width: int, floors: Sequence[int] = ()) -> list[int]:
+    """Shrink the wrappable columns, widest first, until the table fits or none can shrink (never
+    below a column's floor: its longest unbreakable name)."""
     out = list(widths)
+    least = [max(MIN_WRAP, len(c.header), floors[i] if i < len(floors) else 0) for i, c in enumerate(columns)]
 
     def total() -> int:
         return sum(out) + len(GAP) * (len(out) - 1)
 
     while total() > width:
-        shrinkable = [i for i, c in enumerate(columns) if c.wrap and out[i] > max(MIN_WRAP, len(c.header))]
+        shrinkable = [i for i, c in enumerate(columns) if c.wrap and out[i] > least[i]]
         if not shrinkable:
             break
         i = max(shrinkable, key=lambda k: out[k])
-        out[i] = max(MIN_WRAP, len(columns[i].header), out[i] - (total() - width))
+        out[i] = max(least[i], out[i] - (total() - width))
     return out
 
 
-PIECE = re.compile(r"[^\s/._-]*(?:[\s/._-]+|$)")
-"""A word and the separators after it (space, ``/``, ``.``, ``_``, ``-``): where a line may break."""
-
-
-def _wrapped(cell: str, width: int) -> list[str]:
-    """Each line of ``cell`` wrapped after a separator, never inside a word (``ml/llm-inference-7f9c``
-    breaks after ``/`` or ``-``); continuation lines are indented by two; a word longer than the
-    column is cut with an ellipsis."""
+def _wrapped(cell: str, width: int, breaks: str = " /._-") -> list[str]:
+    """Each line of ``cell`` wrapped after one of ``breaks``, never inside a word (``ml/llm-inference-7f9c``
+    breaks after ``/`` or ``-`` by default, only at spaces for names); continuation lines are indented
+    by two; a word longer than the column is cut with an ellipsis (never a name: its column is wide
+    enough, see :func:`_fit`)."""
     out: list[str] = []
     for line in _lines(cell):
         rows: list[str] = []
         current = ""
-        for piece in filter(None, PIECE.findall(line)):
+        for piece in _pieces(line, breaks):
             room = width - (2 if rows else 0)
             if current.strip() and len((current + piece).rstrip()) > room:
                 rows.append(current.rstrip())
@@ -95,8 +118,11 @@ def render(
     keep = list(range(len(columns)))
     widths = _natural(columns, rows)
     if not wide:
+        floors = [_longest_word(c, rows, i) for i, c in enumerate(columns)]
         while True:
-            fitted = _fit([columns[i] for i in keep], [widths[i] for i in keep], limit)
+            fitted = _fit(
+                [columns[i] for i in keep], [widths[i] for i in keep], limit, [floors[i] for i in keep]
+            )
             too_wide = sum(fitted) + len(GAP) * (len(fitted) - 1) > limit
             droppable = [i for i in keep if columns[i].drop > 0]
             if not too_wide or not droppable:
@@ -108,7 +134,7 @@ def render(
         shown, sizes = list(columns), widths
     body = [
         [
-            _wrapped(row[i], w) if c.wrap else _lines(row[i])
+            _wrapped(row[i], w, c.breaks) if c.wrap else _lines(row[i])
             for i, c, w in zip(keep, shown, sizes, strict=True)
         ]
         for row in rows

@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from gpupilot_common import logs
 from gpupilot_common.cli import OneLineParser, add_version
 from rightsizer.errors import RightsizerError
 
@@ -21,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "apply": "apply a plan through the NVIDIA MIG Manager's node-label protocol",
     "report": "write the weekly rightsizing report (HTML, Markdown, PNG charts)",
     "serve": "run scheduled jobs: weekly report, periodic plan, guarded auto-apply",
+    "drain": "ask a running serve to stop auto-applying and wait until no apply is in flight",
 }
 
 
@@ -29,13 +31,14 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         prog="gpupilot-rightsizer",
         description="Find idle MIG slices, compute better layouts and apply them safely.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages to stderr")
+    logs.add_flags(parser)
     add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     wanted = next((a for a in argv if a in COMMANDS), None)
     for name, summary in COMMANDS.items():
         sp = sub.add_parser(name, help=summary, description=summary)
         add_version(sp)
+        logs.add_flags(sp, top_level=False)
         if name == wanted:
             module = importlib.import_module(f"rightsizer.commands.{name}")
             module.add_arguments(sp)
@@ -46,13 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not args.verbose:
+    level = logs.level_of(args)
+    logs.configure(service="rightsizer", log_format=args.log_format, level=level)
+    if level != "debug":
         # urllib3's own "Retrying (Retry(total=2 …))" lines come before the command's one-line error
-        # about an unreachable API server; -v shows them
+        # about an unreachable API server; --log-level debug shows them
         logging.getLogger("urllib3").setLevel(logging.ERROR)
     module = importlib.import_module(f"rightsizer.commands.{args.command}")
     try:

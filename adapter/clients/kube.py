@@ -13,6 +13,7 @@ import functools
 import http.client
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -30,7 +31,7 @@ from urllib3.exceptions import HTTPError
 from adapter.errors import KubernetesUnavailable
 from adapter.quantity import parse_quantity, to_milli
 from gpupilot_common import loops, neterror, timefmt, urllib3deadline, watchdog
-from gpupilot_common.paths import file_problem
+from gpupilot_common.paths import file_problem, is_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -101,6 +102,20 @@ class AuthenticationConfigMap:
     client_ca: str
 
 
+def _api_client(kubeconfig: str, context: str) -> Any:
+    """As kubectl finds its configuration: ``kubeconfig`` when given, else ``$KUBECONFIG`` or
+    ``~/.kube/config`` when there is one, else the pod's in-cluster service account."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig, context=context or None)  # type: ignore[no-untyped-call]
+    default = os.environ.get("KUBECONFIG", "") or str(Path.home() / ".kube" / "config")
+    if any(is_file(Path(p)) for p in default.split(os.pathsep) if p):
+        return config.new_client_from_config(config_file=default, context=context or None)  # type: ignore[no-untyped-call]
+    if context:
+        raise config.ConfigException(f"--context {context}: no kubeconfig to take it from")
+    config.load_incluster_config()  # type: ignore[no-untyped-call]
+    return client.ApiClient()
+
+
 class KubeClient:
     def __init__(
         self, *, kubeconfig: str = "", context: str = "", timeout: float = 10.0, page_size: int = 500
@@ -111,15 +126,9 @@ class KubeClient:
         if kubeconfig and (problem := file_problem(Path(kubeconfig))):  # a named pipe would block here
             raise KubernetesUnavailable(f"--kubeconfig {kubeconfig}: {problem}; give the kubeconfig file")
         try:
-            if kubeconfig:
-                api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=kubeconfig, context=context or None
-                )
-            else:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-                api_client = client.ApiClient()
+            api_client = _api_client(kubeconfig, context)
         except (config.ConfigException, OSError) as exc:
-            hint = kubeconfig or "in-cluster service account"
+            hint = kubeconfig or "$KUBECONFIG, ~/.kube/config, in-cluster service account"
             raise KubernetesUnavailable(
                 f"Kubernetes client configuration ({hint}) failed: {str(exc).rstrip('.')}; pass --kubeconfig"
             ) from exc

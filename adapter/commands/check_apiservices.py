@@ -13,7 +13,7 @@ import logging
 from typing import Protocol
 
 from adapter.config import apiservices
-from adapter.errors import ConfigError, KubernetesUnavailable
+from adapter.errors import KubernetesUnavailable
 from gpupilot_common import argtypes
 
 log = logging.getLogger("adapter")
@@ -38,7 +38,9 @@ def add_owner_flag(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--kubeconfig", default="", help="kubeconfig file (default: in-cluster service account)"
+        "--kubeconfig",
+        default="",
+        help="kubeconfig file (default, as kubectl: $KUBECONFIG, ~/.kube/config, else the in-cluster service account)",
     )
     parser.add_argument("--context", default="", help="kubeconfig context (default: the current one)")
     add_owner_flag(parser)
@@ -78,8 +80,6 @@ def check(reader: ApiServiceReader, args: argparse.Namespace, out: list[str]) ->
 def run(args: argparse.Namespace) -> int:
     from adapter.clients.kube import KubeClient  # noqa: PLC0415 - only this command needs the client here
 
-    if args.context and not args.kubeconfig:
-        raise ConfigError("--context needs --kubeconfig")
     try:
         kube = KubeClient(kubeconfig=args.kubeconfig, context=args.context)
         try:

@@ -170,6 +170,8 @@ class PrometheusPodSource:
         self._refreshing: set[str] = set()
         self._memo = _SelectionMemo()
         self._serial = 0
+        self._unlabelled: set[str] = set()
+        """Namespaces whose kube_pod_labels carried no label (said once each)."""
 
     def synced(self) -> bool:
         return True
@@ -191,6 +193,15 @@ class PrometheusPodSource:
             pod_labels = {k[len("label_") :]: v for k, v in row.labels.items() if k.startswith("label_")}
             phase = phase_of.get(name, "Unknown")
             pods[name] = Pod(name, pod_labels, phase == "Running", phase)
+        if pods and not any(p.labels for p in pods.values()) and namespace not in self._unlabelled:
+            self._unlabelled.add(namespace)  # said once per namespace
+            log.warning(
+                "kube_pod_labels of namespace %s carries no pod labels, so no label selector matches: "
+                "kube-state-metrics >= 2.0 exports only allow-listed labels (--metric-labels-allowlist="
+                "pods=[app.kubernetes.io/name,...], or pods=[*]; docs/deploy.md#kube-state-metrics), or "
+                "read pods from the Kubernetes API (--pod-source kubernetes)",
+                namespace,
+            )
         with self._guard:
             self._serial += 1
             serial = self._serial

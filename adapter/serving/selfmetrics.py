@@ -11,6 +11,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from adapter.clients.prometheus import PrometheusMetrics
+from gpupilot_common import buildinfo
 
 
 class SelfMetrics:
@@ -87,6 +88,8 @@ class SelfMetrics:
             ["result"],
             registry=r,
         )
+        self.build_info = Gauge(buildinfo.NAME, buildinfo.HELP, list(buildinfo.labels("adapter")), registry=r)
+        self.build_info.labels(**buildinfo.labels("adapter")).set(1)
         self.loop_failures = Counter(
             "gpupilot_adapter_loop_failures_total",
             "Failures a long-lived loop survived since start, by loop (discovery, refresher, pod-watch, "

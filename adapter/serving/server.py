@@ -49,6 +49,7 @@ from adapter.serving.api import CUSTOM, EXTERNAL, MetricsApi, request_info, stat
 from adapter.serving.auth import Authenticator, Authorizer, Headers
 from adapter.serving.compress import GZIP_ABOVE, GzipCache, accepts_gzip, gzip_bytes
 from adapter.serving.selfmetrics import SelfMetrics
+from gpupilot_common import logs
 from gpupilot_common.httpbase import BoundedProtocol, LoopServer, Refusal, Reply
 
 log = logging.getLogger(__name__)
@@ -320,7 +321,7 @@ class AdapterHTTPServer(LoopServer[ServerLimits]):
                 ssl_shutdown_timeout=TLS_SHUTDOWN_TIMEOUT,
             )
         except (Exception, asyncio.CancelledError) as exc:  # too slow, shed, refused or reset
-            log.debug("TLS handshake with %s failed: %s", peer, exc or type(exc).__name__)
+            log.debug("TLS handshake with %s failed: %s", logs.peer(peer), exc or type(exc).__name__)
             with contextlib.suppress(OSError):
                 conn.close()
             self._release()

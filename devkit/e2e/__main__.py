@@ -177,12 +177,25 @@ def exporter_phase(renderings: list[Rendering], run: Run) -> int:
 def install(r: Rendering, kube: cluster.Cluster, prom_url: str, secrets: dict[str, Obj]) -> str:
     """The rendering into the control plane as users install it; one line."""
     missing = kube.kinds_without_crd(r.objects)
-    if r.name == "chart":
-        settings = [*render.CHART_SETTINGS, f"prometheus.url={prom_url}"]
+    if r.name == "chart-two-releases":  # the first release, as users have it, then the second beside it
+        first = render.chart(prom_url)
+        switches = [
+            f"{key}=false" for key in render.monitoring_switches(kube.kinds_without_crd(first.objects))
+        ]
+        kube.helm_install(
+            "gpupilot", "gpupilot", [*render.CHART_SETTINGS, f"prometheus.url={prom_url}", *switches]
+        )
+        if clash := render.clashes(kube.helm_manifest("gpupilot", "gpupilot"), r.objects):
+            raise render.RenderError(f"the second release clashes with the first: {'; '.join(clash[:3])}")
+    if r.name.startswith("chart"):
+        settings = [
+            *(r.settings if r.name != "chart" else render.CHART_SETTINGS),
+            f"prometheus.url={prom_url}",
+        ]
         settings += [f"{key}=false" for key in render.monitoring_switches(missing)]
-        kube.helm_install("gpupilot", "gpupilot", settings)
-        r.objects = kube.helm_manifest("gpupilot", "gpupilot")
-        how = "helm install --wait"
+        kube.helm_install(r.release, "gpupilot", settings, values=r.values)
+        r.objects = kube.helm_manifest(r.release, "gpupilot")
+        how = "helm install --wait" + (" beside release gpupilot" if r.release != "gpupilot" else "")
     else:
         objs = [o for o in r.objects if o["kind"] not in missing and o["kind"] not in certmanager.KINDS]
         objs += list(secrets.values())
@@ -219,10 +232,15 @@ def serving_phase(r: Rendering, pods: list[Obj], run: Run, prom_url: str) -> Non
         sizer_ports = {**{p: p for p in ports_of(sizer)}, **map_taken_ports(sizer, run)}
         running += [adapter.start(), sizer.start()]
         https = adapter_ports[6443]
-        run.check(r.name, "serving cert vs caBundle", lambda: checks.serving_certificate(r, https))
-        if not run.check(r.name, "APIServices Available", lambda: checks.aggregated(kube, r, https)):
-            return
-        run.check(r.name, "custom.metrics.k8s.io", lambda: checks.custom_metrics(kube))
+        registered = r.of_kind("APIService")
+        if registered:
+            run.check(r.name, "serving cert vs caBundle", lambda: checks.serving_certificate(r, https))
+            if not run.check(r.name, "APIServices Available", lambda: checks.aggregated(kube, r, https)):
+                return
+        else:  # scaler-only, a second release: the metrics APIs stay with whoever serves them
+            run.note(f"{r.name}: no APIService rendered; the aggregation checks do not apply")
+        if any(a["spec"]["group"] == "custom.metrics.k8s.io" for a in registered):
+            run.check(r.name, "custom.metrics.k8s.io", lambda: checks.custom_metrics(kube))
         if any(a["spec"]["group"] == "external.metrics.k8s.io" for a in r.of_kind("APIService")):
             run.check(r.name, "external.metrics.k8s.io", lambda: checks.external_metrics(kube))
         keda = [a for a in adapter.args if a.startswith("--external-scaler-address=")]
@@ -230,7 +248,7 @@ def serving_phase(r: Rendering, pods: list[Obj], run: Run, prom_url: str) -> Non
             kport = int(keda[0].rsplit(":", 1)[1])
             run.check(r.name, "KEDA GetMetrics", lambda: checks.keda_get_metrics(adapter, kport))
         tests = [w for w in r.workloads() if w.kind == "Pod"]
-        if tests and r.name == "chart":
+        if tests and r.name.startswith("chart"):
             run.check(
                 r.name,
                 "helm test",
@@ -263,7 +281,7 @@ def helm_test(
     """``helm test`` against the cluster: it creates the test hooks (ServiceAccount, RBAC, pod) and
     waits for the pod's phase; each test pod's container runs from its image here with the hook
     ServiceAccount's token, and its exit is reported to the API server as a kubelet would."""
-    proc = kube.helm_test("gpupilot", "gpupilot", log=where / "helm-test.log")
+    proc = kube.helm_test(r.release, "gpupilot", log=where / "helm-test.log")
     try:
         lines = []
         for w in tests:
@@ -322,7 +340,10 @@ def summary(run: Run) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devkit.e2e", description=__doc__)
     parser.add_argument(
-        "--only", action="append", choices=["chart", *render.OVERLAYS], help="one rendering (repeatable)"
+        "--only",
+        action="append",
+        choices=["chart", *render.CHART_VARIANTS, *render.OVERLAYS],
+        help="one rendering (repeatable)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, files) and print it")
     parser.add_argument(
@@ -352,9 +373,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         prom_port = process.free_port()
         prom_url = f"http://127.0.0.1:{prom_port}"
-        wanted = args.only or ["chart", *render.OVERLAYS]
+        wanted = args.only or ["chart", *render.CHART_VARIANTS, *render.OVERLAYS]
         renderings = [
-            render.chart(prom_url) if n == "chart" else render.overlay(n, prom_url, work) for n in wanted
+            render.chart(prom_url)
+            if n == "chart"
+            else render.chart_variant(n, prom_url)
+            if n in render.CHART_VARIANTS
+            else render.overlay(n, prom_url, work)
+            for n in wanted
         ]
         for r in renderings:
             print(f"rendered {r.name}: {len(r.objects)} objects; {'; '.join(r.notes)}", flush=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,9 +95,19 @@ class Cluster:
             raise InstallError(f"kubectl {' '.join(args[:3])}: {last}")
         return res.stdout
 
-    def helm_install(self, release: str, namespace: str, settings: list[str], *, timeout: str = "5m") -> str:
+    def helm_install(
+        self,
+        release: str,
+        namespace: str,
+        settings: list[str],
+        *,
+        timeout: str = "5m",
+        values: Sequence[Path] = (),
+    ) -> str:
         cmd = [_tool("helm"), "install", release, str(CHART), "--namespace", namespace, "--create-namespace",
                "--wait", "--timeout", timeout, "--kubeconfig", str(self.kubeconfig)]  # fmt: skip
+        for v in values:
+            cmd += ["-f", str(v)]
         for s in settings:
             cmd += ["--set", s]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)

@@ -24,6 +24,20 @@ CHART_SETTINGS = (
 )
 # The overlays with the same optional serving paths (kustomize components).
 OVERLAY_COMPONENTS = ("adapter/external", "adapter/keda")
+SA_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+# More installs users make, each: (values files, --set lines). "chart-openshift": the file OpenShift
+# users start from, its Prometheus being the e2e's (plain HTTP: the pod's token is sent, the cluster CA
+# stands in for the service CA, which only OpenShift mounts; no SecurityContextConstraints kind here).
+# "chart-scaler-only": KEDA's external scaler beside a prometheus-adapter that keeps both metrics APIs.
+# "chart-two-releases": a second release beside the default one (installed first): its own prefix,
+# the APIServices and the cluster's rules and dashboards left to the first.
+CHART_VARIANTS: dict[str, tuple[tuple[Path, ...], tuple[str, ...]]] = {
+    "chart-openshift": ((CHART / "values-openshift.yaml",), (f"prometheusAuth.caFile={SA_CA}", "exporter.openshiftScc=false")),
+    "chart-scaler-only": ((), ("adapter.customMetrics=false", "adapter.externalMetrics=false", "adapter.externalScaler.enabled=true")),
+    "chart-two-releases": ((), ("fullnameOverride=gpupilot-b", "adapter.customMetrics=false", "adapter.externalMetrics=false",
+                                "monitoring.prometheusRules.enabled=false", "monitoring.dashboards.enabled=false")),
+}  # fmt: skip
+SECOND_RELEASE = "gpupilot-b"
 _IMAGE = re.compile(r"gpupilot-(exporter|adapter|rightsizer)[:@]")
 
 Obj = dict[str, Any]
@@ -63,6 +77,11 @@ class Rendering:
     name: str
     objects: list[Obj]
     notes: list[str] = field(default_factory=list)
+    release: str = "gpupilot"
+    """The Helm release it is installed as (a chart rendering)."""
+    values: tuple[Path, ...] = ()
+    settings: tuple[str, ...] = ()
+    """The values files and --set lines it was rendered with (a chart rendering), prometheus.url aside."""
 
     def find(self, kind: str, name: str) -> Obj | None:
         return next((o for o in self.objects if o["kind"] == kind and o["metadata"]["name"] == name), None)
@@ -122,6 +141,45 @@ def chart(prometheus_url: str) -> Rendering:
     return rendering
 
 
+def chart_variant(name: str, prometheus_url: str) -> Rendering:
+    """One of :data:`CHART_VARIANTS`, rendered as ``helm install`` will install it."""
+    values, settings = CHART_VARIANTS[name]
+    release = SECOND_RELEASE if name == "chart-two-releases" else "gpupilot"
+    cmd = [_tool("helm"), "template", release, str(CHART), "--namespace", "gpupilot"]
+    for v in values:
+        cmd += ["-f", str(v)]
+    for s in (*settings, f"prometheus.url={prometheus_url}"):
+        cmd += ["--set", s]
+    rendering = Rendering(name, _run(cmd), release=release, values=values, settings=settings)
+    rendering.notes.append(
+        f"helm template {release}" + "".join(f" -f {v.name}" for v in values) + " --set " + ",".join(settings)
+    )
+    return rendering
+
+
+def clashes(first: list[Obj], second: list[Obj]) -> list[str]:
+    """Objects two releases would both own (kind, namespace, name), and pod selectors both would match:
+    a second release must have none."""
+
+    def key(o: Obj) -> tuple[str, str, str]:
+        return (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
+
+    names = {key(o) for o in first} & {key(o) for o in second}
+    selectors = {
+        (o["metadata"].get("namespace", ""), tuple(sorted(o["spec"]["selector"]["matchLabels"].items())))
+        for o in first
+        if o["kind"] in ("Deployment", "DaemonSet")
+    }
+    shared = [
+        f"{o['kind']}/{o['metadata']['name']} selects the first release's pods"
+        for o in second
+        if o["kind"] in ("Deployment", "DaemonSet")
+        and (o["metadata"].get("namespace", ""), tuple(sorted(o["spec"]["selector"]["matchLabels"].items())))
+        in selectors
+    ]
+    return [f"{k}/{ns or '-'}/{n} in both" for k, ns, n in sorted(names)] + shared
+
+
 def overlay(name: str, prometheus_url: str, work: Path) -> Rendering:
     """The overlay with the external-metrics and KEDA components; its Prometheus URL (an in-cluster
     name) replaced by the e2e Prometheus where docs/deploy.md says to change it (the adapter's
@@ -154,6 +212,7 @@ MONITORING_VALUES = {
     ),
     "PodMonitor": ("exporter.podMonitor.enabled",),
     "PrometheusRule": ("monitoring.prometheusRules.enabled",),
+    "SecurityContextConstraints": ("exporter.openshiftScc",),
 }
 """The chart's switches for the prometheus-operator's kinds: off where a cluster has not their CRDs."""
 

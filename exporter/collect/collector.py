@@ -39,7 +39,7 @@ from exporter.expose.render import Page, render_page
 from exporter.expose.windows import EventWindows
 from exporter.settings import CollectorSettings
 from exporter.snapshot import Allocations, NodeSnapshot, PodRef
-from gpupilot_common import loops
+from gpupilot_common import buildinfo, loops
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +337,9 @@ class Collector:
     def _self_families(self) -> list[Family]:
         b = (("backend", self.backend.name),)
         fams = [
+            Family(
+                buildinfo.NAME, "gauge", buildinfo.HELP, [(tuple(buildinfo.labels("exporter").items()), 1.0)]
+            ),
             Family(
                 "gpupilot_exporter_backend_up",
                 "gauge",

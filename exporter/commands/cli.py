@@ -38,7 +38,7 @@ from exporter.settings import (
     ListenAddress,
     Settings,
 )
-from gpupilot_common import argtypes, loops, numbers
+from gpupilot_common import argtypes, logs, loops, numbers
 from gpupilot_common.cli import OneLineParser, add_version
 from gpupilot_common.paths import exists, file_problem
 
@@ -216,9 +216,16 @@ def build_parser() -> OneLineParser:
     )
     p.add_argument(
         "--log-level",
-        choices=("debug", "info", "warning", "error"),
+        choices=logs.LEVELS,
         default="info",
-        help="log verbosity on stderr (default info)",
+        help="log verbosity on stderr (default info; dcgm-exporter's --debug and $DCGM_EXPORTER_DEBUG: debug)",
+    )
+    p.add_argument(
+        "--log-format",
+        choices=logs.FORMATS,
+        default="text",
+        help="log lines on stderr: text (default) or json, one JSON object per line "
+        "(dcgm-exporter's --log-format and $DCGM_EXPORTER_LOG_FORMAT take the same values)",
     )
     return p
 
@@ -277,6 +284,7 @@ def parse_settings(argv: Sequence[str], *, environ: dict[str, str] | None = None
         web_config=args.web_config,
         once=args.once,
         log_level=args.log_level,
+        log_format=args.log_format,
         listen=ListenAddress(*args.listen),
         collector=CollectorSettings(interval=args.interval, collect_timeout=timeout),
         layout=layout,
@@ -452,14 +460,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
-    level = settings.log_level.upper()
-    if settings.once and level != "DEBUG":
-        level = "ERROR"  # --once: the failure is the one line below, not retry chatter
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    level = settings.log_level
+    if settings.once and level != "debug":
+        level = "error"  # --once: the failure is the one line below, not retry chatter
+    logs.configure(service="exporter", log_format=settings.log_format, level=level)
     unreadable = unreadable_line(settings.layout)
     if unreadable:
         if settings.once:

@@ -111,9 +111,10 @@ def _devices(value: str) -> list[str]:
 
 
 def _log_format(value: str) -> list[str]:
-    if value == "text":
-        return []
-    raise ConfigError(f"{value!r}: logs are text lines here; only text is supported")
+    """dcgm-exporter's ``text`` and ``json`` (logrus' formatters) are ours too."""
+    if value in ("text", "json"):
+        return [f"--log-format={value}"]
+    raise ConfigError(f"{value!r} is not a log format: text or json")
 
 
 def _dra(value: str) -> list[str]:
@@ -208,6 +209,7 @@ OWN_EQUIVALENT = {
     "web-config-file": "--web-config",
     "pod-resources-kubelet-socket": "--pod-resources-socket",
     "debug": "--log-level",
+    "log-format": "--log-format",
     "no-hostname": "--hostname-label",
     "devices": "--mig-series",
     "kubernetes-enable-dra": "--kubernetes-enable-dra",

@@ -550,6 +550,7 @@ def inventory(
                 name=host,
                 gpus=tuple(sorted(node_gpus[cluster, host].values(), key=lambda g: g.index)),
                 mig_strategy=lab.get("label_nvidia_com_mig_strategy", "") or "mixed",
+                mig_strategy_known=bool(lab.get("label_nvidia_com_mig_strategy")),
                 mig_config=lab.get("label_nvidia_com_mig_config", ""),
                 cluster=cluster,
             )

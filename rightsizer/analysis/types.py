@@ -55,11 +55,14 @@ class NodeInventory:
     name: str
     gpus: tuple[GpuInventory, ...]
     mig_strategy: str = "mixed"
-    """From ``kube_node_labels{label_nvidia_com_mig_strategy}``; ``mixed`` when the label is absent."""
+    """The node's ``nvidia.com/mig.strategy`` label (the Kubernetes API or ``kube_node_labels``);
+    ``mixed`` when neither shows it (:attr:`mig_strategy_known` then False)."""
     mig_config: str = ""
     """The node's ``nvidia.com/mig.config`` label value, ``""`` when unknown."""
     cluster: str = ""
     """The series' cluster label (``--cluster-label``); ``""``: one unnamed cluster."""
+    mig_strategy_known: bool = True
+    """Whether a source gave the strategy (kube-state-metrics exports node labels only when allow-listed)."""
 
     @property
     def model_key(self) -> str:

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -219,18 +220,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help=(
-            "also read the cluster (nodes and gpu.nvidia.com ResourceSlices, read-only) to recognise nodes "
-            "NVIDIA's DRA driver manages: a DynamicMIG node is never given a MIG Manager config; "
-            "'-' uses $KUBECONFIG, ~/.kube/config or the in-cluster service account (default: history only)"
+            "also read the cluster (nodes and gpu.nvidia.com ResourceSlices, read-only): the nodes' "
+            "nvidia.com/mig.strategy and mig.config labels (kube_node_labels has them only when "
+            "kube-state-metrics allow-lists them) and the nodes NVIDIA's DRA driver manages (a DynamicMIG "
+            "node is never given a MIG Manager config); '-' uses $KUBECONFIG, ~/.kube/config or the "
+            "in-cluster service account (default: history only)"
         ),
     )
     add_query_arguments(parser)
 
 
-def cluster_modes(kubeconfig: Path) -> dict[str, tuple[str, str]]:
-    """Node name → (mode, reason) for the nodes the Kubernetes API shows DRA-managed; a 403 on the
-    ResourceSlices leaves the operator's label as the only sign."""
-    kube = Kube.connect(KubeSettings(kubeconfig=None if str(kubeconfig) == "-" else kubeconfig))
+@dataclass(frozen=True)
+class ClusterView:
+    """What the Kubernetes API says about the nodes a plan covers."""
+
+    modes: dict[str, tuple[str, str]]
+    """Node name → (mode, reason) for the nodes NVIDIA's DRA driver manages."""
+    labels: dict[str, dict[str, str]]
+    """Node name → its labels (the MIG strategy and config, which ``kube_node_labels`` carries only
+    when kube-state-metrics allow-lists them)."""
+
+
+def cluster_view(kubeconfig: Path | None) -> ClusterView:
+    """The nodes as the API shows them (None: the default kubeconfig, else the in-cluster
+    account); a 403 on the ResourceSlices leaves the operator's label as the only sign of DRA."""
+    kube = Kube.connect(
+        KubeSettings(kubeconfig=None if kubeconfig is None or str(kubeconfig) == "-" else kubeconfig)
+    )
     try:
         nodes = kube.list_nodes()
         try:
@@ -241,12 +257,19 @@ def cluster_modes(kubeconfig: Path) -> dict[str, tuple[str, str]]:
             slices = None
     finally:
         kube.close()
-    out = {}
+    modes, labels = {}, {}
     for node in nodes:
+        name = str(node["metadata"]["name"])
+        labels[name] = {str(k): str(v) for k, v in (node["metadata"].get("labels") or {}).items()}
         said = management.mode(node, slices)
         if said is not None:
-            out[str(node["metadata"]["name"])] = said
-    return out
+            modes[name] = said
+    return ClusterView(modes, labels)
+
+
+def cluster_modes(kubeconfig: Path) -> dict[str, tuple[str, str]]:
+    """Node name → (mode, reason) for the nodes the Kubernetes API shows DRA-managed."""
+    return cluster_view(kubeconfig).modes
 
 
 def add_query_arguments(parser: argparse.ArgumentParser) -> None:
@@ -368,11 +391,13 @@ def run(args: argparse.Namespace) -> int:
             return 2
 
     progress = progress_printer(args)
-    modes = None
+    view = None
     try:
         if args.kubeconfig is not None:
-            modes = cluster_modes(args.kubeconfig)
-            progress(f"{len(modes)} node(s) managed by NVIDIA's DRA driver in the cluster")
+            view = cluster_view(args.kubeconfig)
+            progress(
+                f"{len(view.labels)} node(s) in the cluster, {len(view.modes)} managed by NVIDIA's DRA driver"
+            )
         with PrometheusClient(
             args.prometheus_url,
             timeout=args.timeout,
@@ -385,7 +410,8 @@ def run(args: argparse.Namespace) -> int:
                 settings=settings_from(args),
                 progress=progress,
                 cluster_configs=tuple(cluster_configs),
-                node_modes=modes,
+                node_modes=view.modes if view else None,
+                node_labels=view.labels if view else None,
             )
             progress(f"{client.queries} queries answered")
     except (PrometheusError, NoInventoryError, UnknownClusterError, KubeError) as exc:

@@ -93,6 +93,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     plan_cmd.add_cluster_arguments(parser, what="report")
     plan_cmd.add_query_arguments(parser)
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="an earlier report's folder: the week-over-week section compares with its figures.json "
+        "(default: the newest dated folder before --out beside it, as serve writes them)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -122,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
                 price=args.price_per_gpu_hour,
                 plan=plan,
                 progress=plan_cmd.progress_printer(args, tty_only=True),
+                previous=args.previous,
             )
     except (PlanError, PrometheusError, NoInventoryError, UnknownClusterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -134,6 +143,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(f"wrote {written.html}")
     print(f"wrote {written.markdown}")
-    for path in (*written.images, *((written.csv,) if written.csv else ())):
+    for path in (*written.images, *(p for p in (written.csv, written.figures) if p is not None)):
         print(f"wrote {path}")
     return 0

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -29,11 +30,13 @@ from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.errors import RightsizerError
 from rightsizer.plan.model import Plan, dump_plan
 from rightsizer.serve import config as serve_config
+from rightsizer.serve import labelcheck
 from rightsizer.serve.config import AutoApply, PlanJob, ReportJob, ServeConfig
 from rightsizer.serve.failures import quiet_job_failures
 from rightsizer.serve.leader import LeaderElector
 from rightsizer.serve.ledger import ConfigMapLedger
 from rightsizer.serve.scheduler import Service
+from rightsizer.serve.stopsignal import StopSignal
 from rightsizer.serve.webfiles import ReportFiles
 from rightsizer.serve.wording import in_config_terms
 
@@ -46,30 +49,51 @@ class LiveJobs:
     def __init__(self, config: ServeConfig, *, loop_failures: loops.LoopFailures | None = None) -> None:
         self.config = config
         self.loop_failures = loop_failures or loops.LoopFailures()
+        self._api_problem = ""
+        """Why the last plan could not read the Kubernetes API ("" when it could): said once."""
+        self._labels_checked = False
 
     # The plan pipeline (scipy) and the report (pandas, matplotlib) are imported when a job first
     # runs: `serve --help` and `serve --check` answer in a fraction of a second instead of two.
     def make_plan(self, *, end: float, job: PlanJob) -> Plan:
         from rightsizer.plan.pipeline import make_plan  # noqa: PLC0415
 
+        view = self._cluster()
         with PrometheusClient(self.config.prometheus_url, auth=self.config.prometheus_auth) as client:
-            plan = make_plan(client, end=end, settings=job.plan_settings(), node_modes=self._node_modes())
+            plan = make_plan(
+                client,
+                end=end,
+                settings=job.plan_settings(),
+                node_modes=view.modes if view else None,
+                node_labels=view.labels if view else None,
+            )
+            if not self._labels_checked:  # once, after the first plan: Prometheus answers by then
+                self._labels_checked = True
+                for line in labelcheck.gaps(counter(client)):
+                    log.warning("%s", line)
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         dump_plan(plan, self.config.state_dir / "plan.json")
         return plan
 
-    def _node_modes(self) -> dict[str, tuple[str, str]] | None:
-        """With auto-apply on (it reaches the cluster anyway), the nodes NVIDIA's DRA driver manages,
-        as ``plan --kubeconfig`` reads them; an unreadable API leaves the plan to the series."""
-        if not self.config.auto_apply.enabled:
-            return None
+    def _cluster(self) -> Any:
+        """The nodes as ``plan --kubeconfig`` reads them (their MIG strategy and config labels, the
+        nodes NVIDIA's DRA driver manages), wherever serve reaches the Kubernetes API (in its pod, or
+        auto_apply.kubeconfig); without it the plan reads ``kube_node_labels`` only, said once."""
         from rightsizer.commands import plan as plan_command  # noqa: PLC0415 (loads the pipeline)
 
         try:
-            return plan_command.cluster_modes(self.config.auto_apply.kubeconfig or Path("-"))
+            view = plan_command.cluster_view(self.config.auto_apply.kubeconfig)
         except KubeError as exc:
-            log.warning("DRA nodes read from the series only: %s", exc)
+            reason = str(exc)
+            if reason != self._api_problem:
+                level = logging.WARNING if self.config.auto_apply.enabled else logging.INFO
+                log.log(level, "node labels and DRA nodes read from Prometheus only: %s", reason)
+            self._api_problem = reason
             return None
+        if self._api_problem:
+            log.info("node labels and DRA nodes read from the Kubernetes API again")
+        self._api_problem = ""
+        return view
 
     def write_report(self, *, end: float, job: ReportJob, plan: Plan | None, out_dir: Path) -> Path:
         # Without a plan the report plans with the plan job's settings (the same pipeline as 'plan').
@@ -165,7 +189,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--check",
         action="store_true",
         help="validate the config, check that Prometheus (and, with auto-apply or leader election, the "
-        "Kubernetes API) answers, print the next run of each job, exit (1 when one does not answer)",
+        "Kubernetes API) answers, warn about kube-state-metrics series or allow-listed labels that are "
+        "missing (docs/deploy.md#kube-state-metrics), print the next run of each job, exit (1 when one "
+        "does not answer)",
     )
     parser.add_argument(
         "--offline",
@@ -201,6 +227,11 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
         service = Service(
             config, jobs=jobs or LiveJobs(config, loop_failures=failures), loop_failures=failures
         )
+    if config.auto_apply.enabled and (source := config.auto_apply.stop_signal) is not None:
+        try:
+            service.stop_signal = stop_signal(config, source)
+        except KubeError as exc:  # auto-apply itself will say it cannot reach the API
+            log.warning("the emergency stop cannot be read (only auto_apply.paused works): %s", exc)
     scheduler = BackgroundScheduler(timezone=config.timezone, executors={"default": ThreadPoolExecutor(2)})
     service.add_jobs(scheduler)
     try:
@@ -217,6 +248,7 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
     for job in scheduler.get_jobs():
         log.info("job %s: next run %s", job.id, job.next_run_time)
     stop.wait()
+    service.stopping.set()  # an apply in progress stops at its next safe step
     log.info("stopping: waiting for running jobs to finish")
     stop_jobs(scheduler, service)
     if elector is not None:
@@ -225,11 +257,45 @@ def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> in
     return 0
 
 
+def stop_signal(config: ServeConfig, source: serve_config.StopSignalSource) -> StopSignal:
+    """The emergency stop's and drain requests' annotations on ``source``, read through the API."""
+    kube = Kube.connect(KubeSettings(kubeconfig=config.auto_apply.kubeconfig))
+
+    def read() -> dict[str, str] | None:
+        found = kube.get_configmap(source.namespace, source.configmap)
+        if found is None:
+            return None
+        return {str(k): str(v) for k, v in ((found.get("metadata") or {}).get("annotations") or {}).items()}
+
+    return StopSignal(read, where=f"ConfigMap {source.namespace}/{source.configmap}", started_at=time.time())
+
+
 def stop_jobs(scheduler: Any, service: Service) -> None:
     """No new runs, then wait for the running ones to finish. Not ``shutdown(wait=True)``: that can
     deadlock with a job that calls the scheduler as it ends (see :meth:`Service.wait_idle`)."""
     scheduler.shutdown(wait=False)
     service.wait_idle()
+
+
+def counter(client: PrometheusClient) -> labelcheck.Count:
+    """A PromQL ``count(...)`` expression → its value (0 when the answer is empty)."""
+
+    def count(expr: str) -> float:
+        samples = client.instant(expr)
+        return float(samples[0].value) if samples else 0.0
+
+    return count
+
+
+def label_gaps(config: ServeConfig, *, timeout_s: float = 10.0) -> list[str]:
+    """``serve --check``: kube-state-metrics series or allow-listed labels that are missing."""
+    try:
+        with PrometheusClient(
+            config.prometheus_url, auth=config.prometheus_auth, timeout=timeout_s
+        ) as client:
+            return labelcheck.gaps(counter(client))
+    except RightsizerError as exc:
+        return [f"kube-state-metrics series not checked: {in_config_terms(str(exc), config.source)}"]
 
 
 def reachability(config: ServeConfig, *, timeout_s: float = 10.0) -> str:
@@ -271,6 +337,9 @@ def run(args: argparse.Namespace) -> int:
         if not args.offline and (problem := reachability(config)):
             print(f"error: {problem}", file=sys.stderr)
             return 1
+        if not args.offline:
+            for line in label_gaps(config):
+                print(f"warning: {line}", file=sys.stderr)
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
         service = Service(config, jobs=LiveJobs(config))
         scheduler = BackgroundScheduler(timezone=config.timezone)

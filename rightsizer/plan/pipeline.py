@@ -14,7 +14,7 @@ from rightsizer.errors import RightsizerError
 from rightsizer.migparted.config import MigPartedConfig
 from rightsizer.optimise import fleet as optimiser
 from rightsizer.plan import build as planning
-from rightsizer.plan import clusters, dra
+from rightsizer.plan import clusters, dra, nodelabels
 from rightsizer.plan.model import Plan
 from rightsizer.plan.settings import PlanSettings, window_text
 
@@ -35,6 +35,7 @@ def make_plan(
     progress: Callable[[str], None] = lambda _m: None,
     cluster_configs: Sequence[MigPartedConfig] = (),
     node_modes: Mapping[str, tuple[str, str]] | None = None,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Plan:
     """Analyse the window ending at ``end``, optimise, build the plan; :class:`NoInventoryError` when
     the exporter's inventory is missing at ``end``. ``cluster_configs``: the cluster's mig-parted
@@ -45,7 +46,11 @@ def make_plan(
     ``settings.cluster`` keeps one (:class:`UnknownClusterError` when the inventory has no such cluster).
     ``node_modes``: node name → (mode, reason) as the Kubernetes API shows it
     (:func:`rightsizer.plan.management.mode`), for the nodes of ``settings.cluster`` (else of every
-    cluster): a DynamicMIG node there leaves the plan even when its series do not show it."""
+    cluster): a DynamicMIG node there leaves the plan even when its series do not show it.
+    ``node_labels``: node name → labels as the Kubernetes API shows them, for the same nodes: the MIG
+    strategy and config come from there rather than from kube-state-metrics' ``kube_node_labels``
+    (:mod:`rightsizer.plan.nodelabels`); a MIG node neither shows a strategy for is planned as
+    ``mixed`` with a note saying so."""
     result = analysis.analyse(client, end=end, settings=settings.analysis_settings(), progress=progress)
     if not result.nodes:
         raise NoInventoryError(
@@ -55,6 +60,9 @@ def make_plan(
     result = replace(
         result, pending=pending.read_pending(client, at=end, cluster_label=settings.cluster_label)
     )
+    if node_labels:
+        result = nodelabels.from_api(result, node_labels, cluster=settings.cluster)
+    result = nodelabels.with_note(result, nodelabels.unknown_strategy_note(result))
     if settings.looks_back:
         progress(f"reading busy hours up to {window_text(settings.lookback_s)} back (--lookback)")
         result, note = lookback.attach(

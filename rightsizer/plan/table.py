@@ -13,14 +13,16 @@ from rightsizer.plan.idle import activity_known
 from rightsizer.plan.model import Evidence, GpuLayout, NodePlan, Plan, Totals
 
 COLUMNS = (
-    Column("node", wrap=True),
+    Column("node", wrap=True, breaks=" "),
     Column("model", drop=2),
     Column("current", wrap=True),
     Column("proposed", wrap=True),
     Column("freed"),
     Column("util"),
-    Column("disrupted", wrap=True, drop=1),
-    Column("evidence", wrap=True, drop=3),
+    # one namespace/pod per line: never split, so the column is as wide as the longest name, or left
+    # out (with -o wide showing it) when that does not fit
+    Column("disrupted", wrap=True, drop=1, breaks=" "),
+    Column("evidence", wrap=True, drop=3, breaks=" "),
 )
 
 
@@ -103,6 +105,12 @@ def _freed_text(t: Totals) -> str:
     )
 
 
+def _hidden(block: str) -> str:
+    """The columns a rendered table left out (its last line names them), "" when none."""
+    last = block.rsplit("\n", 1)[-1]
+    return last.split(" left out to fit ", 1)[0] if " left out to fit " in last else ""
+
+
 def plan_table(plan: Plan, *, all_nodes: bool = False, width: int | None = None, wide: bool = False) -> str:
     """The plan as text: a head line with the totals, the changed nodes (all with ``all_nodes``), then
     time-slicing advice and notes. A plan over several clusters has one table per cluster, each under
@@ -148,5 +156,13 @@ def plan_table(plan: Plan, *, all_nodes: bool = False, width: int | None = None,
                 f"{n.lower_bound_gpus} ({n.gap} above){why}"
             )
     extra += dra.table_lines(plan.dra)
+    if any("disrupted" in _hidden(b) for b in blocks):
+        # names are never split (a name copied from here is one kubectl finds): one per line instead
+        extra += [
+            f"disrupted: {clusters.shown(n.cluster) + '/' if plan.clusters else ''}{n.name}: {p.namespace}/{p.name}"
+            for n in plan.nodes
+            if n.changed or all_nodes
+            for p in n.pods_disrupted
+        ]
     extra += [f"note: {n}" for n in plan.notes]
     return "\n\n".join([head, *blocks, *(["\n".join(extra)] if extra else [])])

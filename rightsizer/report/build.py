@@ -17,7 +17,7 @@ from rightsizer.plan import clusters, idle
 from rightsizer.plan.model import GpuLayout, NodePlan, Plan
 from rightsizer.plan.pipeline import make_plan
 from rightsizer.plan.settings import PlanSettings
-from rightsizer.report import charts, namespaces, sections
+from rightsizer.report import charts, namespaces, sections, weekly
 from rightsizer.report import data as report_data
 from rightsizer.report import render as report_render
 from rightsizer.report.data import Heatmap, ReportData
@@ -251,11 +251,13 @@ class Written:
     markdown: Path
     images: tuple[Path, ...]
     csv: Path | None = None
+    figures: Path | None = None
+    """The key figures (``figures.json``) the next report's week-over-week section reads."""
 
 
 def _report_file(name: str) -> bool:
     """A name a report directory holds (what :func:`write_report` writes)."""
-    return name in ("report.html", "report.md") or name.endswith((".png", ".csv"))
+    return name in ("report.html", "report.md", weekly.FILE) or name.endswith((".png", ".csv"))
 
 
 def write_report(report: Report, out_dir: Path) -> Written:
@@ -272,10 +274,17 @@ def write_report(report: Report, out_dir: Path) -> Written:
         (staging / "namespaces.csv").write_text(report.namespaces_csv, encoding="utf-8")
         (staging / "report.html").write_text(html_text, encoding="utf-8")
         (staging / "report.md").write_text(md_text, encoding="utf-8")
+        (staging / weekly.FILE).write_text(weekly.to_json(weekly.of(report)), encoding="utf-8")
 
     atomicfile.replace_dir(out_dir, build, owned=_report_file)
     images = tuple(out_dir / name for name in report.charts)
-    return Written(out_dir / "report.html", out_dir / "report.md", images, out_dir / "namespaces.csv")
+    return Written(
+        out_dir / "report.html",
+        out_dir / "report.md",
+        images,
+        out_dir / "namespaces.csv",
+        out_dir / weekly.FILE,
+    )
 
 
 def generate(
@@ -287,9 +296,12 @@ def generate(
     price: float | None,
     plan: Plan | None,
     progress: Callable[[str], None] = lambda _m: None,
+    previous: Path | None = None,
 ) -> Written:
     """Collect, build and write one report (``report`` runs it once, ``serve`` every week); without
-    ``plan`` it plans through the same pipeline and ``settings`` as ``plan``."""
+    ``plan`` it plans through the same pipeline and ``settings`` as ``plan``. ``previous``: an
+    earlier report's folder, whose figures the week-over-week section compares with (default: the
+    newest dated folder before ``out`` beside it, as ``serve`` writes them)."""
     if plan is None:
         plan = make_plan(client, end=end, settings=settings, progress=progress)
     elif settings.cluster is not None:
@@ -305,4 +317,9 @@ def generate(
         limits=settings.query_limits,
     )
     progress("drawing the charts and writing the report")
-    return write_report(build_report(data), out)
+    if previous is not None:
+        found = weekly.load(previous)
+        before = (previous.name, found) if found is not None else None
+    else:
+        before = weekly.previous(out.parent, out)
+    return write_report(replace(build_report(data), previous=before), out)

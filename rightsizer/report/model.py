@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rightsizer.report.data import ReportData
 from rightsizer.report.namespaces import NamespaceUse
@@ -103,3 +104,6 @@ class Report:
     """Allocated devices idle all window, before the cut to :data:`~rightsizer.report.build.TOP_IDLE` (the one idle count)."""
     namespaces: tuple[NamespaceUse, ...] = ()
     namespaces_csv: str = ""
+    previous: tuple[str, Any] | None = None
+    """The newest earlier report's folder name and figures (:class:`rightsizer.report.weekly.Figures`),
+    for the week-over-week section; None: nothing to compare."""

@@ -14,6 +14,7 @@ from gpupilot_common.text import plural
 from gpupilot_common.timefmt import format_time as iso
 from gpupilot_common.urls import redact
 from rightsizer.plan import clusters
+from rightsizer.report import weekly
 from rightsizer.report.data import Heatmap
 from rightsizer.report.model import Report
 
@@ -334,6 +335,27 @@ def _alerts(r: Report) -> Section:
     )
 
 
+def _week_over_week(r: Report) -> Section:
+    if r.previous is None:
+        return Section(
+            "week-over-week",
+            "Week over week",
+            "No earlier report with its figures (`figures.json`) to compare with: the next report will be.",
+        )
+    name, before = r.previous
+    now = weekly.of(r)
+    return Section(
+        "week-over-week",
+        "Week over week",
+        f"This report's figures beside the report of {name} (window ending {before.end}).",
+        table=Table(
+            ("figure", f"report of {name}", "this report", "change"),
+            tuple(weekly.rows(now, before)),
+            numeric=frozenset({1, 2, 3}),
+        ),
+    )
+
+
 def document(r: Report) -> Document:
     d, s, plan = r.data, r.summary, r.data.plan
     notes = (
@@ -348,6 +370,7 @@ def document(r: Report) -> Document:
         _unallocated(r),
         *_clusters(r),
         _changes(r),
+        _week_over_week(r),
         _namespaces(r),
         Section(
             "trend",

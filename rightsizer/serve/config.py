@@ -9,7 +9,10 @@ Example (``examples/rightsizer-serve.yaml``)::
     timezone: Europe/Berlin          # required: every time below is in this zone
     listen: 0.0.0.0:9500             # /health and /metrics
     state_dir: /var/lib/gpupilot     # plans, reports, the auto-apply ledger
-    report: {schedule: "mon 06:00", window: 7d, price_per_gpu_hour: 2.5}
+    report: {schedule: "mon 06:00", window: 7d, price_per_gpu_hour: 2.5,
+             retention: {count: 26, max_age: 365d},   # dated report folders kept
+             push: {webhook_url_file: /etc/gpupilot-report-webhook/url, format: slack,
+                    link: https://gpu-reports.example/report/, copy_to: /mnt/report-archive}}
     plan: {every: 6h, window: 7d}   # also max_nodes, headroom (0.2), idle_threshold (0.05), min_busy (15m)
     auto_apply:
       enabled: false
@@ -21,6 +24,8 @@ Example (``examples/rightsizer-serve.yaml``)::
       configmap_sync: 60s                  # as apply --configmap-sync
       lease_duration: 60s                  # the apply Lease, as apply --lease-duration
       leader_election: {namespace: gpupilot, lease_duration: 15s}   # optional: several replicas
+      paused: false                        # the emergency stop, kept in the config
+      stop_signal: {namespace: gpupilot, configmap: gpupilot-rightsizer}   # annotations read for it
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
 from rightsizer.optimise.proposal import OptimiserSettings
 from rightsizer.plan.settings import PlanSettings
+from rightsizer.serve.push import FORMATS, ReportPush
+from rightsizer.serve.retention import Retention
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _SCHEDULE = re.compile(r"^(?P<days>[a-z,\-*]+)\s+(?P<h>\d{1,2}):(?P<m>\d{2})$")
@@ -64,6 +71,10 @@ class ReportJob:
     price_per_gpu_hour: float | None = None
     out_dir: Path | None = None
     """Where reports go (one dated folder each); default ``<state_dir>/reports``."""
+    retention: Retention = field(default_factory=Retention)
+    """Dated report folders kept after each report (default: all)."""
+    push: ReportPush | None = None
+    """Where each new report is announced or copied (:mod:`rightsizer.serve.push`); None: nowhere."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,18 @@ class AutoApply:
     leader_election: LeaderElection | None = None
     """Several replicas: only the one holding the Lease reports and applies; the ledger lives in a
     ConfigMap of this namespace. None: one replica, ledger in ``state_dir``."""
+    paused: bool = False
+    """The emergency stop, in the config: no node is started; one in flight stops at its next safe
+    step (the next unpaused run resumes it from the ledger and the node's recorded step)."""
+    stop_signal: StopSignalSource | None = None
+    """A ConfigMap whose annotations pause auto-apply at once (``gpupilot.io/auto-apply: paused``)
+    or ask it to stop for a ``helm upgrade`` that switches it off (``gpupilot.io/auto-apply-drain``)."""
+
+
+@dataclass(frozen=True)
+class StopSignalSource:
+    namespace: str
+    configmap: str
 
 
 @dataclass(frozen=True)
@@ -169,6 +192,8 @@ _AUTO_APPLY_FIELDS = (
     "configmap_sync",
     "lease_duration",
     "leader_election",
+    "paused",
+    "stop_signal",
 )
 
 
@@ -235,14 +260,53 @@ def _timezone(r: Section) -> ZoneInfo:
 
 
 def _report(rr: Section) -> ReportJob:
-    rr.keys(("schedule", "window", "price_per_gpu_hour", "out_dir"))
+    rr.keys(("schedule", "window", "price_per_gpu_hour", "out_dir", "retention", "push"))
     price = rr.number("price_per_gpu_hour", None)
     out = rr.optional_text("out_dir")
+    keep = Retention()
+    if (kr := rr.section("retention")) is not None:
+        kr.keys(("count", "max_age"))
+        max_age = None
+        if kr.raw("max_age") not in (None, ""):
+            max_age = kr.duration("max_age", 0.0)
+            if max_age < 86400:
+                raise kr.fail("max_age", "must be at least 1d (report folders are dated by day)")
+        keep = Retention(count=kr.integer("count", None, minimum=1), max_age_s=max_age)
     return ReportJob(
         _schedule(rr, "schedule"),
         rr.duration("window", 7 * 86400.0),
         price,
         _directory(rr, "out_dir", out) if out else None,
+        keep,
+        _push(pr) if (pr := rr.section("push")) is not None else None,
+    )
+
+
+def _push(pr: Section) -> ReportPush:
+    pr.keys(("webhook_url_file", "format", "link", "copy_to", "timeout"))
+    url_file = pr.optional_text("webhook_url_file")
+    if url_file is not None and (problem := file_problem(Path(url_file))):
+        raise pr.fail("webhook_url_file", f"{problem} (mount the Secret holding the URL)")
+    fmt = pr.text("format", "slack")
+    if fmt not in FORMATS:
+        raise pr.fail("format", f"{fmt!r}: one of {', '.join(FORMATS)}")
+    link = pr.optional_text("link") or ""
+    if link and not re.match(r"^https?://\S+$", link):
+        raise pr.fail("link", f"{link[:60]!r} is not an http(s) URL")
+    copy_to = pr.optional_text("copy_to")
+    if copy_to is not None and not Path(copy_to).is_absolute():
+        raise pr.fail("copy_to", f"{copy_to!r}: an absolute path (a mounted volume)")
+    if url_file is None and copy_to is None:
+        raise pr.fail("webhook_url_file", "report.push needs webhook_url_file and/or copy_to")
+    timeout = pr.duration("timeout", 10.0)
+    if not 1 <= timeout <= 120:
+        raise pr.fail("timeout", "must be between 1s and 2m")
+    return ReportPush(
+        webhook_url_file=Path(url_file) if url_file else None,
+        format=fmt,
+        link=link,
+        copy_to=Path(copy_to) if copy_to else None,
+        timeout_s=timeout,
     )
 
 
@@ -300,6 +364,12 @@ def _auto_apply(ar: Section, *, has_plan: bool) -> AutoApply:
         if not 3 <= duration <= 600:
             raise lr.fail("lease_duration", "must be between 3s and 10m")
         election = LeaderElection(_namespace(lr, "namespace"), duration)
+    signal = None
+    if (sr := ar.section("stop_signal")) is not None:
+        sr.keys(("namespace", "configmap"))
+        signal = StopSignalSource(_namespace(sr, "namespace"), _k8s_name(sr, "configmap", None) or "")
+        if not signal.configmap:
+            raise sr.fail("configmap", "required: the ConfigMap whose annotations stop auto-apply")
     return AutoApply(
         enabled=enabled,
         window=window,
@@ -315,6 +385,8 @@ def _auto_apply(ar: Section, *, has_plan: bool) -> AutoApply:
         configmap_sync_s=_seconds(ar, "configmap_sync", 60.0, maximum=3600.0),
         lease_duration_s=int(_seconds(ar, "lease_duration", 60.0, minimum=1.0, maximum=3600.0)),
         leader_election=election,
+        paused=ar.boolean("paused", False),
+        stop_signal=signal,
     )
 
 

@@ -17,6 +17,7 @@ real APScheduler triggers on a fake clock.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -32,17 +33,18 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from gpupilot_common import loops
+from gpupilot_common import logs, loops, yamlsafe
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import ApplyReport
 from rightsizer.errors import RightsizerError
 from rightsizer.plan import idle
 from rightsizer.plan.model import Plan
-from rightsizer.serve import budget, status, webfiles
+from rightsizer.serve import budget, push, retention, status, webfiles
 from rightsizer.serve.config import DAYS, AutoApply, MaintenanceWindow, PlanJob, ReportJob, ServeConfig
 from rightsizer.serve.failures import Failures, JobFailed
 from rightsizer.serve.ledger import Entries, FileLedger, Ledger, LedgerConflict
 from rightsizer.serve.state import State
+from rightsizer.serve.stopsignal import StopSignal
 from rightsizer.serve.wording import in_config_terms
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,40 @@ def idle_slices(plan: Plan) -> int:
     return len(idle.idle_devices(plan))
 
 
+def job_intervals(config: ServeConfig) -> dict[str, float]:
+    """Seconds between the scheduled runs of the plan and report jobs
+    (``gpupilot_rightsizer_job_interval_seconds``, what the staleness alerts compare the last success
+    with; auto-apply has none: most of its runs are skipped outside the maintenance window)."""
+    out: dict[str, float] = {}
+    if config.plan is not None:
+        out["plan"] = config.plan.every_s
+    if config.report is not None:
+        out["report"] = longest_gap_days(config.report.schedule.day_of_week) * 86400.0
+    return out
+
+
+def longest_gap_days(day_of_week: str) -> int:
+    """The most days between two runs of a weekly schedule's days (``mon`` 7, ``mon-fri`` 3, ``*`` 1)."""
+    if day_of_week == "*":
+        return 1
+    days: set[int] = set()
+    for part in day_of_week.split(","):
+        first, _, last = part.partition("-")
+        a, b = DAYS.index(first), DAYS.index(last or first)
+        days.update(range(a, b + 1) if a <= b else [*range(a, 7), *range(b + 1)])
+    ordered = sorted(days)
+    return max((ordered[(i + 1) % len(ordered)] - d) % 7 or 7 for i, d in enumerate(ordered))
+
+
+def weekly_figures(folder: Path) -> dict[str, Any]:
+    """The figures a report folder holds (its ``figures.json``), {} when none: the push's message."""
+    try:
+        doc = json.loads(yamlsafe.read_text(folder / "figures.json", max_bytes=64 * 1024))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
 def in_window(now: datetime, window: MaintenanceWindow) -> bool:
     """``now`` (local time) inside the window; a window whose end is before its start runs past midnight."""
     day = DAYS[now.weekday()]
@@ -133,6 +169,12 @@ class Service(Collector):
         self.ledger: Ledger = ledger or FileLedger(self.ledger_path)
         self.leader = leader
         self.failures = Failures()
+        self.sleep: Callable[[float], None] = time.sleep
+        """Pauses between a push's tries (tests replace it)."""
+        self.stopping = threading.Event()
+        """Set when the service stops (SIGTERM): an apply in progress stops at its next safe step."""
+        self.stop_signal: StopSignal | None = None
+        """The emergency stop's and drain requests' annotations (:mod:`rightsizer.serve.stopsignal`)."""
         self._scheduler: Any = None
         self._running = threading.Condition()
         self._in_flight = 0
@@ -166,10 +208,24 @@ class Service(Collector):
         return True
 
     def _leading(self) -> str:
-        """Why an apply of this replica must stop now ("" while it leads)."""
-        if self.leader is None or self.leader():
-            return ""
-        return "the loss of leadership (another replica leads)"
+        """Why an apply of this replica must stop at its next safe step ("" to go on): the service
+        stopping (SIGTERM: a rollout, a drain, the config changed), the loss of leadership, the
+        emergency stop (auto_apply.paused, or the stop signal's annotation), a drain request."""
+        if self.stopping.is_set():
+            return "the service stopping (SIGTERM; the next run resumes from the ledger)"
+        if self.leader is not None and not self.leader():
+            return "the loss of leadership (another replica leads)"
+        return self._paused()
+
+    def _paused(self) -> str:
+        """Why auto-apply is paused now ("" when it is not): the config or the stop signal."""
+        if self.config.auto_apply.paused:
+            reason = "the emergency stop (auto_apply.paused: true in the config)"
+        else:
+            reason = self.stop_signal.reason() if self.stop_signal is not None else ""
+        with self._lock:
+            self.state.paused = reason
+        return reason
 
     # -- failures ---------------------------------------------------------------------------------
     def _failed(
@@ -216,6 +272,8 @@ class Service(Collector):
                     self._scheduler.remove_job(pending.id)
 
     def _succeeded(self, job: str) -> None:
+        with self._lock:
+            self.state.last_success[job] = self.clock().timestamp()
         if (was := self.failures.succeeded(job)) is not None:
             log.info("%s job works again after %d failure(s)", job, was.count)
         if self._scheduler is not None:
@@ -303,8 +361,18 @@ class Service(Collector):
             self.state.last_report_at = now.timestamp()
             self.state.runs[("report", "ok")] += 1
         self._succeeded("report")
-        log.info("report written to %s", path)
+        log.info("report written to %s", path, extra=logs.fields(path=str(path)))
+        retention.prune(
+            self.reports_dir, job.retention, today=now.astimezone(self.config.timezone).date(), written=out
+        )
+        if job.push is not None:
+            figures = weekly_figures(out)
+            push.push(out, figures, job.push, record=self._pushed, sleep=self.sleep)
         return True
+
+    def _pushed(self, target: str, result: str) -> None:
+        with self._lock:
+            self.state.pushes[(target, result)] += 1
 
     def run_first_report(self) -> bool:
         """The start-up report (none existed at start): as the weekly one, now. A replica that does not
@@ -345,6 +413,8 @@ class Service(Collector):
         if not guard.enabled or guard.window is None or self._standby("auto_apply"):
             return True
         now = self.clock().astimezone(self.config.timezone)
+        if paused := self._paused():
+            return self._skip(f"paused by {paused}")
         if (waiting := self.failures.backing_off("auto_apply", now.timestamp())) is not None:
             return self._skip(f"backing off after {waiting.count} failure(s) in a row: {waiting.message}")
         with self._lock:  # the plan job may replace the plan meanwhile: check and apply the same one
@@ -465,6 +535,9 @@ class Service(Collector):
         self._scheduler = scheduler
         tz = self.config.timezone
         now = self.clock().astimezone(tz)
+        with self._lock:
+            self.state.started_at = now.timestamp()
+            self.state.intervals = job_intervals(self.config)
         defaults: dict[str, Any] = {"coalesce": True, "max_instances": 1, "replace_existing": True}
         if (rj := self.config.report) is not None:
             trigger = CronTrigger(
@@ -547,4 +620,5 @@ class Service(Collector):
                 "failing": failing,
                 "last_plan_success": self.state.last_plan_ok,
                 "last_auto_apply_skip": self.state.last_skip,
+                "auto_apply_paused": self.state.paused,
             }

@@ -19,3 +19,14 @@ class State:
     applies: Counter[str] = dataclasses.field(default_factory=Counter)
     runs: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)
     last_skip: str = ""
+    paused: str = ""
+    """Why auto-apply is paused, as last checked ("" when it is not)."""
+    started_at: float = 0.0
+    """When the service started (Unix seconds): a job's "last success" until it first succeeds."""
+    last_success: dict[str, float] = dataclasses.field(default_factory=dict)
+    """job → Unix time of its last successful run."""
+    pushes: Counter[tuple[str, str]] = dataclasses.field(default_factory=Counter)
+    """(target, result) → report pushes: webhook or copy, ok or failed."""
+    intervals: dict[str, float] = dataclasses.field(default_factory=dict)
+    """plan and report → seconds between their scheduled runs (plan.every; a week, or a day for a
+    schedule on several days)."""

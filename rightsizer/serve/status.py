@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gpupilot_common import buildinfo
 from rightsizer.plan import idle
 from rightsizer.serve.state import State
 
@@ -41,6 +42,10 @@ def loop_failures(counts: Mapping[str, int]) -> Metric:
 def metric_families(s: State, failures: Counter[str]) -> Iterator[Metric]:
     """The service's metrics from a consistent ``s`` (read under the service's lock)."""
     plan = s.plan
+    info = buildinfo.labels("rightsizer")
+    build = GaugeMetricFamily(buildinfo.NAME, buildinfo.HELP, labels=list(info))
+    build.add_metric(list(info.values()), 1.0)
+    yield build
     ts = GaugeMetricFamily(
         "gpupilot_rightsizer_last_plan_timestamp_seconds",
         "Unix time of the last plan attempt (0: none yet).",
@@ -57,10 +62,16 @@ def metric_families(s: State, failures: Counter[str]) -> Iterator[Metric]:
         idle_gauge = GaugeMetricFamily(
             "gpupilot_rightsizer_idle_slices",
             "MIG slices and whole GPUs whose busiest min_busy rolling mean (15 min by default) stayed "
-            "below the idle threshold in the latest plan's window: a slice with a daily burst is not "
-            "idle (cached from the last successful plan; see last_plan_timestamp_seconds).",
+            "below the idle threshold in the latest plan's window (a slice with a daily burst is not "
+            'idle), by whether a pod holds them: allocated="true" is the report\'s "allocated devices '
+            'idle all window", allocated="false" its unallocated capacity (cached from the last '
+            "successful plan; see last_plan_timestamp_seconds).",
+            labels=["allocated"],
         )
-        idle_gauge.add_metric([], float(len(idle.idle_devices(plan))))
+        found = idle.idle_devices(plan)
+        held = sum(1 for _n, e in found if e.allocated)
+        idle_gauge.add_metric(["true"], float(held))
+        idle_gauge.add_metric(["false"], float(len(found) - held))
         yield idle_gauge
         freeable = GaugeMetricFamily(
             "gpupilot_rightsizer_freeable_gpus",
@@ -93,6 +104,38 @@ def metric_families(s: State, failures: Counter[str]) -> Iterator[Metric]:
     for (job, result), count in sorted(s.runs.items()):
         runs.add_metric([job, result], float(count))
     yield runs
+    success = GaugeMetricFamily(
+        "gpupilot_rightsizer_last_success_timestamp_seconds",
+        "Unix time of each job's last successful run; the service's start until its first one "
+        "(the GPURightsizer*Stale alerts compare it with job_interval_seconds).",
+        labels=["job"],
+    )
+    interval = GaugeMetricFamily(
+        "gpupilot_rightsizer_job_interval_seconds",
+        "Seconds between the scheduled runs of each configured job.",
+        labels=["job"],
+    )
+    for job, every in sorted(s.intervals.items()):
+        success.add_metric([job], s.last_success.get(job, s.started_at))
+        interval.add_metric([job], every)
+    yield success
+    yield interval
+    paused = GaugeMetricFamily(
+        "gpupilot_rightsizer_auto_apply_paused",
+        "1 while the guarded auto-apply is paused by the emergency stop (auto_apply.paused, or the "
+        "gpupilot.io/auto-apply=paused annotation) or a drain request, as last checked; else 0.",
+    )
+    paused.add_metric([], 1.0 if s.paused else 0.0)
+    yield paused
+    pushes = CounterMetricFamily(
+        "gpupilot_rightsizer_report_pushes",
+        "Report pushes after each weekly report, by target (webhook, copy) and result (ok, failed after "
+        "three tries; the report itself is kept either way).",
+        labels=["target", "result"],
+    )
+    for (target, result), count in sorted(s.pushes.items()):
+        pushes.add_metric([target, result], float(count))
+    yield pushes
     if s.last_report_at is not None:
         rep = GaugeMetricFamily(
             "gpupilot_rightsizer_last_report_timestamp_seconds",

@@ -78,3 +78,21 @@ def test_wrapping_breaks_at_separators_never_inside_a_word():
         "         averyveryverylongpod…",
         "       ml/a b",
     ]
+
+
+def test_names_are_never_split_their_column_widens_or_leaves() -> None:
+    """A column of names (pods, nodes) breaks at spaces only: every name stays whole on one line, the
+    column is as wide as the longest name, and when that cannot fit the column is left out (``-o
+    wide`` shows it) instead of a name being cut or broken."""
+    pods = "ml/llm-inference-7f9c4d-abcde\nresearch/notebook-0\nml/a b"
+    columns = (Column("node"), Column("disrupted", wrap=True, breaks=" "))
+    text = render(columns, [("gpu-a", pods)], width=40)
+    assert text.splitlines()[2:] == [
+        "gpu-a  ml/llm-inference-7f9c4d-abcde",
+        "       research/notebook-0",
+        "       ml/a b",
+    ]
+    narrow = render(
+        (Column("node"), Column("disrupted", wrap=True, breaks=" ", drop=1)), [("gpu-a", pods)], width=25
+    )
+    assert "llm-inference" not in narrow and "disrupted left out to fit 25 columns" in narrow

@@ -38,9 +38,14 @@ def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from panel.get("panels", [])
 
 
-def queries() -> list[Query]:
+SELF_HEALTH = "gpupilot-health.json"
+"""Reads the services' own series, which the simulated fleet's history lacks: test_health.py runs it
+over the real services' exposition instead."""
+
+
+def queries(files: list[Path] | None = None) -> list[Query]:
     out = []
-    for path in DASHBOARD_FILES:
+    for path in DASHBOARD_FILES if files is None else files:
         for panel in panels(load(path)):
             for target in panel.get("targets", []):
                 out.append(

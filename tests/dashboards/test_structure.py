@@ -15,7 +15,7 @@ FILES = panels.DASHBOARD_FILES
 IDS = [p.name for p in FILES]
 
 
-def test_the_five_dashboards_are_committed() -> None:
+def test_the_six_dashboards_are_committed() -> None:
     assert {p.name for p in FILES} == set(build.DASHBOARDS)
 
 

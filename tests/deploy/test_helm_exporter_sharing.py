@@ -33,6 +33,7 @@ def test_shared_gpu_settings_are_off_by_default() -> None:
 def test_virtual_gpus_and_resource_names_reach_the_exporter() -> None:
     args = _exporter_args(
         "exporter.sharing.virtualGpus=true",
+        "exporter.processes.enabled=true",
         "exporter.resourceNames={nvidia.com/a100,example.com/gpu.shared}",
     )
     assert "--kubernetes-virtual-gpus" in args
@@ -40,6 +41,16 @@ def test_virtual_gpus_and_resource_names_reach_the_exporter() -> None:
     settings = parse_settings(args, environ={"NODE_NAME": "gpu-node-1"})
     assert settings.layout.virtual_gpus is True
     assert settings.resource_names == ("nvidia.com/a100", "example.com/gpu.shared")
+
+
+@pytest.mark.slow
+def test_virtual_gpus_without_process_access_fail_in_one_line() -> None:
+    """Each pod's share of a shared GPU comes from the processes NVML lists (hostPID): without them
+    every pod would read 0 % and an HPA on it would scale to its minimum. The chart refuses."""
+    res = run_helm("template", "gpupilot", str(CHART), "--set", "exporter.sharing.virtualGpus=true")
+    assert res.returncode != 0
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("Error:")]
+    assert "exporter.sharing.virtualGpus needs exporter.processes.enabled=true" in line
 
 
 @pytest.mark.slow

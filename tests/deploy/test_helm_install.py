@@ -131,13 +131,11 @@ def test_no_write_rights_unless_auto_apply(variant: str) -> None:
     granted = write_rules(objs)
     if auto_apply:
         names = {line.split(":")[0] for line in granted}
-        assert names == {
-            "ClusterRole/gpupilot-rightsizer-apply",
-            "Role/gpupilot-rightsizer-apply",
-            "Role/gpupilot-rightsizer-serve",
-        }, granted
+        assert names == {"ClusterRole/gpupilot-rightsizer-apply", "Role/gpupilot-rightsizer-apply"}, granted
     else:
         assert granted == [], f"{variant}: write rights without auto-apply: {granted}"
+    if config:  # serve's own Lease and ledger, whatever auto-apply says (rightsizer.replicas)
+        assert ("Role", "gpupilot-rightsizer-serve") in by_name(objs)
 
 
 @pytest.mark.slow
@@ -320,6 +318,8 @@ def test_notes_say_how_to_check_each_part() -> None:
         "rightsizer.persistence.enabled=true",
         "a CA the chart generated",
         "count every GPU twice",  # beside NVIDIA's dcgm-exporter
+        "--metric-labels-allowlist=nodes=[nvidia.com/mig.config,nvidia.com/mig.config.state",
+        "gpupilot-rightsizer serve --config /etc/gpupilot/rightsizer.yaml --check",
     ):
         assert needed in notes, needed
     assert "symlink" not in res.stderr.lower(), res.stderr  # the chart holds plain files
@@ -406,3 +406,41 @@ def test_a_namespace_that_refuses_the_exporter_stops_the_install(tmp_path: Path)
         f"(a hostPath for the kubelet's pod-resources socket): run 'kubectl label namespace {NAMESPACE} "
         "pod-security.kubernetes.io/enforce=privileged --overwrite', or set exporter.enabled=false"
     ) in res.stderr
+
+
+def drain_hook(objs: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """The hook the drain Job runs on ("" when the chart renders none)."""
+    job = objs.get(("Job", "gpupilot-rightsizer-drain"))
+    return job["metadata"]["annotations"]["helm.sh/hook"] if job else ""
+
+
+@pytest.mark.slow
+def test_auto_apply_is_drained_before_its_rights_go(tmp_path: Path) -> None:
+    """With auto-apply on, an uninstall first runs `gpupilot-rightsizer drain` (pre-delete); an upgrade
+    that switches it off does too (pre-upgrade: Helm's lookup finds the release's apply Role); a
+    release that never applied renders no hook at all."""
+    from tests.support.kubedouble import KubeDouble  # noqa: PLC0415
+
+    assert drain_hook(by_name(template("defaults"))) == ""
+    on = by_name(template("defaults", "rightsizer.autoApply.enabled=true"))
+    assert drain_hook(on) == "pre-delete"
+    (job,) = pod_spec(on[("Job", "gpupilot-rightsizer-drain")])["containers"]
+    assert job["command"] == ["gpupilot-rightsizer"]
+    assert job["args"] == [
+        "drain", "--namespace=gpupilot", "--configmap=gpupilot-rightsizer",
+        "--lease-namespace=gpu-operator", "--timeout=1800s",
+    ]  # fmt: skip
+    lease_role = on[("Role", "gpupilot-rightsizer-drain")]
+    verbs = {
+        (tuple(r["resources"]), tuple(r["resourceNames"]), tuple(r["verbs"])) for r in lease_role["rules"]
+    }
+    assert verbs <= {
+        (("leases",), ("gpupilot-rightsizer-apply",), ("get",)),
+        (("configmaps",), ("gpupilot-rightsizer",), ("get", "update")),
+    }
+    with KubeDouble() as kube:
+        apply_role = on[("Role", "gpupilot-rightsizer-apply")]
+        kube.store.put("rbac.authorization.k8s.io/roles", apply_role, event="ADDED")
+        res = template_against(kube, tmp_path)  # auto-apply off now: an upgrade switching it off
+        assert res.returncode == 0, res.stderr
+    assert drain_hook(by_name(tuple(load_all(res.stdout)))) == "pre-upgrade"

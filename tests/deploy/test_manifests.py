@@ -121,12 +121,23 @@ def render_with(rel: str, component: str) -> tuple[dict[str, Any], ...]:
 WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection"}
 
 
+DRAIN = "gpupilot-rightsizer-drain"
+"""The chart's drain hook (before an uninstall or an upgrade switching auto-apply off): it annotates
+the rightsizer's own config ConfigMap and is deleted with its hook."""
+BOOKKEEPING = "gpupilot-rightsizer-serve"
+"""serve's own Role: its leader Lease and auto-apply ledger in its namespace, by name, whatever
+auto-apply says (test_serve_role_writes_only_its_own_lease_and_ledger); not a right over the cluster."""
+
+
 def write_rules(objs: tuple[dict[str, Any], ...], prefix: str = "gpupilot-rightsizer") -> list[str]:
-    """Role/ClusterRole rules of PREFIX* objects that grant a write verb (events aside: none)."""
+    """Role/ClusterRole rules of PREFIX* objects that grant a write verb (events aside: none), but
+    serve's bookkeeping Role."""
     return [
         f"{o['kind']}/{o['metadata']['name']}: {r['resources']} {sorted(WRITE_VERBS & set(r['verbs']))}"
         for o in objs
-        if o["kind"] in {"Role", "ClusterRole"} and o["metadata"]["name"].startswith(prefix)
+        if o["kind"] in {"Role", "ClusterRole"}
+        and o["metadata"]["name"].startswith(prefix)
+        and o["metadata"]["name"] not in (BOOKKEEPING, DRAIN)
         for r in o["rules"]
         if WRITE_VERBS & set(r["verbs"])
     ]
@@ -239,6 +250,23 @@ def test_rightsizer_is_read_only_without_the_auto_apply_component() -> None:
     for rel in ("rightsizer", OVERLAY, "overlays/openshift"):
         assert write_rules(render(rel)) == [], f"deploy/{rel} grants the rightsizer write rights"
     assert write_rules(render_with("rightsizer", "rightsizer/auto-apply"))
+
+
+def test_serve_role_writes_only_its_own_lease_and_ledger() -> None:
+    """Read-only installs still elect a leader (rightsizer.replicas) and keep the ledger: serve's Role
+    creates, reads and updates the two objects it names, in its own namespace, and nothing else."""
+    for rel in ("rightsizer", OVERLAY, "overlays/openshift"):
+        (role,) = [o for o in render(rel) if o["kind"] == "Role" and o["metadata"]["name"] == BOOKKEEPING]
+        for rule in role["rules"]:
+            assert set(rule["verbs"]) <= {"create", "get", "update"}, rule
+            assert rule["verbs"] == ["create"] or rule["resourceNames"] in (
+                ["gpupilot-rightsizer-leader"],
+                ["gpupilot-rightsizer-ledger"],
+                ["gpupilot-rightsizer"],
+            ), rule
+            if rule.get("resourceNames") == ["gpupilot-rightsizer"]:  # the emergency stop's annotations
+                assert rule["verbs"] == ["get"], rule
+            assert set(rule["resources"]) <= {"leases", "configmaps"}, rule
 
 
 def test_rightsizer_rbac_covers_what_apply_does() -> None:

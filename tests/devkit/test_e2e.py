@@ -119,3 +119,30 @@ def test_pod_files_modes_env_and_port_mapping(chart: render.Rendering, tmp_path:
     sizer.replace_port(9500, 19500)  # no flag: the mounted config's listen
     conf = {p: h for h, p, _ in sizer.mounts}["/etc/gpupilot"] / "rightsizer.yaml"
     assert "listen: 0.0.0.0:19500" in conf.read_text()
+
+
+@pytest.mark.slow
+def test_the_more_installs_render_as_users_make_them(chart: render.Rendering) -> None:
+    """make e2e's OpenShift, scaler-only and second-release installs: each renders; the scaler-only
+    one registers no APIService and serves KEDA; the second release shares no object and no pod
+    selector with the first (without its prefix it would share all of them)."""
+    openshift = render.chart_variant("chart-openshift", "http://127.0.0.1:9")
+    args = openshift.workload("adapter", "Deployment").container["args"]
+    assert "--prometheus-url=http://127.0.0.1:9" in args
+    assert f"--prometheus-ca-file={render.SA_CA}" in args
+    assert not openshift.of_kind("SecurityContextConstraints")
+    assert openshift.find("ClusterRoleBinding", "gpupilot-prometheus-reader") is not None
+    scaler = render.chart_variant("chart-scaler-only", "http://127.0.0.1:9")
+    assert not scaler.of_kind("APIService")
+    keda = [
+        a
+        for a in scaler.workload("adapter", "Deployment").container["args"]
+        if a.startswith("--external-scaler")
+    ]
+    assert keda == ["--external-scaler-address=:9443"]
+    second = render.chart_variant("chart-two-releases", "http://127.0.0.1:9")
+    assert second.release == render.SECOND_RELEASE
+    assert render.clashes(chart.objects, second.objects) == []
+    assert second.find("Deployment", "gpupilot-b-adapter") is not None
+    same = render.chart("http://127.0.0.1:9")
+    assert render.clashes(chart.objects, same.objects), "a release without its own prefix clashes"

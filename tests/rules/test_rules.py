@@ -45,6 +45,15 @@ SEED_INTENT = {
     "MIGSliceIdle24h",
     "MIGReconfigurationFailed",
     "HPAAtMaxReplicasGPUBusy",
+    # issue 49: gpupilot watching itself
+    "GPUExporterNVMLErrors",
+    "GPUAdapterPrometheusUnreachable",
+    "GPUAdapterValuesStale",
+    "GPURightsizerPlanStale",
+    "GPURightsizerReportStale",
+    "GPURightsizerApplyFailed",
+    "GPURightsizerRollbackFailed",
+    "GPURightsizerReportPushFailing",
 }
 
 
@@ -142,6 +151,12 @@ def test_every_alert_has_a_firing_and_a_quiet_unit_test(name: str) -> None:
     firing, quiet = _cases()
     assert firing.get(name, 0) >= 1, f"{name}: no unit test where it fires"
     assert quiet.get(name, 0) >= 1, f"{name}: no unit test where it stays quiet"
+
+
+def test_the_guide_counts_the_alerts() -> None:
+    """docs/rules.md says how many alerts rules/alerts.rules.yaml holds: the number is right."""
+    (count,) = re.findall(r"`rules/alerts\.rules\.yaml` \| (\d+) alerts", RULES_GUIDE.read_text())
+    assert int(count) == len(ALERTS)
 
 
 def test_comparison_table_names_all_six_example_rules() -> None:

@@ -122,6 +122,28 @@ def test_check_passes_on_a_free_or_own_cluster(kube_and_kubeconfig, capsys):
 
 
 @pytest.mark.slow
+def test_check_reads_kubeconfig_and_home_as_kubectl_does(kube_and_kubeconfig, capsys, monkeypatch, tmp_path):
+    """Without --kubeconfig, $KUBECONFIG and then ~/.kube/config are read (as kubectl and apply do),
+    not only the in-cluster account."""
+    k, cfg = kube_and_kubeconfig
+    k.store.put("apiregistration.k8s.io/apiservices", PROM_ADAPTER, event="ADDED")
+    monkeypatch.setenv("KUBECONFIG", str(cfg))
+    code, text = run(["check-apiservices"], capsys)
+    assert code == 1 and "monitoring/prometheus-adapter" in text
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text(cfg.read_text())
+    monkeypatch.delenv("KUBECONFIG")
+    monkeypatch.setenv("HOME", str(home))
+    code, text = run(["check-apiservices"], capsys)
+    assert code == 1 and "monitoring/prometheus-adapter" in text
+    monkeypatch.setenv("HOME", str(tmp_path / "nowhere"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, text = run(["check-apiservices"], capsys)
+    assert code == 2 and "$KUBECONFIG, ~/.kube/config, in-cluster service account" in text
+
+
+@pytest.mark.slow
 def test_check_with_an_unreachable_api_is_exit_2_one_line(tmp_path: Path, capsys):
     import socket  # noqa: PLC0415
 

@@ -99,7 +99,8 @@ def test_defaults_without_any_option() -> None:
         (["-m", "gpu-operator:metrics"], {}, "mount the ConfigMap and pass -f FILE"),
         (["--config-file", "c.yaml"], {}, "YAML configuration is not read"),
         (["--web-read-timeout", "5s"], {}, "timeouts are fixed"),
-        (["--log-format=json"], {}, "only text is supported"),
+        (["--log-format=logfmt"], {}, "'logfmt' is not a log format: text or json"),
+        ([], {"DCGM_EXPORTER_LOG_FORMAT": "xml"}, "$DCGM_EXPORTER_LOG_FORMAT: 'xml' is not a log format"),
         (["--fake-gpus"], {}, "--backend sim"),
         (["--enable-dcgm-log"], {}, "no DCGM library"),
         (["--hpc-job-mapping-dir", "/x"], {}, "HPC job mapping"),
@@ -134,6 +135,25 @@ def test_refused_with_one_line_why(argv: list[str], env: dict[str, str], message
 )
 def test_options_that_change_nothing_here_are_accepted(argv: list[str]) -> None:
     assert settings(*argv) == settings()
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "log_format", "level"),
+    [
+        (["--log-format=json"], {}, "json", "info"),
+        (["--log-format", "text"], {"DCGM_EXPORTER_LOG_FORMAT": "json"}, "text", "info"),
+        ([], {"DCGM_EXPORTER_LOG_FORMAT": "json", "DCGM_EXPORTER_DEBUG": "true"}, "json", "debug"),
+        (["--debug"], {}, "text", "debug"),
+        (["--log-level", "warning"], {"DCGM_EXPORTER_DEBUG": "true"}, "text", "warning"),
+    ],
+)
+def test_dcgm_exporter_log_settings_become_ours(
+    argv: list[str], env: dict[str, str], log_format: str, level: str
+) -> None:
+    """A GPU Operator spec copied from dcgm-exporter (DCGM_EXPORTER_LOG_FORMAT=json, --debug) starts the
+    exporter with the same log format and level; our own flags win over the variables."""
+    got = settings(*argv, **env)
+    assert (got.log_format, got.log_level) == (log_format, level)
 
 
 def test_every_option_of_app_go_is_known() -> None:

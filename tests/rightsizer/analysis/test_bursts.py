@@ -92,8 +92,11 @@ def check_plan(plan: Plan, label: str) -> list[str]:
     tight = plan.node("tight")
     if tight is None or tight.changed:
         bad.append(f"{label}: the optimal node 'tight' changes")
-    if any("tight" in n for n in plan.notes):
-        bad.append(f"{label}: a note about 'tight': {[n for n in plan.notes if 'tight' in n]}")
+    # (the history carries no nvidia.com/mig.strategy label: the note naming the nodes planned as
+    # mixed for want of it is not about 'tight' being tight)
+    about = [n for n in plan.notes if "tight" in n and "nvidia.com/mig.strategy" not in n]
+    if about:
+        bad.append(f"{label}: a note about 'tight': {about}")
     burst = plan.node("burst-a")
     assert burst is not None
     # The 2g pod at 1 % needs only a 1g slice: every plan shrinks it, so the plans do change something.

@@ -3,6 +3,7 @@ a valid plan.json from Prometheus alone, the recording rule used, evidence for i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 from rightsizer.apply.plancheck import check_plan
 from rightsizer.cli import main
 from rightsizer.plan import table
-from rightsizer.plan.model import load_plan
+from rightsizer.plan.model import DisruptedPod, load_plan
 from tests.support.rightsizer.report_support import plan_with_evidence
 
 pytestmark = pytest.mark.prometheus
@@ -130,3 +131,20 @@ def test_plan_table_fits_100_columns_unless_wide() -> None:
     assert "-o wide shows every column" in text
     wide = table.plan_table(plan, wide=True)
     assert "evidence" in wide and max(len(line) for line in wide.splitlines()) > 100
+
+
+def test_plan_table_never_splits_a_pod_name() -> None:
+    """At 100 columns each disrupted pod is on a line of its own, whole: a name copied from the table
+    is a name kubectl finds (it was broken after '-' mid-name). Too long for the column beside the
+    others, the pods follow the table, one per line."""
+    plan = plan_with_evidence()
+    (node,) = [n for n in plan.nodes if n.changed][:1]
+    long_pods = tuple(
+        dataclasses.replace(p, name=f"llm-inference-serving-{i}-7f9c4d5b6-abcde")
+        for i, p in enumerate(node.pods_disrupted)
+    ) or (DisruptedPod("ml-production", "llm-inference-serving-0-7f9c4d5b6-abcde"),)
+    nodes = tuple(dataclasses.replace(n, pods_disrupted=long_pods) if n is node else n for n in plan.nodes)
+    text = table.plan_table(dataclasses.replace(plan, nodes=nodes))
+    assert max(len(line) for line in text.splitlines()) <= 100, text
+    for p in long_pods:  # in the column, or (left out to fit) one per line after the table
+        assert any(f"{p.namespace}/{p.name}" in line for line in text.splitlines()), text

@@ -217,3 +217,20 @@ def test_pure_node_management_from_slices_and_the_operator_label():
     assert management.mode(plain, None) is None and management.mode(plain, []) is None
     other = resource_slice("m", gpus=gpus, migs=[MigDevice(0, "1g.10gb", 19, 0, 1)])
     assert management.mode(plain, [other]) is None  # another node's slice says nothing of this one
+
+
+def test_mig_strategy_comes_from_the_api_and_a_missing_one_is_said(history, tmp_path):
+    """kube_node_labels of the history carries no nvidia.com/mig.strategy (kube-state-metrics without
+    the allow-list): the plan says which MIG nodes it planned as mixed. With --kubeconfig the nodes'
+    own labels (strategy single, their mig.config) are read from the API and the note goes."""
+    doc, _ = _plan(history, tmp_path / "series.json")
+    (note,) = [n for n in doc["notes"] if "nvidia.com/mig.strategy" in n]
+    assert "node-sta" in note and "planned as mixed" in note and "--metric-labels-allowlist=nodes=[" in note
+    with KubeDouble() as kube:
+        for name in ("node-dp", "node-sta", "node-dyn", "node-dm"):
+            kube.add_node(name, gpus=2, strategy="single", mig_config="all-3g.40gb")
+        config = kube.write_kubeconfig(tmp_path / "kubeconfig")
+        doc, _ = _plan(history, tmp_path / "api.json", "--kubeconfig", str(config))
+    assert not [n for n in doc["notes"] if "nvidia.com/mig.strategy" in n]
+    (sta,) = [n for n in doc["nodes"] if n["name"] == "node-sta"]
+    assert sta["mig_strategy"] == "single" and sta["current_config_name"] == "all-3g.40gb"

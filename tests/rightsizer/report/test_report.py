@@ -9,6 +9,7 @@ import io
 import os
 import re
 import time
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -23,7 +24,9 @@ from rightsizer.plan.settings import PlanSettings
 from rightsizer.report import charts
 from rightsizer.report import data as data_api
 from rightsizer.report.build import build_report, generate, write_report
+from rightsizer.serve import status
 from rightsizer.serve.scheduler import idle_slices
+from rightsizer.serve.state import State
 from tests.support.rightsizer.apply_support import Change, make_plan
 from tests.support.rightsizer.report_support import plan_with_evidence, report_data, synthetic_report
 
@@ -228,6 +231,11 @@ def test_top_idle_slices_leave_out_a_slice_that_bursts():
     assert report.idle_pods_total + sum(u.devices for u in report.unallocated) == idle_slices(
         report.data.plan
     )
+    # serve's series is the report's figures, split the same way (one run's gauge said 17 where
+    # its report said "6 allocated idle": it counted the unallocated ones too)
+    families = {f.name: f for f in status.metric_families(State(plan=report.data.plan), Counter())}
+    by = {s.labels["allocated"]: s.value for s in families["gpupilot_rightsizer_idle_slices"].samples}
+    assert by == {"true": report.idle_pods_total, "false": sum(u.devices for u in report.unallocated)}
 
 
 @pytest.mark.slow
@@ -235,10 +243,11 @@ def test_the_first_table_lists_the_pods_holding_idle_gpus_by_idle_gpu_hours(tmp_
     written = write_report(synthetic_report(), tmp_path)
     md = written.markdown.read_text()
     sections = [line[3:] for line in md.splitlines() if line.startswith("## ")]
-    assert sections[:4] == [
+    assert sections[:5] == [
         "Pods holding idle GPUs",
         "Unallocated capacity",
         "Proposed layout changes",
+        "Week over week",
         "GPU use per namespace",
     ]
     first = md.split("## Pods holding idle GPUs")[1].split("## ")[0]

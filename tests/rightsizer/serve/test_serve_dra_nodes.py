@@ -1,6 +1,7 @@
-"""serve's plan job with auto-apply on reads the nodes NVIDIA's DRA driver manages from the cluster,
-as ``plan --kubeconfig`` does (a DynamicMIG node is never planned); without the API it plans from the
-series alone."""
+"""serve's plan job reads the nodes from the cluster wherever it reaches the API (in its pod, or
+auto_apply.kubeconfig), as ``plan --kubeconfig`` does: the nodes NVIDIA's DRA driver manages (a
+DynamicMIG node is never planned) and each node's MIG strategy and config labels; without the API
+it plans from the series alone and says so once."""
 
 from __future__ import annotations
 
@@ -19,26 +20,26 @@ SLICES = "resource.k8s.io/resourceslices"
 
 
 @pytest.mark.slow
-def test_auto_apply_reads_dynamic_mig_nodes_from_the_cluster(tmp_path: Path) -> None:
+def test_serve_reads_dynamic_mig_nodes_and_labels_from_the_cluster(tmp_path: Path) -> None:
     gpus = {0: "GPU-00000000-0000-4000-8000-000000000000"}
     with KubeDouble() as kube:
         kube.add_node("gpu-dyn", gpus=1)
-        kube.add_node("gpu-plain", gpus=1)
+        kube.add_node("gpu-plain", gpus=1, strategy="single")
         kube.store.put(
             SLICES,
             resource_slice("gpu-dyn", gpus=gpus, migs=[MigDevice(0, "1g.10gb", 19, 0, 1)]),
             event="ADDED",
         )
         cfg = config(tmp_path)
-        on = dataclasses.replace(
+        reachable = dataclasses.replace(
             cfg,
             auto_apply=dataclasses.replace(
-                cfg.auto_apply, enabled=True, kubeconfig=kube.write_kubeconfig(tmp_path / "kubeconfig")
+                cfg.auto_apply, kubeconfig=kube.write_kubeconfig(tmp_path / "kubeconfig")
             ),
         )
-        modes = LiveJobs(on)._node_modes()
-    assert modes is not None and set(modes) == {"gpu-dyn"} and modes["gpu-dyn"][0] == DRA_DYNAMIC
-    assert LiveJobs(cfg)._node_modes() is None  # auto-apply off: the series alone
+        view = LiveJobs(reachable)._cluster()  # auto-apply off: read all the same
+    assert view is not None and set(view.modes) == {"gpu-dyn"} and view.modes["gpu-dyn"][0] == DRA_DYNAMIC
+    assert view.labels["gpu-plain"]["nvidia.com/mig.strategy"] == "single"
 
 
 @pytest.mark.slow
@@ -47,5 +48,6 @@ def test_an_unreachable_api_leaves_the_plan_to_the_series(tmp_path: Path, caplog
     missing = dataclasses.replace(
         cfg, auto_apply=dataclasses.replace(cfg.auto_apply, enabled=True, kubeconfig=tmp_path / "nope")
     )
-    assert LiveJobs(missing)._node_modes() is None
-    assert "DRA nodes read from the series only" in caplog.text
+    jobs = LiveJobs(missing)
+    assert jobs._cluster() is None and jobs._cluster() is None
+    assert caplog.text.count("node labels and DRA nodes read from Prometheus only") == 1

@@ -40,7 +40,7 @@ imagePullSecrets:
 {{- end -}}
 
 {{/* A pod's placement from its component's values (.v): nodeSelector, tolerations, affinity,
-priorityClassName, each only when set. */}}
+topologySpreadConstraints, priorityClassName, each only when set. */}}
 {{- define "gpupilot.placement" -}}
 {{- with .v.priorityClassName }}
 priorityClassName: {{ . }}
@@ -55,6 +55,10 @@ tolerations:
 {{- end }}
 {{- with .v.affinity }}
 affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .v.topologySpreadConstraints }}
+topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
@@ -103,6 +107,8 @@ bearer-token-file: {{ $a.bearerTokenFile | quote }}
 {{- end }}
 {{- if $a.caKey }}
 ca-file: {{ printf "%s/%s" $dir $a.caKey | quote }}
+{{- else if $a.caFile }}
+ca-file: {{ $a.caFile | quote }}
 {{- end }}
 {{- if $a.certKey }}
 cert-file: {{ printf "%s/%s" $dir $a.certKey | quote }}
@@ -130,7 +136,8 @@ key-file: {{ printf "%s/%s" $dir $a.keyKey | quote }}
 {{- end -}}
 
 {{/* The adapter's serving certificate and the APIServices' trust in it, as YAML:
-  mode: cert-manager | provided | generated
+  mode: cert-manager | existing | provided | generated
+  secretName: the Secret the adapter mounts (tls.crt, tls.key; ca.crt for the ServiceMonitor)
   caBundle: base64 PEM of the CA (empty with cert-manager: its CA injector fills it in)
   crt, key: base64 PEM of the serving certificate and key (generated only)
   caCrt, caKey: base64 PEM of the CA and its key (generated only: kept in a Secret of their own,
@@ -144,16 +151,26 @@ stays the same; the CA (10 years) is replaced only when it has 30 days left itse
 render: each call without Secrets to read makes new ones. */}}
 {{- define "gpupilot.adapterTLS" -}}
 {{- $a := .Values.adapter -}}
+{{- if and $a.existingSecret $a.certManager.enabled -}}
+{{- fail "adapter.existingSecret and adapter.certManager.enabled: choose one (cert-manager makes the Secret itself)" -}}
+{{- end -}}
 {{- if $a.certManager.enabled -}}
 mode: cert-manager
+secretName: {{ $a.tlsSecretName | quote }}
+{{- else if $a.existingSecret -}}
+mode: existing
+secretName: {{ $a.existingSecret | quote }}
+caBundle: {{ $a.caBundle | quote }}
 {{- else if $a.caBundle -}}
 mode: provided
+secretName: {{ $a.tlsSecretName | quote }}
 caBundle: {{ $a.caBundle | quote }}
 {{- else -}}
 {{- $layout := "2006-01-02T15:04:05Z" -}}
 {{- $soon := now | dateModify "+720h" | unixEpoch | atoi -}}
-{{- $oldCA := lookup "v1" "Secret" .Release.Namespace (printf "%s-ca" $a.tlsSecretName) | default dict -}}
-{{- $old := lookup "v1" "Secret" .Release.Namespace $a.tlsSecretName | default dict -}}
+{{- $secretName := include "gpupilot.rename" (dict "root" . "text" (printf " %s" $a.tlsSecretName)) | trim -}}
+{{- $oldCA := lookup "v1" "Secret" .Release.Namespace (printf "%s-ca" $secretName) | default dict -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace $secretName | default dict -}}
 {{- $caData := dig "data" dict $oldCA -}}
 {{- $data := dig "data" dict $old -}}
 {{- $caLeft := dig "metadata" "annotations" "gpupilot.io/not-after" "" $oldCA -}}
@@ -169,6 +186,7 @@ caBundle: {{ $a.caBundle | quote }}
 {{- $caNotAfter = dateInZone $layout (now | dateModify "+87600h") "UTC" -}}
 {{- end }}
 mode: generated
+secretName: {{ $a.tlsSecretName | quote }}
 caBundle: {{ $caCrt | quote }}
 caCrt: {{ $caCrt | quote }}
 caKey: {{ $caKey | quote }}
@@ -178,7 +196,7 @@ crt: {{ index $data "tls.crt" | quote }}
 key: {{ index $data "tls.key" | quote }}
 notAfter: {{ $left | quote }}
 {{- else }}
-{{- $svc := printf "gpupilot-adapter.%s.svc" .Release.Namespace }}
+{{- $svc := printf "%s-adapter.%s.svc" (include "gpupilot.fullname" .) .Release.Namespace }}
 {{- $cert := genSignedCert $svc nil (list $svc (printf "%s.cluster.local" $svc)) (int $a.generatedCertDays) $ca }}
 crt: {{ $cert.Cert | b64enc | quote }}
 key: {{ $cert.Key | b64enc | quote }}
@@ -192,19 +210,155 @@ notAfter: {{ dateInZone $layout (now | dateModify (printf "+%dh" (mul (int $a.ge
 {{- .own | default .root.Values.prometheus.url -}}
 {{- end -}}
 
-{{/* The rightsizer's serve --config: rightsizer.config as given, else the chart's
-files/rightsizer.yaml with the Prometheus URL (and prometheusAuth), the operator namespace, the MIG
-ConfigMap and autoApply.enabled put in. */}}
+{{/* The rightsizer's serve --config, as a map: the chart's files/rightsizer.yaml with the values put
+in (Prometheus URL and prometheusAuth, time zone, report schedule, window, price and retention,
+the operator namespace, the MIG ConfigMap, autoApply.enabled, leader election with more than one
+replica), then rightsizer.config (YAML text or a map) merged over it key by key; a key set to null
+there removes the chart's. Rendered with toYaml (YAML text with its comments would be lost anyway). */}}
 {{- define "gpupilot.rightsizerConfig" -}}
 {{- $r := .Values.rightsizer -}}
-{{- $default := .Files.Get "files/rightsizer.yaml" -}}
-{{- $url := printf "prometheus_url: %s" (include "gpupilot.prometheusUrl" (dict "own" $r.prometheusUrl "root" .)) -}}
+{{- $c := .Files.Get "files/rightsizer.yaml" | fromYaml -}}
+{{- $_ := set $c "prometheus_url" (include "gpupilot.prometheusUrl" (dict "own" $r.prometheusUrl "root" .)) -}}
 {{- range $k, $v := include "gpupilot.prometheusAuth" . | fromYaml -}}
-{{- $url = printf "%s\nprometheus_%s: %s" $url ($k | replace "-" "_") ($v | quote) -}}
+{{- $_ := set $c (printf "prometheus_%s" ($k | replace "-" "_")) $v -}}
 {{- end -}}
-{{- $default = regexReplaceAll "(?m)^prometheus_url: .*$" $default $url -}}
-{{- $default = regexReplaceAll "(?m)^  operator_namespace: .*$" $default (printf "  operator_namespace: %s" $r.gpuOperatorNamespace) -}}
-{{- $default = regexReplaceAll "(?m)^  mig_configmap: .*$" $default (printf "  mig_configmap: %s" $r.migConfigMap) -}}
-{{- $default = regexReplaceAll "(?m)^auto_apply:\n  enabled: .*$" $default (printf "auto_apply:\n  enabled: %t" $r.autoApply.enabled) -}}
-{{- $r.config | default $default -}}
+{{- $_ = set $c "timezone" ($r.timezone | default "UTC") -}}
+{{- $rv := $r.report | default dict -}}
+{{- $report := get $c "report" | default dict -}}
+{{- with $rv.schedule }}{{ $_ = set $report "schedule" . }}{{ end -}}
+{{- with $rv.window }}{{ $_ = set $report "window" . }}{{ end -}}
+{{- if not (kindIs "invalid" $rv.pricePerGpuHour) }}{{ $_ = set $report "price_per_gpu_hour" (float64 $rv.pricePerGpuHour) }}{{ end -}}
+{{- with $rv.retention }}
+{{- $keep := dict -}}
+{{- with .count }}{{ $_ = set $keep "count" (int .) }}{{ end -}}
+{{- with .maxAge }}{{ $_ = set $keep "max_age" . }}{{ end -}}
+{{- if $keep }}{{ $_ = set $report "retention" $keep }}{{ end -}}
+{{- end -}}
+{{- with $rv.push }}
+{{- $push := dict -}}
+{{- if dig "webhook" "secretName" "" . }}
+{{- $_ = set $push "webhook_url_file" (printf "/etc/gpupilot-report-webhook/%s" (dig "webhook" "key" "url" .)) -}}
+{{- $_ = set $push "format" (dig "webhook" "format" "slack" .) -}}
+{{- end }}
+{{- with .link }}{{ $_ = set $push "link" . }}{{ end -}}
+{{- if dig "copyTo" "existingClaim" "" . }}{{ $_ = set $push "copy_to" "/var/lib/gpupilot-report-archive" }}{{ end -}}
+{{- if or (hasKey $push "webhook_url_file") (hasKey $push "copy_to") }}{{ $_ = set $report "push" $push }}{{ end -}}
+{{- end }}
+{{- $_ = set $c "report" $report -}}
+{{- $auto := get $c "auto_apply" | default dict -}}
+{{- $_ = set $auto "enabled" $r.autoApply.enabled -}}
+{{- $_ = set $auto "operator_namespace" $r.gpuOperatorNamespace -}}
+{{- $_ = set $auto "mig_configmap" $r.migConfigMap -}}
+{{- if $r.autoApply.paused }}{{ $_ = set $auto "paused" true }}{{ end -}}
+{{- /* The emergency stop's annotations: on the rightsizer's own config ConfigMap. */ -}}
+{{- $_ = set $auto "stop_signal" (dict "namespace" .Release.Namespace "configmap" "gpupilot-rightsizer") -}}
+{{- if gt (int ($r.replicas | default 1)) 1 -}}
+{{- $_ = set $auto "leader_election" (dict "namespace" .Release.Namespace) -}}
+{{- end -}}
+{{- $_ = set $c "auto_apply" $auto -}}
+{{- $own := $r.config | default dict -}}
+{{- if kindIs "string" $own -}}
+{{- $own = fromYaml $own -}}
+{{- if hasKey $own "Error" -}}
+{{- fail (printf "rightsizer.config is not YAML: %s" (get $own "Error")) -}}
+{{- end -}}
+{{- end -}}
+{{- $c = mergeOverwrite $c (deepCopy $own) -}}
+{{- range $k, $v := $own -}}
+{{- if kindIs "invalid" $v }}{{ $_ = unset $c $k }}{{ end -}}
+{{- end -}}
+{{- toYaml $c -}}
+{{- end -}}
+
+{{/* A component's (.v) log flags: only what differs from the services' defaults (text, info). */}}
+{{- define "gpupilot.logArgs" -}}
+{{- if and .v.logFormat (ne .v.logFormat "text") }}
+- --log-format={{ .v.logFormat }}
+{{- end }}
+{{- if and .v.logLevel (ne .v.logLevel "info") }}
+- --log-level={{ .v.logLevel }}
+{{- end }}
+{{- end -}}
+
+{{/* A component's (.v) extraArgs, quoted. */}}
+{{- define "gpupilot.extraArgs" -}}
+{{- range .v.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A list value of a component (.v, key .key), as items of a list already open in the template. */}}
+{{- define "gpupilot.extraList" -}}
+{{- with (get .v .key) }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* A security context: the chart's (.default, YAML text) with the component's value (.own, a map)
+merged over it, key by key. */}}
+{{- define "gpupilot.securityContext" -}}
+{{- toYaml (mergeOverwrite (.default | fromYaml) (deepCopy (.own | default dict))) -}}
+{{- end -}}
+
+{{/* A component's ServiceAccount annotations (.v.serviceAccount.annotations), when set. */}}
+{{- define "gpupilot.serviceAccountAnnotations" -}}
+{{- with dig "serviceAccount" "annotations" dict .v }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* A ServiceMonitor's extra labels and an endpoint's relabelings/metricRelabelings appended to
+the chart's (.relabelings, .metricRelabelings: lists; .sm: the component's serviceMonitor values). */}}
+{{- define "gpupilot.monitorEndpointRelabel" -}}
+{{- $r := concat (.relabelings | default list) (.sm.relabelings | default list) -}}
+{{- $m := concat (.metricRelabelings | default list) (.sm.metricRelabelings | default list) -}}
+{{- with $r }}
+relabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m }}
+metricRelabelings:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The prefix of every object's name: "gpupilot" (so a release of any name keeps the names of
+earlier releases), fullnameOverride when set, or <release>-<nameOverride> (the release name alone
+when it already holds nameOverride). A second release in a cluster needs one of the two. */}}
+{{- define "gpupilot.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else if .Values.nameOverride -}}
+{{- if contains .Values.nameOverride .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- else -}}
+gpupilot
+{{- end -}}
+{{- end -}}
+
+{{/* Rendered text (.text) with the chart's object names under the release's prefix (.root):
+gpupilot-exporter… → <fullname>-exporter… wherever a name stands (after a space, a quote, a colon,
+a bracket, an equals sign), never in a path, an image or a label key (after / . - or a letter), nor
+the names the services give objects they make at run time (their Leases, the ledger, the in-flight
+record) or the commands the containers run, which stay fixed. The identity for the default prefix. */}}
+{{- define "gpupilot.rename" -}}
+{{- $fn := include "gpupilot.fullname" .root -}}
+{{- if eq $fn "gpupilot" -}}
+{{- .text -}}
+{{- else -}}
+{{- $text := .text -}}
+{{- $fixed := list "\"gpupilot-rightsizer-leader\"" "\"gpupilot-rightsizer-ledger\"" "\"gpupilot-rightsizer-in-flight\"" "resourceNames: [\"gpupilot-rightsizer-apply\"]" "command: [\"gpupilot-exporter\"]" "command: [\"gpupilot-adapter\"]" "command: [\"gpupilot-rightsizer\"]" -}}
+{{- range $i, $f := $fixed -}}
+{{- $text = replace $f (printf "@@FIXED%d@@" $i) $text -}}
+{{- end -}}
+{{- $text = regexReplaceAll "(^|[^./A-Za-z0-9_-])gpupilot-(exporter|adapter|rightsizer|prometheus-reader)" $text (printf "${1}%s-${2}" $fn) -}}
+{{- range $i, $f := $fixed -}}
+{{- $text = replace (printf "@@FIXED%d@@" $i) $f $text -}}
+{{- end -}}
+{{- $text -}}
+{{- end -}}
 {{- end -}}
