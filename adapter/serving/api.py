@@ -26,18 +26,22 @@ from adapter.provider.selectors import Selector, parse_selector
 from adapter.provider.values import ExternalValue, MetricValues, ObjectValue
 from adapter.quantity import format_quantity
 from adapter.serving.answers import AnswerCache
+from gpupilot_common.cli import package_version
 from gpupilot_common.timefmt import format_time
 
 CUSTOM = "custom.metrics.k8s.io"
 EXTERNAL = "external.metrics.k8s.io"
 CUSTOM_VERSIONS = ("v1beta2", "v1beta1")
+# /version as kubectl and the aggregator read it: the Kubernetes release whose aggregation layer the
+# adapter is tested behind (tests/kube: a real v1.37 kube-apiserver), then the adapter's own version.
+KUBERNETES_RELEASE = (1, 37)
 VERSION_INFO = {
-    "major": "1",
-    "minor": "32",
-    "gitVersion": "v1.32.0-gpupilot-adapter-0.1.0",
+    "major": str(KUBERNETES_RELEASE[0]),
+    "minor": str(KUBERNETES_RELEASE[1]),
+    "gitVersion": f"v{KUBERNETES_RELEASE[0]}.{KUBERNETES_RELEASE[1]}.0-gpupilot-adapter-{package_version()}",
     "gitCommit": "",
-    "gitTreeState": "clean",
-    "buildDate": "2026-11-29T00:00:00Z",
+    "gitTreeState": "",
+    "buildDate": "",
     "goVersion": "python",
     "compiler": "cpython",
     "platform": "linux/amd64",

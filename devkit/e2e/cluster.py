@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from devkit import operator_crds
 from devkit.cluster import ControlPlane, Settings
 from devkit.cluster.kubeclient import Kube, KubeError, wait_for
 from devkit.cluster.migmanager import MigManager
@@ -317,9 +318,29 @@ def start(
     work: Path, scenario: Path, *, operator_namespace: str = OPERATOR_NAMESPACE, kube_tool: str = "kube"
 ) -> Cluster:
     """A control plane (of the release ``kube_tool`` builds) with the scenario's GPU nodes, the GPU
-    Operator's objects in ``operator_namespace`` and the MIG Manager stand-in."""
+    Operator's objects in ``operator_namespace``, the prometheus-operator's CRDs (as
+    kube-prometheus-stack installs them: the chart's ServiceMonitors, PodMonitors and PrometheusRules
+    are then validated by the API server against their schemas) and the MIG Manager stand-in."""
     cp = ControlPlane(work / "cluster", Settings(kube_tool=kube_tool)).start()
     try:
+        res = subprocess.run(
+            [
+                str(cp.kubectl),
+                f"--kubeconfig={cp.admin_kubeconfig}",
+                "apply",
+                "--server-side",
+                "-f",
+                str(operator_crds.crd_dir()),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        if res.returncode != 0:
+            raise InstallError(
+                f"the prometheus-operator's CRDs: {(res.stderr.strip().splitlines() or ['?'])[-1]}"
+            )
         add_from_scenario(cp.admin_kubeconfig, scenario, operator_namespace=operator_namespace)
         manager = MigManager(cp.admin_kubeconfig, namespace=operator_namespace).start()
     except BaseException:

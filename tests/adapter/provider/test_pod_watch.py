@@ -137,26 +137,6 @@ def test_bookmarks_keep_a_quiet_watch_resumable(watcher_of) -> None:
         kube.wait_for(lambda: "b" in w.pods, timeout=5)
 
 
-@pytest.mark.slow
-def test_the_adapter_service_account_can_list_and_watch_pods(watcher_of, tmp_path: Path) -> None:
-    with KubeDouble() as kube:
-        kube.load_rbac(DEPLOY / "adapter")
-        token = kube.add_service_account("gpupilot", "gpupilot-adapter")
-        kube.add_pod("a", node="n")
-        cfg = kube.write_kubeconfig(tmp_path / "kc-sa", token=token)
-        w = Watcher(kube, cfg)
-        try:
-            kube.wait_for(lambda: w.resets == 1 and "a" in w.pods, timeout=5)
-            kube.add_pod("b", node="n")
-            kube.wait_for(lambda: "b" in w.pods, timeout=5)
-            reviewed = w.client.token_review(token)
-            assert reviewed is not None
-        finally:
-            w.close()
-        denied = [a for a in kube.actions() if a.verb == "review" and not a.detail.get("allowed")]
-        assert denied == []
-
-
 def watches(kube: KubeDouble) -> int:
     return sum(1 for method, path in kube.api.request_log if method == "GET" and "watch=" in path)
 

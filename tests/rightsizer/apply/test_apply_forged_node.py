@@ -1,11 +1,13 @@
 """A node's own annotations cannot steer apply: the forged-annotation attack (a node not in the plan
 "left in flight" naming a workload on another node) and its forward variant (a node the plan changes
-"resumed" with forged workload moves), played through the API with the rightsizer's RBAC and
-admission policies, leave the victim and the attacking node as they were while the plan's own change
+"resumed" with forged workload moves), played through the API (gpu-b's kubelet allowed its own Node only; the chart's real RBAC and
+policies meet the same attack in tests/kube/test_forged_node.py), leave the victim and the attacking node as they were while the plan's own change
 goes through; the in-flight record, not the node, says what apply changed, and a template is
 restored only when its own mark agrees with the record."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import kubernetes
 import pytest
@@ -16,10 +18,12 @@ from rightsizer.apply import workloads as wl
 from rightsizer.apply.applier import Applier
 from rightsizer.clients.kube import Kube
 from rightsizer.plan.model import Plan
-from tests.rightsizer.apply.test_apply_admission import MIG1, MIG3, SETTINGS, guarded, template_limits
 from tests.support.kubedouble import KubeDouble
 from tests.support.rightsizer import forged_node as attack
-from tests.support.rightsizer.apply_support import resize_plan
+from tests.support.rightsizer.apply_support import FAST, resize_plan
+
+MIG1, MIG3 = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"
+SETTINGS = dataclasses.replace(FAST, settle_timeout_s=5, lease_duration_s=3)
 
 NODE_TOKEN = "kubelet-gpu-b"
 UNTOUCHED = {f"{part}/{attack.GPU}": "1" for part in ("limits", "requests")}
@@ -29,7 +33,10 @@ def cluster(kube: KubeDouble) -> tuple[attack.Target, str]:
     """gpu-a in the plan (one pod of ml/reports), gpu-b the attacker (in no plan), the victim on gpu-c;
     the rightsizer under its RBAC and policies, gpu-b's kubelet allowed its own Node. Returns the
     target and the name of the reports pod."""
-    token = guarded(kube)
+    token = kube.add_service_account("gpupilot", "gpupilot-rightsizer")
+    kube.allow(
+        "system:serviceaccount:gpupilot:gpupilot-rightsizer"
+    )  # its RBAC: tests/kube/test_forged_node.py
     kube.add_node("gpu-a", gpus=1, mig_config="all-3g.40gb")
     kube.add_workload("Deployment", "reports", namespace="ml", replicas=1, resources={MIG3: 1}, node="gpu-a")
     kube.add_node("gpu-b", gpus=1, mig_config="all-3g.40gb")
@@ -51,6 +58,12 @@ def cluster(kube: KubeDouble) -> tuple[attack.Target, str]:
     return target, pod
 
 
+def template_limits(kube: KubeDouble) -> dict[str, str]:
+    obj = kube.workload("Deployment", "reports", namespace="ml")
+    assert obj is not None
+    return dict(obj["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"])
+
+
 def run(target: attack.Target, plan: Plan) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     lines: list[tuple[str, str]] = []
     report = Applier(
@@ -61,7 +74,7 @@ def run(target: attack.Target, plan: Plan) -> tuple[list[tuple[str, str]], list[
 
 @pytest.mark.slow
 def test_forged_in_flight_annotations_on_a_node_outside_the_plan_are_set_aside() -> None:
-    with KubeDouble() as kube:
+    with KubeDouble(enforce_rules=True) as kube:
         target, pod = cluster(kube)
         assert attack.node_may_write_record(target, SETTINGS.namespace) == 403
         forged = attack.rollback_attack(target, "gpu-b", previous="all-1g.10gb", config="all-3g.40gb")
@@ -80,7 +93,7 @@ def test_forged_in_flight_annotations_on_a_node_outside_the_plan_are_set_aside()
 
 @pytest.mark.slow
 def test_forged_workload_moves_on_a_node_the_plan_changes_are_never_resumed() -> None:
-    with KubeDouble() as kube:
+    with KubeDouble(enforce_rules=True) as kube:
         target, pod = cluster(kube)
         plan = resize_plan("gpu-a", "all-3g.40gb", {"1g.10gb": 7}, [("ml", pod, "1g.10gb")])
         (pn,) = plan.changed_nodes
@@ -111,7 +124,7 @@ class Killed(BaseException):
 
 @pytest.mark.slow
 def test_a_rollback_restores_only_templates_whose_mark_agrees_with_the_record() -> None:
-    with KubeDouble() as kube:
+    with KubeDouble(enforce_rules=True) as kube:
         target, pod = cluster(kube)
         plan = resize_plan("gpu-a", "all-3g.40gb", {"1g.10gb": 7}, [("ml", pod, "1g.10gb")])
 

@@ -1,4 +1,5 @@
-"""One apply at a time through a coordination.k8s.io Lease, and apply under the RBAC of deploy/."""
+"""One apply at a time through a coordination.k8s.io Lease (the RBAC of deploy/ is judged by the real
+control plane: tests/kube/test_kustomize_rbac.py)."""
 
 from __future__ import annotations
 
@@ -125,29 +126,6 @@ def test_the_lease_is_renewed_during_a_long_run():
         assert report.ok
         renewals = [a for a in kube.actions(verb="update", resource="leases")]
         assert len(renewals) >= 4  # every ~0.33 s during 2.5 s, then the release
-
-
-@pytest.mark.slow
-def test_apply_runs_with_nothing_but_the_rightsizer_rbac_of_deploy():
-    with KubeDouble() as kube:
-        assert kube.load_rbac(DEPLOY / "rightsizer") > 0
-        token = kube.add_service_account("gpupilot", "gpupilot-rightsizer")
-        seed_node(kube, "gpu-a")
-        plan = make_plan([Change("gpu-a", "all-1g.10gb", GOOD)])
-        lines: list[str] = []
-        report = Applier(
-            Kube(kube.api_client(token)), plan, LEASED, progress=lambda n, m: lines.append(m)
-        ).run()
-        assert [o.result for o in report.outcomes] == ["applied"]
-        # the node's own MIG profile list is read (none here): no 403, nothing said about it
-        assert not any("HTTP 403" in m for m in lines), lines
-        assert kube.configmap("gpupilot-mig-parted-config") is not None
-        assert any(e["reason"] == "MigReconfigured" for e in kube.events(involving="gpu-a"))
-        # and it is enforced: the same token cannot delete a pod or touch ConfigMaps elsewhere
-        other = Kube(kube.api_client(token))
-        with pytest.raises(Exception) as err:
-            other.create_configmap("default", "x", {"a": "b"})
-        assert "HTTP 403" in str(err.value)
 
 
 def test_a_renewal_answered_409_forever_gives_up_after_a_few_rereads():

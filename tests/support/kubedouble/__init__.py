@@ -50,11 +50,11 @@ What it serves (see :mod:`tests.support.kubedouble.server` for the route table):
 - Watches: history bounded (``history_limit``); ``kube.compact()`` / ``kube.expire_watches(n)`` make
   watches from older versions get an in-stream ``ERROR`` 410 Expired; ``allowWatchBookmarks`` gets a
   BOOKMARK every ``bookmark_interval_s``.
-- RBAC: ``kube.load_rbac(Path("deploy/rightsizer"))`` enforces the manifests' Roles/ClusterRoles and
-  bindings (:mod:`tests.support.kubedouble.rbac`); ``kube.add_service_account(ns, name)`` returns a token.
-- Admission: ``kube.load_admission_policies(Path("deploy/rightsizer/admission-policy.yaml"))`` evaluates
-  the ValidatingAdmissionPolicies (real CEL) on every later UPDATE and refuses as the API server does
-  (:mod:`tests.support.kubedouble.admission`).
+- Tokens: ``kube.add_service_account(ns, name)`` returns a token; ``KubeDouble(enforce_rules=True)``
+  with ``kube.allow(subject, verb, resource, …)`` answers SubjectAccessReviews and refuses requests
+  from the grants a test makes (a fixture for our own 403 handling). The double does not read the
+  project's RBAC or admission policies: what Kubernetes decides of those is judged by its real
+  control plane (``tests/kube``, ``make kube-test``; ``make e2e``).
 - A simulated **MIG Manager** (:mod:`tests.support.kubedouble.migmanager`): on ``nvidia.com/mig.config``
   changes → ``failed`` for names missing from the ConfigMap the ClusterPolicy points at (or for
   layouts without a placement, or with pods still holding the node's GPUs: "In use by another

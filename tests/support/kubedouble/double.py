@@ -16,7 +16,6 @@ from kubernetes import client
 from devkit.cluster import deviceplugin
 from devkit.cluster.migconfig import node_resources
 from mig_geometry.catalogue import find_model
-from tests.support.kubedouble import admission
 from tests.support.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
 from tests.support.kubedouble.disruption import DisruptionController, ReplicaSetController
 from tests.support.kubedouble.dradriver import DraDriver
@@ -29,7 +28,6 @@ from tests.support.kubedouble.migmanager import (
     MigManagerSettings,
     default_configmap,
 )
-from tests.support.kubedouble.rbac import load_rbac_rules
 from tests.support.kubedouble.scheduler import PLACED_BY_RULE, Scheduler
 from tests.support.kubedouble.server import Api, AuthConfig, Fault, Rule, Server, make_handler
 from tests.support.kubedouble.store import Action, Store, now_rfc3339
@@ -210,27 +208,6 @@ class KubeDouble:
             },
         )
         return token
-
-    def load_rbac(
-        self, *paths: Path, default_namespace: str = "gpupilot", only: Iterable[str] | None = None
-    ) -> int:
-        """Enforce the Roles/ClusterRoles and their bindings in these manifests (``deploy/``) from now
-        on (``enforce_rules``), for every subject or ``only`` those; returns how many rules were
-        loaded. See :mod:`tests.support.kubedouble.rbac`."""
-        rules = load_rbac_rules(paths, default_namespace=default_namespace)
-        if only is not None:
-            keep = set(only)
-            rules = [r for r in rules if r.subject in keep]
-        self.auth.rules.extend(rules)
-        self.auth.enforce_rules = True
-        return len(rules)
-
-    def load_admission_policies(self, *paths: Path) -> int:
-        """Enforce the ValidatingAdmissionPolicies (with their Deny bindings) in these manifests on
-        every later UPDATE; returns how many. See :mod:`tests.support.kubedouble.admission`."""
-        bound = admission.load(paths)
-        self.api.admission.extend(bound)
-        return len(bound)
 
     def allow(
         self,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.kubedouble import admission, patching, selectors
+from tests.support.kubedouble import patching, selectors
 from tests.support.kubedouble.discovery import discovery
 from tests.support.kubedouble.disruption import check_eviction, record_disruption
 from tests.support.kubedouble.errors import REASONS, ApiError
@@ -189,8 +189,6 @@ class Api:
         (``None``: all); see ``KubeDouble.expire_watches``."""
         self.request_log: list[tuple[str, str]] = []
         self._timers: list[threading.Timer] = []
-        self.admission: list[admission.Bound] = []
-        """ValidatingAdmissionPolicies with their Deny bindings (``KubeDouble.load_admission_policies``)."""
 
     # -- faults --------------------------------------------------------------------------------
     def take_fault(self, method: str, path: str) -> Fault | None:
@@ -753,8 +751,6 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                     "Invalid",
                     f'Job.batch "{name}" is invalid: spec.template: Invalid value: field is immutable',
                 )
-            if api.admission:  # validating admission, after the registry's own changes
-                admission.admit(api.admission, kind, self._user()[0], current, obj)
             if query.get("dryRun") == "All":
                 self._send(200, api.decorate(kind, obj))
                 return

@@ -86,7 +86,7 @@ def fleet_history(base: Path) -> Iterator[History]:
 def seed_cluster(kube: KubeDouble, plan_nodes: dict[str, list[dict[str, Any]]]) -> None:
     """The four nodes as the history shows them (config all-balanced), each with its GPU pods (each
     from a Deployment of its own asking for the devices it holds, so apply can change its request)
-    and a CPU pod; the rightsizer's RBAC from deploy/."""
+    and a CPU pod."""
     for name in NODES:
         kube.add_node(name, gpus=2, mig_config="all-balanced")
         for pod in plan_nodes[name]:
@@ -98,7 +98,6 @@ def seed_cluster(kube: KubeDouble, plan_nodes: dict[str, list[dict[str, Any]]]) 
                 kube, namespace="ml", name=pod["name"], node=name, requests=requests, pods=[pod]
             )
         kube.add_pod(f"cpu-{name}", namespace="ml", node=name, resources={"cpu": 1})
-    kube.load_rbac(DEPLOY / "rightsizer")
 
 
 def serve_config(state_dir: Path, url: str) -> ServeConfig:
