@@ -140,7 +140,8 @@ class _BoundedLoader(
 _Loader = Any
 """A bounded loader: :class:`_BoundedLoader` or, where PyYAML has libyaml, ``_FastLoader``."""
 _FAST: type | None = None
-if yaml.__with_libyaml__:  # PyYAML's wheels carry libyaml: its scanner and parser are C, PyYAML's own several times slower
+# PyYAML's wheels carry libyaml: its scanner and parser are C, PyYAML's own several times slower.
+if yaml.__with_libyaml__:
     from yaml._yaml import CParser
 
     class _FastLoader(_Checks, CParser, yaml.constructor.SafeConstructor, yaml.resolver.Resolver):
