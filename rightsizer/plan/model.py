@@ -13,7 +13,10 @@ required keys are one-line :class:`PlanError`\\ s)::
                    "idle_threshold": 0.05, "headroom": 0.2},
       "solver": {"method": "greedy+milp+uniform",   # the per-node methods used, '+'-joined, or "none"
                  "status": "optimal" | "time-limit" | "heuristic",   # worst among changed nodes
-                 "lower_bound_gpus": 12, "seconds": 0.8},  # LP bound on GPUs in use after the plan
+                 "lower_bound_gpus": 12, "seconds": 0.8,   # LP bound on GPUs in use after any plan
+                 "bound_scope": "nodes" | "fleet",         # of the problem solved: pods on their
+                 "fleet_lower_bound_gpus": 11},           # nodes, or moving (--allow-moves); and the
+                                                          # LP bound with pods moving, always
       "totals": {"nodes": 4, "nodes_changed": 2, "gpus": 32, "gpus_needed": 20, "gpus_freed": 3,
                  "slices_freed": 11, "pods_disrupted": 5, "pods_admitted": 2},  # admitted: Pending pods served
       "mig_parted_config": {"version": "v1", "mig-configs": {...}},   # every proposed config
@@ -255,7 +258,18 @@ class SolverInfo:
     method: str
     status: str
     lower_bound_gpus: int
+    """LP bound on the GPUs holding pods after any plan of the problem solved (``bound_scope``)."""
     seconds: float = field(metadata=codec.digits(3))
+    bound_scope: str = "nodes"
+    """``nodes``: pods stay on their nodes; ``fleet``: pods may move among the mixed-strategy nodes of
+    their GPU model (``--allow-moves``). Plans written before it: ``nodes``."""
+    fleet_lower_bound_gpus: int = 0
+    """LP bound with pods free to move, whatever the plan allowed (0 in plans written before it)."""
+
+    @property
+    def gap_text(self) -> str:
+        """What the bound bounds, in words."""
+        return "over the fleet, pods moving" if self.bound_scope == "fleet" else "with pods on their nodes"
 
 
 @dataclass(frozen=True)
