@@ -295,6 +295,11 @@ def _growth_notes(fleet: FleetProposal, *, headroom: float | None) -> list[str]:
                     )
                 elif placed and it.growth == "headroom":
                     out.append(f"{who}: grows to {it.klass} for {room} (--grow-for-headroom): {it.peak_need}")
+                elif it.growth == "peak":
+                    out.append(
+                        f"{who}: its {it.peak_need} does not fit {it.profile_now}, but its node frees nothing "
+                        f"to change for: the plan leaves it (a {it.klass} needs a new layout on that node)"
+                    )
     return out
 
 
