@@ -156,9 +156,14 @@ class Backfiller:
         for backend in self.backends:
             self._node_window(backend, ts, runs)
         for s in self.cluster_series:
+            i0, i1 = 0, len(ts)
+            if s.alive != (-math.inf, math.inf):  # a pod's series: only while it lives
+                i0, i1 = (int(i) for i in np.searchsorted(ts, s.alive, side="left"))
+                if i0 >= i1:
+                    continue
             run = runs.setdefault(s.family, _Run(s.kind, s.help, []))
             value: Array | float = s.value if isinstance(s.value, float) else s.value(ts)
-            run.series.append((self._fmt.prefix(s.family, s.labels), value, 0, len(ts)))
+            run.series.append((self._fmt.prefix(s.family, s.labels), value, i0, i1))
         return runs
 
     def _node_window(self, backend: SimBackend, ts: Array, runs: dict[str, _Run]) -> None:
