@@ -27,6 +27,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpupilot_common.timefmt import format_time
 from mig_geometry.catalogue import GpuModel, find_model
 from mig_geometry.placement import place
 from rightsizer.analysis.history import build_workloads
@@ -354,3 +355,100 @@ def _device(
         peak=peak,
         peak_at=0.0,
     )
+
+
+# ---------------------------------------------------------------------------------------------- scenario
+
+
+def scenario_yaml(fleet: Fleet, *, epoch: float, at: float | None = None) -> str:
+    """The fleet as an ordinary scenario (YAML written out, no alias), its times offsets from
+    ``epoch`` (the start of the fleet's day). ``at``: only the tasks running then and the ones
+    Pending then, with no lifetimes (a snapshot); ``None``: every task of the day with its
+    lifetime (``start``/``end``), Pending from its arrival to its placement."""
+    model = fleet.model
+    lines = [
+        "# A GPU cluster in the shape of the public GPU-sharing traces (bench/tracefleet.py).",
+        "seed: 50",
+        f"epoch: {format_time(epoch)}",
+        "nodes:",
+    ]
+    for n in range(fleet.nodes):
+        gpus = []
+        for g in range(GPUS_PER_NODE):
+            layout = fleet.layouts.get((n, g))
+            mig = (
+                ""
+                if layout is None
+                else ", mig: {" + ", ".join(f'"{q}": {c}' for q, c in sorted(layout.items())) + "}"
+            )
+            gpus.append(f"{{model: {model.key}{mig}}}")
+        lines.append(f"  - name: {fleet.node_name(n)}")
+        lines.append(f"    gpus: [{', '.join(gpus)}]")
+    lines.append("workloads:")
+    pending: list[str] = []
+    for task in fleet.tasks:
+        if at is not None:
+            if task.start is not None and task.start <= at < task.departure:
+                lines += _workload_yaml(fleet, task, epoch=epoch, lifetime=False)
+            elif task.arrival <= at < task.departure:
+                pending.append(_pending_yaml(task, epoch=epoch, lifetime=False))
+            continue
+        if task.start is not None and task.start < fleet.horizon:
+            lines += _workload_yaml(fleet, task, epoch=epoch, lifetime=True)
+        end = task.start if task.start is not None else task.departure
+        if end > task.arrival and task.arrival < fleet.horizon:
+            pending.append(_pending_yaml(task, epoch=epoch, lifetime=True))
+    if pending:
+        lines.append("pending:")
+        lines += pending
+    return "\n".join(lines) + "\n"
+
+
+def _offset(seconds: float) -> str:
+    return f"{round(seconds)}s"
+
+
+def _workload_yaml(fleet: Fleet, task: Task, *, epoch: float, lifetime: bool) -> list[str]:
+    model = fleet.model
+    devices = ", ".join(
+        f"{{node: {fleet.node_name(d.node)}, gpu: {d.gpu}, profile: {d.profile}, slot: {d.slot}}}"
+        if d.profile
+        else f"{fleet.node_name(d.node)}/{d.gpu}"
+        for d in task.devices
+    )
+    share = 1.0
+    memory = model.memory_mib
+    if task.profile:
+        prof = model.profile(task.profile)
+        assert prof is not None
+        share, memory = prof.compute_slices / model.compute_slices, prof.memory_mib
+    asked = task.milli / 1000 if task.profile else 1.0
+    peak = min(100.0, round(100 * task.peak * asked / share, 1))
+    fb = min(memory, round(task.peak * asked * 81559))
+    out = [
+        f"  - namespace: {task.namespace}",
+        f"    pod: {task.name}",
+        "    container: main",
+        f"    labels: {{app: {task.name}, gpu-milli: '{task.milli}'}}",
+        f"    devices: [{devices}]",
+        f"    utilization: {{pattern: daily, base: {round(peak / 3, 1)}, peak: {peak}, peak_hour: 14}}",
+        f"    memory_mib: {fb}",
+    ]
+    if lifetime:
+        if task.start is not None and task.start > 0:
+            out.append(f"    start: {_offset(task.start)}")
+        if math.isfinite(task.departure) and task.departure < fleet.horizon:
+            out.append(f"    end: {_offset(task.departure)}")
+    del epoch
+    return out
+
+
+def _pending_yaml(task: Task, *, epoch: float, lifetime: bool) -> str:
+    resource = f"nvidia.com/mig-{task.profile}" if task.profile else "nvidia.com/gpu"
+    times = ""
+    if lifetime:
+        end = task.start if task.start is not None else task.departure
+        times = f", start: {_offset(task.arrival)}" if task.arrival > 0 else ""
+        times += f", end: {_offset(end)}" if math.isfinite(end) else ""
+    del epoch
+    return f"  - {{namespace: {task.namespace}, pod: {task.name}, resource: {resource}, count: {task.gpus}{times}}}"
