@@ -149,8 +149,10 @@ def _read(path: Path, *, error: ErrorType, what: str, max_bytes: int = yamlsafe.
         raise error(f"{path}: cannot read the {what} ({reason})") from None
 
 
-def load_yaml(path: Path, *, error: ErrorType, what: str = "file") -> Document:
-    return parse_yaml(_read(path, error=error, what=what), source=str(path), error=error)
+def load_yaml(
+    path: Path, *, error: ErrorType, what: str = "file", max_bytes: int = yamlsafe.MAX_BYTES
+) -> Document:
+    return parse_yaml(_read(path, error=error, what=what, max_bytes=max_bytes), source=str(path), error=error)
 
 
 def json_key_lines(text: str) -> dict[FieldPath, int]:

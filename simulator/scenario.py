@@ -46,10 +46,13 @@ from simulator.scenario_parse import (
     parse_pending,
 )
 
+MAX_SCENARIO_BYTES = 256 * 2**20
+"""Largest scenario read: a fleet written out takes about 300 bytes a pod (100,000 pods: ~30 MB)."""
+
 
 def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file; :class:`ScenarioError` (one line) on any problem."""
-    doc = checked.load_yaml(Path(path), error=ScenarioError, what="scenario")
+    doc = checked.load_yaml(Path(path), error=ScenarioError, what="scenario", max_bytes=MAX_SCENARIO_BYTES)
     return _build(doc)
 
 

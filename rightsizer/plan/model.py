@@ -83,6 +83,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from gpupilot_common import atomicfile, checked
 from rightsizer.errors import InputError
 from rightsizer.plan import codec
@@ -364,8 +366,10 @@ def plan_to_dict(plan: Plan) -> JsonDict:
 
 def dump_plan(plan: Plan, path: Path) -> None:
     """Write ``plan`` as indented JSON (stable key order) to ``path``, atomically: a failed write
-    (full disk, crash) leaves the previous plan intact (:class:`atomicfile.WriteFailed`)."""
-    atomicfile.write_text(path, json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n")
+    (full disk, crash) leaves the previous plan intact (:class:`atomicfile.WriteFailed`). orjson
+    writes it: Python's own encoder goes character by character once it indents (a 286 MB plan of
+    80,000 GPUs took about a minute)."""
+    atomicfile.write_bytes(path, orjson.dumps(plan_to_dict(plan), option=orjson.OPT_INDENT_2) + b"\n")
 
 
 # ---------------------------------------------------------------------------------------------- load
