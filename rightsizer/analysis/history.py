@@ -108,7 +108,11 @@ class AnalysisSettings:
 
 
 def _ident(labels: Mapping[str, str], cluster_label: str) -> Ident:
-    return Ident(labels.get(cluster_label, ""), *(labels.get(k, "") for k in IDENT))
+    get = labels.get
+    return Ident(
+        get(cluster_label, ""), get("Hostname", ""), get("gpu", ""), get("UUID", ""), get("GPU_I_ID", ""),
+        get("GPU_I_PROFILE", ""),
+    )  # fmt: skip
 
 
 def _rolling_mean(*, rule: bool, busy_s: float, cluster_label: str = CLUSTER) -> str:

@@ -419,6 +419,7 @@ def fits_layout(model: GpuModel, layout: Layout) -> bool:
     return fits(model, dict(layout))
 
 
+@lru_cache(maxsize=65536)
 def _plus(layout: Layout, name: str) -> Layout:
     counts = dict(layout)
     counts[name] = counts.get(name, 0) + 1
@@ -428,7 +429,12 @@ def _plus(layout: Layout, name: str) -> Layout:
 def complete(model: GpuModel, counts: Mapping[str, int]) -> dict[str, int]:
     """Add instances (smallest first, as the MILP's tie-break does) until nothing else fits, so spare
     capacity stays schedulable as the most devices."""
-    layout = as_layout(dict(counts))
+    return dict(_completed(model, as_layout(dict(counts))))
+
+
+@lru_cache(maxsize=65536)
+def _completed(model: GpuModel, layout: Layout) -> Layout:
+    """:func:`complete` of one layout, memoised: a fleet completes the same few layouts many times."""
     order = sorted(plain_profiles(model), key=lambda p: (p.compute_slices, p.memory_slices))
     changed = True
     while changed:
@@ -439,7 +445,7 @@ def complete(model: GpuModel, counts: Mapping[str, int]) -> dict[str, int]:
                 layout = trial
                 changed = True
                 break
-    return dict(layout)
+    return layout
 
 
 def pack_greedy(model: GpuModel, demand: Mapping[str, int], *, gpus: int) -> PackResult:
