@@ -115,19 +115,19 @@ def one_case(mode: str, *, nodes: int, tasks: int, seed: int) -> dict[str, Any]:
 
 
 def _child(cmd: list[str], *, log: Path | None = None) -> tuple[float, float, str]:
-    """Run ``cmd``; (wall seconds, peak RSS MiB of the process, its stdout)."""
+    """Run ``cmd`` (bytecode caches allowed, as in an install); (wall seconds, peak RSS MiB of the
+    process, its stdout). Its stderr goes to ``log``, or is shown when it fails."""
     started = time.monotonic()
-    err = log.open("wb") if log is not None else subprocess.DEVNULL
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    with tempfile.TemporaryFile() if log is None else log.open("w+b") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
         assert proc.stdout is not None
         out = proc.stdout.read().decode()
         _, status, usage = os.wait4(proc.pid, 0)
-    finally:
-        if log is not None:
-            err.close()  # type: ignore[union-attr]
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"bench.trace: {' '.join(cmd[2:5])} failed; see {log}")
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
+            raise SystemExit(f"bench.trace: {' '.join(cmd[2:5])} failed: {' / '.join(tail)}")
     return time.monotonic() - started, usage.ru_maxrss / 1024, out
 
 

@@ -378,7 +378,8 @@ def run(
                 )
                 in_window = 0
                 for b, runs in enumerate(filler.batches(ts, max_samples=settings.batch_samples)):
-                    in_window += sum(len(r.series) for r in runs.values())
+                    # distinct series: a series cut at a start, an end or a fault has several runs
+                    in_window += len({prefix for r in runs.values() for prefix, *_ in r.series})
                     target = (keep_dir if settings.keep_openmetrics else Path(tmp)) / f"window-{w}-{b}.om"
                     with target.open("w", buffering=1 << 20) as fh:
                         total += write_window(fh, runs, ts)
