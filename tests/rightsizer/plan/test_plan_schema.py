@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from gpupilot_common import atomicfile
+from rightsizer.plan import codec
 from rightsizer.plan import model as planmod
 from rightsizer.plan.model import (
     DisruptedPod,
@@ -201,7 +202,7 @@ def test_a_node_that_fails_to_encode_keeps_the_previous_plan(
     def broken(_obj: object) -> dict[str, object]:
         raise ValueError("cannot encode")
 
-    monkeypatch.setattr(planmod.codec, "to_json", broken)
+    monkeypatch.setattr(codec, "to_json", broken)
     with pytest.raises(ValueError, match="cannot encode"):
         planmod.dump_plan(sample_plan(), path)
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["plan.json"]
