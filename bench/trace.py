@@ -175,7 +175,7 @@ def _rss_kib(pid: int) -> int:
 def part_one(args: argparse.Namespace) -> tuple[list[dict[str, Any]], bool]:
     rows = []
     for mode in MODES:
-        cmd = [sys.executable, "-m", "bench.trace", "--case", mode, *_sizes(args)]
+        cmd = [sys.executable, "-m", "bench.trace", f"--case={mode}", *_sizes(args)]
         wall, rss, out = _child(cmd)
         res = json.loads(out)
         res["rss"] = rss
