@@ -147,9 +147,10 @@ def _ending(p: NodeProposal, analysis: Analysis, pool: set[int], *, own: bool) -
 
 
 def _repackable(p: NodeProposal, analysis: Analysis, items: Sequence[Item]) -> bool:
-    """Every device on the pool GPUs belongs to one pod that holds nothing else on the node."""
+    """No pod of a device on the pool GPUs holds another device of the node (a device several pods
+    hold moves with all of them)."""
     holders: Counter[PodKey] = Counter(pod for d in analysis.devices_on(p.node.name) for pod in d.pods)
-    return all(len(it.pods) == 1 and holders[it.pods[0]] == 1 for it in items)
+    return all(holders[pod] == 1 for it in items for pod in it.pods)
 
 
 def candidate(p: NodeProposal, analysis: Analysis) -> Candidate:

@@ -392,7 +392,8 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         nodes_changed=sum(1 for n in nodes if n.changed),
         gpus=gpus_total,
         gpus_needed=sum(p.used_after for p in fleet.nodes),
-        gpus_freed=sum(n.gpus_freed for n in nodes),
+        # net over the fleet: with --allow-moves a node may hold more GPUs than before
+        gpus_freed=sum(p.used_now - p.used_after for p in fleet.nodes),
         slices_freed=sum(n.slices_freed for n in nodes),
         pods_disrupted=sum(len(n.pods_disrupted) for n in nodes),
         pods_admitted=sum(len(n.pods_admitted) for n in nodes),
