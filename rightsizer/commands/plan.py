@@ -159,8 +159,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=numbers.real(low=0, low_open=True, high=86400, unit="seconds"),
         default=30.0,
         metavar="S",
-        help="seconds for the exact MILP solver in total (per cluster); past it the greedy packing is used "
-        "(default 30)",
+        help="seconds for the exact MILP solver in total (per cluster); past it the greedy packing is used; "
+        "with --allow-moves the fleet's MILP gets what is left and at least a third of it (default 30)",
     )
     parser.add_argument(
         "--keep-profiles",

@@ -196,7 +196,9 @@ def consolidate(
         models,
         budget=settings.max_nodes,
         exact=settings.keep_profiles,
-        time_limit=max(0.0, deadline - time.perf_counter()),
+        # What the nodes left of --time-limit, and at least a third of it: on a busy machine the
+        # per-node pass may spend it all, and the fleet's choice is the point of --allow-moves.
+        time_limit=max(deadline - time.perf_counter(), settings.time_limit_s / 3),
     )
     fate: dict[int, str] = {}
     for g, (_c, idx) in enumerate(members.items()):
