@@ -137,11 +137,61 @@ def _pick(rng: random.Random, table: Sequence[tuple[object, float]]) -> object:
     return rng.choices([t for t, _ in table], weights=[w for _, w in table])[0]
 
 
+class _Ordered:
+    """Nodes in the order they last gained a free device (as a dict's keys are), with the ``k``-th
+    found in O(log n) (a Fenwick tree over arrival numbers): the scheduler's random choice among
+    them stays the same as over a list, without building the list for every task."""
+
+    def __init__(self) -> None:
+        self.seq: dict[int, int] = {}
+        self.node_at: list[int] = []
+        self.tree: list[int] = [0]
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def add(self, node: int) -> None:
+        if node in self.seq:
+            return
+        self.node_at.append(node)
+        self.tree.append(0)
+        i = len(self.node_at)
+        # a new last slot: its tree entry holds the sums it covers, then this node
+        low = i - (i & -i)
+        j = i - 1
+        while j > low:
+            self.tree[i] += self.tree[j]
+            j -= j & -j
+        self.seq[node] = i
+        self._update(i, 1)
+
+    def remove(self, node: int) -> None:
+        self._update(self.seq.pop(node), -1)
+
+    def _update(self, i: int, delta: int) -> None:
+        while i < len(self.tree):
+            self.tree[i] += delta
+            i += i & -i
+
+    def kth(self, k: int) -> int:
+        """The ``k``-th node (0-based) in order."""
+        pos, rest = 0, k + 1
+        step = 1 << (len(self.tree) - 1).bit_length()
+        while step:
+            nxt = pos + step
+            if nxt < len(self.tree) and self.tree[nxt] < rest:
+                pos = nxt
+                rest -= self.tree[nxt]
+            step >>= 1
+        return self.node_at[pos]  # position pos + 1, 0-based
+
+
 class _Cluster:
     """Free devices per kind, by node, as the scheduler sees them."""
 
     def __init__(self, nodes: int, layouts: dict[tuple[int, int], dict[str, int]], model: GpuModel) -> None:
         self.free: dict[str, dict[int, list[Device]]] = {}
+        self.order: dict[str, _Ordered] = {}
         for n in range(nodes):
             for g in range(GPUS_PER_NODE):
                 layout = layouts.get((n, g))
@@ -158,17 +208,25 @@ class _Cluster:
 
     def _add(self, d: Device) -> None:
         self.free.setdefault(d.profile, {}).setdefault(d.node, []).append(d)
+        self.order.setdefault(d.profile, _Ordered()).add(d.node)
 
     def take(self, task: Task, rng: random.Random) -> tuple[Device, ...] | None:
         per_node = self.free.get(task.profile, {})
-        nodes = [n for n, devs in per_node.items() if len(devs) >= task.gpus]
-        if not nodes:
-            return None
-        n = rng.choice(nodes)
+        if task.gpus == 1:
+            order = self.order.get(task.profile)
+            if not order:
+                return None
+            n = order.kth(rng.randrange(len(order)))  # what rng.choice over the nodes draws
+        else:
+            nodes = [n for n, devs in per_node.items() if len(devs) >= task.gpus]
+            if not nodes:
+                return None
+            n = rng.choice(nodes)
         devs = per_node[n]
         taken = tuple(devs.pop(rng.randrange(len(devs))) for _ in range(task.gpus))
         if not devs:
             del per_node[n]
+            self.order[task.profile].remove(n)
         return taken
 
     def give_back(self, devices: Sequence[Device]) -> None:
@@ -176,7 +234,7 @@ class _Cluster:
             self._add(d)
 
 
-def generate(*, nodes: int = 930, tasks: int = 7450, seed: int = 50, horizon: float = HORIZON_S) -> Fleet:
+def generate(*, nodes: int = 930, tasks: int = 7500, seed: int = 50, horizon: float = HORIZON_S) -> Fleet:
     """About ``tasks`` tasks running at the end of ``horizon`` on ``nodes`` nodes, with the day's
     arrivals and departures before it."""
     rng = random.Random(seed)
