@@ -19,6 +19,7 @@ AREAS = (
     "keda",
     "keda_peer",
     "rightsizer",
+    "trace",
     "inventory",
     "answers",
     "scale",

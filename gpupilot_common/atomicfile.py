@@ -20,7 +20,7 @@ import errno
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -61,6 +61,12 @@ def _write_all(fd: int, data: bytes) -> None:
 def write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` atomically (temporary file, fsync, rename, fsync of the directory).
     The parent directory must exist."""
+    write_chunks(path, (data,), mode=mode)
+
+
+def write_chunks(path: Path, chunks: Iterable[bytes], *, mode: int = 0o644) -> None:
+    """:func:`write_bytes` of the chunks' concatenation, each written as it comes (a large file is
+    never whole in memory). A chunk's producer raising leaves the previous file intact."""
     path = Path(path)
     existed = path.exists()
     try:
@@ -70,7 +76,8 @@ def write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     tmp = Path(tmp_name)
     try:
         try:
-            _write_all(fd, data)
+            for data in chunks:
+                _write_all(fd, data)
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:
@@ -80,6 +87,10 @@ def write_bytes(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise WriteFailed(path, exc, kept=existed) from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     try:
         _fsync_dir(path.parent)
     except OSError as exc:

@@ -11,8 +11,9 @@ Each service keeps its own error tree: the reader is given the exception class t
     every = top.section("plan").duration("every", default=6 * 3600, minimum=60)
 
 Lines come from the YAML composer's marks (the line of the key, or of the section when the key is
-missing), so a problem is found in the file where the reader would look for it; for JSON
-(:func:`load_json`) they are found from the text when the first problem is reported. Field paths
+missing), so a problem is found in the file where the reader would look for it; they are found
+(for YAML and JSON alike) from the text when the first problem is reported, so a valid document
+costs one parse and no map of lines. Field paths
 read ``metrics[0].name``.
 Users: the adapter config, the simulator's scenarios, the exporter's web config, ``rightsizer
 serve``'s config and plan.json.
@@ -123,15 +124,21 @@ def key_lines(node: yaml.Node | None, path: FieldPath = ()) -> dict[FieldPath, i
 def parse_yaml(text: str, *, source: str, error: ErrorType) -> Document:
     """Parse ``text`` (one YAML document) keeping each key's line; a syntax error is one line."""
     try:
-        # one bounded parse (aliases, nesting, control characters, !!tags): the data and its lines
-        data, node = yamlsafe.load_with_node(text)
-        lines = key_lines(node)
+        # one bounded parse (aliases, nesting, control characters, !!tags); the lines of its keys are
+        # found again from the text when a problem is first reported: a scenario of 100,000 pods
+        # would otherwise keep a line for each of its millions of values
+        data, _node = yamlsafe.load_with_node(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         problem = getattr(exc, "problem", None) or "not valid YAML"
         raise error(f"{where}: {problem} (YAML syntax)") from None
-    return Document(data, source=source, error=error, lines=lines)
+    return Document(data, source=source, error=error, lines=lambda: _yaml_lines(text))
+
+
+def _yaml_lines(text: str) -> dict[FieldPath, int]:
+    nodes = yamlsafe.compose_all(text)  # the text was read once already: it parses
+    return key_lines(nodes[0] if nodes else None)
 
 
 def _read(path: Path, *, error: ErrorType, what: str, max_bytes: int = yamlsafe.MAX_BYTES) -> str:
@@ -142,8 +149,10 @@ def _read(path: Path, *, error: ErrorType, what: str, max_bytes: int = yamlsafe.
         raise error(f"{path}: cannot read the {what} ({reason})") from None
 
 
-def load_yaml(path: Path, *, error: ErrorType, what: str = "file") -> Document:
-    return parse_yaml(_read(path, error=error, what=what), source=str(path), error=error)
+def load_yaml(
+    path: Path, *, error: ErrorType, what: str = "file", max_bytes: int = yamlsafe.MAX_BYTES
+) -> Document:
+    return parse_yaml(_read(path, error=error, what=what, max_bytes=max_bytes), source=str(path), error=error)
 
 
 def json_key_lines(text: str) -> dict[FieldPath, int]:

@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache, cached_property, lru_cache
 
 NVIDIA_VENDOR_ID = 0x10DE
 
@@ -130,6 +130,11 @@ class GpuModel:
     """Where the profile table, placements and MiB come from."""
     products: tuple[Product, ...] = ()
     """The products sharing this geometry, by PCI device id (and subsystem id where one is needed)."""
+
+    def __hash__(self) -> int:
+        # Models are keys of the packing caches (millions of lookups on a large fleet): the key names
+        # a model, so hashing it alone is consistent with equality and skips the profile tables.
+        return hash(self.key)
 
     @property
     def mig_capable(self) -> bool:
@@ -547,8 +552,10 @@ def by_device_id(device_id: int, subsystem_id: int | None = None) -> GpuModel | 
     return fallback
 
 
+@lru_cache(maxsize=4096)
 def find_model(text: str) -> GpuModel | None:
-    """A model from a scenario or label: ``H100 80GB``, ``NVIDIA H100 80GB HBM3``, ``0x2330``."""
+    """A model from a scenario or label: ``H100 80GB``, ``NVIDIA H100 80GB HBM3``, ``0x2330``
+    (memoised: a plan asks it of every GPU of the fleet, by the few names it uses)."""
     text = text.strip()
     if re.fullmatch(r"0[xX][0-9a-fA-F]{4}([0-9a-fA-F]{4})?", text):
         return by_device_id(int(text, 16))

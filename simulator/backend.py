@@ -89,7 +89,7 @@ class SimBackend:
         out: dict[str, tuple[PodRef, ...]] = {}
         for d in model.devices:
             shared = d.gi_id < 0 and d.gpu.time_slicing > 1
-            for replica, pod in enumerate(d.pods):
+            for replica, pod in enumerate(d.holders(t)):
                 resource = f"nvidia.com/mig-{d.profile_name}" if d.gi_id >= 0 else "nvidia.com/gpu"
                 if d.gi_id >= 0 and self.node.mig_strategy == "single":
                     resource = "nvidia.com/gpu"
@@ -113,7 +113,7 @@ class SimBackend:
                 device = (
                     f"gpu-{d.gpu.index}-mig-{dra.profile_token(d.profile_name)}-{d.gi_profile_id}-{d.start}"
                 )
-            for pod in d.pods:
+            for pod in d.holders(t):
                 suffix = identity.claim_suffix(self.scenario.seed, pod.namespace, pod.name, seq)
                 out.append(
                     dra.ClaimDevice(

@@ -1,11 +1,14 @@
 """History backfill: the simulator's values over a time range → OpenMetrics → TSDB blocks (promtool).
 
 Streams: the range is cut into windows aligned on one of Prometheus' block ranges (2 h, 6 h or 18 h:
-the longest that holds at most :data:`MAX_WINDOW_POINTS` timestamps at the step); each window's
-samples are computed at once (NumPy over the window's timestamps), written to a temporary
-OpenMetrics file grouped by family, and handed to ``promtool tsdb create-blocks-from openmetrics``
-(one block per window) while the next window is computed. Memory depends on the window and the
-fleet, not on the number of days. The device series go through
+the longest that holds at most :data:`MAX_WINDOW_POINTS` timestamps at the step), and each window's
+series into batches of nodes holding at most ``batch_samples`` samples together (the cluster series
+last, batched alike); each batch's samples are computed at once (NumPy over the window's timestamps),
+written to a temporary OpenMetrics file grouped by family, and handed to ``promtool tsdb
+create-blocks-from openmetrics`` (one block per batch: a window of a large fleet is several blocks
+side by side, which Prometheus reads as one) while the next batch is computed. promtool maps its
+whole input file into memory, so its memory follows the batch, not the fleet: the backfill's memory
+depends on the batch size, the scenario and ``jobs``, not on the number of days or series. The device series go through
 :func:`exporter.expose.exposition.device_families` on a snapshot whose values are tags, so names and labels
 are exactly the live exporter's; the tags are then replaced by the window's value arrays. This is the
 only module of the simulator that runs ``promtool``.
@@ -21,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TextIO
@@ -57,6 +60,12 @@ def window_seconds(step: float) -> int:
     return max(fitting, default=BLOCK_RANGES_S[0])
 
 
+DEFAULT_BATCH_SAMPLES = 1_000_000
+"""About 250 MB of OpenMetrics text (a DCGM sample with its labels is ~250 bytes), which promtool
+maps whole: measured 0.4-0.6 GiB per promtool process; with the default 2 jobs and the Python side
+the backfill stays under 2 GiB whatever the fleet (docs/benchmarks.md). The demo fleet's windows are
+one batch each."""
+
 _TAG_BASE = float(2**52)
 """Device values are replaced by ``_TAG_BASE + i`` to find which array feeds which series."""
 
@@ -80,6 +89,9 @@ class BackfillSettings:
     """promtool processes running at once (promtool's parser is the bottleneck: ~170k samples/s each)."""
     layout: SeriesLayout | None = None
     """Fields, MIG series and host label, as the live exporter's flags; None = its defaults."""
+    batch_samples: int = DEFAULT_BATCH_SAMPLES
+    """Samples one OpenMetrics file (one promtool run, one block) holds at most, give or take a
+    node's series: what bounds memory (see :data:`DEFAULT_BATCH_SAMPLES`)."""
 
 
 WINDOWED = frozenset(f.name for f in fields.EXP_FIELDS)
@@ -107,8 +119,11 @@ def backfill_layout(layout: SeriesLayout) -> SeriesLayout:
 class BackfillStats:
     samples: int
     series: int
+    """Series of the window that held most."""
     windows: int
     seconds: float
+    blocks: int = 0
+    """Blocks written: one per batch of each window."""
 
 
 @dataclass
@@ -152,14 +167,48 @@ class Backfiller:
         self._fmt = _Formatter()
 
     def window(self, ts: Array) -> dict[str, _Run]:
+        """Every series of the window at once (tests; the backfill goes by :meth:`batches`)."""
+        merged: dict[str, _Run] = {}
+        for runs in self.batches(ts, max_samples=None):
+            for name, run in runs.items():
+                merged.setdefault(name, _Run(run.kind, run.help, [])).series.extend(run.series)
+        return merged
+
+    def batches(self, ts: Array, *, max_samples: int | None) -> Iterator[dict[str, _Run]]:
+        """The window's series in batches of whole nodes (then of cluster series) holding at most
+        ``max_samples`` samples each, give or take one node's; the label cache goes with each batch,
+        so memory follows the batch, not the fleet."""
         runs: dict[str, _Run] = {}
+        samples = 0
+
+        def full() -> bool:
+            return max_samples is not None and samples >= max_samples
+
         for backend in self.backends:
+            before = _samples(runs)
             self._node_window(backend, ts, runs)
+            samples += _samples(runs) - before
+            if full():
+                yield runs
+                runs, samples = {}, 0
+                self._fmt = _Formatter()
         for s in self.cluster_series:
+            i0, i1 = 0, len(ts)
+            if s.alive != (-math.inf, math.inf):  # a pod's series: only while it lives
+                i0, i1 = (int(i) for i in np.searchsorted(ts, s.alive, side="left"))
+                if i0 >= i1:
+                    continue
             run = runs.setdefault(s.family, _Run(s.kind, s.help, []))
             value: Array | float = s.value if isinstance(s.value, float) else s.value(ts)
-            run.series.append((self._fmt.prefix(s.family, s.labels), value, 0, len(ts)))
-        return runs
+            run.series.append((self._fmt.prefix(s.family, s.labels), value, i0, i1))
+            samples += i1 - i0
+            if full():
+                yield runs
+                runs, samples = {}, 0
+                self._fmt = _Formatter()
+        if runs:
+            yield runs
+        self._fmt = _Formatter()
 
     def _node_window(self, backend: SimBackend, ts: Array, runs: dict[str, _Run]) -> None:
         base = backend.model
@@ -215,6 +264,10 @@ class Backfiller:
                 for labels, v in fam.samples:
                     src: Array | float = values[keys[int(v - _TAG_BASE)]] if v >= _TAG_BASE else v
                     run.series.append((self._fmt.prefix(fam.name, labels), src, i0, i1))
+
+
+def _samples(runs: dict[str, _Run]) -> int:
+    return sum(i1 - i0 for run in runs.values() for _p, _v, i0, i1 in run.series)
 
 
 def _type_line(name: str, kind: str) -> str:
@@ -314,7 +367,8 @@ def run(
     bar = _Progress(progress, len(windows))
     started = time.monotonic()
     total = 0
-    series_names: set[str] = set()
+    series = 0
+    blocks = 0
     pending: deque[tuple[subprocess.Popen[bytes], Path]] = deque()
     with tempfile.TemporaryDirectory(prefix="gpupilot-backfill-") as tmp:
         try:
@@ -322,17 +376,20 @@ def run(
                 ts = timestamps(
                     max(float(w), settings.start), min(float(w + span) - 1e-3, settings.end), settings.step
                 )
-                if len(ts):
-                    runs = filler.window(ts)
-                    if not series_names:
-                        series_names = {p for r in runs.values() for p, *_ in r.series}
-                    target = (keep_dir if settings.keep_openmetrics else Path(tmp)) / f"window-{w}.om"
+                in_window = 0
+                for b, runs in enumerate(filler.batches(ts, max_samples=settings.batch_samples)):
+                    # distinct series: a series cut at a start, an end or a fault has several runs
+                    in_window += len({prefix for r in runs.values() for prefix, *_ in r.series})
+                    target = (keep_dir if settings.keep_openmetrics else Path(tmp)) / f"window-{w}-{b}.om"
                     with target.open("w", buffering=1 << 20) as fh:
                         total += write_window(fh, runs, ts)
                         fh.write("# EOF\n")
+                    del runs
                     while len(pending) >= max(settings.jobs, 1):
                         _finish(pending.popleft(), settings.keep_openmetrics)
                     pending.append((_start_promtool(tool, target, settings.out_dir, span), target))
+                    blocks += 1
+                series = max(series, in_window)
                 if on_window is not None:
                     on_window(float(w))
                 bar.update(n + 1, total)
@@ -343,7 +400,7 @@ def run(
                 proc.kill()
                 proc.wait()
     bar.update(len(windows), total, final=True)
-    return BackfillStats(total, len(series_names), len(windows), time.monotonic() - started)
+    return BackfillStats(total, series, len(windows), time.monotonic() - started, blocks)
 
 
 def _blocks_in(directory: Path) -> int:

@@ -64,6 +64,15 @@ def backfill_parser() -> argparse.ArgumentParser:
         default=2,
         help="promtool processes run side by side (default 2; 1 on a busy machine)",
     )
+    p.add_argument(
+        "--batch-samples",
+        type=numbers.whole(low=10_000, high=10**9),
+        default=backfill.DEFAULT_BATCH_SAMPLES,
+        metavar="N",
+        help="samples per promtool run (one block each; a window's series are cut into batches of "
+        "nodes): what bounds memory, about 0.5 GiB per promtool process at the default "
+        f"{backfill.DEFAULT_BATCH_SAMPLES:,}",
+    )
     p.add_argument("--force", action="store_true", help=f"allow ranges longer than {MAX_DAYS:g} days")
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     p.add_argument(
@@ -135,6 +144,7 @@ def parse_backfill(argv: Sequence[str], *, now: float) -> tuple[Path, backfill.B
         keep_openmetrics=args.keep_openmetrics,
         jobs=args.jobs,
         layout=layout,
+        batch_samples=args.batch_samples,
     )
     return args.scenario, settings, bool(args.quiet)
 
@@ -161,7 +171,8 @@ def backfill_main(argv: Sequence[str]) -> int:
         return 130
     rate = stats.samples / max(stats.seconds, 1e-9)
     print(
-        f"{prog}: {stats.samples} samples of {stats.series} series in {stats.windows} blocks, "
+        f"{prog}: {stats.samples} samples of {stats.series} series in {stats.blocks} blocks "
+        f"({stats.windows} windows), "
         f"{timespec.format_time(settings.start)} – {timespec.format_time(settings.end)} every {settings.step:g}s, "
         f"{stats.seconds:.1f}s ({rate / 1e3:.0f}k samples/s) → {settings.out_dir}",
         file=sys.stderr,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,6 +44,11 @@ class Series:
     labels: LabelPairs
     value: ValueFn | float
     """A constant, or values at an array of Unix times."""
+    alive: tuple[float, float] = (-math.inf, math.inf)
+    """[start, end): when the series exists (a pod's lifetime); always, by default."""
+
+    def exists(self, t: float) -> bool:
+        return self.alive[0] <= t < self.alive[1]
 
 
 def ksm_label(name: str) -> str:
@@ -142,6 +147,13 @@ def _phase_series(base: LabelPairs, current: str) -> list[Series]:
 
 
 def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
+    """The pod's series, for as long as it lives."""
+    mine: list[Series] = []
+    _pod_series(scenario, pod, mine)
+    out.extend(replace(s, alive=(pod.start, pod.end)) if pod.lives else s for s in mine)
+
+
+def _pod_series(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
     uid = identity.pod_uid(scenario.seed, pod.namespace, pod.name)
     base: LabelPairs = (("namespace", pod.namespace), ("pod", pod.name), ("uid", uid))
     owner_kind, owner_name = (pod.owner_kind, pod.owner_name) if pod.owner_kind else ("<none>", "<none>")
@@ -185,7 +197,14 @@ def _pod(scenario: Scenario, pod: Pod, out: list[Series]) -> None:
 
 def _pending(scenario: Scenario, pod: PendingPod, out: list[Series]) -> None:
     """A pod no node can take: phase Pending, no node, and its GPU request as kube-state-metrics
-    publishes it (``resource="nvidia_com_mig_1g_10gb"``, ``unit="integer"``)."""
+    publishes it (``resource="nvidia_com_mig_1g_10gb"``, ``unit="integer"``), from its arrival to
+    its end."""
+    mine: list[Series] = []
+    _pending_series(scenario, pod, mine)
+    out.extend(replace(s, alive=(pod.start, pod.end)) for s in mine)
+
+
+def _pending_series(scenario: Scenario, pod: PendingPod, out: list[Series]) -> None:
     uid = identity.pod_uid(scenario.seed, pod.namespace, pod.name)
     base: LabelPairs = (("namespace", pod.namespace), ("pod", pod.name), ("uid", uid))
     info = (*base, ("node", ""), ("created_by_kind", "<none>"), ("created_by_name", "<none>"))
@@ -288,7 +307,7 @@ def _deployments(scenario: Scenario, out: list[Series]) -> None:
                 "gauge",
                 "The number of available replicas per deployment.",
                 dep,
-                float(w.replicas),
+                _available(w.pods) if any(p.lives for p in w.pods) else float(w.replicas),
             )
         )
         rs = (
@@ -301,6 +320,15 @@ def _deployments(scenario: Scenario, out: list[Series]) -> None:
         out.append(
             Series("kube_replicaset_owner", "gauge", "Information about the ReplicaSet's owner.", rs, 1.0)
         )
+
+
+def _available(pods: tuple[Pod, ...]) -> ValueFn:
+    """Replicas alive at each time (pods with lifetimes come and go)."""
+
+    def value(ts: Array) -> Array:
+        return sum((p.alive_mask(ts) for p in pods), np.zeros_like(ts))
+
+    return value
 
 
 def _hpa(scenario: Scenario, hpa: Hpa, out: list[Series]) -> None:
@@ -399,6 +427,8 @@ def families(scenario: Scenario, t: float, *, all_series: list[Series] | None = 
     ts = np.array([float(t)])
     out: dict[str, Family] = {}
     for s in all_series if all_series is not None else series(scenario):
+        if not s.exists(t):
+            continue
         fam = out.get(s.family)
         if fam is None:
             fam = out[s.family] = Family(s.family, s.kind, s.help)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
+
+import numpy as np
 
 from exporter.errors import ScenarioError
 from mig_geometry.catalogue import GpuModel, Profile
@@ -94,6 +98,22 @@ class Pod:
     """``ReplicaSet`` for a Deployment's pods, empty for a bare pod."""
     owner_name: str = ""
     deployment: str = ""
+    start: float = -math.inf
+    """Unix time the pod starts holding its devices (its workload's ``start``); always, by default."""
+    end: float = math.inf
+    """Unix time it ends (its workload's ``end``): from then on it holds nothing and is gone."""
+
+    def alive(self, t: float) -> bool:
+        return self.start <= t < self.end
+
+    def alive_mask(self, ts: np.ndarray) -> np.ndarray:
+        """1.0 where the pod exists, 0.0 elsewhere."""
+        return ((ts >= self.start) & (ts < self.end)).astype(np.float64)
+
+    @property
+    def lives(self) -> bool:
+        """It has a lifetime (a start or an end) rather than existing for ever."""
+        return math.isfinite(self.start) or math.isfinite(self.end)
 
 
 @dataclass(frozen=True)
@@ -151,6 +171,10 @@ class PendingPod:
     resource: str
     """``nvidia.com/gpu`` or ``nvidia.com/mig-<profile>``."""
     count: int = 1
+    start: float = -math.inf
+    """Unix time it arrives (Pending from then on); always, by default."""
+    end: float = math.inf
+    """Unix time it stops being Pending (it starts running, or gives up)."""
 
 
 @dataclass(frozen=True)
@@ -165,9 +189,16 @@ class Scenario:
     pending: tuple[PendingPod, ...] = ()
     """Pods waiting for GPUs no node offers (published as Pending with their requests)."""
 
-    @property
+    @cached_property
     def pods(self) -> tuple[Pod, ...]:
         return tuple(p for w in self.workloads for p in w.pods)
+
+    @cached_property
+    def _pods_by_node(self) -> dict[str, tuple[Pod, ...]]:
+        grouped: dict[str, list[Pod]] = {}
+        for p in self.pods:
+            grouped.setdefault(p.node, []).append(p)
+        return {k: tuple(v) for k, v in grouped.items()}
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -177,7 +208,8 @@ class Scenario:
         raise ScenarioError(f"{self.path}: no node {name!r} in the scenario (nodes: {known})")
 
     def pods_on(self, node: str) -> tuple[Pod, ...]:
-        return tuple(p for p in self.pods if p.node == node)
+        """The pods of ``node`` over the whole timeline (indexed once: backfills ask it per node)."""
+        return self._pods_by_node.get(node, ())
 
     def faults_on(self, node: str) -> tuple[Fault, ...]:
         return tuple(f for f in self.faults if f.node == node)

@@ -7,8 +7,9 @@ Unknown keys are rejected. Times of faults are offsets from the scenario's ``epo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal, cast
@@ -16,6 +17,7 @@ from typing import Literal, cast
 from exporter.errors import ScenarioError
 from gpupilot_common import checked
 from gpupilot_common.section import Section
+from gpupilot_common.timefmt import format_time
 from mig_geometry import catalogue, placement
 from mig_geometry.catalogue import GpuModel
 from simulator import identity, migconfigs
@@ -36,16 +38,21 @@ from simulator.patterns import IDLE
 from simulator.scenario_parse import (
     MAX_GPUS_PER_ENTRY,
     MAX_REPLICAS,
+    overlap,
     parse_faults,
     parse_hpas,
+    parse_lifetime,
     parse_pattern,
     parse_pending,
 )
 
+MAX_SCENARIO_BYTES = 256 * 2**20
+"""Largest scenario read: a fleet written out takes about 300 bytes a pod (100,000 pods: ~30 MB)."""
+
 
 def load(path: str | Path) -> Scenario:
     """Read and validate a scenario file; :class:`ScenarioError` (one line) on any problem."""
-    doc = checked.load_yaml(Path(path), error=ScenarioError, what="scenario")
+    doc = checked.load_yaml(Path(path), error=ScenarioError, what="scenario", max_bytes=MAX_SCENARIO_BYTES)
     return _build(doc)
 
 
@@ -68,6 +75,8 @@ _WORKLOAD = (
     "utilization",
     "memory_mib",
     "app_metrics",
+    "start",
+    "end",
 )
 
 
@@ -85,16 +94,20 @@ def _build(doc: checked.Document) -> Scenario:
             raise n.fail("name", f"duplicate node name {node.name!r}")
         nodes.append(node)
     by_name = {n.name: n for n in nodes}
-    held: dict[str, list[str]] = {}
-    workloads = tuple(_workload(w, seed=seed, nodes=by_name, held=held) for w in top.sections("workloads"))
-    pod_keys = [(p.namespace, p.name) for w in workloads for p in w.pods]
-    if len(set(pod_keys)) != len(pod_keys):
-        dup = next(k for k in pod_keys if pod_keys.count(k) > 1)
-        raise top.fail("workloads", f"pod {dup[0]}/{dup[1]} is defined twice")
+    held: dict[str, list[_Holder]] = {}
+    workloads = tuple(
+        _workload(w, seed=seed, epoch=epoch, nodes=by_name, held=held) for w in top.sections("workloads")
+    )
+    running: dict[tuple[str, str], tuple[float, float]] = {}
+    for w in workloads:
+        for p in w.pods:
+            if (p.namespace, p.name) in running:
+                raise top.fail("workloads", f"pod {p.namespace}/{p.name} is defined twice")
+            running[(p.namespace, p.name)] = (p.start, p.end)
     deployments = {(w.namespace, w.name) for w in workloads if w.kind == "Deployment"}
     hpas = parse_hpas(top, deployments=deployments)
     faults = parse_faults(top, nodes=by_name, mig=_mig)
-    pending = parse_pending(top, running=set(pod_keys))
+    pending = parse_pending(top, running=running, epoch=epoch)
     return Scenario(doc.source, seed, epoch, tuple(nodes), workloads, hpas, faults, pending)
 
 
@@ -258,7 +271,9 @@ def _node_labels(n: Section, given: dict[str, str], gpus: list[Gpu]) -> dict[str
     return labels
 
 
-def _workload(w: Section, *, seed: int, nodes: Mapping[str, Node], held: dict[str, list[str]]) -> Workload:
+def _workload(
+    w: Section, *, seed: int, epoch: float, nodes: Mapping[str, Node], held: dict[str, list[_Holder]]
+) -> Workload:
     w.keys(_WORKLOAD)
     namespace = w.text("namespace", "default")
     if ("pod" in w) == ("deployment" in w):
@@ -274,8 +289,9 @@ def _workload(w: Section, *, seed: int, nodes: Mapping[str, Node], held: dict[st
     memory = parse_pattern(w, "memory_mib", default=0)
     named = w.named("app_metrics")
     apps = {} if named is None else {k: parse_pattern(named, k, default=None) for k in named.data}
+    life = parse_lifetime(w, epoch=epoch)
     refs = [
-        _device(w, i, raw, nodes=nodes, held=held, owner=f"{namespace}/{name}")
+        _device(w, i, raw, nodes=nodes, held=held, owner=_Holder(f"{namespace}/{name}", life))
         for i, raw in enumerate(w.sequence("devices", required=True))
     ]
     if kind == "Deployment" and len(refs) != replicas:
@@ -301,6 +317,8 @@ def _workload(w: Section, *, seed: int, nodes: Mapping[str, Node], held: dict[st
             owner_kind="ReplicaSet" if rs else "",
             owner_name=rs,
             deployment=name if rs else "",
+            start=life[0],
+            end=life[1],
         )
         for pod_name, devs in groups
     )
@@ -310,8 +328,22 @@ def _workload(w: Section, *, seed: int, nodes: Mapping[str, Node], held: dict[st
 _DEVICE = ("node", "gpu", "profile", "slot")
 
 
+@dataclass(frozen=True)
+class _Holder:
+    """A workload holding a device, and when."""
+
+    name: str
+    life: tuple[float, float]
+
+
 def _device(
-    w: Section, i: int, raw: object, *, nodes: Mapping[str, Node], held: dict[str, list[str]], owner: str
+    w: Section,
+    i: int,
+    raw: object,
+    *,
+    nodes: Mapping[str, Node],
+    held: dict[str, list[_Holder]],
+    owner: _Holder,
 ) -> DeviceRef:
     """``devices[i]`` of workload ``w``: ``NODE/GPU[/PROFILE[#SLOT]]`` or the same as fields."""
     if isinstance(raw, str):
@@ -353,7 +385,11 @@ def _device(
                 raise d.fail("slot", f"{node_name} GPU {index} has {len(candidates)} × {pname}")
             chosen = candidates[slot]
         else:
-            free = [inst for inst in candidates if not held.get(inst.uuid)]
+            free = [
+                inst
+                for inst in candidates
+                if not any(overlap(h.life, owner.life) for h in held.get(inst.uuid, ()))
+            ]
             if not free:
                 raise d.fail_here(f"every {pname} instance of {node_name} GPU {index} is already held")
             chosen = free[0]
@@ -362,14 +398,25 @@ def _device(
     return ref
 
 
-def _hold(d: Section, held: dict[str, list[str]], *, ref: DeviceRef, gpu: Gpu, owner: str) -> None:
-    """Record ``owner`` as a holder of ``ref``: one holder, or up to N on a GPU time-sliced N ways."""
+def _hold(d: Section, held: dict[str, list[_Holder]], *, ref: DeviceRef, gpu: Gpu, owner: _Holder) -> None:
+    """Record ``owner`` as a holder of ``ref``: one holder at a time, or up to N on a GPU time-sliced
+    N ways; holders whose lifetimes do not overlap take the device in turn."""
     holders = held.setdefault(ref.uuid, [])
     limit = gpu.time_slicing if ref.gi_id is None and gpu.time_slicing else 1
-    if len(holders) >= limit:
+    at_once = [h for h in holders if overlap(h.life, owner.life)]
+    if len(at_once) >= limit:
         if limit == 1:
-            raise d.fail_here(f"device already held by {holders[0]}")
+            raise d.fail_here(f"device already held by {at_once[0].name}{_when(at_once[0].life)}")
         raise d.fail_here(
-            f"{ref.node} GPU {ref.gpu} is time-sliced {limit} ways, all held ({', '.join(holders)})"
+            f"{ref.node} GPU {ref.gpu} is time-sliced {limit} ways, all held ({', '.join(h.name for h in at_once)})"
         )
     holders.append(owner)
+
+
+def _when(life: tuple[float, float]) -> str:
+    """`` (from … to …)`` for a holder with a lifetime, nothing for one there always."""
+    if life == (-math.inf, math.inf):
+        return ""
+    start = format_time(life[0]) if math.isfinite(life[0]) else "the start"
+    end = format_time(life[1]) if math.isfinite(life[1]) else "the end"
+    return f" from {start} to {end}"

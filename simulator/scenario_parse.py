@@ -197,19 +197,43 @@ def parse_faults(
     return tuple(out)
 
 
-_PENDING = ("namespace", "pod", "resource", "count")
+def parse_lifetime(sec: Section, *, epoch: float) -> tuple[float, float]:
+    """``start`` and ``end`` (offsets from the epoch, like a fault's ``at``) as Unix seconds; an
+    absent one is ``-inf`` / ``inf`` (always there, never gone)."""
+    start = epoch + sec.duration("start", 0.0, allow_zero=True) if "start" in sec else -math.inf
+    end = epoch + sec.duration("end", 0.0, allow_zero=True) if "end" in sec else math.inf
+    if end <= start:
+        raise sec.fail("end", f"must be after start ({sec.raw('start')}), got {sec.raw('end')}")
+    return start, end
+
+
+def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+_PENDING = ("namespace", "pod", "resource", "count", "start", "end")
 _GPU_RESOURCE = re.compile(r"nvidia\.com/(gpu|mig-[0-9]+g\.[0-9]+gb(\+me)?)")
 
 
-def parse_pending(top: Section, *, running: set[tuple[str, str]]) -> tuple[PendingPod, ...]:
-    """``pending:``: pods requesting GPUs or MIG devices that no node offers (phase Pending)."""
+def parse_pending(
+    top: Section, *, running: Mapping[tuple[str, str], tuple[float, float]], epoch: float
+) -> tuple[PendingPod, ...]:
+    """``pending:``: pods requesting GPUs or MIG devices that no node offers (phase Pending), from
+    ``start`` (their arrival) to ``end``. A pending pod may share a running pod's name when their
+    times do not overlap: Pending until it is placed, running after."""
     out: list[PendingPod] = []
+    seen: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for p in top.sections("pending"):
         p.keys(_PENDING)
         ns = p.text("namespace", "default")
         name = p.text("pod")
-        if (ns, name) in running or any((q.namespace, q.name) == (ns, name) for q in out):
-            raise p.fail("pod", f"pod {ns}/{name} is defined twice")
+        life = parse_lifetime(p, epoch=epoch)
+        others = seen.setdefault((ns, name), [])
+        if (ns, name) in running:
+            others = [*others, running[(ns, name)]]
+        if any(overlap(life, o) for o in others):
+            raise p.fail("pod", f"pod {ns}/{name} is defined twice (at overlapping times)")
+        seen[(ns, name)].append(life)
         resource = p.text("resource")
         if not _GPU_RESOURCE.fullmatch(resource):
             raise p.fail(
@@ -217,5 +241,5 @@ def parse_pending(top: Section, *, running: set[tuple[str, str]]) -> tuple[Pendi
                 f"{resource!r} is not nvidia.com/gpu or nvidia.com/mig-<profile> (e.g. nvidia.com/mig-1g.10gb)",
             )
         count = p.integer("count", 1, minimum=1, maximum=MAX_GPUS_PER_ENTRY)
-        out.append(PendingPod(ns, name, resource, count))
+        out.append(PendingPod(ns, name, resource, count, start=life[0], end=life[1]))
     return tuple(out)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from types import MappingProxyType
 
 import numpy as np
@@ -56,13 +57,27 @@ class _Device:
     compute_share: float
     """Fraction of the GPU's compute slices (1.0 for a whole GPU)."""
     pods: tuple[Pod, ...]
-    """The pods holding it: one, or several on a time-sliced GPU."""
+    """The pods holding it: one, several on a time-sliced GPU, or several in turn (pod lifetimes)."""
     entity: str
     uuid: str = ""
     start: int = 0
     profile_name: str = ""
     gi_profile_id: int = -1
     memory_slices: int = 0
+
+    @cached_property
+    def shared(self) -> bool:
+        """Several pods at once (a time-sliced GPU): each runs its own process with its own share.
+        Pods that hold the device in turn share nothing."""
+        if self.gi_id < 0 and self.gpu.time_slicing > 0:
+            return True
+        return any(
+            a.start < b.end and b.start < a.end for i, a in enumerate(self.pods) for b in self.pods[i + 1 :]
+        )
+
+    def holders(self, t: float) -> tuple[Pod, ...]:
+        """The pods holding it at ``t``."""
+        return tuple(p for p in self.pods if p.alive(t))
 
 
 @dataclass(frozen=True)
@@ -164,15 +179,21 @@ class NodeModel:
             idx, gi = d.gpu.index, d.gi_id
             util = np.zeros_like(ts)
             mem = np.zeros_like(ts)
-            shared = len(d.pods) > 1 or (gi < 0 and d.gpu.time_slicing > 0)
+            shared = d.shared
             for k, pod in enumerate(d.pods):
-                # One pod: the entity names of the device (stable values); several: one per pod.
+                # One pod (or pods in turn): the entity names of the device (stable values); several
+                # at once: one per pod.
                 ent = f"{d.entity}:{pod.namespace}/{pod.name}" if shared else d.entity
                 p_util = patterns.evaluate(pod.utilization, seed=seed, entity=f"{ent}:util", t=ts, decimals=2)
                 p_mem = patterns.evaluate(pod.memory_mib, seed=seed, entity=f"{ent}:mem", t=ts, decimals=0)
                 integ = patterns.integral(
                     pod.utilization, seed=seed, entity=f"{ent}:util", t0=epoch, t=np.maximum(ts, epoch)
                 )
+                if pod.lives:
+                    # Only while it holds the device: nothing before its start, its work kept after.
+                    alive = pod.alive_mask(ts)
+                    p_util, p_mem = p_util * alive, p_mem * alive
+                    integ = _integral_over_life(pod, seed=seed, entity=f"{ent}:util", epoch=epoch, ts=ts)
                 active_integral[idx] = active_integral[idx] + d.compute_share * integ / 100.0
                 util = util + p_util
                 mem = mem + p_mem
@@ -313,10 +334,13 @@ class NodeModel:
         return FaultState(frozenset(lost), frozenset(errored), frozen_counts, last, hung_for, init_failing)
 
     def edges(self, t0: float, t1: float) -> list[float]:
-        """Times in ``(t0, t1]`` where the fault state (and so the set of series) may change."""
+        """Times in ``(t0, t1]`` where the fault state or the pods holding devices (and so the set of
+        series) may change."""
         out: set[float] = set()
         for f in self.faults:
             out.update(faultlib.edges(f, self.scenario.epoch, t0, t1))
+        for pod in self.scenario.pods_on(self.node.name):
+            out.update(t for t in (pod.start, pod.end) if t0 < t <= t1)
         return sorted(out)
 
     # -- snapshot ------------------------------------------------------------------------------
@@ -355,13 +379,14 @@ class NodeModel:
             whole_processes: int | None = None
             per_process: tuple[ProcessUsage, ...] | None = None
             for d in by_gpu.get(gpu.index, []):
-                processes = sum(_processes(p) for p in d.pods)
+                holders = d.holders(t)
+                processes = sum(_processes(p) for p in holders)
                 if d.gi_id < 0:
                     whole_processes = processes
-                    if len(d.pods) > 1 or gpu.time_slicing:
-                        per_process = self._per_process(d, value_of)
+                    if d.shared:
+                        per_process = self._per_process(d, value_of, t)
                     continue
-                if self.node.dra == "dynamic" and not d.pods:
+                if self.node.dra == "dynamic" and not holders:
                     continue  # DynamicMIG: no claim, no instance
                 inst = next(i for i in gpu.instances if i.gi_id == d.gi_id)
                 instances.append(
@@ -400,8 +425,10 @@ class NodeModel:
             return static_uuid
         return identity.mig_uuid(self.seed, f"{self.node.name}#claim{self.claim_sequence(t)}", gpu, gi)
 
-    def _per_process(self, d: _Device, value_of: Callable[[Key], float]) -> tuple[ProcessUsage, ...]:
-        """One process per busy pod on a time-sliced GPU, with its own share."""
+    def _per_process(
+        self, d: _Device, value_of: Callable[[Key], float], t: float
+    ) -> tuple[ProcessUsage, ...]:
+        """One process per busy pod holding a time-sliced GPU at ``t``, with its own share."""
         idx, gi = d.gpu.index, d.gi_id
         return tuple(
             ProcessUsage(
@@ -410,7 +437,7 @@ class NodeModel:
                 sm_util=value_of((idx, gi, f"{PROC_PREFIX}{k}:util")),
             )
             for k, pod in enumerate(d.pods)
-            if _processes(pod)
+            if pod.alive(t) and _processes(pod)
         )
 
 
@@ -432,6 +459,16 @@ def reconfigured(scenario: Scenario, node: Node, fault: Fault, k: int) -> Node:
     new = replace(new, uuid=old.uuid, pci_bus_id=old.pci_bus_id)
     gpus = tuple(new if g.index == old.index else g for g in node.gpus)
     return replace(node, gpus=gpus)
+
+
+def _integral_over_life(pod: Pod, *, seed: int, entity: str, epoch: float, ts: Array) -> Array:
+    """The pod's utilisation integrated from the epoch over the part of its lifetime before each
+    time (percent-seconds): flat before it starts and after it ends."""
+    start = max(pod.start, epoch)
+    t = np.clip(ts, start, max(start, pod.end))
+    at = patterns.integral(pod.utilization, seed=seed, entity=entity, t0=epoch, t=t)
+    before = patterns.integral(pod.utilization, seed=seed, entity=entity, t0=epoch, t=np.array([start]))
+    return np.asarray(at - before[0], dtype=np.float64)
 
 
 def _processes(pod: Pod | None) -> int:

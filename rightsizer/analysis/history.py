@@ -111,7 +111,11 @@ class AnalysisSettings:
 
 
 def _ident(labels: Mapping[str, str], cluster_label: str) -> Ident:
-    return Ident(labels.get(cluster_label, ""), *(labels.get(k, "") for k in IDENT))
+    get = labels.get
+    return Ident(
+        get(cluster_label, ""), get("Hostname", ""), get("gpu", ""), get("UUID", ""), get("GPU_I_ID", ""),
+        get("GPU_I_PROFILE", ""),
+    )  # fmt: skip
 
 
 def _rolling_mean(*, rule: bool, busy_s: float, cluster_label: str = CLUSTER) -> str:
@@ -854,6 +858,7 @@ def build_workloads(
         members = groups[key]
         slices_need = 0.0
         mem_need = 0.0
+        peak_slices = peak_mem = 0.0
         peaks = [d.peak for _, d in members if not d.unknown and d.peak is not None]
         fbs = [d.fb_peak_mib for _, d in members if d.fb_peak_mib is not None]
         for _, d in members:
@@ -862,11 +867,14 @@ def build_workloads(
             if d.unknown or d.peak is None:
                 # No data: keep what it has; shrinking a device we cannot see would be a guess.
                 slices_need, mem_need = max(slices_need, size), max(mem_need, mem)
+                peak_slices, peak_mem = max(peak_slices, size), max(peak_mem, mem)
             else:
                 # The busiest rolling mean anywhere in the window, never a quantile: a daily burst
                 # of min_busy minutes or more sizes the device, wherever the window is cut.
                 slices_need = max(slices_need, d.peak * size * (1 + headroom))
                 mem_need = max(mem_need, (d.fb_peak_mib or 0.0) * (1 + headroom))
+                peak_slices = max(peak_slices, d.peak * size)
+                peak_mem = max(peak_mem, d.fb_peak_mib or 0.0)
         pods = tuple(sorted({p for p, _ in members}, key=str))
         out.append(
             Workload(
@@ -878,6 +886,8 @@ def build_workloads(
                 demand_slices=slices_need,
                 demand_memory_mib=mem_need,
                 cluster=cluster,
+                peak_slices=peak_slices,
+                peak_memory_mib=peak_mem,
             )
         )
     return out

@@ -141,6 +141,11 @@ class Workload:
     """Framebuffer per replica at the peak, headroom included."""
     cluster: str = ""
     """The cluster its pods run in: owners are grouped within one cluster, never across."""
+    peak_slices: float | None = None
+    """Compute slices per replica at the peak itself, without headroom (``None``: not known apart
+    from the demand)."""
+    peak_memory_mib: float | None = None
+    """Framebuffer per replica at the peak itself, without headroom."""
 
 
 @dataclass(frozen=True, kw_only=True)

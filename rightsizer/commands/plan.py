@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -55,6 +56,22 @@ parse_duration = argtypes.duration(maximum=MAX_WINDOW)
 parse_time = argtypes.moment
 fraction_arg = argtypes.real(low=0, high=1)
 headroom_arg = argtypes.real(low=0, high=4)
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def namespaces_arg(text: str) -> tuple[str, ...]:
+    """``--grow-for-headroom``: ``*`` or comma-separated Kubernetes namespace names."""
+    names = argtypes.csv_list(text)
+    if not names:
+        raise argparse.ArgumentTypeError("give namespaces separated by commas, or * for every namespace")
+    for name in names:
+        if name != "*" and not _NAMESPACE.fullmatch(name):
+            raise argparse.ArgumentTypeError(
+                f"{name[:60]!r} is not a namespace name (lower-case letters, digits and '-', at most 63)"
+            )
+    return names
+
+
 min_busy_arg = argtypes.bounded(timefmt.parse_duration, low=300, high=6 * 3600, show=timefmt.format_duration)
 label_name_arg = argtypes.label_name
 cluster_name_arg = argtypes.cluster_name
@@ -143,8 +160,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=numbers.real(low=0, low_open=True, high=86400, unit="seconds"),
         default=30.0,
         metavar="S",
-        help="seconds for the exact MILP solver in total (per cluster); past it the greedy packing is used "
-        "(default 30)",
+        help="seconds for the exact MILP solver in total (per cluster); past it the greedy packing is used; "
+        "with --allow-moves the fleet's MILP gets what is left and at least a third of it (default 30)",
     )
     parser.add_argument(
         "--keep-profiles",
@@ -157,6 +174,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.2,
         metavar="R",
         help="demand = peak --min-busy mean activity and peak memory × (1 + R) (default 0.2)",
+    )
+    parser.add_argument(
+        "--grow-for-headroom",
+        type=namespaces_arg,
+        nargs="?",
+        const=("*",),
+        default=(),
+        metavar="NS,...",
+        help="give a larger slice to pods whose peak fits the one they have but not with --headroom, "
+        "in these namespaces (alone: every namespace); by default such a pod keeps its slice and the "
+        "plan says so, and a slice grows only when the peak itself does not fit it",
     )
     parser.add_argument(
         "--idle-threshold",
@@ -359,6 +387,7 @@ def settings_from(args: argparse.Namespace) -> PlanSettings:
             keep_profiles=args.keep_profiles,
             ignore_history=args.ignore_history,
             allow_strategy_change=args.allow_strategy_change,
+            grow_for_headroom=tuple(args.grow_for_headroom),
         ),
         lookback_s=args.lookback,
         cluster_label=args.cluster_label,

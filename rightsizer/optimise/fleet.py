@@ -7,9 +7,11 @@ keep their current profile). Whole GPUs held by pods stay as they are (their pod
 with the fewest GPUs, then the least allocated-but-idle compute. GPUs left empty are handed back
 whole (``mig-enabled: false``); under ``nvidia.com/mig.strategy=single`` every GPU carries the same
 uniform layout instead. A node changes only if that frees a GPU or allocated slices; the
-``max_nodes`` most valuable changes are kept. With ``allow_moves`` the changing nodes of one model
-are packed as one pool, so pods may land on another node. Every proposed layout is checked with
-:func:`mig_geometry.placement.place` before it leaves this module.
+``max_nodes`` most valuable changes are kept. With ``allow_moves`` the whole fleet is one problem
+(:mod:`rightsizer.optimise.consolidate`): each node stays, takes its own answer or is repacked with
+the others of its model, so pods may land on another node, and ``max_nodes`` bounds the nodes that
+change. The fleet's LP bound with pods free to move is computed either way. Every proposed layout is
+checked with :func:`mig_geometry.placement.place` before it leaves this module.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ import math
 import time
 
 from rightsizer.analysis.types import Analysis, DeviceStats, NodeInventory
-from rightsizer.optimise import pending
+from rightsizer.optimise import consolidate, pending
 from rightsizer.optimise.node import items_for_node, left_alone, propose_node
-from rightsizer.optimise.pooling import pool_moves
 from rightsizer.optimise.proposal import (
     FleetProposal,
     GpuPlan,
@@ -97,26 +98,41 @@ def optimise(analysis: Analysis, *, settings: OptimiserSettings) -> FleetProposa
                 node, analysis, reason=f"left unchanged: the optimiser's check failed ({exc})"
             )
         proposals.append(proposal)
-    ranked = sorted(
-        (p for p in proposals if p.changed),
-        key=lambda p: (-p.gpus_freed, -p.slices_freed, p.node.name),
-    )
-    if settings.max_nodes is not None and len(ranked) > settings.max_nodes:
-        keep = {p.node.name for p in ranked[: settings.max_nodes]}
-        dropped = len(ranked) - len(keep)
-        notes.append(
-            f"--max-nodes {settings.max_nodes}: {dropped} further node change(s) left for a later plan"
-        )
-        proposals = [p if (not p.changed or p.node.name in keep) else _unchanged(p) for p in proposals]
+    bound = consolidate.fleet_bound(proposals, analysis, settings=settings)
     if settings.allow_moves:
-        proposals, moved_note = pool_moves(proposals, analysis, deadline=deadline)
-        if moved_note:
-            notes.append(moved_note)
+        proposals, moved_notes, bound = consolidate.consolidate(
+            proposals, analysis, settings=settings, deadline=deadline
+        )
+        notes += moved_notes
+        changed = sum(1 for p in proposals if p.changed)
+        if settings.max_nodes is not None and changed >= settings.max_nodes:
+            notes.append(
+                f"--max-nodes {settings.max_nodes}: the fleet's best plan within that many node changes"
+            )
+    else:
+        ranked = sorted(
+            (p for p in proposals if p.changed),
+            key=lambda p: (-p.gpus_freed, -p.slices_freed, p.node.name),
+        )
+        if settings.max_nodes is not None and len(ranked) > settings.max_nodes:
+            keep = {p.node.name for p in ranked[: settings.max_nodes]}
+            dropped = len(ranked) - len(keep)
+            notes.append(
+                f"--max-nodes {settings.max_nodes}: {dropped} further node change(s) left for a later plan"
+            )
+            proposals = [p if (not p.changed or p.node.name in keep) else _unchanged(p) for p in proposals]
     if analysis.pending:
         proposals, pending_notes = pending.serve(proposals, analysis)
         notes += pending_notes
     ts = [t for n in analysis.nodes if (t := time_slicing_for(n, analysis, settings=settings)) is not None]
-    return FleetProposal(tuple(proposals), tuple(ts), time.perf_counter() - started, tuple(notes))
+    return FleetProposal(
+        tuple(proposals),
+        tuple(ts),
+        time.perf_counter() - started,
+        tuple(notes),
+        moves=settings.allow_moves,
+        moves_bound=bound.gpus,
+    )
 
 
 def _unchanged(p: NodeProposal) -> NodeProposal:

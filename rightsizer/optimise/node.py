@@ -11,10 +11,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from mig_geometry.catalogue import GpuModel
+from mig_geometry.catalogue import GpuModel, Profile
 from mig_geometry.names import canonical_profile
 from rightsizer.analysis import lookback
-from rightsizer.analysis.types import Analysis, GpuInventory, NodeInventory, PodKey, Workload
+from rightsizer.analysis.types import Analysis, DeviceStats, GpuInventory, NodeInventory, PodKey, Workload
 from rightsizer.optimise import packing, repartition
 from rightsizer.optimise import single as single_strategy
 from rightsizer.optimise.proposal import (
@@ -59,12 +59,9 @@ def items_for_node(
                 continue
             known = not dev.unknown and dev.coverage_hours / window >= settings.min_coverage
             busy = dev.p95 * prof.compute_slices if known and dev.p95 is not None else None
-            klass = prof.name
+            klass, growth, need = prof.name, "", ""
             if known and not settings.keep_profiles and not prof.media_extensions:
-                w = workloads.get(dev.pods[0])
-                compute = w.demand_slices if w else (dev.peak or 0) * prof.compute_slices
-                memory = w.demand_memory_mib if w else (dev.fb_peak_mib or 0.0)
-                klass = packing.class_for(model, compute=compute, memory_mib=memory).name
+                klass, growth, need = _sized(model, prof, dev, workloads.get(dev.pods[0]), settings)
             elif prof.media_extensions:
                 # +me instances are not packed: keep them where they are by pinning their class.
                 klass = prof.name
@@ -87,9 +84,36 @@ def items_for_node(
                     busy,
                     last_busy=last_busy,
                     weekly=weekly,
+                    growth=growth if klass != prof.name or growth == "kept" else "",
+                    peak_need=need,
                 )
             )
     return out
+
+
+def _sized(
+    model: GpuModel, prof: Profile, dev: DeviceStats, w: Workload | None, settings: OptimiserSettings
+) -> tuple[str, str, str]:
+    """(class, growth, the peak in words) of a device now served by ``prof``: the smallest profile
+    covering its demand (peak with headroom). A class larger than ``prof`` in compute or memory
+    stands only when the peak itself does not fit ``prof``, or when the namespace asked for
+    growth for headroom (``growth`` says which); else the device keeps ``prof`` (``kept``)."""
+    compute = w.demand_slices if w else (dev.peak or 0) * prof.compute_slices
+    memory = w.demand_memory_mib if w else (dev.fb_peak_mib or 0.0)
+    klass = packing.class_for(model, compute=compute, memory_mib=memory)
+    if packing.dominates(prof, klass):
+        return klass.name, "", ""
+    peak_c = w.peak_slices if w and w.peak_slices is not None else (dev.peak or 0) * prof.compute_slices
+    peak_m = w.peak_memory_mib if w and w.peak_memory_mib is not None else (dev.fb_peak_mib or 0.0)
+    need = (
+        f"peak {peak_c / prof.compute_slices:.0%} of its {prof.compute_slices} compute slice(s) and "
+        f"{peak_m / 1024:.1f} GiB of {prof.memory_mib / 1024:.0f} GiB"
+    )
+    if peak_c > prof.compute_slices + 1e-9 or peak_m > prof.memory_mib:
+        return klass.name, "peak", need
+    if settings.grows_for_headroom(dev.pods[0].namespace if dev.pods else ""):
+        return klass.name, "headroom", need
+    return prof.name, "kept", f"{need}; with the headroom it would need {klass.name}"
 
 
 def _current(gpu: GpuInventory, items: Sequence[Item]) -> GpuPlan:
@@ -165,12 +189,13 @@ def propose_node(
     if not pool:
         return with_changes(base, reason="no GPU free to re-partition")
     demand = Counter(i.klass for i in pool_items)
-    res = packing.pack(model, demand, gpus=len(pool), time_limit=time_limit, uniform=single)
+    exact = settings.keep_profiles and not single  # --keep-profiles: no pod changes its resource name
+    res = packing.pack(model, demand, gpus=len(pool), time_limit=time_limit, uniform=single, exact=exact)
     if not res.feasible:
         # Upsized demand does not fit: consolidate with the profiles pods have now instead.
         pool_items = [replace(i, klass=i.profile_now) for i in pool_items]
         demand = Counter(i.klass for i in pool_items)
-        res = packing.pack(model, demand, gpus=len(pool), time_limit=time_limit, uniform=single)
+        res = packing.pack(model, demand, gpus=len(pool), time_limit=time_limit, uniform=single, exact=exact)
     if not res.feasible:
         return with_changes(
             base, reason="demand does not fit the node's GPUs", method=res.method, status=res.status
@@ -208,6 +233,7 @@ def propose_node(
         pinned_gpus=len(pinned),
         pinned_pods=frozenset(p for g in current if g.index in pinned_idx for i in g.items for p in i.pods)
         | _whole_gpu_pods(node, analysis, pinned),
+        exact_profiles=exact,
     )
     return _mixed(
         base,

@@ -18,7 +18,9 @@ The LP relaxation's ``ceil(Σ x_L)`` is the lower bound reported beside the answ
 decreasing greedy runs first: when it reaches that bound it is optimal (it serves every device with
 its own class, so it has no waste either) and the MILP is skipped. With a time limit HiGHS may stop
 early; then its best feasible answer is used, or the greedy one if it has none.
-Uniform layouts (``nvidia.com/mig.strategy=single``) are solved exactly by enumeration.
+Uniform layouts (``nvidia.com/mig.strategy=single``) are solved exactly by enumeration. With
+``exact`` every device is served by its own class only (``--keep-profiles``: no pod's resource name
+changes), in the MILP and in its LP bound alike.
 """
 
 from __future__ import annotations
@@ -89,6 +91,20 @@ def class_for(model: GpuModel, *, compute: float, memory_mib: float) -> Profile:
     return min(fitting, key=lambda p: (p.compute_slices, p.memory_slices, p.name))
 
 
+def meet(model: GpuModel, a: str, b: str) -> str:
+    """The largest profile both ``a`` and ``b`` dominate (``a`` when they are one profile): what a
+    device needs at least when either may serve it (its slice now, or its class once it moves)."""
+    if a == b:
+        return a
+    pa, pb = model.profile(a), model.profile(b)
+    if pa is None or pb is None:
+        return a
+    both = [q for q in plain_profiles(model) if dominates(pa, q) and dominates(pb, q)]
+    if not both:
+        return a
+    return max(both, key=lambda q: (q.compute_slices, q.memory_slices, q.name)).name
+
+
 def size(model: GpuModel, name: str) -> int:
     """Compute slices of profile ``name`` on ``model`` (0 if it is not one of its profiles)."""
     prof = model.profile(name)
@@ -106,24 +122,38 @@ def pack(
     gpus: int,
     time_limit: float = 10.0,
     uniform: bool = False,
+    exact: bool = False,
 ) -> PackResult:
-    """Fewest GPUs of ``model`` (at most ``gpus``) carrying ``demand`` (class profile → devices).
+    """Fewest GPUs of ``model`` (at most ``gpus``) carrying ``demand`` (class profile → devices);
+    ``exact``: each device served by its own class only.
 
-    Answers are memoised per (model, demand, GPUs, uniform): fleets repeat the same node shapes.
+    Answers are memoised per (model, demand, GPUs, uniform, exact): fleets repeat the same node shapes.
     """
     key = tuple(sorted((k, v) for k, v in demand.items() if v > 0))
-    return _pack_cached(model, key, gpus, uniform, time_limit)
+    return _pack_cached(model, key, gpus, (uniform, exact), time_limit)
 
 
 @lru_cache(maxsize=4096)
 def _pack_cached(
-    model: GpuModel, key: tuple[tuple[str, int], ...], gpus: int, uniform: bool, time_limit: float
+    model: GpuModel,
+    key: tuple[tuple[str, int], ...],
+    gpus: int,
+    kind: tuple[bool, bool],
+    time_limit: float,
 ) -> PackResult:
-    return _pack(model, dict(key), gpus=gpus, time_limit=time_limit, uniform=uniform)
+    """``kind``: (uniform, exact)."""
+    uniform, exact = kind
+    return _pack(model, dict(key), gpus=gpus, time_limit=time_limit, uniform=uniform, exact=exact)
 
 
 def _pack(
-    model: GpuModel, demand: Mapping[str, int], *, gpus: int, time_limit: float, uniform: bool
+    model: GpuModel,
+    demand: Mapping[str, int],
+    *,
+    gpus: int,
+    time_limit: float,
+    uniform: bool,
+    exact: bool = False,
 ) -> PackResult:
     demand = {k: v for k, v in demand.items() if v > 0}
     if not demand:
@@ -136,13 +166,13 @@ def _pack(
     # when greedy meets that bound, the LP bound (between the two) is the same; no LP to solve.
     lb = slice_lower_bound(model, demand)
     if not (greedy.feasible and greedy.gpus == lb):
-        lb = lp_lower_bound(model, demand, gpus=gpus)
+        lb = lp_lower_bound(model, demand, gpus=gpus, exact=exact)
     if greedy.feasible and greedy.gpus == lb:
         # The LP bound proves the greedy answer optimal: fewest GPUs, and every device served by
         # its own class (no idle allocated slices, no profile change). No MILP needed.
         return _with_time(PackResult(greedy.layouts, greedy.serve, "greedy", "optimal", lb), started)
     try:
-        res = _milp(model, demand, gpus=gpus, time_limit=time_limit, lb=lb)
+        res = _milp(model, demand, gpus=gpus, time_limit=time_limit, lb=lb, exact=exact)
     except (ValueError, RuntimeError) as exc:  # pragma: no cover - solver trouble: fall back
         res = None
         note = f"MILP failed ({exc}); greedy used"
@@ -177,17 +207,23 @@ def _model_tables(model: GpuModel) -> tuple[tuple[Layout, ...], tuple[Profile, .
     return maximal_layouts(model), plain_profiles(model)
 
 
+def serving(model: GpuModel, klass: str, *, exact: bool = False) -> tuple[Profile, ...]:
+    """The profiles that may serve a device of ``klass``: any at least as large in compute and memory,
+    or (``exact``) its own only."""
+    kp = model.profile(klass)
+    if kp is None:
+        return ()
+    if exact:
+        return (kp,)
+    return tuple(q for q in plain_profiles(model) if dominates(q, kp))
+
+
 def _build(
-    model: GpuModel, demand: Mapping[str, int], gpus: int
+    model: GpuModel, demand: Mapping[str, int], gpus: int, *, exact: bool = False
 ) -> tuple[np.ndarray, list[LinearConstraint], np.ndarray, Bounds, list[tuple[str, str]], tuple[Layout, ...]]:
     layouts, profs = _model_tables(model)
     classes = sorted(demand)
-    pairs = [
-        (k, q.name)
-        for k in classes
-        for q in profs
-        if (kp := model.profile(k)) is not None and dominates(q, kp)
-    ]
+    pairs = [(k, q.name) for k in classes for q in serving(model, k, exact=exact)]
     nl, nz = len(layouts), len(pairs)
     cost = np.zeros(nl + nz)
     # Among equally good answers, prefer layouts with more (smaller) spare instances.
@@ -254,13 +290,15 @@ def slice_lower_bound(model: GpuModel, demand: Mapping[str, int]) -> int:
     return max(bounds)
 
 
-def lp_lower_bound(model: GpuModel, demand: Mapping[str, int], *, gpus: int | None = None) -> int:
+def lp_lower_bound(
+    model: GpuModel, demand: Mapping[str, int], *, gpus: int | None = None, exact: bool = False
+) -> int:
     """``ceil`` of the LP relaxation's GPU count: no packing can use fewer GPUs."""
     demand = {k: v for k, v in demand.items() if v > 0}
     if not demand:
         return 0
     limit = gpus if gpus is not None else sum(demand.values())
-    cost, cons, _integ, bounds, _pairs, layouts = _build(model, demand, limit)
+    cost, cons, _integ, bounds, _pairs, layouts = _build(model, demand, limit, exact=exact)
     cost = cost.copy()
     cost[len(layouts) :] = 0.0  # the bound concerns GPUs only
     res = milp(cost, constraints=cons, integrality=np.zeros_like(cost), bounds=bounds)
@@ -270,11 +308,17 @@ def lp_lower_bound(model: GpuModel, demand: Mapping[str, int], *, gpus: int | No
 
 
 def _milp(
-    model: GpuModel, demand: Mapping[str, int], *, gpus: int, time_limit: float, lb: int | None = None
+    model: GpuModel,
+    demand: Mapping[str, int],
+    *,
+    gpus: int,
+    time_limit: float,
+    lb: int | None = None,
+    exact: bool = False,
 ) -> PackResult:
-    cost, cons, integ, bounds, pairs, layouts = _build(model, demand, gpus)
+    cost, cons, integ, bounds, pairs, layouts = _build(model, demand, gpus, exact=exact)
     if lb is None:
-        lb = lp_lower_bound(model, demand, gpus=gpus)
+        lb = lp_lower_bound(model, demand, gpus=gpus, exact=exact)
     res = milp(
         cost,
         constraints=cons,
@@ -307,12 +351,17 @@ def _milp(
         n = round(z[j])
         if n:
             serve[pair] += n
-    _repair(model, demand, chosen, serve)
+    _repair(model, demand, chosen, serve, exact=exact)
     return PackResult(tuple(chosen), dict(serve), "milp", status, lb)
 
 
 def _repair(
-    model: GpuModel, demand: Mapping[str, int], chosen: Sequence[Layout], serve: Counter[tuple[str, str]]
+    model: GpuModel,
+    demand: Mapping[str, int],
+    chosen: Sequence[Layout],
+    serve: Counter[tuple[str, str]],
+    *,
+    exact: bool = False,
 ) -> None:
     """Make ``serve`` match ``demand`` exactly after rounding (a no-op at an integral vertex)."""
     for k, d in demand.items():
@@ -330,7 +379,7 @@ def _repair(
                     slots[name] += n
             for (_k, q), n in serve.items():
                 slots[q] -= n
-            free = [q for q in plain_profiles(model) if slots[q.name] > 0 and dominates(q, kp)]
+            free = [q for q in serving(model, k, exact=exact) if slots[q.name] > 0]
             if not free:
                 raise RuntimeError(f"rounding left class {k} unserved")
             best = min(free, key=lambda q: (q.compute_slices, q.memory_slices))
@@ -370,6 +419,7 @@ def fits_layout(model: GpuModel, layout: Layout) -> bool:
     return fits(model, dict(layout))
 
 
+@lru_cache(maxsize=65536)
 def _plus(layout: Layout, name: str) -> Layout:
     counts = dict(layout)
     counts[name] = counts.get(name, 0) + 1
@@ -379,7 +429,12 @@ def _plus(layout: Layout, name: str) -> Layout:
 def complete(model: GpuModel, counts: Mapping[str, int]) -> dict[str, int]:
     """Add instances (smallest first, as the MILP's tie-break does) until nothing else fits, so spare
     capacity stays schedulable as the most devices."""
-    layout = as_layout(dict(counts))
+    return dict(_completed(model, as_layout(dict(counts))))
+
+
+@lru_cache(maxsize=65536)
+def _completed(model: GpuModel, layout: Layout) -> Layout:
+    """:func:`complete` of one layout, memoised: a fleet completes the same few layouts many times."""
     order = sorted(plain_profiles(model), key=lambda p: (p.compute_slices, p.memory_slices))
     changed = True
     while changed:
@@ -390,7 +445,7 @@ def complete(model: GpuModel, counts: Mapping[str, int]) -> dict[str, int]:
                 layout = trial
                 changed = True
                 break
-    return dict(layout)
+    return layout
 
 
 def pack_greedy(model: GpuModel, demand: Mapping[str, int], *, gpus: int) -> PackResult:

@@ -31,6 +31,13 @@ class OptimiserSettings:
     """A device's data must cover this share of the window before its demand is trusted."""
     time_slicing_below: float = 0.3
     """Whole GPUs whose pod's peak rolling-mean activity stays below this get a time-slicing recommendation."""
+    grow_for_headroom: tuple[str, ...] = ()
+    """Namespaces whose pods get a larger slice for the headroom alone (``*``: every namespace). A
+    pod's slice otherwise grows only when its peak itself does not fit it: a restart for headroom
+    is the operator's call."""
+
+    def grows_for_headroom(self, namespace: str) -> bool:
+        return "*" in self.grow_for_headroom or namespace in self.grow_for_headroom
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,12 @@ class Item:
     weekly: bool = False
     """That past demand recurs at the same hour every week: the device keeps its profile (unless
     ``ignore_history``)."""
+    growth: str = ""
+    """Why the class is larger than the profile now (``peak``: the peak itself does not fit it;
+    ``headroom``: the headroom alone, for a namespace that asked), or ``kept``: the headroom alone
+    would grow it and it keeps its profile; ``""`` otherwise."""
+    peak_need: str = ""
+    """The peak the class is sized for, in words (for the plan's notes on growth)."""
 
 
 @dataclass
@@ -142,10 +155,22 @@ class FleetProposal:
     time_slicing: tuple[TimeSlicing, ...]
     seconds: float
     notes: tuple[str, ...] = ()
+    moves: bool = False
+    """Pods may move among the nodes of their GPU model (``--allow-moves``)."""
+    moves_bound: int | None = None
+    """LP bound on the GPUs holding pods when pods may move (computed with or without ``moves``)."""
+
+    @property
+    def node_bound(self) -> int:
+        """The nodes' own bounds summed: no plan keeping pods on their nodes needs fewer GPUs."""
+        return sum(n.lower_bound for n in self.nodes)
 
     @property
     def lower_bound(self) -> int:
-        return sum(n.lower_bound for n in self.nodes)
+        """The bound of the problem this plan solves: fleet-wide with moves, else per node."""
+        if self.moves and self.moves_bound is not None:
+            return self.moves_bound
+        return self.node_bound
 
     @property
     def method(self) -> str:

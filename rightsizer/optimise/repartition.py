@@ -31,7 +31,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from mig_geometry.catalogue import GpuModel
 from mig_geometry.layouts import Layout, as_layout, maximal_layouts
 from rightsizer.analysis.types import GpuInventory, PodKey
-from rightsizer.optimise.packing import dominates, plain_profiles
+from rightsizer.optimise import packing
+from rightsizer.optimise.packing import plain_profiles
 from rightsizer.optimise.proposal import GpuPlan, Item
 
 
@@ -51,6 +52,8 @@ class NodeShape:
     """Pool GPUs holding devices in a known answer (the packing's): a cut, the optimum uses no more."""
     most_slices: int | None = None
     """Allocated compute slices of that answer (the optimum, using as few GPUs, allocates no more)."""
+    exact_profiles: bool = False
+    """Each device served by its own class only (``--keep-profiles``)."""
 
 
 @dataclass(frozen=True)
@@ -164,11 +167,10 @@ class _NodeMilp:
         self.z: dict[tuple[int, int, str], int] = {}
         self.s: dict[int, int] = {}
         for ci, grp in enumerate(self.groups):
-            kp = self.model.profile(grp.klass)
+            serving = packing.serving(self.model, grp.klass, exact=shape.exact_profiles)
             for g in self.pool:
-                for q in self.profs:
-                    if kp is not None and dominates(q, kp):
-                        self.z[(ci, g.index, q.name)] = self.v.add(len(grp.items))
+                for q in serving:
+                    self.z[(ci, g.index, q.name)] = self.v.add(len(grp.items))
             if (ci, grp.gpu, grp.profile_now) in self.z:
                 self.s[ci] = self.v.add(len(grp.items))
         self.tied = sorted({p for grp in self.groups for p in grp.tied}, key=str)

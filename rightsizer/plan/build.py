@@ -72,14 +72,14 @@ Slot = tuple[str, int, str]
 
 
 def _targets(fleet: FleetProposal) -> dict[Slot, TargetDevice]:
-    """Every MIG device of a changing node → the device the plan gives it (fleet-wide, for moves)."""
+    """Every MIG device of a changing node, and every device moving to a node that keeps its layouts
+    (``--allow-moves``), → the device the plan gives it (fleet-wide)."""
     out: dict[Slot, TargetDevice] = {}
     for p in fleet.nodes:
-        if not p.changed:
-            continue
         for g in p.proposed:
             for it in g.items:
-                out[(it.node, it.gpu, it.gpu_instance_id)] = TargetDevice(p.node.name, g.index, it.klass)
+                if p.changed or it.node != p.node.name:
+                    out[(it.node, it.gpu, it.gpu_instance_id)] = TargetDevice(p.node.name, g.index, it.klass)
     return out
 
 
@@ -188,14 +188,15 @@ def _node_pods_all(analysis: Analysis, fleet: FleetProposal) -> dict[str, _NodeP
 
 
 def _mismatches(fleet: FleetProposal, pods: Mapping[str, _NodePods]) -> dict[str, str]:
-    """Changing nodes whose proposed layouts would not hold the pods that stay plus those arriving."""
+    """Changing nodes, and nodes pods move to, whose proposed layouts would not hold the pods that stay
+    plus those arriving."""
     arriving: dict[str, list[disruption.Target]] = {}  # by the node the device lands on
     for np_ in pods.values():
         for t in np_.arriving:
             arriving.setdefault(t.node, []).append(t)
     bad = {}
     for p in fleet.nodes:
-        if not p.changed:
+        if not p.changed and p.node.name not in arriving:
             continue
         try:
             disruption.check_requests_fit(
@@ -272,6 +273,36 @@ def _history_notes(fleet: FleetProposal, *, window: str) -> list[str]:
     return out
 
 
+def _growth_notes(fleet: FleetProposal, *, headroom: float | None) -> list[str]:
+    """Why a slice grows (its peak does not fit it, or its namespace asked to grow for headroom),
+    and which slices keep their size though the headroom alone would grow them."""
+    out = []
+    room = f"{headroom:.0%} headroom" if headroom is not None else "the headroom"
+    for p in fleet.nodes:
+        for g in p.proposed:
+            for it in g.items:
+                if not it.growth:
+                    continue
+                placed = p.changed or it.node != p.node.name  # the plan gives it this slot
+                who = f"{it.node} GPU {it.gpu} {it.profile_now} ({', '.join(str(x) for x in it.pods)})"
+                if it.growth == "kept":
+                    out.append(
+                        f"{who}: keeps its slice: {it.peak_need} with {room} (--grow-for-headroom grows it)"
+                    )
+                elif placed and it.growth == "peak":
+                    out.append(
+                        f"{who}: grows to {it.klass}: its {it.peak_need} does not fit {it.profile_now}"
+                    )
+                elif placed and it.growth == "headroom":
+                    out.append(f"{who}: grows to {it.klass} for {room} (--grow-for-headroom): {it.peak_need}")
+                elif it.growth == "peak":
+                    out.append(
+                        f"{who}: its {it.peak_need} does not fit {it.profile_now}, but its node frees nothing "
+                        f"to change for: the plan leaves it (a {it.klass} needs a new layout on that node)"
+                    )
+    return out
+
+
 def _strategy_change(
     analysis: Analysis, p: NodeProposal, mixed: NodeProposal, context: PlanContext
 ) -> StrategyChange:
@@ -295,6 +326,14 @@ def _strategy_change(
             f"nvidia.com/mig-<profile> request, then label it nvidia.com/mig.config={name}"
         ),
     )
+
+
+def _bound(fleet: FleetProposal, nodes: Sequence[NodePlan]) -> int:
+    """The bound of the problem solved; with pods on their nodes, the sum of the nodes' bounds as
+    the plan records them (a node left unchanged by the check counts its GPUs in use at most)."""
+    if fleet.moves:
+        return fleet.lower_bound
+    return sum(n.lower_bound_gpus for n in nodes)
 
 
 def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext) -> Plan:
@@ -353,7 +392,8 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         nodes_changed=sum(1 for n in nodes if n.changed),
         gpus=gpus_total,
         gpus_needed=sum(p.used_after for p in fleet.nodes),
-        gpus_freed=sum(n.gpus_freed for n in nodes),
+        # net over the fleet: with --allow-moves a node may hold more GPUs than before
+        gpus_freed=sum(p.used_now - p.used_after for p in fleet.nodes),
         slices_freed=sum(n.slices_freed for n in nodes),
         pods_disrupted=sum(len(n.pods_disrupted) for n in nodes),
         pods_admitted=sum(len(n.pods_admitted) for n in nodes),
@@ -382,6 +422,8 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
             notes.append(disruption.disruption_summary(n))
             notes += pods[n.name].notes
     notes += _history_notes(fleet, window=context.window)
+    headroom = context.settings.get("headroom")
+    notes += _growth_notes(fleet, headroom=float(headroom) if isinstance(headroom, int | float) else None)
     for n in nodes:
         for a in n.pods_admitted:
             gpus = ", ".join(map(str, a.gpus))
@@ -398,7 +440,14 @@ def build_plan(analysis: Analysis, fleet: FleetProposal, *, context: PlanContext
         window=window,
         prometheus_url=analysis.prometheus_url,
         settings=dict(context.settings),
-        solver=SolverInfo(fleet.method, fleet.status, fleet.lower_bound, fleet.seconds),
+        solver=SolverInfo(
+            fleet.method,
+            fleet.status,
+            _bound(fleet, nodes),
+            fleet.seconds,
+            bound_scope="fleet" if fleet.moves else "nodes",
+            fleet_lower_bound_gpus=fleet.moves_bound if fleet.moves_bound is not None else fleet.node_bound,
+        ),
         totals=totals,
         mig_parted_config=merged,
         nodes=tuple(nodes),

@@ -62,6 +62,8 @@ def merge(parts: Sequence[Plan]) -> Plan:
             status=max((p.solver.status for p in parts), key=lambda s: STATUS_RANK.get(s, 4)),
             lower_bound_gpus=sum(p.solver.lower_bound_gpus for p in parts),
             seconds=sum(p.solver.seconds for p in parts),
+            bound_scope=first.solver.bound_scope,
+            fleet_lower_bound_gpus=sum(p.solver.fleet_lower_bound_gpus for p in parts),
         ),
         totals=_sum([p.totals for p in parts]),
         mig_parted_config={"version": "v1", "mig-configs": dict(sorted(configs.items()))},

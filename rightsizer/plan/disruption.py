@@ -120,14 +120,21 @@ def check_requests_fit(
     devices, pods that move take the slots the plan names; no GPU gets more of a profile than it has.
 
     Raises :class:`LayoutMismatchError` naming the node, GPU and profile otherwise."""
-    use: Counter[tuple[int, str]] = Counter()
-    for pod in staying:
-        for d in pod.devices:
+    # Devices, not pods: pods sharing one known device (time-sliced, or one leaving as the next
+    # arrives within the history's last samples) use its slot once.
+    kept: dict[object, tuple[int, str]] = {}
+    for n, pod in enumerate(staying):
+        for i, d in enumerate(pod.devices):
             if d.profile:
-                use[(d.gpu, d.profile)] += 1
-    for t in arriving:
+                known = d.gpu_instance_id or d.uuid
+                kept[(d.gpu, d.profile, d.gpu_instance_id, d.uuid) if known else (n, i)] = (d.gpu, d.profile)
+    landing: dict[object, tuple[int, str]] = {}
+    for n, t in enumerate(arriving):
         if t.node == node:
-            use[(t.gpu, t.profile)] += 1
+            known = t.held.gpu_instance_id or t.held.uuid
+            key = (t.held.gpu, t.held.gpu_instance_id, t.held.uuid, t.gpu, t.profile) if known else n
+            landing[key] = (t.gpu, t.profile)
+    use: Counter[tuple[int, str]] = Counter([*kept.values(), *landing.values()])
     have = {(g.index, name): n for g in proposed if g.mig_enabled for name, n in g.mig_devices.items()}
     for (gpu, profile), n in sorted(use.items()):
         if n > have.get((gpu, profile), 0):

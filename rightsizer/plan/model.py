@@ -13,7 +13,10 @@ required keys are one-line :class:`PlanError`\\ s)::
                    "idle_threshold": 0.05, "headroom": 0.2},
       "solver": {"method": "greedy+milp+uniform",   # the per-node methods used, '+'-joined, or "none"
                  "status": "optimal" | "time-limit" | "heuristic",   # worst among changed nodes
-                 "lower_bound_gpus": 12, "seconds": 0.8},  # LP bound on GPUs in use after the plan
+                 "lower_bound_gpus": 12, "seconds": 0.8,   # LP bound on GPUs in use after any plan
+                 "bound_scope": "nodes" | "fleet",         # of the problem solved: pods on their
+                 "fleet_lower_bound_gpus": 11},           # nodes, or moving (--allow-moves); and the
+                                                          # LP bound with pods moving, always
       "totals": {"nodes": 4, "nodes_changed": 2, "gpus": 32, "gpus_needed": 20, "gpus_freed": 3,
                  "slices_freed": 11, "pods_disrupted": 5, "pods_admitted": 2},  # admitted: Pending pods served
       "mig_parted_config": {"version": "v1", "mig-configs": {...}},   # every proposed config
@@ -75,10 +78,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from gpupilot_common import atomicfile, checked
 from rightsizer.errors import InputError
@@ -255,7 +260,18 @@ class SolverInfo:
     method: str
     status: str
     lower_bound_gpus: int
+    """LP bound on the GPUs holding pods after any plan of the problem solved (``bound_scope``)."""
     seconds: float = field(metadata=codec.digits(3))
+    bound_scope: str = "nodes"
+    """``nodes``: pods stay on their nodes; ``fleet``: pods may move among the mixed-strategy nodes of
+    their GPU model (``--allow-moves``). Plans written before it: ``nodes``."""
+    fleet_lower_bound_gpus: int = 0
+    """LP bound with pods free to move, whatever the plan allowed (0 in plans written before it)."""
+
+    @property
+    def gap_text(self) -> str:
+        """What the bound bounds, in words."""
+        return "over the fleet, pods moving" if self.bound_scope == "fleet" else "with pods on their nodes"
 
 
 @dataclass(frozen=True)
@@ -350,8 +366,30 @@ def plan_to_dict(plan: Plan) -> JsonDict:
 
 def dump_plan(plan: Plan, path: Path) -> None:
     """Write ``plan`` as indented JSON (stable key order) to ``path``, atomically: a failed write
-    (full disk, crash) leaves the previous plan intact (:class:`atomicfile.WriteFailed`)."""
-    atomicfile.write_text(path, json.dumps(plan_to_dict(plan), indent=2, sort_keys=False) + "\n")
+    (full disk, crash) leaves the previous plan intact (:class:`atomicfile.WriteFailed`). orjson
+    writes it, node by node (:func:`plan_json_chunks`): Python's own encoder goes character by
+    character once it indents (a 286 MB plan of 80,000 GPUs took about a minute), and the whole
+    document as one object tree took as much memory as the plan itself."""
+    atomicfile.write_chunks(path, plan_json_chunks(plan))
+
+
+_NODES = "@@gpupilot-plan-nodes@@"
+
+
+def plan_json_chunks(plan: Plan) -> Iterator[bytes]:
+    """``plan`` as the bytes of ``orjson.dumps(plan_to_dict(plan), option=OPT_INDENT_2) + b"\\n"``,
+    in pieces: everything but the nodes, then one node at a time, indented as in the whole."""
+    head = plan_to_dict(replace(plan, nodes=()))
+    head["nodes"] = _NODES
+    before, _, after = orjson.dumps(head, option=orjson.OPT_INDENT_2).partition(orjson.dumps(_NODES))
+    if not plan.nodes:
+        yield before + b"[]" + after + b"\n"
+        return
+    yield before + b"["
+    for i, node in enumerate(plan.nodes):
+        text = orjson.dumps(codec.to_json(node), option=orjson.OPT_INDENT_2)
+        yield (b",\n" if i else b"\n") + b"\n".join(b"    " + line for line in text.split(b"\n"))
+    yield b"\n  ]" + after + b"\n"
 
 
 # ---------------------------------------------------------------------------------------------- load

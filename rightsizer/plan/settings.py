@@ -64,6 +64,7 @@ class PlanSettings:
             "time_limit_s": o.time_limit_s,
             "keep_profiles": o.keep_profiles,
             **({"allow_strategy_change": True} if o.allow_strategy_change else {}),
+            **({"grow_for_headroom": list(o.grow_for_headroom)} if o.grow_for_headroom else {}),
             "headroom": self.headroom,
             "idle_threshold": self.idle_threshold,
             "min_busy_s": self.min_busy_s,

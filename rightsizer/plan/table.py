@@ -97,6 +97,22 @@ def totals_text(t: Totals) -> str:
     )
 
 
+def bound_text(plan: Plan) -> str:
+    """``LP lower bound 5566 over the fleet, pods moving: gap 1 (0.02 %)``, and without moves the
+    bound moving pods would have."""
+    s, t = plan.solver, plan.totals
+    gap = max(0, t.gpus_needed - s.lower_bound_gpus)
+    share = f" ({gap / s.lower_bound_gpus:.2%})" if gap and s.lower_bound_gpus else ""
+    text = f"LP lower bound {s.lower_bound_gpus} {s.gap_text}: gap {gap}{share}"
+    if (
+        s.bound_scope != "fleet"
+        and s.fleet_lower_bound_gpus
+        and s.fleet_lower_bound_gpus < s.lower_bound_gpus
+    ):
+        text += f"; {s.fleet_lower_bound_gpus} over the fleet with --allow-moves"
+    return text
+
+
 def _freed_text(t: Totals) -> str:
     admitted = f"; {plural(t.pods_admitted, 'pending pod')} admitted" if t.pods_admitted else ""
     return (
@@ -119,7 +135,7 @@ def plan_table(plan: Plan, *, all_nodes: bool = False, width: int | None = None,
     head = (
         f"plan {plan.plan_id}  window {plan.window.start} → {plan.window.end} ({plan.window.duration})\n"
         + ("fleet: " if plan.clusters else "")
-        + f"{totals_text(t)} (lower bound {plan.solver.lower_bound_gpus})\n{_freed_text(t)}\n"
+        + f"{totals_text(t)} ({bound_text(plan)})\n{_freed_text(t)}\n"
         f"solver {plan.solver.method} ({plan.solver.status}, {plan.solver.seconds:.2f} s)"
     )
     if not plan.clusters:

@@ -72,3 +72,48 @@ def test_read_text_refuses_non_utf8_and_huge_files(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("name: Jos\u00e9\n", encoding="utf-8")
     assert yamlsafe.read_text(good) == "name: Jos\u00e9\n"
+
+
+def test_a_large_document_written_out_loads_and_its_aliases_stay_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The bounds scaled down 200 times (the same code, a test that takes milliseconds).
+    monkeypatch.setattr(yamlsafe, "MAX_ALIAS_VALUES", 1_000)
+    monkeypatch.setattr(yamlsafe, "DOCUMENT_FLOOR", 1_000)
+    # 5,000 values without an alias: more than the alias allowance, and no expansion at all.
+    items = "".join(f"- {{pod: task-{i:06d}, node: n{i // 8}}}\n" for i in range(1_000))
+    data = yamlsafe.safe_load(items)
+    assert len(data) == 1_000 and data[-1] == {"pod": "task-000999", "node": "n124"}
+    # A small alias used a few times in a large document: written values do not count against
+    # what aliases may add.
+    small = "base: &b {cpu: 1, mem: 2}\nuses: [*b, *b, *b]\nitems:\n" + "".join(
+        f"  - task-{i:06d}\n" for i in range(5_000)
+    )
+    assert yamlsafe.safe_load(small)["uses"][2] == {"cpu": 1, "mem": 2}
+    # ... while a bomb is refused whatever else the file holds.
+    with pytest.raises(yamlsafe.YamlLimitError, match="aliases expand to more than 1,000 values"):
+        yamlsafe.safe_load(small + alias_bomb(levels=4, width=9))
+
+
+def test_a_document_denser_than_its_size_allows_has_its_own_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(yamlsafe, "DOCUMENT_FLOOR", 1_000)
+    values = 3_000  # one value per 2 characters: over 1,000 + a quarter of the 6,000 characters
+    text = "[" + ",".join(["1"] * values) + "]"
+    assert values > yamlsafe.document_limit(len(text)) == 1_000 + len(text) // 4
+    with pytest.raises(yamlsafe.YamlLimitError) as info:
+        yamlsafe.safe_load(text)
+    problem = str(info.value.problem)
+    assert problem.startswith(f"the document holds more than {yamlsafe.document_limit(len(text)):,} values")
+    assert "aliases" not in problem
+    # Each document of a stream is counted on its own.
+    half = "[" + ",".join(["1"] * (values // 2)) + "]"
+    assert len(yamlsafe.safe_load_all(half + "\n---\n" + half)) == 2
+
+
+def test_syntax_errors_read_in_pyyaml_words_whichever_parser_read_them() -> None:
+    with pytest.raises(yaml.YAMLError) as fast:
+        yamlsafe.safe_load("a: [1, 2\nb: 3\n")
+    pure = yaml.SafeLoader("a: [1, 2\nb: 3\n")
+    with pytest.raises(yaml.YAMLError) as reference:
+        pure.get_single_node()
+    assert str(fast.value) == str(reference.value)

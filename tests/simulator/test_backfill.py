@@ -131,10 +131,11 @@ def test_cli_backfill_blocks_read_by_real_prometheus(small: tuple[Path, Scenario
         "--out",
         str(out),
     ]
-    assert backfill_main([*argv, "--keep-openmetrics", "--quiet"]) == 0
+    # Batches of at most 20,000 samples: each window is several blocks side by side.
+    assert backfill_main([*argv, "--keep-openmetrics", "--quiet", "--batch-samples", "20000"]) == 0
     blocks = [p for p in out.iterdir() if p.is_dir() and len(p.name) == 26]
-    span = backfill.window_seconds(30.0)  # 6 h at a 30 s step: one block per window
-    assert len(blocks) == len({int(t // span) for t in (start, end)})
+    span = backfill.window_seconds(30.0)  # 6 h at a 30 s step
+    assert len(blocks) > len({int(t // span) for t in (start, end)})
     assert all(_block_span_s(b) <= span for b in blocks)
     assert backfill_main([*argv, "--quiet"]) == 2  # never twice into the same directory
     kept = sorted((out / "openmetrics").glob("*.om"))
@@ -224,6 +225,65 @@ def test_memory_stays_flat_as_days_grow(
         tracemalloc.stop()
         assert stats.windows >= days * 86400 / backfill.window_seconds(600.0)
     assert peaks[1] < peaks[0] * 1.25 + 256 * 1024, peaks
+
+
+def _fleet_of(copies: int) -> Scenario:
+    """``copies`` nodes like SMALL's n1 (a whole GPU and a MIG GPU, three pods each)."""
+    nodes = "".join(
+        f"  - {{name: n{i}, gpus: [{{model: H100 80GB}}, {{model: H100 80GB, mig: {{'3g.40gb': 1, '1g.10gb': 2}}}}]}}\n"
+        for i in range(copies)
+    )
+    pods = "".join(
+        f"  - {{namespace: t, pod: w{i}, devices: [n{i}/0], utilization: 40}}\n"
+        f"  - {{namespace: t, pod: a{i}, devices: [n{i}/1/3g.40gb], utilization: 20}}\n"
+        f"  - {{namespace: t, pod: b{i}, devices: [n{i}/1/1g.10gb], utilization: 5, start: 1h, end: 2h}}\n"
+        for i in range(copies)
+    )
+    return scenario.loads(f"seed: 1\nnodes:\n{nodes}workloads:\n{pods}")
+
+
+def test_batches_cut_a_window_by_samples_and_keep_every_sample() -> None:
+    s = _fleet_of(12)
+    ts = backfill.timestamps(EPOCH, EPOCH + 4 * 3600 - 1, 600.0)
+    filler = backfill.Backfiller(s)
+    batches = list(filler.batches(ts, max_samples=2000))
+    per_node = max(
+        backfill._samples(b) for b in backfill.Backfiller(_fleet_of(1)).batches(ts, max_samples=None)
+    )
+    assert len(batches) > 3 and all(backfill._samples(b) < 2000 + per_node for b in batches)
+    whole = io.StringIO()
+    backfill.write_window(whole, backfill.Backfiller(s).window(ts), ts)
+    cut = io.StringIO()
+    for b in batches:
+        backfill.write_window(cut, b, ts)
+    assert _parse(cut.getvalue()) == _parse(whole.getvalue())
+
+
+@pytest.mark.slow
+def test_memory_follows_the_batch_not_the_series(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backfill, "_start_promtool", lambda *a: _DoneProcess())
+    end = EPOCH + 18 * 3600 - 600  # one window
+    peaks, sizes = [], []
+    for copies in (8, 32):  # four times the series, the same batch
+        s = _fleet_of(copies)
+        settings = backfill.BackfillSettings(
+            start=EPOCH,
+            end=end,
+            step=600.0,
+            out_dir=tmp_path / f"d{copies}",
+            batch_samples=10_000,
+            keep_openmetrics=True,
+        )
+        tracemalloc.start()
+        stats = backfill.run(s, settings, progress=None)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        files = list((tmp_path / f"d{copies}" / "openmetrics").glob("*.om"))
+        sizes.append(max(f.stat().st_size for f in files))
+        assert stats.blocks == len(files) > stats.windows == 1
+    # Four times the series, about the same peak: what a batch holds does not grow with them.
+    assert peaks[1] < peaks[0] * 1.35, peaks  # without batches: 2.9 times
+    assert sizes[1] < sizes[0] * 1.25, sizes
 
 
 def test_progress_reports_percent_rate_and_eta() -> None:

@@ -133,3 +133,18 @@ def test_evidence_column_names_the_peak_and_when():
     assert activity_text(ev(0.85)) == "peak 15-min mean 85% on 11-29 03:00"
     assert activity_text(ev(0.0)) == "peak 15-min mean 0%"
     assert activity_text(ev(None)) == "activity unknown"
+
+
+def test_pods_sharing_one_device_use_its_slot_once():
+    # Two pods on one 1g.10gb (the history's last samples show the pod leaving and the one after it),
+    # and two pods of one device moving together: one slot each.
+    after = gpus(BALANCED)
+    shared = HeldDevice(0, "1g.10gb", "13", "MIG-a")
+    stay = [pod("leaving"), pod("arrived")]
+    stay = [DisruptedPod("ml", p.name, (shared,)) for p in stay] + [pod("b", (0, "1g.10gb"))]
+    moving = HeldDevice(1, "2g.20gb", "3", "MIG-b")
+    arriving = [disruption.Target(moving, "n", 0, "2g.20gb"), disruption.Target(moving, "n", 0, "2g.20gb")]
+    disruption.check_requests_fit("n", after, staying=stay, arriving=arriving)
+    other = disruption.Target(HeldDevice(2, "1g.10gb", "9", "MIG-c"), "n", 0, "1g.10gb")
+    with pytest.raises(disruption.LayoutMismatchError, match=r"3 pod device\(s\).*mig-1g.10gb.*has 2"):
+        disruption.check_requests_fit("n", after, staying=stay, arriving=[*arriving, other])

@@ -31,7 +31,8 @@ def test_idle_me_gpu_is_not_counted_in_the_bound() -> None:
     assert p.lower_bound == 1 == fleet.lower_bound
     plan = planning.build_plan(analysis, fleet, context=planning.PlanContext(window="7d", settings={}))
     text = table.plan_table(plan)
-    assert "GPUs in use 2 → 1 of 3 (lower bound 1)" in text and "gap:" not in text
+    assert "GPUs in use 2 → 1 of 3 (LP lower bound 1 with pods on their nodes: gap 0)" in text
+    assert "gap:" not in text
 
 
 def test_bound_never_exceeds_what_the_plan_achieves() -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 
 from gpupilot_common import atomicfile
+from rightsizer.plan import codec
 from rightsizer.plan import model as planmod
 from rightsizer.plan.model import (
     DisruptedPod,
@@ -173,3 +176,33 @@ def test_a_failed_write_keeps_the_previous_plan(tmp_path: Path, monkeypatch: pyt
         planmod.dump_plan(sample_plan(), path)
     assert path.read_bytes() == before and planmod.load_plan(path) == sample_plan()
     assert [p.name for p in tmp_path.iterdir()] == ["plan.json"]
+
+
+def test_the_plan_is_written_node_by_node_as_the_whole_document_would_be(tmp_path: Path) -> None:
+    one = sample_plan()
+    three = replace(
+        one, nodes=(one.nodes[0], replace(one.nodes[0], name="b"), replace(one.nodes[0], name="c"))
+    )
+    for plan in (one, three, replace(one, nodes=())):
+        whole = orjson.dumps(planmod.plan_to_dict(plan), option=orjson.OPT_INDENT_2) + b"\n"
+        path = tmp_path / "plan.json"
+        planmod.dump_plan(plan, path)
+        assert (
+            path.read_bytes() == whole and json.loads(whole)["nodes"] == planmod.plan_to_dict(plan)["nodes"]
+        )
+
+
+def test_a_node_that_fails_to_encode_keeps_the_previous_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "plan.json"
+    planmod.dump_plan(sample_plan(), path)
+    before = path.read_bytes()
+
+    def broken(_obj: object) -> dict[str, object]:
+        raise ValueError("cannot encode")
+
+    monkeypatch.setattr(codec, "to_json", broken)
+    with pytest.raises(ValueError, match="cannot encode"):
+        planmod.dump_plan(sample_plan(), path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["plan.json"]
