@@ -1,4 +1,4 @@
-"""``replay-hpa``: the decision function (:func:`adapter.hpa.decide.decide`) run over a past time range, with
+"""``replay-hpa``: the decision function (:func:`hpa_controller.decide.decide`) run over a past time range, with
 the HPA as written or with other targets, and what it would have cost.
 
 Load model when the replayed replica count differs from the recorded one: a Pods or Resource metric
@@ -19,12 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from adapter.hpa import decide as hpa
-from adapter.hpa.calc import PodState
 from adapter.hpa.spec import HpaSpec
 from adapter.hpa.timeline import Timeline, scale_events
 from gpupilot_common.table import Column, render
 from gpupilot_common.timefmt import format_time
+from hpa_controller import decide as hpa
+from hpa_controller.calc import PodState
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """An HPA's inputs over a past time range, from Prometheus range queries of the same PromQL the
 adapter serves (so the history is what the HPA would have read), aligned on one step grid.
 
-Per step: an :class:`adapter.hpa.decide.Observation` per metric and the replica count the cluster recorded
+Per step: an :class:`hpa_controller.decide.Observation` per metric and the replica count the cluster recorded
 (kube-state-metrics ``kube_deployment_spec_replicas`` / ``kube_statefulset_replicas``, else the
 HPA's ``status_current_replicas``, else the number of pods with a value). The pods are those whose
 labels match the target's selector at any time in the range (``kube_pod_labels``).
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from adapter.clients.prometheus import PrometheusClient, RangeSeries
 from adapter.config import resources
 from adapter.errors import AdapterError
-from adapter.hpa import decide as hpa
 from adapter.hpa.spec import HpaSpec, MetricSource
 from adapter.provider import resourcemetrics
 from adapter.provider.selectors import Selector, promql_escape
 from adapter.provider.values import MetricValues
+from hpa_controller import decide as hpa
 
 MAX_STEPS = 200_000
 """A replay longer than this many steps is refused (7 d at 15 s is 40,320)."""
