@@ -34,7 +34,7 @@ from exporter.contract.layout import SeriesLayout
 from exporter.errors import ConfigError
 from exporter.expose.exposition import LabelPairs, device_families
 from gpupilot_common.timefmt import format_time
-from simulator import cluster
+from simulator import cluster, service_series
 from simulator.backend import SimBackend
 from simulator.model import Scenario
 from simulator.patterns import Array
@@ -155,7 +155,8 @@ class Backfiller:
         runs: dict[str, _Run] = {}
         for backend in self.backends:
             self._node_window(backend, ts, runs)
-        for s in self.cluster_series:
+        dynamic = service_series.window_series(self.scenario, float(ts[0]), float(ts[-1]))
+        for s in self.cluster_series + dynamic:
             run = runs.setdefault(s.family, _Run(s.kind, s.help, []))
             value: Array | float = s.value if isinstance(s.value, float) else s.value(ts)
             run.series.append((self._fmt.prefix(s.family, s.labels), value, 0, len(ts)))
@@ -236,10 +237,22 @@ def write_window(out: IO[str], runs: dict[str, _Run], ts: Array) -> int:
             if isinstance(src, float):
                 head = prefix + repr(src)
                 out.write("".join([head + s for s in stamps[i0:i1]]))
-            else:
-                vals = src[i0:i1].tolist()
+                samples += i1 - i0
+                continue
+            part = src[i0:i1]
+            finite = np.isfinite(part)
+            if finite.all():
+                vals = part.tolist()
                 out.write("".join([prefix + repr(v) + s for v, s in zip(vals, stamps[i0:i1], strict=True)]))
-            samples += i1 - i0
+                samples += i1 - i0
+            else:  # a series absent part of the window (an autoscaled service's pod): no sample there
+                kept = [
+                    (v, s)
+                    for v, s, ok in zip(part.tolist(), stamps[i0:i1], finite.tolist(), strict=True)
+                    if ok
+                ]
+                out.write("".join([prefix + repr(v) + s for v, s in kept]))
+                samples += len(kept)
     return samples
 
 

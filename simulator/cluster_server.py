@@ -14,7 +14,7 @@ from typing import Self
 
 from exporter.expose import render
 from gpupilot_common.httpserve import TEXT, HTTPServer, Limits, Reply
-from simulator import cluster
+from simulator import cluster, service_series
 from simulator.model import Scenario
 
 HEALTH_PATHS = frozenset({"/health", "/ready", "/-/healthy"})
@@ -78,4 +78,6 @@ class ClusterServer(SeriesServer):
         super().__init__(self._families_text, host=host, port=port, limits=limits)
 
     def _families_text(self) -> str:
-        return render.render_text(cluster.families(self.scenario, self.clock(), all_series=self.series))
+        now = self.clock()
+        pods = service_series.window_series(self.scenario, now, now)  # autoscaled services' pods come and go
+        return render.render_text(cluster.families(self.scenario, now, all_series=self.series + pods))

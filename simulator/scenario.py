@@ -41,6 +41,7 @@ from simulator.scenario_parse import (
     parse_pattern,
     parse_pending,
 )
+from simulator.service_parse import parse_services
 
 
 def load(path: str | Path) -> Scenario:
@@ -54,7 +55,7 @@ def loads(text: str, *, name: str = "<scenario>") -> Scenario:
     return _build(doc)
 
 
-_TOP = ("seed", "epoch", "nodes", "workloads", "hpas", "faults", "pending", "description")
+_TOP = ("seed", "epoch", "nodes", "workloads", "hpas", "faults", "pending", "services", "description")
 _NODE = ("name", "labels", "gpus", "driver_version", "dra")
 _GPU = ("model", "count", "mig", "driver_version", "time_slicing")
 _WORKLOAD = (
@@ -95,7 +96,8 @@ def _build(doc: checked.Document) -> Scenario:
     hpas = parse_hpas(top, deployments=deployments)
     faults = parse_faults(top, nodes=by_name, mig=_mig)
     pending = parse_pending(top, running=set(pod_keys))
-    return Scenario(doc.source, seed, epoch, tuple(nodes), workloads, hpas, faults, pending)
+    services = parse_services(top, taken=deployments)
+    return Scenario(doc.source, seed, epoch, tuple(nodes), workloads, hpas, faults, pending, services)
 
 
 def _node(n: Section, seed: int) -> Node:
