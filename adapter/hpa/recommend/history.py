@@ -102,8 +102,8 @@ def fetch(
     count = len(line.times)
     wanted = set(line.pods)
     ns = f'namespace="{promql_escape(spec.namespace)}"'
-    spacing = _spacing(prometheus, spec, start=start, end=end) or step
-    window = rate_window or max(60.0, 4.0 * spacing)
+    spacing = round(_spacing(prometheus, spec, start=start, end=end) or step)
+    window = math.ceil(rate_window or max(60.0, 4.0 * spacing))
     notes: list[str] = []
     if spacing > step * 1.5:
         notes.append(
@@ -128,13 +128,13 @@ def fetch(
         return total, counts
 
     served = per_pod(
-        f"sum by (pod) (rate({demand.served}{{{ns}}}[{window:g}s]))",
+        f"sum by (pod) (rate({demand.served}{{{ns}}}[{window}s]))",
         f"--served-requests {demand.served}",
         required=True,
     )
     assert served is not None
     rejected = per_pod(
-        f"sum by (pod) (rate({demand.rejected}{{{ns}}}[{window:g}s]))",
+        f"sum by (pod) (rate({demand.rejected}{{{ns}}}[{window}s]))",
         f"--rejected-requests {demand.rejected}",
         required=False,
     )
