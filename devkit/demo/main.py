@@ -18,7 +18,7 @@ from devkit.process import LoopbackServer
 from devkit.victoriametrics import VictoriaMetricsServer
 
 SETUP_STEPS = 7
-SECTION_STEPS = 7
+SECTION_STEPS = 8
 MARKER = "GPUPILOT_DEMO_DIR"
 
 
@@ -154,6 +154,10 @@ def show_sections(
         sections.explain_hpa(con, settings, ends)
     with con.step("replay-hpa: the same HPA over the history, as written and with a 60 % GPU target"):
         sections.replay_hpa(con, settings, ends)
+    with con.step(
+        "recommend-hpa: the chat-inference HPA's cheapest targets and behaviour that hold its wait bound"
+    ):
+        sections.recommend_hpa(con, settings, ends)
     with con.step("The raw custom.metrics.k8s.io answer, through kubectl"):
         sections.raw_custom_metrics(con, ends, kubeconfig)
     con.section("3. Rightsizing")

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rightsizer.report.data import ReportData
+from rightsizer.report.hpas import HpaLine
 from rightsizer.report.namespaces import NamespaceUse
 
 
@@ -103,3 +104,5 @@ class Report:
     """Allocated devices idle all window, before the cut to :data:`~rightsizer.report.build.TOP_IDLE` (the one idle count)."""
     namespaces: tuple[NamespaceUse, ...] = ()
     namespaces_csv: str = ""
+    hpas: tuple[HpaLine, ...] = ()
+    """recommend-hpa's answers the report was given (``--hpa-recommendation``), one per HPA."""

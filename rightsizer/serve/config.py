@@ -10,6 +10,7 @@ Example (``examples/rightsizer-serve.yaml``)::
     listen: 0.0.0.0:9500             # /health and /metrics
     state_dir: /var/lib/gpupilot     # plans, reports, the auto-apply ledger
     report: {schedule: "mon 06:00", window: 7d, price_per_gpu_hour: 2.5}
+    # report.hpa_recommendations: [/var/lib/gpupilot/hpa]   # recommend-hpa -o json answers (files or folders)
     plan: {every: 6h, window: 7d}   # also max_nodes, headroom (0.2), idle_threshold (0.05), min_busy (15m)
     auto_apply:
       enabled: false
@@ -64,6 +65,9 @@ class ReportJob:
     price_per_gpu_hour: float | None = None
     out_dir: Path | None = None
     """Where reports go (one dated folder each); default ``<state_dir>/reports``."""
+    hpa_recommendations: tuple[Path, ...] = ()
+    """recommend-hpa answers (files, or folders of ``*.json``) for the report's autoscaling section,
+    read at each report (a CronJob or a pipeline refreshes them)."""
 
 
 @dataclass(frozen=True)
@@ -235,14 +239,20 @@ def _timezone(r: Section) -> ZoneInfo:
 
 
 def _report(rr: Section) -> ReportJob:
-    rr.keys(("schedule", "window", "price_per_gpu_hour", "out_dir"))
+    rr.keys(("schedule", "window", "price_per_gpu_hour", "out_dir", "hpa_recommendations"))
     price = rr.number("price_per_gpu_hour", None)
     out = rr.optional_text("out_dir")
+    hpas = []
+    for i, item in enumerate(rr.sequence("hpa_recommendations")):
+        if not isinstance(item, str) or not item:
+            raise rr.doc.fail((*rr.path, "hpa_recommendations", i), "must be a file or folder path")
+        hpas.append(Path(item))
     return ReportJob(
         _schedule(rr, "schedule"),
         rr.duration("window", 7 * 86400.0),
         price,
         Path(out) if out else None,
+        tuple(hpas),
     )
 
 

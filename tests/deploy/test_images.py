@@ -14,7 +14,16 @@ import pytest
 from devkit import image_contents
 
 ROOT = Path(__file__).resolve().parents[2]
-OWN = {"exporter", "simulator", "adapter", "rightsizer", "mig_geometry", "hpa_controller", "gpupilot_common", "devkit"}
+OWN = {
+    "exporter",
+    "simulator",
+    "adapter",
+    "rightsizer",
+    "mig_geometry",
+    "hpa_controller",
+    "gpupilot_common",
+    "devkit",
+}
 SHARED = {"gpupilot_common", "mig_geometry", "hpa_controller"}
 
 

@@ -4,6 +4,7 @@ series live and in the backfill."""
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from exporter.errors import ScenarioError
 from hpa_controller import decide as hpa
 from simulator import backfill, cluster, scenario, service, service_series
 from simulator.cluster_server import ClusterServer
+from simulator.model import Scenario
 
 REPO = Path(__file__).resolve().parents[2]
 WEEK = REPO / "examples" / "inference-week.yaml"
@@ -41,14 +43,21 @@ def _service_text(extra: str = "", hpa_block: str = "") -> str:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (_service_text().replace("    capacity: {requests_per_second: 10}\n", ""), "services[0].capacity: required"),
+        (
+            _service_text().replace("    capacity: {requests_per_second: 10}\n", ""),
+            "services[0].capacity: required",
+        ),
         (_service_text().replace("peak: 40", "peak: 2"), "services[0].load.peak: 2 is below base 5"),
         (
-            _service_text(hpa_block="    hpa: {name: h, max_replicas: 3, metrics: [{name: gpu_util, averageValue: 2}]}\n"),
+            _service_text(
+                hpa_block="    hpa: {name: h, max_replicas: 3, metrics: [{name: gpu_util, averageValue: 2}]}\n"
+            ),
             "services[0].hpa.metrics[0].name: 'gpu_util' is not one of the service's per-pod metrics",
         ),
         (
-            _service_text(hpa_block="    hpa: {name: h, min_replicas: 4, max_replicas: 3, metrics: [{name: inference_queue_depth, averageValue: 2}]}\n"),
+            _service_text(
+                hpa_block="    hpa: {name: h, min_replicas: 4, max_replicas: 3, metrics: [{name: inference_queue_depth, averageValue: 2}]}\n"
+            ),
             "services[0].hpa.max_replicas: 3 is below min_replicas 4",
         ),
         (
@@ -82,15 +91,15 @@ def test_the_example_week_reads_its_hpa_in_kubernetes_spelling() -> None:
 
 
 @pytest.fixture(scope="module")
-def small() -> scenario.Scenario:
+def small() -> Scenario:
     return scenario.loads(_service_text(), name="small.yaml")
 
 
-def test_the_hpa_follows_the_load_within_its_bounds(small: scenario.Scenario) -> None:
+def test_the_hpa_follows_the_load_within_its_bounds(small: Scenario) -> None:
     svc = small.services[0]
     run = service.simulate(svc, small.seed, start=MONDAY, steps=5760, warmup=3600.0)
     assert run.spec.min() >= 1 and run.spec.max() <= 8
-    peak = int(np.argmax(service.offered(svc, small.seed, MONDAY + 15.0 * np.arange(5760))))
+    peak = int(np.argmax(service.offered(svc, small.seed, MONDAY + 15.0 * np.arange(5760, dtype=np.float64))))
     trough = int(np.argmin(run.offered))
     assert run.spec[peak] > run.spec[trough], "more replicas at the daily peak than at the trough"
     assert np.all(run.ready <= run.spec)
@@ -102,7 +111,7 @@ def test_the_hpa_follows_the_load_within_its_bounds(small: scenario.Scenario) ->
     assert served + rejected >= offered * 0.98
 
 
-def test_pods_are_ready_after_the_startup_delay_and_publish_only_then(small: scenario.Scenario) -> None:
+def test_pods_are_ready_after_the_startup_delay_and_publish_only_then(small: Scenario) -> None:
     svc = small.services[0]
     wk = service.week(svc, small.seed, MONDAY)
     young = next(p for p in wk.pods if p.created > MONDAY + 3600)
@@ -126,16 +135,18 @@ def test_queue_and_wait_grow_as_load_per_replica_nears_capacity() -> None:
     assert queued[0] == pytest.approx(high[0] + 50.0) and queued[2] == pytest.approx(high[2] + 5.0)
 
 
-def test_a_what_if_model_replaces_the_scenarios_hpa(small: scenario.Scenario) -> None:
+def test_a_what_if_model_replaces_the_scenarios_hpa(small: Scenario) -> None:
     svc = small.services[0]
-    stricter = replace(svc.hpa, metrics=(hpa.MetricSpec("Pods", "inference_queue_depth", "AverageValue", 0.5),))
+    stricter = replace(
+        svc.hpa, metrics=(hpa.MetricSpec("Pods", "inference_queue_depth", "AverageValue", 0.5),)
+    )
     base = service.simulate(svc, small.seed, start=MONDAY, steps=2880, warmup=3600.0)
     more = service.simulate(svc, small.seed, start=MONDAY, steps=2880, model=stricter, warmup=3600.0)
     assert service.replica_seconds(more.spec) > service.replica_seconds(base.spec)
     assert np.array_equal(base.offered, more.offered)
 
 
-def test_live_endpoint_and_backfill_publish_the_same_service_samples(small: scenario.Scenario) -> None:
+def test_live_endpoint_and_backfill_publish_the_same_service_samples(small: Scenario) -> None:
     t = MONDAY + 13 * 3600 + 7.0
     live = {
         (f.name, labels): value
@@ -156,10 +167,18 @@ def test_live_endpoint_and_backfill_publish_the_same_service_samples(small: scen
         prefix = filler._fmt.prefix(name, labels)
         assert got[(name, prefix)] == value
     spec_live = live[("kube_deployment_spec_replicas", (("namespace", "ai"), ("deployment", "chat")))]
-    assert spec_live == got[("kube_deployment_spec_replicas", 'kube_deployment_spec_replicas{namespace="ai",deployment="chat"} ')]
+    assert (
+        spec_live
+        == got[
+            (
+                "kube_deployment_spec_replicas",
+                'kube_deployment_spec_replicas{namespace="ai",deployment="chat"} ',
+            )
+        ]
+    )
 
 
-def test_cluster_server_serves_the_services_pods(small: scenario.Scenario) -> None:
+def test_cluster_server_serves_the_services_pods(small: Scenario) -> None:
     t = MONDAY + 15 * 3600.0
     server = ClusterServer(small, clock=lambda: t)
     text = server.render()
@@ -169,8 +188,6 @@ def test_cluster_server_serves_the_services_pods(small: scenario.Scenario) -> No
 
 def test_the_backfill_writes_no_sample_where_a_pod_did_not_exist(tmp_path: Path) -> None:
     runs = {"x": backfill._Run("gauge", "h", [('x{pod="a"} ', np.array([1.0, math.nan, 3.0]), 0, 3)])}
-    import io
-
     out = io.StringIO()
     n = backfill.write_window(out, runs, np.array([10.0, 20.0, 30.0]))
     assert n == 2

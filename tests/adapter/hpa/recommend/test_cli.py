@@ -12,6 +12,7 @@ import pytest
 
 from adapter.cli import main
 from devkit.prometheus import PrometheusServer
+from rightsizer.report import hpas
 from simulator import backfill, scenario
 from simulator.backfill import BackfillSettings
 
@@ -60,7 +61,7 @@ def _run(prom_url: str, *extra: str) -> list[str]:
 
 
 def test_recommends_a_cheaper_configuration_checked_on_the_held_out_day(
-    prom_url: str, capsys: pytest.CaptureFixture[str]
+    prom_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     assert main(_run(prom_url, "-o", "json")) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -75,15 +76,25 @@ def test_recommends_a_cheaper_configuration_checked_on_the_held_out_day(
     assert rec["held_out"]["replica_hours"] < cur["held_out"]["replica_hours"]
     assert rec["saving_percent"] > 0
     hpa = rec["hpa"]
-    assert hpa["kind"] == "HorizontalPodAutoscaler" and hpa["spec"]["minReplicas"] == rec["configuration"]["minReplicas"]
+    assert (
+        hpa["kind"] == "HorizontalPodAutoscaler"
+        and hpa["spec"]["minReplicas"] == rec["configuration"]["minReplicas"]
+    )
     assert {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"]} <= {
         "inference_queue_depth",
         "inference_kv_cache_usage_ratio",
     }
     assert doc["candidates"] >= 100
+    # the weekly report reads this answer as it is (rightsizer report --hpa-recommendation)
+    saved = tmp_path / "recommend.json"
+    saved.write_text(json.dumps(doc))
+    line = hpas.read(saved)
+    assert line.saving_percent == rec["saving_percent"] and line.hpa == "ai-serving/chat-inference-hpa"
 
 
-def test_the_table_shows_current_beside_recommended(prom_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_table_shows_current_beside_recommended(
+    prom_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(_run(prom_url, "--may-change", "targets", "--jobs", "1")) == 0
     out = capsys.readouterr().out
     assert "current (replayed)" in out and "recommended" in out and "held-out GPU-hours" in out

@@ -23,7 +23,10 @@ def _model(rng: np.random.Generator, startup: float) -> ServiceModel:
     queue = capacity.fit("q", x, (x / 10) ** 3 * 8 * (1 + rng.normal(0, 0.05, 3000)))
     kv = capacity.fit("kv", x, 0.05 + 0.09 * x * (1 + rng.normal(0, 0.02, 3000)))
     wait = (x / 10) ** 4 * 5 * (1 + rng.normal(0, 0.05, 3000))
-    specs = (hpa.MetricSpec("Pods", "q", "AverageValue", 3.0), hpa.MetricSpec("Pods", "kv", "AverageValue", 0.7))
+    specs = (
+        hpa.MetricSpec("Pods", "q", "AverageValue", 3.0),
+        hpa.MetricSpec("Pods", "kv", "AverageValue", 0.7),
+    )
     return ServiceModel(
         15.0,
         np.maximum(demand, 0.0),
@@ -90,10 +93,14 @@ def test_kernel_replays_each_candidate_as_the_engine_does(seed: int, startup: fl
     days = (np.arange(STEPS) // 300).astype(np.int64)
     res = kernel.run(model, candidates, first=first, days=days, trace=True)
     assert res.trace is not None
-    line = Timeline(list(np.arange(STEPS) * 15.0), [[] for _ in range(STEPS)], [first] + [None] * (STEPS - 1), "", [])
+    line = Timeline(
+        list(np.arange(STEPS) * 15.0), [[] for _ in range(STEPS)], [first] + [None] * (STEPS - 1), "", []
+    )
     moved = 0
     for c, candidate in enumerate(candidates):
-        result = replay.replay(candidate, line, label="x", startup=startup, load=ModelledLoad(model, candidate))
+        result = replay.replay(
+            candidate, line, label="x", startup=startup, load=ModelledLoad(model, candidate)
+        )
         replicas = np.array([s.replicas for s in result.steps])
         assert np.array_equal(replicas, res.trace[c]), (c, int(np.argmax(replicas != res.trace[c])))
         broken = np.bincount(days, weights=np.array([s.broken for s in result.steps]))

@@ -14,7 +14,13 @@ from adapter.hpa.recommend import bound, capacity, demand, history, search
 @pytest.mark.parametrize(
     ("text", "name", "matchers", "upper", "value"),
     [
-        ('inference_queue_wait_seconds{quantile="0.95"} <= 2', "inference_queue_wait_seconds", ('quantile="0.95"',), True, 2.0),
+        (
+            'inference_queue_wait_seconds{quantile="0.95"} <= 2',
+            "inference_queue_wait_seconds",
+            ('quantile="0.95"',),
+            True,
+            2.0,
+        ),
         ("inference_queue_wait_seconds:p95<=2.5", "inference_queue_wait_seconds:p95", (), True, 2.5),
         ('ok_ratio{a="x,y", b=~"c.*"} >= 0.99', "ok_ratio", ('a="x,y"', 'b=~"c.*"'), False, 0.99),
     ],
@@ -58,7 +64,13 @@ def test_demand_is_served_plus_rejected_plus_queue_growth() -> None:
     served = offered - np.where(np.arange(n) > 100, 2.0, 0.0) - 1.0
     rejected = np.ones(n)
     d = demand.recover(
-        step=step, served=served, rejected=rejected, queued=queued, ready=ready, recorded=ready, max_replicas=8
+        step=step,
+        served=served,
+        rejected=rejected,
+        queued=queued,
+        ready=ready,
+        recorded=ready,
+        max_replicas=8,
     )
     assert np.allclose(d.offered[5:99], offered[5:99])
     assert np.allclose(d.offered[103:-2], offered[103:-2])
@@ -71,14 +83,18 @@ def test_capacity_is_what_saturated_replicas_serve() -> None:
     ready = np.full(n, 2, dtype=np.int64)
     served = np.where(np.arange(n) < 200, 10.0, 20.0)  # 10 req/s per pod once saturated
     rejected = np.where(np.arange(n) < 200, 0.0, 3.0)
-    d = demand.recover(step=15.0, served=served, rejected=rejected, queued=None, ready=ready, recorded=ready, max_replicas=9)
+    d = demand.recover(
+        step=15.0, served=served, rejected=rejected, queued=None, ready=ready, recorded=ready, max_replicas=9
+    )
     assert d.capacity == pytest.approx(10.0)
-    calm = demand.recover(step=15.0, served=served, rejected=None, queued=None, ready=ready, recorded=ready, max_replicas=9)
+    calm = demand.recover(
+        step=15.0, served=served, rejected=None, queued=None, ready=ready, recorded=ready, max_replicas=9
+    )
     assert calm.capacity is None
 
 
 def test_startup_delay_is_the_median_time_to_ready_after_a_rise() -> None:
-    times = np.arange(40) * 15.0
+    times = np.arange(40, dtype=np.float64) * 15.0
     recorded = np.array([2] * 10 + [4] * 15 + [3] * 5 + [5] * 10, dtype=np.int64)
     ready = np.array([2] * 18 + [4] * 12 + [3] * 2 + [5] * 8, dtype=np.int64)
     delay, events = demand.startup_delay(times, recorded, ready)
@@ -110,7 +126,7 @@ def test_exceedance_is_the_share_broken_at_each_load() -> None:
 
 
 def test_short_gaps_are_bridged_and_long_ones_named() -> None:
-    times = np.arange(100) * 15.0 + 1.8e9
+    times = np.arange(100, dtype=np.float64) * 15.0 + 1.8e9
     a = np.arange(100, dtype=np.float64)
     a[10:14] = np.nan
     series = {"the served requests": a}
@@ -119,7 +135,9 @@ def test_short_gaps_are_bridged_and_long_ones_named() -> None:
     b = np.arange(100, dtype=np.float64)
     b[20:40] = np.nan
     with pytest.raises(ConfigError) as exc:
-        history._bridge({"the served requests": b}, times, recorded=np.zeros(100, dtype=np.int64), max_gap=120.0)
+        history._bridge(
+            {"the served requests": b}, times, recorded=np.zeros(100, dtype=np.int64), max_gap=120.0
+        )
     assert "gap of 5m in the served requests, from 2027-01-15T08:05:00Z" in str(exc.value)
     assert "--max-gap 5m" in str(exc.value)
 
@@ -127,7 +145,9 @@ def test_short_gaps_are_bridged_and_long_ones_named() -> None:
 def test_non_finite_samples_stop_the_run_naming_pod_and_time() -> None:
     with pytest.raises(ConfigError) as exc:
         history._refuse_non_finite([({"pod": "p-1"}, 1.8e9 + 30, float("nan"))], what="--queue q")
-    assert str(exc.value).startswith("--queue q: 1 sample(s) are nan, the first of pod p-1 at 2027-01-15T08:00:30Z")
+    assert str(exc.value).startswith(
+        "--queue q: 1 sample(s) are nan, the first of pod p-1 at 2027-01-15T08:00:30Z"
+    )
 
 
 def test_the_last_days_are_held_out() -> None:
