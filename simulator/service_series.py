@@ -39,6 +39,14 @@ def window_series(scenario: Scenario, t0: float, t1: float) -> list[Series]:
     return out
 
 
+def warm(scenario: Scenario, t: float, *, ahead: float = 3600.0) -> None:
+    """Run (and cache) every service's week holding ``t``, and the next one when it starts within
+    ``ahead``: a live endpoint calls this off its scrape path, so no scrape waits for a week's run."""
+    for svc in scenario.services:
+        for start in service.weeks_between(t, t + ahead):
+            service.week(svc, scenario.seed, start)
+
+
 def values_at(svc: Service, seed: int, ts: Array, fn: WeekFn) -> Array:
     """``fn(week, step indices)`` at each time, whatever week it falls in."""
     out = np.full(len(ts), math.nan)
