@@ -3,7 +3,7 @@ replay engine itself.
 
 The window's days are 24-hour blocks counted back from its end; the last ``held_out`` are held out.
 Each stage (:mod:`adapter.hpa.recommend.candidates`) runs through the vectorised replay
-(:mod:`adapter.hpa.recommend.kernel`) over the whole window, split over ``jobs`` processes; a candidate is **feasible** when the
+(:mod:`adapter.hpa.recommend.kernel`) over the training days, split over ``jobs`` processes; a candidate is **feasible** when the
 bound is broken in at most the budget on every training day, and candidates are ranked by their
 training replica-hours. The cheapest feasible candidates are then replayed one by one with
 :func:`adapter.hpa.replay.replay` (the engine replay-hpa runs) until one also holds the bound on every
@@ -129,7 +129,17 @@ def search(
         return score.holds(days, train, budget) and score.holds(days, held, budget)
 
     widest = max(first, math.ceil(current.max_replicas * 1.5) + 1) + 1
-    shared = workers.Shared(model, line, days.index, len(days.steps), first, requests)
+    training_steps = int(np.sum(days.training[days.index]))
+    shared = workers.Shared(
+        model,
+        line,
+        days.index,
+        len(days.steps),
+        first,
+        requests,
+        training_steps,
+        replace(model, demand=model.demand[:training_steps], cache={}),
+    )
     workers.warm(shared, [widest])
     with workers.Workers(shared, jobs=jobs) as pool:
         tried: list[Scored] = []

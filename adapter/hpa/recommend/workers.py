@@ -32,6 +32,10 @@ class Shared:
     ndays: int
     first: int
     requests: dict[str, int]
+    search_steps: int
+    """The kernel replays the first this many steps (the training days: the search never looks
+    further; the engine replays the whole window)."""
+    search_model: ServiceModel
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,11 @@ _SHARED: dict[str, Shared] = {}
 
 def _kernel(models: Sequence[hpa.HpaModel]) -> list[Figures]:
     s = _SHARED["run"]
-    res = kernel.run(s.model, models, first=s.first, days=s.days, requests=s.requests)
+    res = kernel.run(s.search_model, models, first=s.first, days=s.days[: s.search_steps], requests=s.requests)
+    pad = s.ndays - res.replica_steps.shape[1]
+    if pad > 0:  # the held-out days: not replayed by the search
+        res.replica_steps = np.pad(res.replica_steps, ((0, 0), (0, pad)))
+        res.broken = np.pad(res.broken, ((0, 0), (0, pad)))
     return [
         Figures(
             res.replica_steps[k],
@@ -126,6 +134,7 @@ class Workers:
 
 
 def warm(shared: Shared, widths: Sequence[int]) -> None:
-    """Build the model's lookup tables before forking, so every worker shares them."""
+    """Build the models' lookup tables before forking, so every worker shares them."""
     for w in widths:
         tables(shared.model, w)
+        tables(shared.search_model, w)
