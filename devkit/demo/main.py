@@ -118,7 +118,9 @@ def _history(
     """Prometheus: the TSDB directory (built or reused); VictoriaMetrics: the store, started with the
     history imported (its data directory is returned for the note)."""
     if settings.backend != "victoriametrics":
-        return history.ensure_history(settings, log=settings.logs / "backfill.log")
+        found = history.ensure_history(settings, log=settings.logs / "backfill.log")
+        ends.history_end = history.history_end(settings)
+        return found
     store, how = vmstore.start_with_history(settings, ends)
     servers.append(store)
     return store.data_dir, how

@@ -102,6 +102,8 @@ def recommend_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> None
         )
         return
     since, held = window
+    # the backfilled days end minutes before live scraping starts: recommend on those days
+    until = ends.history_end - ends.history_end % 15 if ends.history_end else 0.0
     args = [
         "recommend-hpa",
         "-f",
@@ -116,6 +118,7 @@ def recommend_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> None
         since,
         "--held-out",
         held,
+        *(["--until", f"{until:.0f}"] if until else []),
     ]
     # exit 1 (nothing meets the bound) is an answer too, said on stderr
     res = commands.run("gpupilot-adapter", args, root=settings.root, timeout=600, ok_codes=(0, 1))
