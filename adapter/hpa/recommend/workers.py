@@ -56,7 +56,9 @@ _SHARED: dict[str, Shared] = {}
 
 def _kernel(models: Sequence[hpa.HpaModel]) -> list[Figures]:
     s = _SHARED["run"]
-    res = kernel.run(s.search_model, models, first=s.first, days=s.days[: s.search_steps], requests=s.requests)
+    res = kernel.run(
+        s.search_model, models, first=s.first, days=s.days[: s.search_steps], requests=s.requests
+    )
     pad = s.ndays - res.replica_steps.shape[1]
     if pad > 0:  # the held-out days: not replayed by the search
         res.replica_steps = np.pad(res.replica_steps, ((0, 0), (0, pad)))
