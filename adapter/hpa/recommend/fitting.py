@@ -70,6 +70,7 @@ def fit(
                 curve,
                 queue=m.name == queue_metric,
                 request=requests.get(m.name, 0) / 1000.0,
+                noise=_noise(curve, x, y, usable),
             )
         )
     if not curves:
@@ -127,3 +128,15 @@ def _backlog(offered: np.ndarray, ready: np.ndarray, mu: float, step: float) -> 
         b = max(b + (d - max(n, 1) * mu) * step, 0.0)
         out[i] = b
     return out
+
+
+NOISE_LIMIT = 0.5
+"""Relative residuals are kept within ±50 % (a step far off its curve is an outlier, not noise)."""
+
+
+def _noise(curve: Curve, x: np.ndarray, y: np.ndarray, usable: np.ndarray) -> np.ndarray:
+    """Each step's relative residual from the curve (0 where the step was not fitted)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        fitted = curve(np.where(np.isfinite(x), x, 0.0))
+        r = np.where(usable & (fitted > 1e-9) & np.isfinite(y), y / fitted - 1.0, 0.0)
+    return np.asarray(np.clip(np.nan_to_num(r), -NOISE_LIMIT, NOISE_LIMIT), dtype=np.float64)

@@ -8,7 +8,8 @@ Per step, with ``n`` Ready replicas and demand ``D``:
   as often as history broke it at that backlog per replica (every step, when history had too few
   such steps to tell), and the queue metric adds backlog ÷ n;
 * each per-pod metric = its curve at ``x = D / n`` (capped at the highest load per replica fitted
-  when there is a backlog); Object and External metrics (totals) are taken as recorded;
+  when there is a backlog) × (1 + the relative residual history showed at that step); Object and
+  External metrics (totals) are taken as recorded;
 * the bound's share broken = the share of history's steps at that load per replica whose signal
   broke it (:class:`~adapter.hpa.recommend.capacity.Exceedance`).
 
@@ -42,6 +43,9 @@ class MetricModel:
     """The metric is the queue the backlog adds to."""
     request: float = 0.0
     """Resource Utilization: the pods' request (plain units) the usage is divided by."""
+    noise: Array | None = None
+    """Per step, the relative residual history showed at that step (``y / curve(x) - 1``): the
+    replayed value carries the same noise, so the controller meets the wobble it met in history."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ def tables(model: ServiceModel, width: int) -> Tables | None:
     if len(model.demand) * width <= MAX_TABLE_CELLS:
         n = np.maximum(np.arange(width), 1).astype(np.float64)
         x = model.demand[:, None] / n[None, :]
-        values: list[Array | None] = [None if m.curve is None else m.curve(x) for m in model.metrics]
+        values: list[Array | None] = [None if m.curve is None else _noisy(m, m.curve(x), None) for m in model.metrics]
         broken = model.bound_break(x)
         broken[:, 0] = 1.0
         out = Tables(values, broken, x > model.x_fitted * 1.0001)
@@ -159,7 +163,7 @@ def evaluate(
             assert m.recorded is not None
             values.append(np.full_like(n, m.recorded[i]))
             continue
-        v = m.curve(xc)
+        v = _noisy(m, m.curve(xc), i)
         if m.queue:
             v = v + backlog / n
         values.append(v)
@@ -169,6 +173,14 @@ def evaluate(
         broken = np.where(queued, np.maximum(broken, by_backlog), broken)
     broken = np.where(ready < 1, 1.0, broken)
     return StepValues(values, broken, x > model.x_fitted * 1.0001), backlog
+
+
+def _noisy(m: MetricModel, value: Array, i: int | None) -> Array:
+    """``value`` with the metric's recorded noise: at step ``i``, or per row (every step) when None."""
+    if m.noise is None:
+        return value
+    factor = 1.0 + (m.noise[: len(value), None] if i is None else m.noise[i])
+    return np.asarray(value * factor, dtype=np.float64)
 
 
 class ModelledLoad:

@@ -1,6 +1,7 @@
 """The vectorised replay against the replay engine: the same replicas at every step and the same
 bound figures, for random configurations (behaviour or none, policies, windows, tolerance, bounds,
-a start-up delay), with a backlog and a missing-pods rebalancing on the way."""
+a start-up delay), with a backlog, recorded noise on the metrics and a missing-pods rebalancing on
+the way."""
 
 from __future__ import annotations
 
@@ -31,7 +32,10 @@ def _model(rng: np.random.Generator, startup: float) -> ServiceModel:
         15.0,
         np.maximum(demand, 0.0),
         10.0,
-        (MetricModel(specs[0], queue, queue=True), MetricModel(specs[1], kv)),
+        (
+            MetricModel(specs[0], queue, queue=True, noise=rng.uniform(-0.05, 0.05, STEPS)),
+            MetricModel(specs[1], kv, noise=rng.uniform(-0.02, 0.02, STEPS)),
+        ),
         Bound("w", True, 2.0, 0.01),
         capacity.fit("w", x, wait),
         capacity.fit_exceedance("w", x, wait, bound=2.0, upper=True),
