@@ -114,7 +114,9 @@ def tables(model: ServiceModel, width: int) -> Tables | None:
     if len(model.demand) * width <= MAX_TABLE_CELLS:
         n = np.maximum(np.arange(width), 1).astype(np.float64)
         x = model.demand[:, None] / n[None, :]
-        values: list[Array | None] = [None if m.curve is None else _noisy(m, m.curve(x), None) for m in model.metrics]
+        values: list[Array | None] = [
+            None if m.curve is None else _noisy(m, m.curve(x), None) for m in model.metrics
+        ]
         broken = model.bound_break(x)
         broken[:, 0] = 1.0
         out = Tables(values, broken, x > model.x_fitted * 1.0001)
