@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-AREAS = ("exporter", "sharing", "adapter", "keda", "rightsizer", "inventory", "answers", "scale")
+AREAS = ("exporter", "sharing", "adapter", "keda", "rightsizer", "inventory", "answers", "scale", "recommend")
 HERE = Path(__file__).resolve().parent
 
 
