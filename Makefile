@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # included), which without the caches is compiled again each time (about 6 s of CPU per worker).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: scan help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo demo-check bench clean protos dashboards manifests rules-test history images image-tools extras e2e
+.PHONY: cluster-tools cluster kube-test scan help venv prometheus victoriametrics helm kubectl docs test checks lint unit pytest demo demo-check bench clean protos dashboards manifests rules-test history images image-tools extras e2e
 
 help:
 	@echo "make demo   simulated GPU fleet + real Prometheus + adapter + rightsizing report"
@@ -22,7 +22,9 @@ help:
 	@echo "make lint   ruff + mypy + import-linter + the import-cycle check only"
 	@echo "make scan   checkov over every rendering of the chart and the overlays (accepted findings: deploy/scan-allowlist.yaml)"
 	@echo "make images the three service images (buildah, no Docker) into dist/images/*.oci.tar, each started once"
-	@echo "make e2e    the chart's and the overlays' pods run from the built images (after make images), every check one line"
+	@echo "make e2e    the chart and the overlays installed into a real control plane, their pods run from the built images (after make images)"
+	@echo "make kube-test  the tests of what Kubernetes decides, against its real control plane (built from Go modules)"
+	@echo "make cluster    that control plane on loopback with simulated GPU nodes, until Ctrl-C"
 	@echo "make extras each extra (and none) in a fresh venv from a wheel of this checkout, every command run for real"
 	@echo "make demo-check  make demo at its defaults, shown once; fails when any step failed (CI)"
 	@echo "make unit   the tests that need no Prometheus and are not slow (the inner loop)"
@@ -92,8 +94,10 @@ images: venv image-tools
 
 # The rendered chart and kustomize overlays run from dist/images/*.oci.tar (buildah, chroot isolation,
 # as root) against the Kubernetes API double and a real Prometheus (devkit/e2e/). After `make images`.
-e2e: venv prometheus helm kubectl image-tools
+e2e: venv prometheus helm kubectl image-tools cluster-tools
 	$(BIN)/python -m devkit.e2e
+	@# the oldest Kubernetes release users run that the chart is tested on
+	$(BIN)/python -m devkit.e2e --only chart --kubernetes v1.34.4
 
 # Each install users make (pip install 'gpupilot[EXTRA]', and no extra) in a fresh venv from a wheel
 # of this checkout, each console script's commands run for real (devkit/extras.py, devkit/walk.py),
@@ -138,11 +142,27 @@ PYTEST := $(PYTEST_RUN) -n $(PYTEST_WORKERS)
 # Every test (what `make test` runs after the static checks), in parallel: a module's tests on one
 # worker (its module fixtures built once), the expensive histories built once per run (tests/conftest.py).
 pytest: venv prometheus victoriametrics helm kubectl
-	$(PYTEST) $(PYTEST_ARGS)
+	$(PYTEST) -m "not kube" $(PYTEST_ARGS)
 
 # The inner loop: the tests that start no Prometheus and are not marked slow.
 unit: venv
-	$(PYTEST_RUN) -n $(UNIT_WORKERS) -m "not prometheus and not slow" $(PYTEST_ARGS)
+	$(PYTEST_RUN) -n $(UNIT_WORKERS) -m "not prometheus and not slow and not kube" $(PYTEST_ARGS)
+
+# Kubernetes' own control plane (kube-apiserver, kube-controller-manager, kube-scheduler, etcd) and
+# KWOK, built from their published Go modules at the pinned releases into ~/.cache/gpupilot/tools
+# (devkit/gobuild.py; about 11 minutes cold on 2 cores, seconds when built).
+cluster-tools:
+	@command -v go >/dev/null 2>&1 || { echo "error: Go 1.26 is needed to build the test control plane (https://go.dev/doc/install)"; exit 2; }
+	$(PYTHON) -m devkit.gobuild build kube kube-1.34 kwok kube-state-metrics
+
+# The real control plane on loopback with the demo fleet's simulated GPU nodes, until Ctrl-C.
+cluster: venv cluster-tools
+	$(BIN)/python -m devkit.cluster up
+
+# The tests of what Kubernetes decides (RBAC, admission, aggregation, scheduling, evictions,
+# controllers, leases, DRA objects), against the real control plane: one per run, on one worker.
+kube-test: venv prometheus helm cluster-tools
+	$(PYTEST_RUN) -n 2 -m kube $(PYTEST_ARGS)
 
 # The static checks beside the tests: the tests leave part of the two cores idle (waiting on the
 # servers they start), which the checks fill. pytest is named first and every check has a job slot of

@@ -44,6 +44,8 @@ class Binary:
     """The file name the binary gets in the tool's folder."""
     package: str
     """The Go package to build: ``.`` for the module's own main, else an upstream import path."""
+    links: tuple[str, ...] = ()
+    """Other names for the same binary (symbolic links beside it: ``kubectl`` → ``kube``)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class GoTool:
     ldflags: tuple[str, ...] = ()
     """``-X`` settings that make the binary report its real release (``/version``, ``--version``)."""
     tags: tuple[str, ...] = ()
+    modfile: str = ""
+    """Another go.mod of the same folder (``go build -modfile``): one main, several pinned releases."""
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment for ``go build`` (``GOTOOLCHAIN`` where a module needs a newer Go; the
     reason is written beside the tool)."""
@@ -83,6 +87,8 @@ def _kube_version_flags(release: str) -> tuple[str, ...]:
 
 KUBERNETES_RELEASE = "v1.37.2"
 """The Kubernetes release of the test control plane (devkit/gotools/kube/go.mod pins the same)."""
+KUBERNETES_OLDEST = "v1.34.4"
+"""The oldest release users run that the e2e also runs on (devkit/gotools/kube/go-1.34.mod)."""
 
 TOOLS: dict[str, GoTool] = {
     tool.name: tool
@@ -91,8 +97,27 @@ TOOLS: dict[str, GoTool] = {
             name="kube",
             directory="kube",
             release=KUBERNETES_RELEASE,
-            binaries=(Binary("kube", "."),),
+            binaries=(Binary("kube", ".", links=("kubectl",)),),
             ldflags=_kube_version_flags(KUBERNETES_RELEASE),
+        ),
+        GoTool(
+            name="kube-1.34",
+            directory="kube",
+            release=KUBERNETES_OLDEST,
+            binaries=(Binary("kube", ".", links=("kubectl",)),),
+            ldflags=_kube_version_flags(KUBERNETES_OLDEST),
+            modfile="go-1.34.mod",
+        ),
+        GoTool(
+            name="kube-state-metrics",
+            directory="kube-state-metrics",
+            release="v2.20.0",
+            binaries=(Binary("kube-state-metrics", "k8s.io/kube-state-metrics/v2"),),
+            ldflags=(
+                "-X github.com/prometheus/common/version.Version=v2.20.0",
+                "-X github.com/prometheus/common/version.Branch=release-2.20",
+                "-X github.com/prometheus/common/version.Revision=v2.20.0",
+            ),
         ),
         GoTool(
             name="kwok",
@@ -123,10 +148,14 @@ def _go_version(go: str) -> str:
 
 
 def content_key(tool: GoTool, go_version: str) -> str:
-    """A digest of everything that decides the binaries: the module's files, flags, tags, Go."""
+    """A digest of everything that decides the binaries: the module's files (its own go.mod and
+    go.sum, or its ``modfile`` and that file's sum), flags, tags, Go. A binary's other names (its
+    links) are made when missing, without a rebuild."""
     digest = hashlib.sha256()
+    modfile = Path(tool.modfile or "go.mod")
+    own = {modfile.name, modfile.with_suffix(".sum").name}
     for path in sorted(tool.module_dir.rglob("*")):
-        if path.is_file() and path.suffix in {".mod", ".sum", ".go", ".yaml"}:
+        if path.is_file() and (path.suffix in {".go", ".yaml"} or path.name in own):
             digest.update(path.relative_to(tool.module_dir).as_posix().encode() + b"\0")
             digest.update(path.read_bytes())
     for part in (*tool.ldflags, *tool.tags, *sorted(f"{k}={v}" for k, v in tool.env.items()), go_version):
@@ -194,6 +223,7 @@ def build(name: str, *, progress: bool = True) -> Path:
     with _locked(name):
         folder = tool_dir(tool)
         if (folder / ".complete").is_file():
+            _links(tool, folder)
             return folder
         log = log_path(tool)
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -203,12 +233,13 @@ def build(name: str, *, progress: bool = True) -> Path:
             print(f"==> building {tool.name} {tool.release} from its Go modules (log: {log})", flush=True)
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f".{tool.name}-", dir=cache_root()) as tmp:
-            if _run_logged([go, "mod", "download"], cwd=tool.module_dir, env=env, log=log) != 0:
+            modfile = [f"-modfile={tool.modfile}"] if tool.modfile else []
+            if _run_logged([go, "mod", "download", *modfile], cwd=tool.module_dir, env=env, log=log) != 0:
                 raise GoToolError(
                     f"{tool.name}: its Go modules could not be downloaded ({_failure_line(log)}); see {log}"
                 )
             for binary in tool.binaries:
-                cmd = [go, "build", "-trimpath", "-o", str(Path(tmp) / binary.name)]
+                cmd = [go, "build", *modfile, "-trimpath", "-o", str(Path(tmp) / binary.name)]
                 flags = ["-s", "-w", *tool.ldflags]
                 cmd += ["-ldflags", " ".join(flags)]
                 if tool.tags:
@@ -218,18 +249,36 @@ def build(name: str, *, progress: bool = True) -> Path:
                     raise GoToolError(
                         f"{tool.name}: go build of {binary.package} failed ({_failure_line(log)}); see {log}"
                     )
+                for link in binary.links:
+                    (Path(tmp) / link).symlink_to(binary.name)
             (Path(tmp) / ".complete").write_text(
                 f"{tool.release} built in {time.monotonic() - started:.0f}s\n"
             )
             os.chmod(tmp, 0o755)  # noqa: S103 - binaries others (the images, CI) run
             os.replace(tmp, folder)
             Path(tmp).mkdir()  # TemporaryDirectory removes it on exit
+        _prune(tool, keep=folder)
         if progress:
             print(
                 f"==> {tool.name} {tool.release} built in {time.monotonic() - started:.0f}s: {folder}",
                 flush=True,
             )
         return folder
+
+
+def _links(tool: GoTool, folder: Path) -> None:
+    for b in tool.binaries:
+        for link in b.links:
+            if not (folder / link).is_symlink():
+                (folder / link).symlink_to(b.name)
+
+
+def _prune(tool: GoTool, *, keep: Path) -> None:
+    """Remove the tool's earlier builds (other pins or keys): the cache holds one per tool."""
+    for old in cache_root().glob(f"{tool.name}-*"):
+        parts = old.name.rsplit("-", 2)
+        if old != keep and old.is_dir() and len(parts) == 3 and parts[0] == tool.name:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def binary(name: str, member: str | None = None, *, build_missing: bool = True) -> Path:

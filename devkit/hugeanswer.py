@@ -34,6 +34,22 @@ def series_block(start: int, count: int) -> bytes:
     ).encode()
 
 
+def compact_block(start: int, count: int) -> bytes:
+    """``count`` compact series: two short labels each (about 75 bytes a series), the shape that
+    costs the most memory per byte once parsed."""
+    return "".join(
+        ("," if i else "")
+        + f'{{"metric":{{"pod":"p{i:07d}","gpu":"{i % 8}"}},"value":[1764500000,"{i % 100}"]}}'
+        for i in range(start, start + count)
+    ).encode()
+
+
+def answer_labels(series: int) -> int:
+    """Label pairs of the whole answer as the reader counts them (``":"``): six per series, and the
+    answer's ``status`` and ``resultType``."""
+    return 6 * series + 2
+
+
 def answer_size(series: int) -> int:
     """Bytes of the whole answer (for the tables: what an unbounded client would read)."""
     return (
@@ -60,8 +76,10 @@ class _Handler(socketserver.StreamRequestHandler):
         try:
             self._send(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n")
             self._send(HEAD)
+            # looked up now, not in a table made at import: tests swap series_block for fatter series
+            block = compact_block if self.server.shape == "compact" else series_block
             for start in range(0, self.server.series, BLOCK):
-                self._send(series_block(start, min(BLOCK, self.server.series - start)))
+                self._send(block(start, min(BLOCK, self.server.series - start)))
             self._send(TAIL)
         except OSError:  # the client stopped reading (over its limit): stop generating
             pass
@@ -76,9 +94,12 @@ class HugeAnswerServer(socketserver.ThreadingMixIn, socketserver.TCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, series: int) -> None:
+    def __init__(self, series: int, *, shape: str = "dcgm") -> None:
+        """``shape``: ``dcgm`` (dcgm-exporter's series, six labels, about 200 bytes each) or
+        ``compact`` (:func:`compact_block`)."""
         super().__init__(("127.0.0.1", 0), _Handler)
         self.series = series
+        self.shape = shape
         self.bytes_sent = 0
         self.lock = threading.Lock()
         self._thread = threading.Thread(target=self.serve_forever, name="huge-answer", daemon=True)

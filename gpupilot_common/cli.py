@@ -7,7 +7,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import NoReturn
 
-from gpupilot_common.paths import is_file
+from gpupilot_common.paths import file_problem
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -20,8 +20,8 @@ class OneLineParser(argparse.ArgumentParser):
 def existing_file(text: str) -> Path:
     """``argparse`` type for a file that must exist now (a CA bundle, a token), not at first use."""
     path = Path(text)
-    if not is_file(path):
-        raise argparse.ArgumentTypeError(f"{text!r}: no such file")
+    if problem := file_problem(path):
+        raise argparse.ArgumentTypeError(f"{text!r}: {problem}")
     return path
 
 

@@ -12,6 +12,8 @@ import ssl
 import threading
 from pathlib import Path
 
+from gpupilot_common import yamlsafe
+from gpupilot_common.paths import file_problem
 from gpupilot_common.promauth import FLAGS, CredentialError, PrometheusAuth, setting_name
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,8 @@ class SecretFile:
                     f"{self.flag} {self.path}: {st.st_size} bytes, not a secret (at most {MAX_SECRET_BYTES}); "
                     "check the path"
                 )
-            text = self.path.read_bytes().decode("utf-8").strip()
+            # only a regular file (a named pipe would block every request), bounded
+            text = yamlsafe.read_bytes(self.path, max_bytes=MAX_SECRET_BYTES).decode("utf-8").strip()
         except OSError as exc:
             raise CredentialError(f"{self.flag} {self.path}: cannot read: {exc.strerror or exc}") from None
         except UnicodeDecodeError:
@@ -136,6 +139,9 @@ def tls_context(auth: PrometheusAuth, *, field: str = FLAGS) -> ssl.SSLContext |
         return None
     ca_name, cert_name, key_name = (setting_name(field, s) for s in ("ca-file", "cert-file", "key-file"))
     ctx = ssl.create_default_context()
+    for name, path in ((ca_name, auth.ca_file), (cert_name, auth.cert_file), (key_name, auth.key_file)):
+        if path is not None and (problem := file_problem(path)):  # a named pipe would block OpenSSL
+            raise CredentialError(f"{name} {path}: cannot read: {problem}; give the PEM file")
     if auth.ca_file is not None:
         try:
             ctx.load_verify_locations(cafile=str(auth.ca_file))

@@ -105,6 +105,9 @@ class AnswerLimits:
 
 
 _SERIES_MARK = b'"metric":{'
+_LABEL_MARK = b'":"'
+"""Between a label's name and its value: counts the label pairs of an answer (a value that holds
+the same three bytes counts twice: the count errs high, never low)."""
 """Opens each series object in the compact JSON every Prometheus-compatible server sends. It cannot
 occur inside a JSON string (quotes there are escaped), so counting it counts series without parsing;
 a server that pretty-prints is still bounded by the byte limit and counted again after parsing."""
@@ -124,6 +127,7 @@ class AnswerBody:
         self._chunks: list[bytes] = []
         self._size = 0
         self._series = 0
+        self._labels = 0
         self._tail = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -135,6 +139,8 @@ class AnswerBody:
             raise self.too_large(f"more than {self.limits.max_bytes:,} bytes ({self.limits.bytes_flag})")
         window = self._tail + chunk
         self._series += window.count(_SERIES_MARK)
+        # the tail is shorter than a series mark but may hold whole label marks: those were counted
+        self._labels += window.count(_LABEL_MARK) - self._tail.count(_LABEL_MARK)
         self._tail = window[-(len(_SERIES_MARK) - 1) :]
         if self._series > self.limits.max_series:
             self.discard()
@@ -158,6 +164,16 @@ class AnswerBody:
     @property
     def size(self) -> int:
         return self._size
+
+    @property
+    def series(self) -> int:
+        """Series seen so far (``"metric":{`` marks)."""
+        return self._series
+
+    @property
+    def labels(self) -> int:
+        """Label pairs seen so far (``":"`` marks; see :data:`_LABEL_MARK`)."""
+        return self._labels
 
     def bytes(self) -> bytes:
         data = b"".join(self._chunks)

@@ -4,8 +4,10 @@ Drop-in replacements for ``Path.read_text``, ``yaml.safe_load``, ``yaml.safe_loa
 ``yaml.compose_all`` that fail the way each reader already reports failures, so its one-line
 message format stays its own:
 
-* :func:`read_text` raises :class:`UnreadableFile`, an ``OSError`` whose ``strerror`` says what is
-  wrong (not UTF-8 and where, larger than the limit), for the reader's ``except OSError``.
+* :func:`read_text` and :func:`read_bytes` raise :class:`UnreadableFile`, an ``OSError`` whose
+  ``strerror`` says what is wrong (not UTF-8 and where, larger than the limit, a named pipe, a
+  device or a directory where a file is expected, a NUL in the path), for the reader's
+  ``except OSError``.
 * The loaders raise :class:`YamlLimitError`, a ``yaml.MarkedYAMLError`` with ``problem`` and
   ``problem_mark`` (line) set, for the reader's ``except yaml.YAMLError``, when a document nests
   deeper than :data:`MAX_DEPTH`, when its aliases expand to more than :data:`MAX_NODES` nodes (a
@@ -17,6 +19,8 @@ The safe loader only: no Python objects are ever constructed from a file.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +42,48 @@ class YamlLimitError(yaml.MarkedYAMLError):
     """A document over a limit: too deep, too large once aliases are expanded, or recursive."""
 
 
-def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
-    """The file as UTF-8 text; :class:`UnreadableFile` (or the ``OSError`` of opening it) otherwise."""
-    with path.open("rb") as f:
-        data = f.read(max_bytes + 1)
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_bytes(path: Path, *, max_bytes: int = MAX_BYTES) -> bytes:
+    """The file's bytes, at most ``max_bytes``; :class:`UnreadableFile` (or the ``OSError`` of opening
+    it) otherwise. Only a regular file is read: a named pipe (which would block the reader for ever),
+    a device or a directory given where a file is expected is refused at once, and so is a path the
+    system cannot represent (a NUL character)."""
+    try:
+        # O_NONBLOCK: opening a named pipe waits for a writer; with it, the open returns at once
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except ValueError:  # "embedded null byte"
+        raise UnreadableFile(
+            0, "the path holds a NUL character; give a file name without one", str(path)
+        ) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise UnreadableFile(0, f"{kind}, not a regular file; give a file", str(path))
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=True) as f:
+            fd = -1
+            data = f.read(max_bytes + 1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
     if len(data) > max_bytes:
         raise UnreadableFile(0, f"larger than {max_bytes // 2**20} MiB; is this the right file?", str(path))
+    return data
+
+
+def read_text(path: Path, *, max_bytes: int = MAX_BYTES) -> str:
+    """The file as UTF-8 text; :class:`UnreadableFile` (or the ``OSError`` of opening it) otherwise
+    (only a regular file, see :func:`read_bytes`)."""
+    data = read_bytes(path, max_bytes=max_bytes)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -198,3 +238,53 @@ def load_with_node(text: str) -> tuple[Any, yaml.Node | None]:
         raise _reader_error(exc, text) from None
     finally:
         loader.dispose()
+
+
+_FastLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when PyYAML was built with it (about 10x faster on large files); its
+scanner refuses nesting past its own depth limit, so composing never recurses without bound."""
+
+
+def _height(node: yaml.Node) -> int:
+    """Levels of nesting under and including ``node`` (aliases followed; :func:`check_node` has
+    refused loops), bottom-up with a memo, so it costs the document's size."""
+    heights: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:
+        current, finished = stack.pop()
+        children = _children(current)
+        if finished:
+            heights[id(current)] = 1 + max((heights[id(c)] for c in children), default=0)
+            continue
+        if id(current) in heights:
+            continue
+        stack.append((current, True))
+        stack.extend((c, False) for c in children if id(c) not in heights)
+    return heights[id(node)]
+
+
+def load_all_with_nodes(text: str) -> list[tuple[Any, yaml.Node | None]]:
+    """Every document as plain Python data with its checked node graph (whose marks give line
+    numbers), composed by libyaml where available: the same limits as :func:`safe_load_all`
+    (:data:`MAX_DEPTH`, :data:`MAX_NODES`, no alias to itself), for large files read often (the MIG
+    Manager's mig-parted config)."""
+    try:
+        nodes = list(yaml.compose_all(text, Loader=_FastLoader))
+    except yaml.reader.ReaderError as exc:
+        raise _reader_error(exc, text) from None
+    out: list[tuple[Any, yaml.Node | None]] = []
+    loader = yaml.SafeLoader("")
+    try:
+        for node in nodes:
+            if node is None:
+                out.append((None, None))
+                continue
+            check_node(node)
+            if _height(node) > MAX_DEPTH:
+                raise YamlLimitError(
+                    problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=node.start_mark
+                )
+            out.append((_construct(loader, node), node))  # type: ignore[arg-type]
+    finally:
+        loader.dispose()
+    return out

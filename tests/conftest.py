@@ -263,6 +263,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if histories & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.prometheus)
+        if "real_cluster" in getattr(item, "fixturenames", ()):
+            # one control plane per run, on one worker (tests/kube/conftest.py)
+            item.add_marker(pytest.mark.kube)
+            item.add_marker(pytest.mark.xdist_group("kube"))
         if item.get_closest_marker("xdist_group"):
             continue
         callspec = getattr(item, "callspec", None)

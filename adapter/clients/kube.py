@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import http.client
 import json
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, overload
 
@@ -26,7 +29,8 @@ from urllib3.exceptions import HTTPError
 
 from adapter.errors import KubernetesUnavailable
 from adapter.quantity import parse_quantity, to_milli
-from gpupilot_common import neterror, timefmt
+from gpupilot_common import loops, neterror, timefmt, urllib3deadline, watchdog
+from gpupilot_common.paths import file_problem
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,6 +108,8 @@ class KubeClient:
         self.timeout = timeout
         """Seconds for each call (a TokenReview, a SubjectAccessReview, one page of a list)."""
         self.page_size = page_size
+        if kubeconfig and (problem := file_problem(Path(kubeconfig))):  # a named pipe would block here
+            raise KubernetesUnavailable(f"--kubeconfig {kubeconfig}: {problem}; give the kubeconfig file")
         try:
             if kubeconfig:
                 api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
@@ -118,6 +124,7 @@ class KubeClient:
                 f"Kubernetes client configuration ({hint}) failed: {str(exc).rstrip('.')}; pass --kubeconfig"
             ) from exc
         self._api_client = api_client
+        urllib3deadline.bound(api_client.rest_client.pool_manager)  # answers end by their deadline
         self._core = client.CoreV1Api(api_client)
         self._authn = client.AuthenticationV1Api(api_client)
         self._authz = client.AuthorizationV1Api(api_client)
@@ -253,25 +260,35 @@ class KubeClient:
         """
         backoff = 0.5
         expired_in_a_row = 0
+        quiet = loops.Backoff(initial_s=0.5, max_s=30.0)
         while not stop.is_set():
             try:
                 pods, version = self.list_pods()  # paginated (limit/continue)
                 on_reset(pods)
                 while not stop.is_set():
-                    stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-                        self._core.list_pod_for_all_namespaces,
-                        resource_version=version,
-                        timeout_seconds=timeout_seconds,
-                        allow_watch_bookmarks=True,
+                    started, events = time.monotonic(), 0
+                    # the whole watch ends by its deadline, however the server trickles its bytes
+                    with watchdog.within(timeout_seconds + 30):
+                        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                            self._core.list_pod_for_all_namespaces,
+                            resource_version=version,
+                            timeout_seconds=timeout_seconds,
+                            allow_watch_bookmarks=True,
+                            _request_timeout=(self.timeout, timeout_seconds + 30),
+                        )
+                        for event in stream:
+                            if stop.is_set():
+                                return
+                            events += 1
+                            backoff, expired_in_a_row = 0.5, 0  # the watch works again
+                            kind, raw = event["type"], event["raw_object"]
+                            version = (raw.get("metadata") or {}).get("resourceVersion", version)
+                            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                                on_event(kind, _pod(raw))
+                    # a watch the server ended at once without an event is not reopened at once
+                    stop.wait(
+                        loops.watch_pause(lasted_s=time.monotonic() - started, events=events, backoff=quiet)
                     )
-                    for event in stream:
-                        if stop.is_set():
-                            return
-                        backoff, expired_in_a_row = 0.5, 0  # the watch works again
-                        kind, raw = event["type"], event["raw_object"]
-                        version = (raw.get("metadata") or {}).get("resourceVersion", version)
-                        if kind in ("ADDED", "MODIFIED", "DELETED"):
-                            on_event(kind, _pod(raw))
             except ApiException as exc:
                 if exc.status == 410:
                     expired_in_a_row += 1
@@ -285,7 +302,7 @@ class KubeClient:
                     )
                 else:
                     log.warning("pod watch failed: %s; retrying in %.1fs", _why(exc), backoff)
-            except (HTTPError, OSError, ValueError) as exc:
+            except (HTTPError, OSError, ValueError, http.client.HTTPException) as exc:
                 log.warning("pod watch failed: %s; retrying in %.1fs", _why(exc), backoff)
             stop.wait(backoff)
             backoff = min(backoff * 2, 30.0)
@@ -388,7 +405,7 @@ class KubeClient:
     def _within(self, what: str, call: Callable[[], T]) -> T:
         """``call`` with one deadline for the whole exchange: the client's own timeout applies per
         socket read, so a server trickling bytes could hold it much longer."""
-        future = _CALLS.submit(call)
+        future = _CALLS.submit(self._bounded, call)
         try:
             return future.result(self.timeout)
         except concurrent.futures.TimeoutError:
@@ -396,6 +413,12 @@ class KubeClient:
             raise KubernetesUnavailable(
                 f"{what}: no complete answer from the Kubernetes API within {self.timeout:g}s"
             ) from None
+
+    def _bounded(self, call: Callable[[], T]) -> T:
+        """In the worker: the answer's socket is shut down at the deadline (headers included), so a
+        trickling server cannot keep the worker after the caller stopped waiting."""
+        with watchdog.within(self.timeout + 0.5):
+            return call()
 
     def close(self) -> None:
         self._api_client.close()

@@ -140,9 +140,10 @@ class PrometheusClient:
                     # connection closed
                     try:
                         async for chunk in resp.content.iter_chunked(CHUNK):
-                            if lease is not None:
-                                await lease.charge(len(chunk))
                             body.feed(chunk)
+                            if lease is not None:  # what the answer read so far costs once parsed
+                                cost = membudget.parse_cost(body.size, body.series, body.labels)
+                                await lease.charge_to(cost, read=body.size)
                     except RuntimeError:
                         # aiohttp's stream raises a bare RuntimeError("Connection closed.") when the
                         # connection goes away mid-answer: a transport failure like any other
@@ -259,7 +260,8 @@ class PrometheusClient:
                 failure = self._ours(exc)
             else:
                 if lease is not None:  # the refresher holds what it keeps (membudget.take_parsed)
-                    membudget.note_parsed(answer.body.size)
+                    body = answer.body
+                    membudget.note_parsed(membudget.held_cost(body.size, body.series, body.labels))
                 return samples
             del data
         finally:

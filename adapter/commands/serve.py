@@ -200,7 +200,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="BYTES",
         help="memory all Prometheus answers being read and parsed may take together, in bytes or as a "
-        "Kubernetes quantity (96Mi); an answer takes about 6x its size once parsed; past it new reads "
+        "Kubernetes quantity (96Mi); an answer is charged what it takes once parsed (5-15x its size, "
+        "by its series and labels); past it new reads "
         "wait up to 1 s, then fail with 503/UNAVAILABLE naming it (default: half the container's "
         f"memory limit, else {membudget.DEFAULT_BYTES >> 20} MiB)",
     )

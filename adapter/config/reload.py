@@ -15,6 +15,7 @@ from pathlib import Path
 
 from adapter.config.mapping import AdapterConfig, load_config
 from adapter.errors import ConfigError
+from gpupilot_common import loops
 from gpupilot_common.text import one_line
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,10 @@ class ConfigHolder:
         *,
         on_result: Callable[[bool], None] | None = None,
         on_change: Callable[[], None] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
+        """``on_failure``: told of a failure of the watch the reload did not foresee (counted)."""
+        self._on_failure = on_failure
         self.path = path
         self.current: AdapterConfig = load_config(path)
         self.loaded_at = time.time()
@@ -79,19 +83,26 @@ class ConfigHolder:
         self._wake.set()
 
     def watch(self, interval: float) -> threading.Thread:
+        pause = loops.Backoff(initial_s=interval, max_s=max(interval, 60.0))
+
+        def once() -> None:
+            woke = self._wake.wait(interval)
+            if self._stop.is_set():
+                return
+            if woke or self._file_stamp() != self._stamp:
+                # cleared only now: a SIGHUP sent after an edit the poll has just seen is answered
+                # by this one reload, which reads the file after it (not by a second one)
+                self._wake.clear()
+                self.reload()
+
         def run() -> None:
             while not self._stop.is_set():
-                woke = self._wake.wait(interval)
-                if self._stop.is_set():
-                    return
-                if woke or self._file_stamp() != self._stamp:
-                    # cleared only now: a SIGHUP sent after an edit the poll has just seen is answered
-                    # by this one reload, which reads the file after it (not by a second one)
-                    self._wake.clear()
-                    try:
-                        self.reload()
-                    except Exception:  # e.g. a failing on_change: the watch must outlive it
-                        log.exception("config watch: error after a reload; still watching")
+                # anything unforeseen (a failing on_change, an odd file): one line, counted, the
+                # previous config kept, the watch goes on after a pause
+                if loops.guarded("config watch", once, logger=log, on_failure=self._on_failure):
+                    pause.reset()
+                else:
+                    self._stop.wait(pause.next_delay())
 
         thread = threading.Thread(target=run, name="config-watch", daemon=True)
         thread.start()

@@ -20,6 +20,7 @@ from adapter.clients.prometheus import PrometheusClient
 from adapter.config.mapping import AdapterConfig
 from adapter.config.resources import Resource
 from adapter.errors import PrometheusUnavailable
+from gpupilot_common import loops
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,9 @@ class Discovery:
         config: Callable[[], AdapterConfig],
         interval: float,
         age_gauge: Gauge | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
+        self._on_failure = on_failure
         self._prometheus = prometheus
         self._config = config
         self._interval = interval
@@ -90,12 +93,13 @@ class Discovery:
         self._thread.start()
 
     def _run(self) -> None:
+        pause = loops.Backoff(initial_s=min(self._interval, 5.0), max_s=self._interval)
         while not self._stop.is_set():
-            try:
-                self.refresh()
-            except Exception:  # anything unforeseen: logged, and the next interval tries again
-                log.exception("discovery: refresh failed; keeping the previous listing")
-            self._wake.wait(self._interval)
+            # anything unforeseen: one line, counted, the previous listing kept, tried again sooner
+            ok = loops.guarded("discovery refresh", self.refresh, logger=log, on_failure=self._on_failure)
+            self._wake.wait(self._interval if ok else pause.next_delay())
+            if ok:
+                pause.reset()
             self._wake.clear()
 
     def stop(self) -> None:

@@ -24,6 +24,7 @@ from adapter.clients.prometheus import PrometheusClient
 from adapter.errors import UpstreamUnavailable
 from adapter.provider import nowait
 from adapter.provider.selectors import Selector, prometheus_label_name, promql_escape
+from gpupilot_common import loops
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,9 @@ class KubernetesPodSource:
         *,
         age_gauge: Gauge | None = None,
         after_reset: Callable[[], None] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
+        self._on_failure = on_failure
         self._kube = kube
         self._after_reset = after_reset
         """Called once a full list is in place (the app freezes the heap: see ``adapter.serving.app``)."""
@@ -79,7 +82,17 @@ class KubernetesPodSource:
         self._thread.start()
 
     def _run(self) -> None:
-        self._kube.watch_pods(on_reset=self._reset, on_event=self._event, stop=self._stop)
+        # watch_pods relists and re-watches after the failures it knows; anything else (a pod it
+        # cannot read, a bug) ends it: one line, counted, the index kept, and it starts again
+        loops.keep_running(
+            "pod watch",
+            lambda: self._kube.watch_pods(on_reset=self._reset, on_event=self._event, stop=self._stop),
+            stop=self._stop,
+            interval=lambda: 0.0,
+            logger=log,
+            on_failure=self._on_failure,
+            backoff=loops.Backoff(initial_s=0.5, max_s=30.0),
+        )
 
     def _reset(self, pods: list[PodRecord]) -> None:
         index: dict[str, dict[str, PodRecord]] = {}

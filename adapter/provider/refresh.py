@@ -30,6 +30,7 @@ from prometheus_client import Gauge
 from adapter.clients import membudget
 from adapter.errors import UpstreamUnavailable
 from adapter.provider import nowait
+from gpupilot_common import loops
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,7 +72,9 @@ class RefreshingCache(Generic[T]):
         keys_gauge: Gauge | None = None,
         oldest_gauge: Gauge | None = None,
         budget: membudget.MemoryBudget | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
+        self._on_failure = on_failure
         for name, value in (("interval", interval), ("idle_drop", idle_drop)):
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"refresh {name} {value!r}: must be a finite number of seconds > 0")
@@ -168,7 +171,7 @@ class RefreshingCache(Generic[T]):
             slot.error = UpstreamUnavailable(f"evaluating the metric failed: {type(exc).__name__}")
         else:
             slot.entry = Entry(value, started)
-            self._hold(key, slot, membudget.take_parsed() * membudget.HELD_FACTOR)
+            self._hold(key, slot, membudget.take_parsed())
             slot.error = None
             if slot.failing:
                 log.info("refreshing %s works again", key)
@@ -233,8 +236,16 @@ class RefreshingCache(Generic[T]):
     def start(self) -> None:
         def run() -> None:
             tick = min(self.interval / 4, 1.0)
-            while not self._stop.wait(tick):
-                self.refresh_due()
+            self._stop.wait(tick)
+            loops.keep_running(
+                "refresher",
+                self.refresh_due,
+                stop=self._stop,
+                interval=lambda: tick,
+                logger=log,
+                on_failure=self._on_failure,
+                backoff=loops.Backoff(initial_s=tick, max_s=max(tick, self.interval)),
+            )
 
         self._thread = threading.Thread(target=run, name="refresher", daemon=True)
         self._thread.start()

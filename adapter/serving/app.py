@@ -29,13 +29,14 @@ from adapter.serving.keda.scaler import Scaler
 from adapter.serving.selfmetrics import SelfMetrics
 from adapter.serving.server import AdapterHTTPServer, App
 from adapter.serving.tlsutil import certificate_expiry, self_signed_pair, server_context
+from gpupilot_common import yamlsafe
 
 log = logging.getLogger(__name__)
 
 
 def _read(path: Path, flag: str) -> bytes:
     try:
-        return path.read_bytes()
+        return yamlsafe.read_bytes(path)  # a regular file only: a named pipe would block the start
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from exc
 
@@ -80,6 +81,7 @@ class Adapter:
             settings.config_path,
             on_result=lambda ok: self.metrics.config_reloads.labels("success" if ok else "failure").inc(),
             on_change=self._config_changed,
+            on_failure=self.metrics.loop_failure("config-watch"),
         )
         self.metrics.config_loaded.set(self.config.loaded_at)
         p = settings.prometheus
@@ -105,7 +107,10 @@ class Adapter:
         if settings.pod_source == "kubernetes":
             assert self.kube is not None
             self.pods = KubernetesPodSource(
-                self.kube, age_gauge=self.metrics.pod_cache_age, after_reset=freeze_heap
+                self.kube,
+                age_gauge=self.metrics.pod_cache_age,
+                after_reset=freeze_heap,
+                on_failure=self.metrics.loop_failure("pod-watch"),
             )
         elif settings.pod_source == "prometheus":
             prom_pods = PrometheusPodSource(self.prometheus, ttl=settings.pod_cache_seconds)
@@ -116,6 +121,7 @@ class Adapter:
             config=self.config,
             interval=settings.discovery_interval,
             age_gauge=self.metrics.discovery_age,
+            on_failure=self.metrics.loop_failure("discovery"),
         )
         interval = settings.refresh_interval or self._scrape_interval()
         self.cache: RefreshingCache[object] = RefreshingCache(
@@ -125,6 +131,7 @@ class Adapter:
             keys_gauge=self.metrics.refreshed_queries,
             oldest_gauge=self.metrics.values_age,
             budget=self.budget,
+            on_failure=self.metrics.loop_failure("refresher"),
         )
         self.metrics.refresh_interval.set(interval)
         self.values = MetricValues(
@@ -157,6 +164,7 @@ class Adapter:
                 on_tls_reload=lambda ok: self.metrics.scaler_tls_reloads.labels(
                     "success" if ok else "failure"
                 ).inc(),
+                on_tls_failure=self.metrics.loop_failure("scaler-tls"),
             )
         self._published = self._published_cas()
         self.authenticator, ca_pems = self._authenticator()
@@ -187,6 +195,7 @@ class Adapter:
             reload=self.reload_tls,
             on_result=lambda ok: self.metrics.tls_reloads.labels("success" if ok else "failure").inc(),
             what="serving certificate and client CAs",
+            on_failure=self.metrics.loop_failure("tls-watch"),
         )
 
     def _scrape_interval(self) -> float:

@@ -78,6 +78,34 @@ class RequestHeaderSettings:
         )
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def extra_key(encoded: str) -> str:
+    """An ``X-Remote-Extra-`` header's key as kube-apiserver reads it (``headerrequest``'s
+    ``unescapeExtraKey``): lower-cased, then percent-decoded as Go's ``url.PathUnescape`` decodes
+    (``+`` stays ``+``); a key with a malformed escape is kept as it came. The front proxy encodes
+    keys that a header name cannot hold: ``authentication.kubernetes.io%2fpod-name`` is the key
+    ``authentication.kubernetes.io/pod-name``, which the SubjectAccessReview must carry."""
+    low = encoded.lower()
+    if "%" not in low:
+        return low
+    out = bytearray()
+    i = 0
+    while i < len(low):
+        c = low[i]
+        if c == "%":
+            pair = low[i + 1 : i + 3]
+            if len(pair) != 2 or not set(pair) <= _HEX:
+                return low  # Go's PathUnescape fails: the key stays as it came
+            out.append(int(pair, 16))
+            i += 3
+            continue
+        out.extend(c.encode())
+        i += 1
+    return out.decode("utf-8", errors="replace")
+
+
 def load_pem_certs(pem: bytes, *, source: str) -> tuple[x509.Certificate, ...]:
     try:
         certs = tuple(x509.load_pem_x509_certificates(pem))
@@ -235,7 +263,7 @@ class Authenticator:
             if low.startswith(prefixes):  # one C call rejects the other headers
                 for prefix in prefixes:
                     if low.startswith(prefix):
-                        extra.setdefault(low[len(prefix) :], []).extend(values)
+                        extra.setdefault(extra_key(low[len(prefix) :]), []).extend(values)
         users = [v for name in user_names for v in found.get(name, ())]
         if not users:
             return None

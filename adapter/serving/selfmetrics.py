@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -87,6 +87,16 @@ class SelfMetrics:
             ["result"],
             registry=r,
         )
+        self.loop_failures = Counter(
+            "gpupilot_adapter_loop_failures_total",
+            "Failures a long-lived loop survived since start, by loop (discovery, refresher, pod-watch, "
+            "config-watch, tls-watch, scaler-tls): each logged in one line, the last good state kept, "
+            "retried after a growing pause.",
+            ["loop"],
+            registry=r,
+        )
+        for loop in LOOPS:
+            self.loop_failures.labels(loop)
         self.serving_cert_expiry = Gauge(
             "gpupilot_adapter_serving_certificate_expiry_timestamp_seconds",
             "Unix time the serving certificate in use expires.",
@@ -95,6 +105,14 @@ class SelfMetrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+    def loop_failure(self, loop: str) -> Callable[[BaseException], None]:
+        """An ``on_failure`` counting under ``loop`` (see :mod:`gpupilot_common.loops`)."""
+        counter = self.loop_failures.labels(loop)
+        return lambda _exc: counter.inc()
+
+
+LOOPS = ("discovery", "refresher", "pod-watch", "config-watch", "tls-watch", "scaler-tls")
 
 
 REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

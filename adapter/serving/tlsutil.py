@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from adapter.errors import ConfigError
-from gpupilot_common import atomicfile
+from gpupilot_common import atomicfile, yamlsafe
+from gpupilot_common.paths import file_problem
 
 
 def self_signed_pair(
@@ -62,6 +63,9 @@ def server_context(*, cert_file: Path, key_file: Path, client_ca_pems: list[byte
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.options |= ssl.OP_NO_RENEGOTIATION
+    for flag, path in (("--tls-cert-file", cert_file), ("--tls-private-key-file", key_file)):
+        if problem := file_problem(path):  # OpenSSL opens it itself: a named pipe would block here
+            raise ConfigError(f"{flag} {path}: {problem}; give the PEM file")
     try:
         ctx.load_cert_chain(str(cert_file), str(key_file))
     except (OSError, ssl.SSLError) as exc:
@@ -69,16 +73,26 @@ def server_context(*, cert_file: Path, key_file: Path, client_ca_pems: list[byte
             f"--tls-cert-file {cert_file} / --tls-private-key-file {key_file}: cannot load: {exc}"
         ) from exc
     if client_ca_pems:
-        ctx.load_verify_locations(cadata=b"\n".join(client_ca_pems).decode())
+        ctx.load_verify_locations(cadata=_pem_text(client_ca_pems))
         ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.set_alpn_protocols(["http/1.1"])
     return ctx
 
 
+def _pem_text(pems: list[bytes]) -> str:
+    """The certificates of ``pems`` as clean PEM text: what lies between the blocks (comments, a byte
+    that is not UTF-8) is left out, as Go's PEM decoder (kube-apiserver's) skips it."""
+    try:
+        certs = x509.load_pem_x509_certificates(b"\n".join(pems))
+    except ValueError as exc:
+        raise ConfigError(f"client CA bundle: not PEM certificates ({exc})") from None
+    return "".join(c.public_bytes(serialization.Encoding.PEM).decode("ascii") for c in certs)
+
+
 def certificate_expiry(cert_file: Path) -> float:
     """Unix time the first certificate in ``cert_file`` expires (0 when unreadable)."""
     try:
-        cert = x509.load_pem_x509_certificate(cert_file.read_bytes())
+        cert = x509.load_pem_x509_certificate(yamlsafe.read_bytes(cert_file))
     except (OSError, ValueError):
         return 0.0
     return cert.not_valid_after_utc.timestamp()

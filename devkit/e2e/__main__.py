@@ -20,15 +20,25 @@ from typing import Any
 
 import yaml
 
-from devkit import process, prometheus
+from devkit import gobuild, process, prometheus
 from devkit.e2e import certmanager, checks, cluster, render
 from devkit.e2e.pod import ARCHIVES, PodError, PodRun, archive
-from devkit.e2e.render import ROOT, Obj, Rendering
+from devkit.e2e.render import ROOT, Obj, Rendering, Workload
 
 SCENARIO = ROOT / "examples" / "fleet-demo.yaml"
 SIM_NODE = "gpu-h100-a"
 SERVICES = ("exporter", "adapter", "rightsizer")
-ERRORS = (checks.CheckFailed, PodError, render.RenderError, certmanager.CertManagerError, OSError, ValueError)
+RELEASES = {gobuild.KUBERNETES_RELEASE: "kube", gobuild.KUBERNETES_OLDEST: "kube-1.34"}
+"""Kubernetes releases the e2e runs on → the devkit.gobuild tool that builds them."""
+ERRORS = (
+    checks.CheckFailed,
+    PodError,
+    render.RenderError,
+    certmanager.CertManagerError,
+    cluster.InstallError,
+    OSError,
+    ValueError,
+)
 
 
 @dataclass
@@ -40,8 +50,10 @@ class Result:
 
 
 class Run:
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, *, keep: bool = False, kube_tool: str = "kube") -> None:
         self.work = work
+        self.keep = keep
+        self.kube_tool = kube_tool
         self.results: list[Result] = []
         self.started = time.monotonic()
 
@@ -150,8 +162,7 @@ def exporter_phase(renderings: list[Rendering], run: Run) -> int:
     port = 0
     for r in renderings:
         ex = r.workload("exporter", "DaemonSet")
-        kube = cluster.start(r, run.work / r.name.replace("/", "-") / "exporter-cluster")
-        pod = PodRun(ex, r, kube, {}, run.work / r.name.replace("/", "-")).prepare()
+        pod = PodRun(ex, r, None, {}, run.work / r.name.replace("/", "-")).prepare()
         try:
             port = ports_of(pod)[0]
             mapped = map_taken_ports(pod, run)
@@ -160,29 +171,57 @@ def exporter_phase(renderings: list[Rendering], run: Run) -> int:
             run.check(r.name, "exporter image, no GPU", partial(checks.exporter_without_gpu, pod, served))
         finally:
             pod.stop()
-            kube.stop()
     return port
 
 
-def serving_phase(r: Rendering, pods: list[Obj], run: Run) -> None:
+def install(r: Rendering, kube: cluster.Cluster, prom_url: str, secrets: dict[str, Obj]) -> str:
+    """The rendering into the control plane as users install it; one line."""
+    missing = kube.kinds_without_crd(r.objects)
+    if r.name == "chart":
+        settings = [*render.CHART_SETTINGS, f"prometheus.url={prom_url}"]
+        settings += [f"{key}=false" for key in render.monitoring_switches(missing)]
+        kube.helm_install("gpupilot", "gpupilot", settings)
+        r.objects = kube.helm_manifest("gpupilot", "gpupilot")
+        how = "helm install --wait"
+    else:
+        objs = [o for o in r.objects if o["kind"] not in missing and o["kind"] not in certmanager.KINDS]
+        objs += list(secrets.values())
+        kube.apply_server_side(objs)
+        kube.wait_rollout(r)
+        how = "kubectl apply --server-side, rollouts complete"
+    pods = kube.kube.list("v1", "Pod", namespace="gpupilot")
+    running = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+    skipped = f"; not installed (no CRD in this cluster): {', '.join(sorted(missing))}" if missing else ""
+    return f"{how}: {running}/{len(pods)} pods Running on KWOK nodes{skipped}"
+
+
+def serving_phase(r: Rendering, pods: list[Obj], run: Run, prom_url: str) -> None:
     where = run.work / r.name.replace("/", "-")
     secrets = certmanager.issue(r) if r.of_kind("Certificate") else {}
     if secrets:
         run.note(
             f"{r.name}: cert-manager stood in for: Secrets {', '.join(sorted(secrets))}; caBundle injected"
         )
-    kube = cluster.start(r, where / "cluster")
-    cluster.seed_pods(kube, pods)
+    operator_ns = "nvidia-gpu-operator" if r.name.endswith("openshift") else "gpu-operator"
+    kube = cluster.start(where, SCENARIO, operator_namespace=operator_ns, kube_tool=run.kube_tool)
+    run.note(
+        f"{r.name}: Kubernetes {kube.cp.release} control plane with {len(kube.kube.list('v1', 'Node'))} KWOK nodes at {kube.cp.url}"
+    )
     running: list[PodRun] = []
     try:
+        if not run.check(r.name, "installed", lambda: install(r, kube, prom_url, secrets)):
+            return
+        run.check(r.name, "admission policies compiled", lambda: checks.policies_type_check(kube, r))
+        cluster.seed_pods(kube, pods)
         adapter = PodRun(r.workload("adapter", "Deployment"), r, kube, secrets, where).prepare()
         sizer = PodRun(r.workload("rightsizer", "Deployment"), r, kube, secrets, where).prepare()
         adapter_ports = {**{p: p for p in ports_of(adapter)}, **map_taken_ports(adapter, run)}
         sizer_ports = {**{p: p for p in ports_of(sizer)}, **map_taken_ports(sizer, run)}
         running += [adapter.start(), sizer.start()]
         https = adapter_ports[6443]
-        kube.aggregate(r, https)
         run.check(r.name, "serving cert vs caBundle", lambda: checks.serving_certificate(r, https))
+        if not run.check(r.name, "APIServices Available", lambda: checks.aggregated(kube, r, https)):
+            return
         run.check(r.name, "custom.metrics.k8s.io", lambda: checks.custom_metrics(kube))
         if any(a["spec"]["group"] == "external.metrics.k8s.io" for a in r.of_kind("APIService")):
             run.check(r.name, "external.metrics.k8s.io", lambda: checks.external_metrics(kube))
@@ -191,20 +230,66 @@ def serving_phase(r: Rendering, pods: list[Obj], run: Run) -> None:
             kport = int(keda[0].rsplit(":", 1)[1])
             run.check(r.name, "KEDA GetMetrics", lambda: checks.keda_get_metrics(adapter, kport))
         tests = [w for w in r.workloads() if w.kind == "Pod"]
-        for w in tests:
-            test = PodRun(w, r, kube, secrets, where).prepare()
-            running.append(test.start())
-            run.check(r.name, "helm test pod", partial(checks.helm_test, test, 120))
+        if tests and r.name == "chart":
+            run.check(
+                r.name,
+                "helm test",
+                lambda: helm_test(kube, r=r, tests=tests, secrets=secrets, where=where, running=running),
+            )
         (http_port,) = sizer_ports.values()
         run.check(r.name, "rightsizer serve", lambda: checks.rightsizer_serves(http_port, 240))
         for pod in (adapter, sizer):
             if not pod.running():
                 last = (pod.output() or [""])[-1][:200]
                 run.check(r.name, f"{pod.workload.name} alive", partial(_raise, f"exited: {last}"))
+        run.check(r.name, "RBAC: no 403", lambda: checks.no_refusals(kube, "gpupilot"))
     finally:
         for pod in running:
             pod.stop()
+        if run.keep:
+            run.note(f"{r.name}: the control plane's logs: {kube.cp.logs}, audit log {kube.cp.audit_log}")
         kube.stop()
+
+
+def helm_test(
+    kube: cluster.Cluster,
+    *,
+    r: Rendering,
+    tests: list[Workload],
+    secrets: dict[str, Obj],
+    where: Path,
+    running: list[PodRun],
+) -> str:
+    """``helm test`` against the cluster: it creates the test hooks (ServiceAccount, RBAC, pod) and
+    waits for the pod's phase; each test pod's container runs from its image here with the hook
+    ServiceAccount's token, and its exit is reported to the API server as a kubelet would."""
+    proc = kube.helm_test("gpupilot", "gpupilot", log=where / "helm-test.log")
+    try:
+        lines = []
+        for w in tests:
+            sa = w.spec.get("serviceAccountName", "default")
+            checks.retry(partial(_exists, kube, "ServiceAccount", sa, w.namespace), timeout=60, every=0.5)
+            checks.retry(partial(_exists, kube, "Pod", w.name, w.namespace), timeout=60, every=0.5)
+            test = PodRun(w, r, kube, secrets, where).prepare()
+            running.append(test.start())
+            line = checks.helm_test(test, 120)
+            code = test.wait(5)
+            kube.report_exit(w.namespace, w.name, w.container["name"], 0 if code is None else code)
+            lines.append(line)
+        code = proc.wait(timeout=120)
+    finally:
+        process.stop_process(proc)
+    tail = (where / "helm-test.log").read_text(errors="replace").strip().splitlines()
+    if code != 0:
+        raise checks.CheckFailed(f"helm test exit {code}: {(tail or ['no output'])[-1][:200]}")
+    phase = next((ln.strip() for ln in tail if ln.strip().startswith("Phase:")), "Phase: ?")
+    return f"helm test passed ({phase}); the test pod: {'; '.join(lines)}"
+
+
+def _exists(kube: cluster.Cluster, kind: str, name: str, namespace: str) -> str:
+    if kube.kube.get("v1", kind, name, namespace) is None:
+        raise checks.CheckFailed(f"{kind} {namespace}/{name} not created yet")
+    return "ok"
 
 
 def _raise(line: str) -> str:
@@ -228,7 +313,9 @@ def summary(run: Run) -> int:
         print(f"  {c:{width}}  " + "  ".join(row))
     for r in failed:
         print(f"FAIL {r.rendering}: {r.check}: {r.line}")
-    print("Not shown here: a real kube-apiserver, kubelet, cert-manager or GPU (see docs/deploy.md).")
+    print(
+        f"Kubernetes {gobuild.TOOLS[run.kube_tool].release} built from its Go modules; KWOK for the kubelets. Not shown here: a kubelet, cert-manager or a GPU (see docs/deploy.md)."
+    )
     return 1 if failed else 0
 
 
@@ -238,6 +325,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--only", action="append", choices=["chart", *render.OVERLAYS], help="one rendering (repeatable)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, files) and print it")
+    parser.add_argument(
+        "--kubernetes",
+        choices=sorted(RELEASES),
+        default=gobuild.KUBERNETES_RELEASE,
+        help="the Kubernetes release of the control plane (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("error: make e2e runs as root (buildah's chroot isolation): sudo make e2e", file=sys.stderr)
@@ -247,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {ARCHIVES}: {', '.join(missing)} missing: run 'make images' first", file=sys.stderr)
         return 2
     work = checks.scratch()
-    run = Run(work)
+    run = Run(work, keep=args.keep, kube_tool=RELEASES[args.kubernetes])
     server: prometheus.PrometheusServer | None = None
     sim = apps = None
     try:
@@ -290,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if run.check("prometheus", "scrape", lambda: checks.retry(data, timeout=90, every=2)):
             for r in renderings:
-                serving_phase(r, pods, run)
+                serving_phase(r, pods, run, prom_url)
     except (*ERRORS, prometheus.PrometheusError) as err:
         print(f"error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         run.results.append(Result("setup", "set-up", False, str(err).splitlines()[0] if str(err) else ""))

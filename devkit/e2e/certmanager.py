@@ -17,6 +17,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from devkit.e2e.render import Rendering
 
 Obj = dict[str, Any]
+KINDS = ("Certificate", "Issuer", "ClusterIssuer")
+"""cert-manager's kinds: not installed in the test cluster; this module stands in for them."""
 INJECT = "cert-manager.io/inject-ca-from"
 
 

@@ -14,11 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devkit.e2e.cluster import Cluster
+from devkit.e2e.cluster import Cluster, InstallError
 from devkit.e2e.pod import BUILDAH_NOISE, PodRun, run_once
 from devkit.e2e.render import Rendering
 
-HPA_TOKEN = "hpa-controller-token"  # noqa: S105 (the API double's token for the HPA controller)
+HPA_USER = "system:serviceaccount:kube-system:horizontal-pod-autoscaler"
+"""Who asks the metrics APIs in a cluster: the controller-manager's HPA controller, with its own
+ServiceAccount (``--use-service-account-credentials``)."""
 NAMESPACE = "ai-serving"
 CUSTOM_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 EXTERNAL_METRIC = "inference_queue_depth_total"
@@ -107,8 +109,50 @@ def serving_certificate(rendering: Rendering, port: int) -> str:
 
 
 def _via_apiserver(cluster: Cluster, path: str) -> Any:
-    ctx = ssl.create_default_context(cafile=str(cluster.ca_cert))
-    return get(f"{cluster.kube.url}{path}", ctx=ctx, token=HPA_TOKEN)
+    """GET ``path`` from the real API server as the HPA controller (the admin's certificate,
+    impersonating its ServiceAccount): through the aggregator for the metrics APIs."""
+    try:
+        out = cluster.kubectl("get", "--raw", path, f"--as={HPA_USER}", "--as-group=system:serviceaccounts",
+                              "--as-group=system:serviceaccounts:kube-system", timeout=30)  # fmt: skip
+    except InstallError as err:
+        raise CheckFailed(str(err)) from None
+    return json.loads(out)
+
+
+def policies_type_check(cluster: Cluster, rendering: Rendering) -> str:
+    """Every ValidatingAdmissionPolicy of the rendering compiled by the API server with no
+    type-checking warning (status.typeChecking, against the real OpenAPI schemas)."""
+    names = [p["metadata"]["name"] for p in rendering.of_kind("ValidatingAdmissionPolicy")]
+
+    def ask() -> str:
+        warnings = []
+        for name in names:
+            obj = cluster.kube.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", name) or {}
+            status = obj.get("status") or {}
+            if "typeChecking" not in status:
+                raise CheckFailed(f"ValidatingAdmissionPolicy {name}: not type-checked yet")
+            for w in (status.get("typeChecking") or {}).get("expressionWarnings") or []:
+                warnings.append(f"{name} {w.get('fieldRef')}: {str(w.get('warning')).splitlines()[0][:160]}")
+        if warnings:
+            raise CheckFailed(f"{len(warnings)} type-checking warnings: {warnings[0]}")
+        return f"{len(names)} ValidatingAdmissionPolicies type-checked by kube-apiserver, no warning"
+
+    return retry(ask, timeout=60, every=2)
+
+
+def aggregated(cluster: Cluster, rendering: Rendering, port: int) -> str:
+    """The APIServices through the real aggregator to the adapter on localhost:``port``: Available."""
+    names = cluster.aggregate(rendering, port)
+    return f"{len(names)} APIServices Available through kube-apiserver's aggregator: {', '.join(names)}"
+
+
+def no_refusals(cluster: Cluster, namespace: str) -> str:
+    """No request of the rendering's ServiceAccounts was refused (403) by the API server."""
+    refused = cluster.refused(user_prefix=f"system:serviceaccount:{namespace}:")
+    if refused:
+        raise CheckFailed(f"{len(refused)} refused: {'; '.join(refused[:3])}")
+    users = cluster.audited_users(f"system:serviceaccount:{namespace}:")
+    return f"no 403 in the audit log for {', '.join(sorted(users)) or 'no ServiceAccount of the release'}"
 
 
 def custom_metrics(cluster: Cluster) -> str:

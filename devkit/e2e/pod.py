@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from devkit.e2e.cluster import Cluster
 from devkit.e2e.render import ROOT, Obj, Rendering, Workload
 
 ARCHIVES = ROOT / "dist" / "images"
@@ -115,13 +115,26 @@ def _write(directory: Path, files: dict[str, bytes], volume: Obj, items: list[Ob
         path.chmod(_mode(volume, item))
 
 
+class ApiAccess(Protocol):
+    """What a pod needs of its cluster: the API server's address, the CA that signed it, and a
+    token of a ServiceAccount (:class:`devkit.e2e.cluster.Cluster`)."""
+
+    @property
+    def ca_cert(self) -> Path: ...
+
+    @property
+    def host_port(self) -> tuple[str, int]: ...
+
+    def token(self, namespace: str, service_account: str) -> str: ...
+
+
 @dataclass
 class PodRun:
     """The files and the buildah command line of one pod; :meth:`start` runs it."""
 
     workload: Workload
     rendering: Rendering
-    cluster: Cluster | None
+    cluster: ApiAccess | None
     secrets: dict[str, Obj]
     work: Path
     mounts: list[tuple[Path, str, bool]] = field(default_factory=list)

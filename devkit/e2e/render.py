@@ -144,3 +144,26 @@ def overlay(name: str, prometheus_url: str, work: Path) -> Rendering:
         f"kubectl kustomize + components {', '.join(OVERLAY_COMPONENTS)}; Prometheus URL {old} -> {prometheus_url}"
     )
     return rendering
+
+
+MONITORING_VALUES = {
+    "ServiceMonitor": (
+        "exporter.serviceMonitor.enabled",
+        "adapter.serviceMonitor.enabled",
+        "rightsizer.serviceMonitor.enabled",
+    ),
+    "PodMonitor": ("exporter.podMonitor.enabled",),
+    "PrometheusRule": ("monitoring.prometheusRules.enabled",),
+}
+"""The chart's switches for the prometheus-operator's kinds: off where a cluster has not their CRDs."""
+
+
+def monitoring_switches(missing: set[str]) -> list[str]:
+    """The chart values that leave out the kinds in ``missing`` (``helm install`` refuses kinds it
+    cannot map); any other missing kind is an error naming it."""
+    unknown = missing - set(MONITORING_VALUES)
+    if unknown:
+        raise RenderError(
+            f"the chart renders kinds this cluster does not serve: {', '.join(sorted(unknown))}"
+        )
+    return [key for kind in sorted(missing) for key in MONITORING_VALUES[kind]]

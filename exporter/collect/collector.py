@@ -39,6 +39,7 @@ from exporter.expose.render import Page, render_page
 from exporter.expose.windows import EventWindows
 from exporter.settings import CollectorSettings
 from exporter.snapshot import Allocations, NodeSnapshot, PodRef
+from gpupilot_common import loops
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,13 @@ class Collector:
         process_owners: OwnersSource | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        loop_failures: loops.LoopFailures | None = None,
     ) -> None:
+        """``loop_failures``: the failures of the exporter's long-lived loops (this one counts under
+        ``collector``), its ``gpupilot_exporter_loop_failures_total``."""
         self.backend = backend
+        self.loop_failures = loop_failures or loops.LoopFailures()
+        self.loop_failures.register("collector")
         self.hostname = hostname
         self.settings = settings
         self.layout = layout or SeriesLayout()
@@ -343,6 +349,13 @@ class Collector:
                 "Collection errors since start, by kind (init, read, timeout, podresources, field:<name>…).",
                 [((*b, ("kind", k)), float(v)) for k, v in sorted(self._errors.items())],
             ),
+            Family(
+                "gpupilot_exporter_loop_failures_total",
+                "counter",
+                "Failures a long-lived loop survived since start (collector, resourceslices, tls-reload): "
+                "each logged in one line, the last good state kept, retried after a growing pause.",
+                [((("loop", k),), float(v)) for k, v in sorted(self.loop_failures.snapshot().items())],
+            ),
         ]
         if self._last_duration is not None:
             fams.append(
@@ -383,12 +396,19 @@ class Collector:
         self._worker.close()
 
     def _loop(self) -> None:
+        pause = loops.Backoff(initial_s=self.settings.interval, max_s=max(self.settings.interval, 60.0))
         while not self._stop.is_set():
             started = self._clock()
-            try:
-                self.collect_once()
-            except Exception:  # rendering bug: keep serving the last page, keep trying
-                log.exception("collection failed")
+            # anything collect_once did not foresee: one line, counted, the last page kept
+            if not loops.guarded(
+                "collection",
+                self.collect_once,
+                logger=log,
+                on_failure=self.loop_failures.counter("collector"),
+            ):
+                self._stop.wait(pause.next_delay())
+                continue
+            pause.reset()
             if self._opened:
                 wait = self.settings.interval - (self._clock() - started)
             else:

@@ -38,9 +38,9 @@ from exporter.settings import (
     ListenAddress,
     Settings,
 )
-from gpupilot_common import argtypes, numbers
+from gpupilot_common import argtypes, loops, numbers
 from gpupilot_common.cli import OneLineParser, add_version
-from gpupilot_common.paths import exists, is_file
+from gpupilot_common.paths import exists, file_problem
 
 PROG = "gpupilot-exporter"
 MIN_INTERVAL_S = 0.1
@@ -315,8 +315,13 @@ def build_backend(settings: Settings) -> Backend:
         sim_backend = simulator_module("backend", wanted_by="--backend sim")
 
         assert settings.scenario is not None
-        if not is_file(settings.scenario):
-            raise ConfigError(f"{settings.scenario}: scenario file not found; check --scenario")
+        if problem := file_problem(settings.scenario):
+            what = (
+                "scenario file not found"
+                if problem.startswith("no such file")
+                else f"the scenario is {problem}"
+            )
+            raise ConfigError(f"{settings.scenario}: {what}; check --scenario")
         scenario = scenario_mod.load(settings.scenario)
         if not scenario.nodes:
             raise ConfigError(f"{settings.scenario}: the scenario has no nodes; add one under nodes:")
@@ -329,7 +334,7 @@ def build_backend(settings: Settings) -> Backend:
 
 
 def build_allocations(
-    settings: Settings, backend: Backend, *, hostname: str = ""
+    settings: Settings, backend: Backend, *, hostname: str = "", failures: loops.LoopFailures | None = None
 ) -> AllocationsSource | None:
     """Pod attribution: kubelet when asked for, else the simulator's own pods in sim mode. With DRA
     on and an API to ask, the node's ResourceSlices are watched (listed once with ``--once``)."""
@@ -341,7 +346,11 @@ def build_allocations(
 
         slices = None
         if settings.enable_dra and settings.kube_api_url and hostname:
-            watcher = kubeapi.SliceWatcher(kubeapi.ApiAccess(url=settings.kube_api_url), node=hostname)
+            watcher = kubeapi.SliceWatcher(
+                kubeapi.ApiAccess(url=settings.kube_api_url), node=hostname, failures=failures
+            )
+            if failures is not None:
+                failures.register("resourceslices")
             if settings.once:
                 try:
                     watcher.list_once()
@@ -464,13 +473,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         web = webconfig.load(settings.web_config) if settings.web_config else None
         backend = build_backend(settings)
         hostname = hostname_for(settings, backend)
+        failures = loops.LoopFailures()
         collector = Collector(
             backend,
             hostname=hostname,
             settings=settings.collector,
-            allocations=build_allocations(settings, backend, hostname=hostname),
+            allocations=build_allocations(settings, backend, hostname=hostname, failures=failures),
             process_owners=build_process_owners(settings, backend),
             layout=settings.layout,
+            loop_failures=failures,
         )
         if settings.once:
             try:
@@ -478,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 collector.stop()
         server = MetricsServer(
-            collector, host=settings.listen.host, port=settings.listen.port, web_config=web
+            collector, host=settings.listen.host, port=settings.listen.port, web_config=web, failures=failures
         )
         return serve(collector, server)
     except ConfigError as exc:

@@ -20,6 +20,7 @@ from typing import Literal
 
 from exporter.contract import dcgm_names, fields
 from exporter.errors import ConfigError
+from gpupilot_common import yamlsafe
 
 CounterType = Literal["gauge", "counter", "label"]
 TYPES: tuple[CounterType, ...] = ("gauge", "counter", "label")
@@ -103,11 +104,9 @@ def load(path: Path) -> CounterFile:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise ConfigError(f"{path}: {size} bytes is too large for a counters file (limit 1 MiB)")
-        text = path.read_text(encoding="utf-8")
+        text = yamlsafe.read_text(path, max_bytes=MAX_BYTES)  # a regular file only, UTF-8
     except FileNotFoundError:
         raise ConfigError(f"{path}: counters file not found; check -f/--collectors") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the counters file: {exc.strerror}") from None
     return parse(text, source=str(path))

@@ -19,7 +19,9 @@ dcgm-exporter does (``gpupilot_device_pod_info`` names every holder); with
 ``layout.virtual_gpus`` (dcgm-exporter 4.5.3's ``KUBERNETES_VIRTUAL_GPUS``) a shared whole GPU keeps
 its series without pod labels and each holder gets its own, with ``pod``, ``namespace``,
 ``container``, ``pod_uid`` and ``vgpu`` (the replica index): its own ``DCGM_FI_DEV_GPU_UTIL`` and
-``DCGM_FI_DEV_FB_USED`` (0 when idle), the device's value of every other field. A device a container got through a
+``DCGM_FI_DEV_FB_USED`` (0 when idle), the device's value of every other field. A container holding
+several replicas of one GPU gets its share split evenly over its replica series, so the per-pod
+series of a GPU add up to what its processes use, never more than the device's own figure. A device a container got through a
 ResourceClaim (DRA) also carries dcgm-exporter's ``dra_claim_name``, ``dra_claim_namespace``,
 ``dra_driver_name``, ``dra_pool_name``, ``dra_device_name`` and, on MIG devices only,
 ``dra_mig_profile`` and ``dra_mig_device_uuid`` (absent on whole GPUs, as there).
@@ -108,20 +110,23 @@ MIB = 1024 * 1024
 
 
 def virtual_gpu_values(
-    device: Mapping[str, float], holder: PodRef, shares: DeviceShares | None
+    device: Mapping[str, float], holder: PodRef, shares: DeviceShares | None, *, replicas: int = 1
 ) -> dict[str, float]:
     """One replica holder's values under ``KUBERNETES_VIRTUAL_GPUS``: its own utilisation (percent) and
     framebuffer (MiB), 0 when it runs nothing; the device's value of every other field. Utilisation is
-    left out where NVML cannot tell it per process."""
+    left out where NVML cannot tell it per process. ``replicas``: how many replicas of this GPU the
+    same container holds; each of its series gets that share of the container's figures (NVML tells
+    them per process, not per replica), so the container's series add up to its figure once."""
     key = (holder.namespace, holder.pod, holder.container)
+    split = max(1, replicas)
     own = dict(device)
     if UTIL_FIELD in own:
         if shares is None or shares.utilisation is None:
             del own[UTIL_FIELD]
         else:
-            own[UTIL_FIELD] = 100.0 * shares.utilisation.get(key, 0.0)
+            own[UTIL_FIELD] = 100.0 * shares.utilisation.get(key, 0.0) / split
     if FB_USED_FIELD in own:
-        own[FB_USED_FIELD] = (shares.memory_bytes.get(key, 0.0) if shares is not None else 0.0) / MIB
+        own[FB_USED_FIELD] = (shares.memory_bytes.get(key, 0.0) if shares is not None else 0.0) / MIB / split
     return own
 
 
@@ -291,6 +296,10 @@ class _Families:
         for spec in self.selected:
             self.add(spec, gpu, gpu.values, [base])
         shares = self.shares.get(gpu.info.uuid)
+        held: dict[tuple[str, str, str], int] = {}
+        for p in replicas:
+            key = (p.namespace, p.pod, p.container)
+            held[key] = held.get(key, 0) + 1
         for p in replicas:
             uid = p.pod_uid or (shares.pod_uids.get((p.namespace, p.pod, p.container), "") if shares else "")
             labels: LabelPairs = (
@@ -301,7 +310,7 @@ class _Families:
                 ("pod_uid", uid),
                 ("vgpu", p.replica),
             )
-            own = virtual_gpu_values(gpu.values, p, shares)
+            own = virtual_gpu_values(gpu.values, p, shares, replicas=held[(p.namespace, p.pod, p.container)])
             for spec in self.selected:
                 self.add(spec, gpu, own, [labels])
 

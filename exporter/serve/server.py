@@ -29,7 +29,8 @@ import httptools
 
 from exporter.errors import ConfigError
 from exporter.expose.render import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Page
-from exporter.serve.webconfig import BasicAuth, WebConfig
+from exporter.serve.webconfig import BasicAuth, ServingTls, WebConfig
+from gpupilot_common import loops
 from gpupilot_common.qvalues import q_values
 
 log = logging.getLogger(__name__)
@@ -564,10 +565,15 @@ class MetricsServer:
         web_config: WebConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_connections: int = MAX_CONNECTIONS,
+        failures: loops.LoopFailures | None = None,
     ) -> None:
+        """``failures``: where a TLS reload that failed is counted (see :class:`ServingTls`)."""
         self.host = host
         self.port = port
-        self._ssl: ssl.SSLContext | None = web_config.ssl_context() if web_config else None
+        self.tls = (
+            ServingTls(web_config, failures=failures) if web_config is not None and web_config.tls else None
+        )
+        self._ssl: ssl.SSLContext | None = self.tls.context if self.tls is not None else None
         self._app = _App(
             source,
             auth=web_config.authenticator() if web_config else None,

@@ -24,6 +24,8 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
+import os
 import re
 import ssl
 from collections.abc import Mapping
@@ -34,8 +36,8 @@ from typing import Any
 import bcrypt
 
 from exporter.errors import ConfigError
-from gpupilot_common import checked, yamlsafe
-from gpupilot_common.paths import is_file
+from gpupilot_common import checked, loops, yamlsafe
+from gpupilot_common.paths import file_problem, is_file
 
 _TOP = {"tls_server_config", "http_server_config", "basic_auth_users"}
 _TLS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}
@@ -59,6 +61,7 @@ _RESERVED_HEADERS = {"content-type", "content-length", "content-encoding", "conn
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}")
 """An HTTP header name (RFC 9110 token): no CR, LF, colon or space can reach a response."""
 _BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+log = logging.getLogger(__name__)
 _CACHE_LIMIT = 1024
 # bcrypt of a random password: unknown users pay the same cost as known ones (no user enumeration).
 _DUMMY_HASH = b"$2b$10$5Pd8i3Tawd4pRVGDqu6gpervhZ49vVW4Ohry42WyydgFINEJwBheS"
@@ -87,6 +90,15 @@ class WebConfig:
         if self.tls is None:
             return None
         tls = self.tls
+        for where, file in (
+            ("cert_file", tls.cert_file),
+            ("key_file", tls.key_file),
+            ("client_ca_file", tls.client_ca_file),
+        ):
+            if file is not None and (problem := file_problem(file)):  # OpenSSL would block on a pipe
+                raise ConfigError(
+                    f"{self.path}: tls_server_config.{where}: {file} is {problem}; give a PEM file"
+                )
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = _VERSIONS[tls.min_version]
         if tls.max_version:
@@ -111,6 +123,75 @@ class WebConfig:
 
     def authenticator(self) -> BasicAuth | None:
         return BasicAuth(self.users) if self.users else None
+
+
+Stamp = tuple[tuple[float, int, int] | None, ...]
+
+
+def _stamp(paths: tuple[Path, ...]) -> Stamp:
+    out: list[tuple[float, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.stat(path)  # follows links: a Secret volume swaps its files through ..data
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_mtime, st.st_size, st.st_ino))
+    return tuple(out)
+
+
+class ServingTls:
+    """The server's TLS context, re-read when its files change, checked at every handshake (as
+    exporter-toolkit reads its certificate per connection): a renewed certificate is served to the
+    next connection. The context handed to the server picks the current one for each handshake (its
+    SNI callback, called for every ClientHello). Files that cannot be used are one line and a count
+    (``failures``, loop ``tls-reload``), and the last good context stays; each later change is tried
+    again."""
+
+    def __init__(self, config: WebConfig, *, failures: loops.LoopFailures | None = None) -> None:
+        self.config = config
+        first = config.ssl_context()
+        if first is None:
+            raise ValueError("ServingTls needs a tls_server_config")
+        tls = config.tls
+        assert tls is not None
+        self.paths = tuple(p for p in (tls.cert_file, tls.key_file, tls.client_ca_file) if p is not None)
+        self._stamp = _stamp(self.paths)
+        self._current = first
+        self.reloads = 0
+        self.failures = failures or loops.LoopFailures()
+        self.failures.register("tls-reload")
+        self.context = first
+        """What the server is given: its SNI callback switches each connection to the current one."""
+        first.sni_callback = self._on_hello
+
+    def _on_hello(self, conn: ssl.SSLObject, _server_name: str | None, _ctx: ssl.SSLContext) -> None:
+        self.check()
+        conn.context = self._current
+
+    def check(self) -> None:
+        """Rebuild the context when a file changed; never raises (a handshake must not fail on it)."""
+        stamp = _stamp(self.paths)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        loops.guarded(
+            "--web-config TLS reload",
+            self._reload,
+            logger=log,
+            on_failure=self.failures.counter("tls-reload"),
+        )
+
+    def _reload(self) -> None:
+        fresh = self.config.ssl_context()
+        assert fresh is not None
+        self._current = fresh
+        self.reloads += 1
+        log.info(
+            "--web-config %s: TLS certificate reloaded from %s",
+            self.config.path,
+            self.config.tls.cert_file if self.config.tls else "",
+        )
 
 
 def _reason(exc: BaseException) -> str:

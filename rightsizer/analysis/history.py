@@ -38,6 +38,7 @@ and the queries are then exactly the single-cluster ones (grouping by an absent 
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import time
@@ -50,6 +51,7 @@ from typing import NamedTuple
 from gpupilot_common.timefmt import format_time
 from mig_geometry.catalogue import GpuModel, by_device_id
 from mig_geometry.names import canonical_profile
+from rightsizer.analysis import labels as labels_mod
 from rightsizer.analysis.types import (
     Analysis,
     DeviceStats,
@@ -62,6 +64,7 @@ from rightsizer.analysis.types import (
 from rightsizer.clients.chunks import QueryLimits, fleet_groups, samples_per_hour, scoped
 from rightsizer.clients.prometheus import PrometheusClient, Sample
 
+log = logging.getLogger(__name__)
 IDENT = ("Hostname", "gpu", "UUID", "GPU_I_ID", "GPU_I_PROFILE")
 BY = "Hostname, gpu, UUID, GPU_I_PROFILE, GPU_I_ID"
 RULE = "gpupilot:slice_activity:avg5m"
@@ -429,9 +432,14 @@ def inventory(
     lookback_s: float,
     limits: QueryLimits | None = None,
     cluster_label: str = CLUSTER,
+    skipped: list[str] | None = None,
 ) -> tuple[list[NodeInventory], dict[tuple[str, str, str, str], tuple[PodKey, ...]]]:
     """Nodes and GPUs from the exporter's info series at ``at`` (sorted by cluster, then name);
     current (cluster, node, GPU UUID, GI id) → pods.
+
+    A node with a series whose label is not the number it should be (``placement_start="x"``,
+    ``memory_total_mib="inf"``) is left out, with one line in ``skipped`` naming the node, the series
+    and the label: its layout cannot be known, the rest of the fleet is planned.
 
     ``gpupilot_gpu_info`` (one series per GPU) is asked for the whole fleet; the per-instance and
     per-pod series are asked per node group when the fleet, at up to 7 MIG instances per GPU, would
@@ -471,22 +479,38 @@ def inventory(
         ("GPU_I_PROFILE", "placement_start", "placement_size", "mig_uuid"),
     )
 
+    bad: dict[tuple[str, str], str] = {}
+
+    def malformed(s: Sample, series: str, exc: labels_mod.MalformedLabel) -> None:
+        node = where(s)
+        if node not in bad:
+            bad[node] = f"its {series} series (GPU {s.labels.get('UUID', '?')}) has {exc}"
+
     by_gpu: dict[tuple[str, str, str], list[InstanceInfo]] = {}
     for s in insts:
         key = (*where(s), s.labels.get("UUID", ""))
-        by_gpu.setdefault(key, []).append(
-            InstanceInfo(
+        try:
+            info = InstanceInfo(
                 profile=s.labels.get("GPU_I_PROFILE", ""),
                 gpu_instance_id=s.labels.get("GPU_I_ID", ""),
-                placement_start=int(s.labels.get("placement_start", "0") or 0),
-                placement_size=int(s.labels.get("placement_size", "0") or 0),
+                placement_start=labels_mod.whole(s.labels, "placement_start", default=0, high=64),
+                placement_size=labels_mod.whole(s.labels, "placement_size", default=0, high=64),
                 uuid=s.labels.get("mig_uuid", ""),
             )
-        )
+        except labels_mod.MalformedLabel as exc:
+            malformed(s, "gpupilot_mig_instance_info", exc)
+            continue
+        by_gpu.setdefault(key, []).append(info)
     node_gpus: dict[tuple[str, str], dict[str, GpuInventory]] = {}
     for s in gpus:
         cluster, host = where(s)
         uuid = s.labels.get("UUID", "")
+        try:
+            index = labels_mod.whole(s.labels, "gpu", default=0, high=4096)
+            memory = int(labels_mod.amount(s.labels, "memory_total_mib", default=0.0, high=2.0**40))
+        except labels_mod.MalformedLabel as exc:
+            malformed(s, "gpupilot_gpu_info", exc)
+            continue
         try:
             device_id = int(s.labels.get("pci_device_id", "0"), 16)
         except ValueError:
@@ -502,14 +526,21 @@ def inventory(
             instances = tuple(_canonical(model, i) for i in instances)
         node_gpus.setdefault((cluster, host), {})[uuid] = GpuInventory(
             node=host,
-            index=int(s.labels.get("gpu", "0") or 0),
+            index=index,
             uuid=uuid,
             model_key=model.key if model else "",
             pci_device_id=device_id,
             mig_enabled=mig,
-            memory_total_mib=int(float(s.labels.get("memory_total_mib", "0") or 0)),
+            memory_total_mib=memory,
             instances=instances if mig else (),
         )
+    for (cluster, host), why in sorted(bad.items()):
+        node_gpus.pop((cluster, host), None)
+        shown = f"{host} (cluster {cluster})" if cluster else host
+        line = f"node {shown} left out of the plan: {why}"
+        log.warning("%s", line)
+        if skipped is not None:
+            skipped.append(line)
     node_labels = {(s.labels.get(cluster_label, ""), s.labels.get("node", "")): s.labels for s in labels}
     nodes = []
     for cluster, host in sorted(node_gpus):
@@ -607,9 +638,17 @@ def analyse(
     start = end - settings.window_s
     progress(f"reading inventory from {client.url} at {format_time(end)}")
     label = settings.cluster_label
+    skipped: list[str] = []
     nodes, holders = inventory(
-        client, at=end, lookback_s=settings.inventory_lookback_s, limits=settings.limits, cluster_label=label
+        client,
+        at=end,
+        lookback_s=settings.inventory_lookback_s,
+        limits=settings.limits,
+        cluster_label=label,
+        skipped=skipped,
     )
+    for line in skipped:
+        progress(line)
     per_name = _devices_per_name(nodes)
     span = settings.chunk_s if 0 < settings.chunk_s < settings.window_s else settings.window_s
     groups = fleet_groups(client, per_name, limits=settings.limits, span_s=span, at=end)
@@ -637,6 +676,7 @@ def analyse(
     notes, cluster_notes = _all_notes(
         nodes, stats, proc_only, rule_s=summary.rule_s, window_s=settings.window_s
     )
+    notes = (*skipped, *notes)
     return Analysis(
         start=start,
         end=end,

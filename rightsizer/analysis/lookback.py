@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 from gpupilot_common.timefmt import format_time
 from mig_geometry.names import canonical_profile
+from rightsizer.analysis import labels as labels_mod
 from rightsizer.analysis.history import BY, RULE
 from rightsizer.analysis.types import Analysis
 from rightsizer.clients.prometheus import PrometheusClient
@@ -58,10 +59,14 @@ def attach(
     earliest: float | None = None
     for s in series:
         labels = s.labels
+        try:
+            gpu = labels_mod.whole(labels, "gpu", default=-1, high=4096)
+        except labels_mod.MalformedLabel:
+            continue  # a series of a GPU the inventory left out (its node is set aside, said once there)
         key = (
             labels.get(settings.cluster_label, ""),
             labels.get("Hostname", ""),
-            int(labels.get("gpu", "-1") or -1),
+            gpu,
             labels.get("GPU_I_ID", ""),
         )
         found.setdefault(key, []).extend(s.points)

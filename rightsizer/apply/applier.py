@@ -17,9 +17,11 @@
    to change them (``gitops``); after ``success`` the node is ``done`` only once every disrupted
    workload has its desired replicas Running and Ready with the new request (``settle_timeout_s``),
    else it is rolled back, templates included.
-4. Steps are recorded on the node (:mod:`rightsizer.apply.protocol`), so a rerun resumes or skips.
-   Before any new node, every node another run left in flight (a killed ``apply``, a ``serve``
-   replica that died) is finished when this plan moves it to the same config, else rolled back.
+4. Steps are shown on the node (:mod:`rightsizer.apply.protocol`) and kept in the in-flight record
+   (:mod:`rightsizer.apply.record`), where nodes cannot write, so a rerun resumes or skips. Before
+   any new node, every node the record holds in flight (a killed ``apply``, a ``serve`` replica that
+   died) is finished when this plan moves it to the same config, else rolled back; a node whose
+   annotations alone say it is in flight is set aside.
 5. Transient API errors (429 with ``Retry-After``, 5xx, dropped connections) are retried with backoff
    (:mod:`rightsizer.apply.retry`) within the node's deadline; a rollback that still fails is reported
    as ``rollback-failed`` (never ``rolled-back``), the node's annotations left for a rerun to resume.
@@ -39,6 +41,7 @@ from typing import Any
 from gpupilot_common.timefmt import format_time
 from rightsizer.apply import draplugin, gitops, takeover
 from rightsizer.apply import protocol as proto
+from rightsizer.apply import record as inflight
 from rightsizer.apply import workloads as wl
 from rightsizer.apply.configs import resolve_config_target, restore_configs, write_configs
 from rightsizer.apply.lease import ApplyLease
@@ -163,6 +166,7 @@ class Applier:
         clock: Clock | None = None,
         only: Collection[str] | None = None,
         stop: Callable[[], str] | None = None,
+        on_lease_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         """``only``: the changed nodes this run may start (None: all; in-flight nodes are settled
         whatever it says); ``stop``: why the run must stop now ("" to go on), asked at each safe step
@@ -172,7 +176,9 @@ class Applier:
         self.clock: Clock = clock or SystemClock()
         self.only = None if only is None else frozenset(only)
         self._stop = stop or (lambda: "")
+        self._on_lease_failure = on_lease_failure
         self._lease: ApplyLease | None = None
+        self.record = inflight.InFlightRecord(kube, settings.namespace)
         self.workload_steps = WorkloadSteps(
             kube, settings, plan_id=plan.plan_id, clock=self.clock, progress=self._say
         )
@@ -188,7 +194,12 @@ class Applier:
         r.call("read the ClusterPolicy", lambda: resolve_config_target(self.kube, self.plan, self.settings))
         if self.settings.lease_duration_s <= 0:
             return self._run(None)
-        lease = ApplyLease(self.kube, self.settings.namespace, duration_s=self.settings.lease_duration_s)
+        lease = ApplyLease(
+            self.kube,
+            self.settings.namespace,
+            duration_s=self.settings.lease_duration_s,
+            on_failure=self._on_lease_failure,
+        )
         r.call(
             "take the apply Lease",
             lambda: lease.acquire(
@@ -220,6 +231,7 @@ class Applier:
 
     def _run(self, lease: ApplyLease | None) -> ApplyReport:
         configs = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
+        configs.call(f"read the in-flight record ({self.record.where})", self.record.load)
         target = configs.call(
             "write the MIG configs",
             lambda: write_configs(self.kube, self.plan, self.settings, progress=self.progress),
@@ -283,12 +295,32 @@ class Applier:
         """Before anything new (:mod:`rightsizer.apply.takeover`): what to run (the in-flight nodes
         this plan finishes, then the new ones), after rolling back the in-flight ones it does not."""
         r = self._retrier("-", self.clock.monotonic() + self.settings.api_retry_s)
-        found = r.call(
+        listed = r.call(
             "list the MIG nodes",
             lambda: [proto.view(n) for n in self.kube.list_nodes(label_selector=proto.CONFIG_LABEL)],
         )
-        plan = takeover.settle(found, self.plan, only=self.only)
         rolled: list[NodeOutcome] = []
+        found = []
+        for raw in listed:
+            record = self.record.get(raw.name)
+            if note := inflight.unrecorded(raw, record):
+                self.progress(raw.name, note)
+            found.append(inflight.trusted_view(raw, record))
+        for record in self.record.all().values():  # recorded, but not among the MIG nodes listed
+            if record.node in {n.name for n in listed}:
+                continue
+            gone: proto.NodeView | None
+            try:
+                gone = proto.view(
+                    r.call(f"read node {record.node}", functools.partial(self.kube.get_node, record.node))
+                )
+            except NotFoundError:
+                gone = None
+            if gone is not None and gone.uid == record.uid:
+                found.append(inflight.trusted_view(gone, record))
+                continue
+            rolled.append(self._forget_gone(record, r))
+        plan = takeover.settle(found, self.plan, only=self.only)
         for node, reason in plan.roll_back:
             self.progress(node.name, reason)
             problem = self._rollback(node.name, reason, current=node.previous)
@@ -297,6 +329,28 @@ class Applier:
             )
             rolled.append(NodeOutcome(node.name, result, why, node.previous, node.target))
         return plan, rolled
+
+    def _forget_gone(self, record: inflight.Record, r: Retrier) -> NodeOutcome:
+        """A recorded node that is gone (or made again under its name): its workloads restored as
+        the record says, then the record dropped."""
+        reason = f"node gone since plan {record.plan_id} cordoned it; restoring its workloads"
+        self.progress(record.node, reason)
+        problem, note = self.workload_steps.restore(record.node, record, r)
+        if note:
+            self.progress(record.node, note)
+        if not problem:
+            try:
+                r.call(f"forget {record.node} in the in-flight record", lambda: self.record.drop(record.node))
+            except KubeError as exc:
+                problem = f"could not update the in-flight record: {exc}"
+        result = "rollback-failed" if problem else "orphan-rolled-back"
+        why = f"{reason}; {problem}" if problem else reason
+        return NodeOutcome(record.node, result, why, record.previous, record.target)
+
+    def _view(self, obj: dict[str, Any]) -> proto.NodeView:
+        """A node read from the API, as the in-flight record says (never its own annotations alone)."""
+        raw = proto.view(obj)
+        return inflight.trusted_view(raw, self.record.get(raw.name))
 
     def _node_objection(self, pn: NodePlan) -> str:
         """The node's own MIG Manager profile list (v26.3+) overrides the catalogue: a config naming a
@@ -359,57 +413,24 @@ class Applier:
 
         try:
             node, step = self._preflight(pn, r)
-            if step is None:
-                changes = self._prepare_workloads(pn, r)
-            else:
-                changes = wl.decode(node.annotations.get(wl.ANN_WORKLOADS))
+            record = self._record_for(pn, node, step, r)
+            changes = record.changes
         except _Stop as stop:
             return outcome(stop.result, stop.reason)
         try:
             if step is None:
                 if why := self.stop_reason():
                     return outcome("not-started", f"stopped before the cordon by {why}")
-                node = self._patch(pn.name, lambda v: self._cordon(v, pn, changes), r)
-                self.progress(pn.name, "cordoned")
-                step = proto.Step.CORDONED
-            if step == proto.Step.CORDONED:
-                self._safe_point(step)
-                wait_s = s.gitops_timeout_s if s.workloads == "gitops" else 0.0
-                self.workload_steps.set_requests(
-                    pn, changes, self._retrier(pn.name, self.clock.monotonic() + wait_s + s.api_retry_s)
-                )
-                node = self._patch(pn.name, lambda v: proto.step_patch(v, proto.Step.REQUESTS_SET), r)
-                step = proto.Step.REQUESTS_SET
-            if step == proto.Step.REQUESTS_SET:
-                self._safe_point(step)
-                self._drain(pn, r)
-                node = self._patch(pn.name, lambda v: proto.step_patch(v, proto.Step.DRAINED), r)
-                self.progress(pn.name, "drained: no pod holds its GPUs")
-                step = proto.Step.DRAINED
-            if step == proto.Step.DRAINED:
-                self._safe_point(step)
-                node = self._patch(pn.name, lambda v: proto.relabel_patch(v, target=pn.config_name), r)
-                self.progress(
-                    pn.name, f"relabelled {proto.CONFIG_LABEL}={pn.config_name} (was {node.previous})"
-                )
-                step = proto.Step.RELABELED
-            if step == proto.Step.RELABELED:
-                self._safe_point(proto.Step.RELABELED)
-                node = self._wait_for_success(pn, node, r)
-                self._restart_dra_plugin(pn, node, r)
-                node = self._patch(pn.name, proto.settling_patch, r)
-                self.progress(
-                    pn.name,
-                    "success; uncordoned"
-                    if not node.was_unschedulable
-                    else "success; left cordoned as before",
-                )
+                r.call(f"record {pn.name} in flight", lambda: self.record.put(record))
+                step = proto.Step.STARTING
+            node = self._forward(pn, record, step, node, r)
             states = self.workload_steps.settle(
                 pn,
                 changes,
                 self._retrier(pn.name, self.clock.monotonic() + s.settle_timeout_s + s.api_retry_s),
             )
             node = self._patch(pn.name, proto.finish_patch, r)
+            r.call(f"forget {pn.name} in the in-flight record", lambda: self.record.drop(pn.name))
             self._event(
                 node,
                 "MigReconfigured",
@@ -420,18 +441,102 @@ class Applier:
             return outcome("applied")
         except NodeSkip as skip:
             self.progress(pn.name, f"skipped: {skip}")
+            self._forget_unstarted(pn.name, r)
             return outcome("skipped", str(skip))
         except _Handover as stop:
             self.progress(pn.name, str(stop))
             return outcome("stopped", str(stop))
         except (NodeFailure, WorkloadsNotReady, KubeError) as exc:
             reason = str(exc)
+            if self.record.get(pn.name) is None:  # the record is written before the cordon
+                self.progress(pn.name, f"failed before any change: {reason}")
+                return outcome("failed", f"nothing changed: {reason}")
             self.progress(pn.name, f"failed: {reason}; rolling back")
             problem = self._rollback(pn.name, reason, current=pn.current_config_name)
             states = self.workload_steps.observe(changes)
             if problem:
                 return outcome("rollback-failed", f"{reason}; ROLLBACK FAILED: {problem}")
             return outcome("rolled-back", reason)
+
+    def _record_for(
+        self, pn: NodePlan, node: proto.NodeView, step: proto.Step | None, r: Retrier
+    ) -> inflight.Record:
+        """What the in-flight record holds for the node: a new record (its workloads prepared) for a
+        node this run starts, the record itself for one it resumes (only the record resumes)."""
+        if step is not None:
+            found = self.record.get(pn.name)
+            if found is None:  # cannot happen: a resume is decided from the record
+                raise _Stop("skipped", "the in-flight record no longer holds it")
+            return found
+        changes = self._prepare_workloads(pn, r)
+        return inflight.Record(
+            node=pn.name,
+            uid=node.uid,
+            plan_id=self.plan.plan_id,
+            previous=node.config,
+            target=pn.config_name,
+            was_unschedulable=node.unschedulable,
+            step=str(proto.Step.STARTING),
+            mode=self.settings.workloads if changes else "",
+            changes=changes,
+        )
+
+    def _forward(
+        self, pn: NodePlan, record: inflight.Record, step: proto.Step, node: proto.NodeView, r: Retrier
+    ) -> proto.NodeView:
+        """From ``step`` (the last one done) to ``settling``: each step shown on the node, then recorded."""
+        s = self.settings
+        if step == proto.Step.STARTING:
+            node = self._patch(pn.name, lambda v: self._cordon(v, pn, record), r)
+            self._recorded(pn.name, proto.Step.CORDONED, r)
+            self.progress(pn.name, "cordoned")
+            step = proto.Step.CORDONED
+        if step == proto.Step.CORDONED:
+            self._safe_point(step)
+            wait_s = s.gitops_timeout_s if s.workloads == "gitops" else 0.0
+            self.workload_steps.set_requests(
+                pn,
+                record.changes,
+                self._retrier(pn.name, self.clock.monotonic() + wait_s + s.api_retry_s),
+                plan_id=record.plan_id,
+            )
+            node = self._patch(pn.name, lambda v: proto.step_patch(v, proto.Step.REQUESTS_SET), r)
+            self._recorded(pn.name, proto.Step.REQUESTS_SET, r)
+            step = proto.Step.REQUESTS_SET
+        if step == proto.Step.REQUESTS_SET:
+            self._safe_point(step)
+            self._drain(pn, r)
+            node = self._patch(pn.name, lambda v: proto.step_patch(v, proto.Step.DRAINED), r)
+            self._recorded(pn.name, proto.Step.DRAINED, r)
+            self.progress(pn.name, "drained: no pod holds its GPUs")
+            step = proto.Step.DRAINED
+        if step == proto.Step.DRAINED:
+            self._safe_point(step)
+            node = self._patch(pn.name, lambda v: proto.relabel_patch(v, target=pn.config_name), r)
+            self._recorded(pn.name, proto.Step.RELABELED, r)
+            self.progress(pn.name, f"relabelled {proto.CONFIG_LABEL}={pn.config_name} (was {node.previous})")
+            step = proto.Step.RELABELED
+        if step == proto.Step.RELABELED:
+            self._safe_point(proto.Step.RELABELED)
+            node = self._wait_for_success(pn, node, r)
+            self._restart_dra_plugin(pn, node, r)
+            node = self._patch(pn.name, proto.settling_patch, r)
+            self._recorded(pn.name, proto.Step.SETTLING, r)
+            self.progress(
+                pn.name,
+                "success; uncordoned" if not node.was_unschedulable else "success; left cordoned as before",
+            )
+        return node
+
+    def _forget_unstarted(self, name: str, r: Retrier) -> None:
+        """A node recorded and then skipped before its cordon: out of the record again."""
+        held = self.record.get(name)
+        if held is None or held.step != proto.Step.STARTING:
+            return
+        try:
+            r.call(f"forget {name} in the in-flight record", lambda: self.record.drop(name))
+        except KubeError as exc:
+            self.progress(name, f"could not update the in-flight record: {exc}")
 
     def _prepare_workloads(self, pn: NodePlan, r: Retrier) -> tuple[wl.Change, ...]:
         try:
@@ -450,7 +555,7 @@ class Applier:
         """Read and judge the node before any change: (node, step to resume from); :class:`_Stop`
         with the result (skipped, failed, already-applied) when there is nothing to do."""
         try:
-            node = proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+            node = self._view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
         except NotFoundError:
             self.progress(pn.name, "skipped: node not found")
             raise _Stop("skipped", "node not found") from None
@@ -484,23 +589,37 @@ class Applier:
             raise _Stop("skipped", objection)
         return node, None
 
+    def _recorded(self, name: str, step: proto.Step, r: Retrier) -> None:
+        """The step in the in-flight record, after the node's own patch (a node shown one step
+        further than recorded, by the recorded plan, is resumed from there)."""
+        r.call(f"record step {step} of {name}", lambda: self.record.set_step(name, step))
+
     def _safe_point(self, step: proto.Step) -> None:
         """Between two recorded steps: stop here when the run must stop (the next run resumes)."""
         if why := self.stop_reason():
             raise _Handover(f"stopped after step {step} by {why}; the next run resumes it")
 
-    def _cordon(self, v: proto.NodeView, pn: NodePlan, changes: tuple[wl.Change, ...]) -> dict[str, Any]:
-        again = proto.decide(
-            v, plan_id=self.plan.plan_id, current=pn.current_config_name, target=pn.config_name
+    def _cordon(self, v: proto.NodeView, pn: NodePlan, record: inflight.Record) -> dict[str, Any]:
+        """The cordon of a recorded node (``v`` as the record shows it), unless the node changed
+        since it was recorded (:class:`NodeSkip`)."""
+        if v.config != record.previous or v.state not in ("", "success"):
+            raise NodeSkip(
+                f"changed while starting: {proto.CONFIG_LABEL}={v.config or '(unset)'!r}, "
+                f"{proto.STATE_LABEL}={v.state or '(unset)'!r}"
+            )
+        patch = proto.cordon_patch(
+            v,
+            plan_id=record.plan_id,
+            target=record.target,
+            now=_now(),
+            previous=record.previous,
+            was_unschedulable=record.was_unschedulable,
         )
-        if again.action != "start":
-            raise NodeSkip(again.reason or "changed while starting")
-        patch = proto.cordon_patch(v, plan_id=self.plan.plan_id, target=pn.config_name, now=_now())
-        # written before any template changes, so a rerun or a rollback knows what to undo
+        # shown before any template changes (the record holds them too), for people to read
         patch["metadata"]["annotations"].update(
             {
-                wl.ANN_WORKLOADS: wl.encode(changes) if changes else None,
-                wl.ANN_WORKLOAD_MODE: self.settings.workloads if changes else None,
+                wl.ANN_WORKLOADS: wl.encode(record.changes) if record.changes else None,
+                wl.ANN_WORKLOAD_MODE: record.mode or None,
             }
         )
         return patch
@@ -511,10 +630,10 @@ class Applier:
         """Read, build a guarded patch, write; on 409 re-read and rebuild; transient errors retried."""
         last: ConflictError | None = None
         for _ in range(self.settings.conflict_retries):
-            current = proto.view(r.call(f"read node {name}", lambda: self.kube.get_node(name)))
+            current = self._view(r.call(f"read node {name}", lambda: self.kube.get_node(name)))
             patch = build(current)
             try:
-                return proto.view(
+                return self._view(
                     r.call(f"patch node {name}", functools.partial(self.kube.patch_node, name, patch))
                 )
             except ConflictError as exc:
@@ -572,7 +691,7 @@ class Applier:
         seen = ""
 
         def read() -> proto.NodeView:
-            return proto.view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
+            return self._view(r.call(f"read node {pn.name}", lambda: self.kube.get_node(pn.name)))
 
         while True:
             if node.config != pn.config_name:
@@ -599,7 +718,7 @@ class Applier:
                 for obj in self.kube.watch_node(
                     pn.name, resource_version=node.resource_version, timeout_s=min(remaining, 30.0)
                 ):
-                    node = proto.view(obj)
+                    node = self._view(obj)
                     if (
                         node.state in ("success", "failed")
                         or node.config != pn.config_name
@@ -637,12 +756,8 @@ class Applier:
         """Undo what a run did on node ``name`` (``current``: its config before); returns "" when
         done, else what is left and how to finish."""
         r = self._retrier(name, self.clock.monotonic() + self.settings.api_retry_s)
-        try:
-            seen = proto.view(r.call(f"read node {name}", lambda: self.kube.get_node(name)))
-        except KubeError as exc:
-            seen = None
-            self.progress(name, f"could not read the node to restore its workloads: {exc}")
-        templates, note = ("", "") if seen is None else self.workload_steps.restore(name, seen, r)
+        record = self.record.get(name)
+        templates, note = ("", "") if record is None else self.workload_steps.restore(name, record, r)
         if note:
             self.progress(name, note)
             reason = f"{reason}; {note}"
@@ -650,6 +765,8 @@ class Applier:
             if templates:
                 raise NodeFailure(f"workload templates not restored: {templates}")
             node = self._patch(name, lambda v: proto.rollback_patch(v, reason=reason), r)
+            if record is not None:
+                r.call(f"forget {name} in the in-flight record", lambda: self.record.drop(name))
         except (NodeFailure, KubeError) as exc:
             problem = (
                 f"{exc}; the node keeps its gpupilot.io/step annotation: run apply again to resume, or "

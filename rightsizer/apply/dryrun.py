@@ -16,11 +16,12 @@ from typing import Any
 
 from rightsizer.apply import fit
 from rightsizer.apply import protocol as proto
+from rightsizer.apply import record as inflight
 from rightsizer.apply import workloads as wl
 from rightsizer.apply.configmap import DATA_KEY, dump_yaml
 from rightsizer.apply.configs import ConfigTarget, resolve_config_target
 from rightsizer.apply.settings import ApplySettings
-from rightsizer.clients.kube import Kube, NotFoundError
+from rightsizer.clients.kube import Kube, NotFoundError, PermanentKubeError
 from rightsizer.plan.disruption import evictions
 from rightsizer.plan.model import Plan
 
@@ -72,13 +73,27 @@ def _configmap_commands(target: ConfigTarget, settings: ApplySettings) -> list[s
     return lines
 
 
-def _in_flight_comments(kube: Kube, plan: Plan) -> list[str]:
+def _records(kube: Kube, settings: ApplySettings) -> tuple[dict[str, inflight.Record], list[str]]:
+    """The in-flight record (read-only), and a comment when it cannot be read."""
+    ledger = inflight.InFlightRecord(kube, settings.namespace)
+    try:
+        return ledger.load(), []
+    except PermanentKubeError as exc:
+        if exc.status != 403:
+            raise
+        return {}, [f"# not allowed to read the in-flight record {ledger.where} (HTTP 403): shown as empty"]
+
+
+def _in_flight_comments(kube: Kube, plan: Plan, records: dict[str, inflight.Record]) -> list[str]:
     """Nodes another run left in flight that this plan does not change: apply rolls them back first."""
     changed = {n.name for n in plan.changed_nodes}
     lines = []
-    for node in sorted(
+    for raw in sorted(
         (proto.view(n) for n in kube.list_nodes(label_selector=proto.CONFIG_LABEL)), key=lambda v: v.name
     ):
+        if note := inflight.unrecorded(raw, records.get(raw.name)):
+            lines.append(f"# node {raw.name}: {note}")
+        node = inflight.trusted_view(raw, records.get(raw.name))
         if node.in_flight and node.name not in changed:
             decision = proto.orphan_decision(node, current=None, target=None)
             lines.append(f"# node {node.name}: {decision.reason}; apply does this before any other node")
@@ -86,11 +101,12 @@ def _in_flight_comments(kube: Kube, plan: Plan) -> list[str]:
 
 
 def _node_commands(kube: Kube, plan: Plan, settings: ApplySettings) -> list[str]:
-    lines: list[str] = _in_flight_comments(kube, plan)
+    records, lines = _records(kube, settings)
+    lines += _in_flight_comments(kube, plan, records)
     escaped_state = proto.STATE_LABEL.replace(".", "\\.")
     for pn in plan.changed_nodes:
         try:
-            node = proto.view(kube.get_node(pn.name))
+            node = inflight.trusted_view(proto.view(kube.get_node(pn.name)), records.get(pn.name))
         except NotFoundError:
             lines.append(f"# node {pn.name}: skipped: node not found")
             continue

@@ -27,8 +27,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from gpupilot_common import loops
 from rightsizer.apply.settings import ApplyError
-from rightsizer.clients.kube import ConflictError, Kube, KubeError
+from rightsizer.clients.kube import ConflictError, Kube
 from rightsizer.clients.lease import LeaseObserver, lease_spec, micro, released_spec, write_lease
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,11 @@ class ApplyLease:
         identity: str | None = None,
         duration_s: int = 60,
         wall: Callable[[], dt.datetime] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
-        """``wall``: the time written into ``renewTime``/``acquireTime`` (informational only)."""
+        """``wall``: the time written into ``renewTime``/``acquireTime`` (informational only);
+        ``on_failure``: told of each renewal that failed (serve counts them)."""
+        self._on_failure = on_failure
         self.kube, self.namespace, self.name = kube, namespace, name
         self.wall = wall or (lambda: dt.datetime.now(dt.UTC))
         self.identity = identity or default_identity()
@@ -191,9 +195,15 @@ class ApplyLease:
 
     def _renew_loop(self) -> None:
         interval = self.duration_s / 3
-        while not self._stop.wait(interval):
-            try:
-                if not self.renew():
-                    return
-            except KubeError as exc:  # transient: the next renewal may work; expiry is what matters
-                log.warning("renewing Lease %s/%s failed: %s", self.namespace, self.name, exc)
+        lost = threading.Event()
+
+        def once() -> None:
+            if not self.renew():
+                lost.set()
+
+        # a failed renewal, whatever it raised, is one line and a count; the next comes at the usual
+        # period (expiry is what matters: held() stops the run once renewals lapse)
+        while not self._stop.wait(interval) and not lost.is_set():
+            loops.guarded(
+                f"renewing Lease {self.namespace}/{self.name}", once, logger=log, on_failure=self._on_failure
+            )

@@ -13,8 +13,13 @@ killed apply can be resumed (or rolled back) from exactly where it stopped::
       or → rolled-back (previous label and workload templates restored, node uncordoned, reason in
                         gpupilot.io/reason)
 
-``gpupilot.io/workloads`` (:mod:`rightsizer.apply.workloads`) records, before any template changes,
+``gpupilot.io/workloads`` (:mod:`rightsizer.apply.workloads`) shows, before any template changes,
 which workloads the node's change disrupts and the request moves their templates get.
+
+The annotations are for people and the next run to read, never the authority: whoever holds the
+node's kubelet credentials can rewrite them. What a run has in flight, and which workloads it
+changed, is kept in the in-flight record (:mod:`rightsizer.apply.record`), where nodes cannot write;
+the functions below are given nodes as the record shows them (:func:`rightsizer.apply.record.trusted_view`).
 
 In-flight work belongs to the cluster, not to the run that started it: a node left at an in-flight
 step by any run (another plan, a replica that died) is finished by the next run whose plan moves it
@@ -48,6 +53,8 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
 class Step(StrEnum):
+    STARTING = "starting"
+    """Only in the in-flight record (:mod:`rightsizer.apply.record`): recorded, cordon not confirmed."""
     CORDONED = "cordoned"
     REQUESTS_SET = "requests-set"
     DRAINED = "drained"
@@ -57,7 +64,8 @@ class Step(StrEnum):
     ROLLED_BACK = "rolled-back"
 
 
-IN_FLIGHT = (Step.CORDONED, Step.REQUESTS_SET, Step.DRAINED, Step.RELABELED, Step.SETTLING)
+IN_FLIGHT = (Step.STARTING, Step.CORDONED, Step.REQUESTS_SET, Step.DRAINED, Step.RELABELED, Step.SETTLING)
+"""In the order a change goes through them."""
 
 
 @dataclass(frozen=True)
@@ -188,16 +196,26 @@ def _guard(node: NodeView) -> dict[str, Any]:
     return {"resourceVersion": node.resource_version}
 
 
-def cordon_patch(node: NodeView, *, plan_id: str, target: str, now: str) -> dict[str, Any]:
-    """``now``: RFC 3339 time of the cordon (``gpupilot.io/cordoned-at``, the daily budget's source)."""
+def cordon_patch(
+    node: NodeView,
+    *,
+    plan_id: str,
+    target: str,
+    now: str,
+    previous: str | None = None,
+    was_unschedulable: bool | None = None,
+) -> dict[str, Any]:
+    """``now``: RFC 3339 time of the cordon (``gpupilot.io/cordoned-at``, the daily budget's source);
+    ``previous``/``was_unschedulable``: as recorded before the cordon (None: the node's now)."""
+    before = node.unschedulable if was_unschedulable is None else was_unschedulable
     return {
         "metadata": {
             **_guard(node),
             "annotations": {
                 ANN_PLAN: plan_id,
-                ANN_PREVIOUS: node.config,
+                ANN_PREVIOUS: node.config if previous is None else previous,
                 ANN_TARGET: target,
-                ANN_WAS_UNSCHEDULABLE: str(node.unschedulable).lower(),
+                ANN_WAS_UNSCHEDULABLE: str(before).lower(),
                 ANN_STEP: str(Step.CORDONED),
                 ANN_CORDONED_AT: now,
                 ANN_REASON: None,

@@ -8,6 +8,12 @@
    patch each template (``patch``), or wait until the live templates changed (``gitops``).
 3. :meth:`WorkloadSteps.settle` (after the MIG Manager's success and the uncordon): the post-condition.
 4. :meth:`WorkloadSteps.restore` (rollback): the templates back to the old request.
+
+Every template change goes through one check (:meth:`WorkloadSteps._move`): the workload is one the
+in-flight record names (:mod:`rightsizer.apply.record`), with the pods the run found on the node,
+and its own ``gpupilot.io/requests-changed-by`` mark agrees — unmarked or marked by the recorded plan
+to set the new request, marked by the recorded plan to restore the old one. Nothing a node writes
+can name a workload here.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pathlib import Path
 
 from rightsizer.apply import fit, gitops
 from rightsizer.apply import protocol as proto
+from rightsizer.apply import record as inflight
 from rightsizer.apply import settle as postcondition
 from rightsizer.apply import workloads as wl
 from rightsizer.apply.retry import Retrier
@@ -94,7 +101,8 @@ class WorkloadSteps:
         return changes
 
     # -- 2. the requests ------------------------------------------------------------------------------
-    def set_requests(self, pn: NodePlan, changes: Sequence[wl.Change], r: Retrier) -> None:
+    def set_requests(self, pn: NodePlan, changes: Sequence[wl.Change], r: Retrier, *, plan_id: str) -> None:
+        """``changes``: the in-flight record's; ``plan_id``: the recorded plan (the mark they get)."""
         moving = [c for c in changes if c.moves]
         if not moving:
             return
@@ -113,18 +121,39 @@ class WorkloadSteps:
                 raise WorkloadsNotReady(str(exc)) from exc
             return
         for c in moving:
-            self._move(c, c.moves, r, plan_id=self.plan_id)
-            self.progress(pn.name, f"patched {c.ref}: requests {c.new_request}")
+            if self._move(c, c.moves, r, node=pn.name, plan_id=plan_id, restore=False):
+                self.progress(pn.name, f"patched {c.ref}: requests {c.new_request}")
 
-    def _move(self, c: wl.Change, moves: Sequence[wl.Move], r: Retrier, *, plan_id: str) -> bool:
-        """Patch the template unless it already asks for the moves' new resources; True if patched."""
+    def _move(
+        self, c: wl.Change, moves: Sequence[wl.Move], r: Retrier, *, node: str, plan_id: str, restore: bool
+    ) -> bool:
+        """Patch the template unless it already asks for the moves' new resources; True if patched.
+
+        ``plan_id``: the recorded plan. Setting the new request (``restore`` False) needs the template
+        unmarked or marked by that plan; restoring the old one needs it marked by that plan (a
+        template someone changed since is theirs): else :class:`WorkloadsNotReady` (set) or False
+        with a progress line (restore). A change with no pod found on the node is never applied."""
+        if not c.pods:
+            raise WorkloadsNotReady(f"{c.ref}: the in-flight record names no pod of it on the node")
         for _ in range(self.settings.conflict_retries):
             obj = r.call(
                 f"read {c.ref}", functools.partial(self.kube.get_workload, c.kind, c.namespace, c.name)
             )
+            mark = str(((obj.get("metadata") or {}).get("annotations") or {}).get(wl.ANN_CHANGED_BY) or "")
+            if restore and mark != plan_id:
+                self.progress(
+                    node,
+                    f"{c.ref} left as it is: its {wl.ANN_CHANGED_BY} is {mark or '(unset)'!r}, not plan "
+                    f"{plan_id} (changed since by someone else, or never by this change)",
+                )
+                return False
+            if not restore and mark not in ("", plan_id):
+                raise WorkloadsNotReady(
+                    f"{c.ref}: its {wl.ANN_CHANGED_BY} says plan {mark} changed its request; not changing it again"
+                )
             if wl.has_moves_applied(wl.template_of(obj, c.kind), moves):
                 return False
-            patch = wl.template_patch(obj, c.kind, moves, plan_id=plan_id)
+            patch = wl.template_patch(obj, c.kind, moves, plan_id="" if restore else plan_id)
             try:
                 r.call(
                     f"patch {c.ref}",
@@ -165,14 +194,14 @@ class WorkloadSteps:
         return tuple(out)
 
     # -- 4. rollback -----------------------------------------------------------------------------------
-    def restore(self, name: str, node: proto.NodeView, r: Retrier) -> tuple[str, str]:
-        """Put the templates the node's annotation records back to their old request:
+    def restore(self, name: str, record: inflight.Record, r: Retrier) -> tuple[str, str]:
+        """Put the templates the in-flight record names back to their old request:
         ``(problem, note)``, both "" when done; ``problem`` when a template could not be restored,
         ``note`` for what is left to people (templates that come from Git)."""
-        changes = [c for c in wl.decode(node.annotations.get(wl.ANN_WORKLOADS)) if c.moves]
+        changes = [c for c in record.changes if c.moves]
         if not changes:
             return "", ""
-        if node.annotations.get(wl.ANN_WORKLOAD_MODE) == "gitops":
+        if record.mode == "gitops":
             names = ", ".join(c.ref for c in changes)
             return (
                 "",
@@ -181,7 +210,7 @@ class WorkloadSteps:
         problems = []
         for c in changes:
             try:
-                if self._move(c, wl.reverse(c.moves), r, plan_id=""):
+                if self._move(c, wl.reverse(c.moves), r, node=name, plan_id=record.plan_id, restore=True):
                     self.progress(name, f"restored {c.ref}: requests {c.old_request}")
             except NotFoundError:
                 continue

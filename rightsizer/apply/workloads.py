@@ -108,7 +108,7 @@ def decode(text: str | None) -> tuple[Change, ...]:
         return ()
     try:
         return tuple(Change.from_json(d) for d in json.loads(text))
-    except (ValueError, KeyError, TypeError, IndexError):
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError):
         return ()
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +30,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from gpupilot_common import neterror
-from gpupilot_common.paths import is_file
+from gpupilot_common import neterror, urllib3deadline, watchdog
+from gpupilot_common.paths import file_problem
 from rightsizer.errors import RightsizerError
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,9 @@ class Kube:
 
     def __init__(self, api_client: Any, *, request_timeout_s: float = 30.0) -> None:
         self._client = api_client
+        pool = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
+        if pool is not None:  # every answer within its deadline, headers included
+            urllib3deadline.bound(pool)
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self._coordination = client.CoordinationV1Api(api_client)
@@ -171,8 +175,9 @@ class Kube:
         cfg = client.Configuration()
         try:
             if settings.kubeconfig is not None:
-                if not is_file(settings.kubeconfig):
-                    raise PermanentKubeError(f"{settings.kubeconfig}: kubeconfig file not found")
+                if problem := file_problem(settings.kubeconfig):
+                    what = "file not found" if problem.startswith("no such file") else f"is {problem}"
+                    raise PermanentKubeError(f"{settings.kubeconfig}: kubeconfig {what}")
                 config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=str(settings.kubeconfig), context=settings.context, client_configuration=cfg
                 )
@@ -199,11 +204,17 @@ class Kube:
         return out
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        deadline = time.monotonic() + self._timeout
         try:
-            result = fn(*args, _request_timeout=self._timeout, **kwargs)
+            with watchdog.within(self._timeout):
+                result = fn(*args, _request_timeout=self._timeout, **kwargs)
         except ApiException as exc:
             _raise(exc, what)
         except _TRANSPORT_ERRORS as exc:
+            if time.monotonic() >= deadline:  # the watchdog cut a trickling answer
+                raise TemporaryKubeError(
+                    f"{what}: no complete answer from the Kubernetes API within {self._timeout:g}s"
+                ) from exc
             _raise(exc, what)
         except (ValueError, TypeError) as exc:  # the client could not read the answer (an HTML page)
             raise PermanentKubeError(f"{what}: {_NOT_KUBERNETES}") from exc
@@ -227,16 +238,19 @@ class Kube:
         """Node objects as they change after ``resource_version``, for at most ``timeout_s`` seconds."""
         w = watch.Watch()  # type: ignore[no-untyped-call]
         try:
-            for event in w.stream(  # type: ignore[no-untyped-call]
-                self._core.list_node,
-                field_selector=f"metadata.name={name}",
-                resource_version=resource_version,
-                timeout_seconds=max(1, int(timeout_s)),
-                _request_timeout=timeout_s + 10,
-            ):
-                if event.get("type") == "ERROR":
-                    raise TemporaryKubeError(f"watch node {name}: {event.get('raw_object')}")
-                yield self._json(event["object"])
+            # the whole watch ends by its deadline, however the server trickles its bytes (the
+            # consumer makes no other call between two events: it breaks out to make one)
+            with watchdog.within(timeout_s + 10):
+                for event in w.stream(  # type: ignore[no-untyped-call]
+                    self._core.list_node,
+                    field_selector=f"metadata.name={name}",
+                    resource_version=resource_version,
+                    timeout_seconds=max(1, int(timeout_s)),
+                    _request_timeout=timeout_s + 10,
+                ):
+                    if event.get("type") == "ERROR":
+                        raise TemporaryKubeError(f"watch node {name}: {event.get('raw_object')}")
+                    yield self._json(event["object"])
         except ApiException as exc:
             _raise(exc, f"watch node {name}")
         except _TRANSPORT_ERRORS as exc:

@@ -30,7 +30,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from gpupilot_common import credentials, promanswer, promauth
+from gpupilot_common import credentials, promanswer, promauth, urllib3deadline, watchdog
 from gpupilot_common.urls import split_userinfo
 from rightsizer.errors import InputError, RightsizerError
 
@@ -147,6 +147,9 @@ class PrometheusClient:
             # at once instead: plan/report exit with one line, serve's job runs again on schedule
             retry=Retry(total=0, raise_on_status=False),
         )
+        for adapter in self._session.adapters.values():  # the library mounts one for the URL too
+            if isinstance(adapter, requests.adapters.HTTPAdapter):  # every answer within --timeout
+                urllib3deadline.bound(adapter.poolmanager)
         self.queries = 0
         """Queries sent so far (the analysis reports it; tests check it stays O(slices))."""
         self._count = threading.Lock()  # node groups are queried from several threads
@@ -201,7 +204,8 @@ class PrometheusClient:
         # not keep them, or the chunk being read, alive.
         failure: PrometheusError | None = None
         try:
-            send()
+            with watchdog.within(self.timeout):
+                send()
         except promanswer.PrometheusFailure as exc:
             failure = _ours(exc)
         except requests.RequestException as exc:
@@ -219,7 +223,9 @@ class PrometheusClient:
 
     def _failure(self, exc: requests.RequestException) -> PrometheusError:
         """A ``requests`` failure as one line (its text only: nothing of it is kept)."""
-        if isinstance(exc, requests.Timeout) or "Read timed out" in str(exc):  # also while streaming
+        deadline = getattr(self._local, "deadline", None)
+        cut = deadline is not None and time.monotonic() >= deadline  # the watchdog ended the answer
+        if cut or isinstance(exc, requests.Timeout) or "Read timed out" in str(exc):  # also while streaming
             return _ours(promanswer.timed_out(self.url, self.timeout, flag="--timeout"))
         if promauth.is_tls_failure(exc):  # SSLError, or a peer's alert inside a ConnectionError
             return PrometheusUnavailable(f"Prometheus at {self.url}: {promauth.tls_failure(exc)}")

@@ -19,10 +19,11 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpupilot_common import credentials, promauth
+from gpupilot_common import credentials, loops, promauth
 from gpupilot_common.httpserve import FileReply, HTTPServer, Limits, Reply
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import Applier, ApplyReport, ApplySettings
+from rightsizer.apply.record import mig_nodes
 from rightsizer.clients.kube import Kube, KubeError, KubeSettings
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.errors import RightsizerError
@@ -42,8 +43,9 @@ log = logging.getLogger(__name__)
 class LiveJobs:
     """The real work: Prometheus → plan, Prometheus → report, plan → Kubernetes."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, *, loop_failures: loops.LoopFailures | None = None) -> None:
         self.config = config
+        self.loop_failures = loop_failures or loops.LoopFailures()
 
     # The plan pipeline (scipy) and the report (pandas, matplotlib) are imported when a job first
     # runs: `serve --help` and `serve --check` answer in a fraction of a second instead of two.
@@ -89,7 +91,7 @@ class LiveJobs:
     def node_marks(self, *, settings: AutoApply) -> Sequence[proto.NodeView]:
         kube = Kube.connect(KubeSettings(kubeconfig=settings.kubeconfig))
         try:
-            return [proto.view(n) for n in kube.list_nodes(label_selector=proto.CONFIG_LABEL)]
+            return mig_nodes(kube, apply_settings(settings).namespace)
         finally:
             kube.close()
 
@@ -98,7 +100,14 @@ class LiveJobs:
     ) -> ApplyReport:
         kube = Kube.connect(KubeSettings(kubeconfig=settings.kubeconfig))
         try:
-            return Applier(kube, plan, apply_settings(settings), only=nodes, stop=stop).run()
+            return Applier(
+                kube,
+                plan,
+                apply_settings(settings),
+                only=nodes,
+                stop=stop,
+                on_lease_failure=self.loop_failures.counter("apply-lease"),
+            ).run()
         finally:
             kube.close()
 
@@ -133,7 +142,9 @@ def http_server(
         if path == "/metrics":
             return Reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
         if path in ("/health", "/healthz"):
-            return Reply(200, json.dumps(service.health(scheduler)).encode(), "application/json")
+            health = service.health(scheduler)
+            code = 503 if health["status"] == "stuck" else 200  # a liveness probe restarts a stuck replica
+            return Reply(code, json.dumps(health).encode(), "application/json")
         if files.handles(path):
             return files.answer(path)
         return Reply(404, b"not found: try /health, /metrics, /report/, /reports/ or /plan.json\n")
@@ -173,21 +184,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def serve(config: ServeConfig, *, stop: threading.Event, jobs: Any = None) -> int:
     election = config.auto_apply.leader_election
     elector: LeaderElector | None = None
+    failures = loops.LoopFailures()
     if election is not None:
         kube = Kube.connect(KubeSettings(kubeconfig=config.auto_apply.kubeconfig))
         identity = os.environ.get("POD_NAME") or socket.gethostname()
         elector = LeaderElector(
-            kube, election.namespace, identity=identity, duration_s=election.lease_duration_s
+            kube,
+            election.namespace,
+            identity=identity,
+            duration_s=election.lease_duration_s,
+            on_failure=failures.counter("leader-election"),
         )
         elector.start()
         service = Service(
             config,
-            jobs=jobs or LiveJobs(config),
+            jobs=jobs or LiveJobs(config, loop_failures=failures),
             ledger=ConfigMapLedger(kube, election.namespace),
             leader=elector.is_leader,
+            loop_failures=failures,
         )
     else:
-        service = Service(config, jobs=jobs or LiveJobs(config))
+        service = Service(
+            config, jobs=jobs or LiveJobs(config, loop_failures=failures), loop_failures=failures
+        )
     scheduler = BackgroundScheduler(timezone=config.timezone, executors={"default": ThreadPoolExecutor(2)})
     service.add_jobs(scheduler)
     try:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from gpupilot_common import output
-from gpupilot_common.paths import is_file
+from gpupilot_common.paths import file_problem
 from gpupilot_common.table import Column, render
 from mig_geometry.catalogue import by_device_id
 from rightsizer.clients.kube import Kube, KubeError, KubeSettings
@@ -121,8 +121,8 @@ def _document(
 
 def run(args: argparse.Namespace) -> int:  # noqa: PLR0912 (one branch per exit path, in order)
     path: Path = args.file
-    if not is_file(path):
-        print(f"error: {path}: cannot read: no such file", file=sys.stderr)
+    if problem := file_problem(path):
+        print(f"error: {path}: cannot read: {problem}", file=sys.stderr)
         return EXIT_USAGE
     node = None
     node_notes: list[str] = []

@@ -23,8 +23,6 @@ from gpupilot_common import yamlsafe
 from rightsizer.migparted.config import Issue, MigPartedConfig, MigPartedError, parse_document
 from rightsizer.migparted.timeslicing import SharingConfig
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
-
 MAX_BYTES = 1024 * 1024
 """Larger files are refused: NVIDIA's biggest config is ~12 KB; 1 MiB (~9,000 configs) checks in ~4 s."""
 MAX_DEPTH = 64
@@ -93,15 +91,7 @@ def yaml_documents(text: str, *, source: str, line_offset: int = 0) -> list[tupl
             f"{source}:{deep + line_offset}: invalid YAML: nesting deeper than {MAX_DEPTH} levels"
         )
     try:
-        nodes = list(yaml.compose_all(text, Loader=_Loader))
-        for node in nodes:
-            if node is not None:
-                yamlsafe.check_node(node)  # aliases expanding past the shared bound (an alias bomb)
-        loader = yaml.SafeLoader("")
-        try:
-            docs = [loader.construct_document(n) if n is not None else None for n in nodes]
-        finally:
-            loader.dispose()
+        found = yamlsafe.load_all_with_nodes(text)  # libyaml, bounded as every reader is
     except yaml.YAMLError as exc:
         raise MigPartedError(yaml_error(source, exc, offset=line_offset)) from exc
     except RecursionError as exc:
@@ -111,7 +101,7 @@ def yaml_documents(text: str, *, source: str, line_offset: int = 0) -> list[tupl
             f"{source}: invalid YAML: a tagged value cannot be read ({type(exc).__name__}); "
             "remove the !!tag or fix the value"
         ) from exc
-    return list(zip(docs, nodes, strict=True))
+    return found
 
 
 def yaml_error(source: str, exc: yaml.YAMLError, *, offset: int) -> str:

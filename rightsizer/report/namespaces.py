@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from gpupilot_common import csvsafe
+
 COLUMNS = ("namespace", "devices", "gpu_hours_allocated", "gpu_hours_idle", "idle_share", "cost", "idle_cost")
 """The CSV's columns, in order (``cost`` and ``idle_cost`` empty without a price)."""
 
@@ -88,7 +90,14 @@ def lines(table: pd.DataFrame) -> tuple[NamespaceUse, ...]:
 
 
 def csv_text(table: pd.DataFrame) -> str:
-    """The CSV written beside the report: numbers rounded to 0.01, no index column."""
+    """The CSV written beside the report: numbers rounded to 0.01, no index column, RFC 4180 lines,
+    text cells safe
+    for spreadsheets (:mod:`gpupilot_common.csvsafe`: a namespace ``=cmd()`` is written ``'=cmd()``)."""
+    out = table.round(2)
+    for column in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[column]):
+            out[column] = out[column].map(lambda v: csvsafe.cell(v) if isinstance(v, str) else v)
     buf = io.StringIO()
-    table.round(2).to_csv(buf, index=False, lineterminator="\n")
+    # RFC 4180's CRLF: a cell holding a carriage return or a line break is then quoted, never split
+    out.to_csv(buf, index=False, lineterminator="\r\n")
     return buf.getvalue()

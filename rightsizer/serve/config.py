@@ -34,7 +34,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from gpupilot_common import checked, promauth
-from gpupilot_common.paths import is_file
+from gpupilot_common.paths import file_problem, name_problem
 from gpupilot_common.section import Section
 from gpupilot_common.urls import redact
 from rightsizer.errors import InputError
@@ -246,14 +246,24 @@ def _report(rr: Section) -> ReportJob:
     for i, item in enumerate(rr.sequence("hpa_recommendations")):
         if not isinstance(item, str) or not item:
             raise rr.doc.fail((*rr.path, "hpa_recommendations", i), "must be a file or folder path")
+        if problem := name_problem(Path(item)):
+            raise rr.doc.fail((*rr.path, "hpa_recommendations", i), f"{item!r} {problem}; give a path without it")
         hpas.append(Path(item))
     return ReportJob(
         _schedule(rr, "schedule"),
         rr.duration("window", 7 * 86400.0),
         price,
-        Path(out) if out else None,
+        _directory(rr, "out_dir", out) if out else None,
         tuple(hpas),
     )
+
+
+def _directory(r: Section, key: str, text: str) -> Path:
+    """A directory name as given, refused in one line when no file system can hold it (a NUL)."""
+    path = Path(text)
+    if problem := name_problem(path):
+        raise r.fail(key, f"{text!r} {problem}; give a directory name without it")
+    return path
 
 
 def _fraction(r: Section, key: str, default: float, *, maximum: float) -> float:
@@ -351,7 +361,7 @@ def parse_document(doc: checked.Document) -> ServeConfig:
     auto = _auto_apply(ar, has_plan=plan is not None) if ar is not None else AutoApply()
     if report is None and plan is None:
         raise r.fail("report", "configure at least one job: 'report' and/or 'plan'")
-    state = Path(r.text("state_dir", "/var/lib/gpupilot"))
+    state = _directory(r, "state_dir", r.text("state_dir", "/var/lib/gpupilot"))
     auth = _prometheus_auth(r)
     return ServeConfig(doc.source, url, tz, host, port, state, report, plan, auto, auth)
 
@@ -363,8 +373,8 @@ def _prometheus_auth(r: Section) -> promauth.PrometheusAuth:
         text = r.optional_text(key)
         if text is None:
             return None
-        if not is_file(Path(text)):
-            raise r.fail(key, f"{text!r}: no such file")
+        if problem := file_problem(Path(text)):
+            raise r.fail(key, f"{text!r}: {problem}")
         return Path(text)
 
     auth = promauth.PrometheusAuth(

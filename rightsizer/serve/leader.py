@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpupilot_common import loops
 from rightsizer.clients.kube import ConflictError, Kube, KubeError
 from rightsizer.clients.lease import LeaseObserver, lease_spec, micro, released_spec, write_lease
 
@@ -39,10 +40,13 @@ class LeaderElector:
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], dt.datetime] | None = None,
         retry_s: float | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         """``monotonic``: expiry and renew deadlines; ``wall``: the times written into the Lease;
         ``retry_s``: client-go's RetryPeriod, how often to try or renew (default: a fifth of the
-        duration; never beyond half the renew deadline)."""
+        duration; never beyond half the renew deadline); ``on_failure``: told of each round that
+        failed (serve counts it in ``gpupilot_rightsizer_loop_failures_total{loop="leader-election"}``)."""
+        self._on_failure = on_failure
         self.kube, self.namespace, self.name, self.identity = kube, namespace, name, identity
         self.monotonic = monotonic
         self.wall = wall or (lambda: dt.datetime.now(dt.UTC))
@@ -76,11 +80,13 @@ class LeaderElector:
         self._renewed_at = 0.0
 
     def _loop(self) -> None:
+        # a round that fails in any way (the API, or something nobody foresaw) is one line and a
+        # count; the next round comes at the usual period: leadership lapses by itself at its renew
+        # deadline, so a longer pause would only cost this replica its lead
         while not self._stop.is_set():
-            try:
-                self.try_acquire_or_renew()
-            except KubeError as exc:
-                log.warning("leader election: %s", exc)
+            loops.guarded(
+                "leader election", self.try_acquire_or_renew, logger=log, on_failure=self._on_failure
+            )
             self._stop.wait(self.retry_s)
 
     def try_acquire_or_renew(self) -> bool:

@@ -25,7 +25,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Protocol
 
-from gpupilot_common import atomicfile
+from gpupilot_common import atomicfile, yamlsafe
 from rightsizer.clients.kube import ConflictError, Kube
 from rightsizer.errors import RightsizerError
 
@@ -68,13 +68,24 @@ class Entries:
         else:
             self.started.pop(plan_id, None)
 
-    def clear_settled(self, in_flight: set[str]) -> set[str]:
-        """Drop ``started`` nodes the cluster shows settled (no run has them in flight); returns them."""
+    def clear_settled(
+        self, in_flight: set[str], *, disrupted: set[str] | None = None, day: str = ""
+    ) -> set[str]:
+        """Drop ``started`` nodes the cluster shows settled (no run has them in flight); returns them.
+
+        ``disrupted``: the nodes the cluster shows cordoned on ``day``. A settled node among them was
+        finished by a run that never reported (a replica killed between two nodes): it is recorded
+        here as that run would have — disrupted on ``day``, tried by the plan that started it — so
+        the ledger agrees with the cluster."""
         cleared: set[str] = set()
         for plan_id, nodes in list(self.started.items()):
             settled = set(nodes) - in_flight
             cleared |= settled
             self.set_started(plan_id, set(nodes) - settled)
+            finished = settled & (disrupted or set())
+            if finished and day:
+                self.add_day(day, finished)
+                self.add_tried(plan_id, finished)
         return cleared
 
     def prune(self, *, plan_id: str, today: date, keep_days: int = KEEP_DAYS) -> None:
@@ -133,7 +144,7 @@ class FileLedger:
     def load(self) -> Entries:
         self._damaged: str | None = None
         try:
-            text = self.path.read_text()
+            text = yamlsafe.read_text(self.path)  # a regular file, bounded, UTF-8
         except FileNotFoundError:
             return Entries()
         except (OSError, ValueError) as exc:
@@ -141,7 +152,7 @@ class FileLedger:
             return Entries()
         try:
             return Entries.from_json(json.loads(text))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             self._damaged = text
             log.error(
                 "ledger %s is not valid (%s); starting a new one, the damaged file is kept as %s",
@@ -177,7 +188,7 @@ class ConfigMapLedger:
         text = str(data.get(DATA_KEY) or "{}") if isinstance(data, dict) else "{}"
         try:
             return Entries.from_json(json.loads(text))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             self._damaged = text
             log.error(
                 "ledger ConfigMap %s/%s: %s is not valid (%s); starting a new one, the damaged text is "

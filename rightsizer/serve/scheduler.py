@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +32,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from gpupilot_common import loops
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import ApplyReport
 from rightsizer.errors import RightsizerError
@@ -55,6 +57,13 @@ CONFIG_BACKOFF_MAX_S = 6 * 3600.0
 
 class NodeFailed(RightsizerError):
     """An apply ended with a node failed or rolled back (later nodes of the plan were not started)."""
+
+
+JOB_DEADLINES_S = {"plan": 3600.0, "report": 3600.0, "auto_apply": 6 * 3600.0}
+"""How long one run of a job may take before ``/health`` says it is stuck (503). Every read of
+Prometheus and of the API is bounded in time, so only a fault nobody foresaw holds a job this long: a
+plan or a report of the largest fleets measured takes minutes; a guarded apply is bounded per node
+(eviction, MIG Manager and settle timeouts: 32 min at their defaults) and settles a few nodes a run."""
 
 
 class Jobs(Protocol):
@@ -100,9 +109,21 @@ class Service(Collector):
         clock: Callable[[], datetime] | None = None,
         ledger: Ledger | None = None,
         leader: Callable[[], bool] | None = None,
+        loop_failures: loops.LoopFailures | None = None,
+        job_deadlines: dict[str, float] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``ledger``: where auto-apply records its work (default: a file in ``state_dir``);
-        ``leader``: whether this replica leads now (None: a single replica, always)."""
+        ``leader``: whether this replica leads now (None: a single replica, always);
+        ``loop_failures``: the long-lived loops' failures (leader election, the apply Lease's
+        renewals), shown in ``/metrics``; ``job_deadlines``: how long a run of each job may take
+        before ``/health`` calls it stuck (default :data:`JOB_DEADLINES_S`)."""
+        self.job_deadlines = {**JOB_DEADLINES_S, **(job_deadlines or {})}
+        self._monotonic = monotonic
+        self._started: dict[str, float] = {}
+        """Job → when its run now going on started (monotonic)."""
+        self.loop_failures = loop_failures or loops.LoopFailures()
+        self.loop_failures.register("leader-election", "apply-lease")
         self.config = config
         self.jobs = jobs
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -207,6 +228,7 @@ class Service(Collector):
         def scheduled() -> None:
             with self._running:
                 self._in_flight += 1
+                self._started[job] = self._monotonic()
             try:
                 if not run():
                     failure = self.failures.current(job)
@@ -214,6 +236,7 @@ class Service(Collector):
             finally:
                 with self._running:
                     self._in_flight -= 1
+                    self._started.pop(job, None)
                     self._running.notify_all()
 
         scheduled.__name__ = f"run_{job}"
@@ -335,7 +358,9 @@ class Service(Collector):
             return self._apply_failed(exc)
         day = now.date()
         marks = budget.ClusterMarks.read(nodes, day=day, tz=self.config.timezone)
-        cleared = entries.clear_settled(set(marks.in_flight))
+        cleared = entries.clear_settled(
+            set(marks.in_flight), disrupted=set(marks.cordoned_today), day=day.isoformat()
+        )
         choice = budget.choose(plan, entries, marks, day=day.isoformat(), per_day=guard.max_nodes_per_day)
         if choice.idle:
             if cleared:  # the ledger is written only when something changed
@@ -489,11 +514,23 @@ class Service(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             yield from status.metric_families(self.state, self.failures.total)
+        yield status.loop_failures(self.loop_failures.snapshot())
 
     def registry(self) -> CollectorRegistry:
         reg = CollectorRegistry()
         reg.register(self)
         return reg
+
+    def stuck_jobs(self) -> dict[str, dict[str, float]]:
+        """Jobs whose run now going on has passed its deadline: ``{job: {running_s, deadline_s}}``."""
+        now = self._monotonic()
+        with self._running:
+            started = dict(self._started)
+        return {
+            job: {"running_s": round(now - at, 1), "deadline_s": self.job_deadlines.get(job, 3600.0)}
+            for job, at in sorted(started.items())
+            if now - at > self.job_deadlines.get(job, 3600.0)
+        }
 
     def health(self, scheduler: Any) -> dict[str, Any]:
         jobs = []
@@ -501,9 +538,11 @@ class Service(Collector):
             nxt = getattr(job, "next_run_time", None)
             jobs.append({"id": job.id, "next_run": nxt.isoformat() if nxt else None})
         failing = {job: f.as_json() for job, f in sorted(self.failures.snapshot().items())}
+        stuck = self.stuck_jobs()
         with self._lock:
             return {
-                "status": "failing" if failing else "ok",
+                "status": "stuck" if stuck else "failing" if failing else "ok",
+                "stuck": stuck,
                 "jobs": jobs,
                 "failing": failing,
                 "last_plan_success": self.state.last_plan_ok,

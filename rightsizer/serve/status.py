@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -23,6 +23,19 @@ APPLY_RESULTS = (
     "error",
 )
 JOBS = ("plan", "report", "auto_apply")
+
+
+def loop_failures(counts: Mapping[str, int]) -> Metric:
+    """``gpupilot_rightsizer_loop_failures_total{loop}``."""
+    family = CounterMetricFamily(
+        "gpupilot_rightsizer_loop_failures",
+        "Failures a long-lived loop survived since start (leader-election, apply-lease): each logged "
+        "in one line, the loop carrying on.",
+        labels=["loop"],
+    )
+    for loop, count in sorted(counts.items()):
+        family.add_metric([loop], float(count))
+    return family
 
 
 def metric_families(s: State, failures: Counter[str]) -> Iterator[Metric]:

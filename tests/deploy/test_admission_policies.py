@@ -146,6 +146,105 @@ def test_anything_but_gpu_requests_is_refused(change: str) -> None:
     assert workload_refusals(old, server_side(new)), f"a {change} change was admitted"
 
 
+def _limits(o: dict[str, Any]) -> dict[str, Any]:
+    limits: dict[str, Any] = _containers(o)[0]["resources"]["limits"]
+    return limits
+
+
+def _requests(o: dict[str, Any]) -> dict[str, Any]:
+    requests: dict[str, Any] = _containers(o)[0]["resources"]["requests"]
+    return requests
+
+
+def _move(o: dict[str, Any], old: str, new: str, value: str = "1") -> None:
+    for part in (_limits(o), _requests(o)):
+        part.pop(old)
+        part[new] = value
+
+
+ALLOWED_MOVES: dict[str, Callable[[dict[str, Any]], object]] = {
+    "mig to mig": lambda o: _move(o, "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"),
+    "mig to a whole gpu": lambda o: _move(o, "nvidia.com/mig-3g.40gb", "nvidia.com/gpu"),
+    "mig to a shared gpu": lambda o: _move(o, "nvidia.com/mig-3g.40gb", "nvidia.com/gpu.shared", "2"),
+}
+"""Moves between the GPU resources the rightsizer manages: admitted."""
+
+OUTSIDE_THE_ALLOW_LIST: dict[str, Callable[[dict[str, Any]], object]] = {
+    "hostdev added": lambda o: _limits(o).update({"nvidia.com/hostdev": "1"}),
+    "rdma device added": lambda o: _requests(o).update({"nvidia.com/rdma_shared_device_a": "1"}),
+    "moved to hostdev": lambda o: _move(o, "nvidia.com/mig-3g.40gb", "nvidia.com/hostdev"),
+    "every gpu request removed": lambda o: [
+        p.pop("nvidia.com/mig-3g.40gb") for p in (_limits(o), _requests(o))
+    ],
+    "gpu request set to 0": lambda o: _move(o, "nvidia.com/mig-3g.40gb", "nvidia.com/gpu", "0"),
+    "gpu request of a fraction": lambda o: _move(o, "nvidia.com/mig-3g.40gb", "nvidia.com/gpu", "500m"),
+    "an unmanaged renamed resource": lambda o: _move(o, "nvidia.com/mig-3g.40gb", "nvidia.com/a100"),
+    "another vendor's gpu": lambda o: _move(o, "nvidia.com/mig-3g.40gb", "amd.com/gpu"),
+}
+"""What the issue found admitted (any nvidia.com/ key, the last GPU request removed) and its kin:
+each refused by the allow-list of GPU resources."""
+
+
+@pytest.mark.parametrize("change", sorted(ALLOWED_MOVES))
+def test_a_request_may_move_between_managed_gpu_resources(change: str) -> None:
+    old = deployment()
+    new = copy.deepcopy(old)
+    ALLOWED_MOVES[change](new)
+    assert workload_refusals(old, server_side(new)) == []
+    assert workload_refusals(server_side(new), old) == []  # and back (the rollback)
+
+
+@pytest.mark.parametrize("change", sorted(OUTSIDE_THE_ALLOW_LIST))
+def test_gpu_changes_outside_the_allow_list_are_refused(change: str) -> None:
+    old = deployment()
+    new = copy.deepcopy(old)
+    OUTSIDE_THE_ALLOW_LIST[change](new)
+    found = workload_refusals(old, server_side(new))
+    assert found, f"{change} was admitted"
+
+
+def test_a_workload_without_a_gpu_is_never_given_one() -> None:
+    old = deployment()
+    for part in (_limits(old), _requests(old)):
+        part.pop("nvidia.com/mig-3g.40gb")
+    new = copy.deepcopy(old)
+    _limits(new)["nvidia.com/gpu"] = "1"
+    assert any(
+        "never remove its last one nor give one" in r for r in workload_refusals(old, server_side(new))
+    )
+    removed = deployment()
+    for part in (_limits(removed), _requests(removed)):
+        part.pop("nvidia.com/mig-3g.40gb")
+    assert any(
+        "never remove its last one" in r for r in workload_refusals(deployment(), server_side(removed))
+    )
+
+
+def test_the_charts_renamed_resources_join_the_allow_list() -> None:
+    """exporter.resourceNames (the device plugin's renamed resources) may be moved to and from in the
+    chart's rendering; without them, the same move is refused."""
+    req = Request(
+        username=f"system:serviceaccount:{NAMESPACE}:gpupilot-rightsizer",
+        group="apps",
+        resource="deployments",
+    )
+    old = deployment()
+    new = copy.deepcopy(old)
+    _move(new, "nvidia.com/mig-3g.40gb", "nvidia.com/a100")
+    name = "gpupilot-rightsizer-workloads"
+    plain = one(list(template("defaults")), "ValidatingAdmissionPolicy", name)
+    renamed = one(
+        list(template("defaults", "exporter.resourceNames={nvidia.com/a100}")),
+        "ValidatingAdmissionPolicy",
+        name,
+    )
+    assert refusals(plain, req, old, server_side(new))
+    assert refusals(renamed, req, old, server_side(new)) == []
+    hostdev = copy.deepcopy(old)
+    _move(hostdev, "nvidia.com/mig-3g.40gb", "nvidia.com/hostdev")
+    assert refusals(renamed, req, old, server_side(hostdev))
+
+
 def test_only_the_rightsizer_is_bound() -> None:
     old = deployment()
     new = copy.deepcopy(old)

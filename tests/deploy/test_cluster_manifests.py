@@ -111,7 +111,6 @@ def test_client_component_swaps_the_dcgm_pause_for_the_client_key(tmp_path: Path
 SETTINGS = {
     "operatorNamespace": "gpu-ops-x",
     "migConfigMap": "my-mig-config",
-    "currentMigConfigMap": "team-mig-config",
     "kubeletPodResourcesDir": "/data/kubelet/pod-resources",
     "runtimeClassName": "nvidia-cdi",
     "exporterPriorityClassName": "gpu-node-critical",
@@ -147,11 +146,7 @@ def test_every_setting_reaches_its_objects(tmp_path: Path) -> None:
     assert pod_spec(one(objs, "Deployment", "gpupilot-adapter"))["priorityClassName"] == "metrics-critical"
     role = one(objs, "Role", "gpupilot-rightsizer-mig-config")
     assert role["metadata"]["namespace"] == "gpu-ops-x"
-    assert role["rules"][0]["resourceNames"] == [
-        "default-mig-parted-config",
-        "team-mig-config",
-        "my-mig-config",
-    ]
+    assert role["rules"][0] == {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
     assert one(objs, "RoleBinding", "gpupilot-rightsizer-mig-config")["metadata"]["namespace"] == "gpu-ops-x"
     # The write rights of deploy/rightsizer/auto-apply, listed before settings, get the same values.
     (tmp_path / "auto").mkdir()
@@ -302,7 +297,10 @@ def test_rightsizer_config_agrees_with_the_settings(overlay: str) -> None:
     auto = yaml.safe_load(cm["data"]["rightsizer.yaml"])["auto_apply"]
     role = one(list(objs), "Role", "gpupilot-rightsizer-mig-config")
     assert auto["operator_namespace"] == role["metadata"]["namespace"]
-    assert auto["mig_configmap"] == role["rules"][0]["resourceNames"][2]
+    for apply_role in [
+        o for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == "gpupilot-rightsizer-apply"
+    ]:
+        assert [auto["mig_configmap"]] == apply_role["rules"][0]["resourceNames"]
 
 
 def test_every_apiservice_carries_cert_managers_trust_path(tmp_path: Path) -> None:

@@ -274,7 +274,9 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
     read = by[("Role", "gpupilot-rightsizer-mig-config")]
     assert read["metadata"]["namespace"] == "gpu-operator"
     assert [(r["apiGroups"], r["resources"], r.get("resourceNames"), r["verbs"]) for r in read["rules"]] == [
-        (*cm, ["default-mig-parted-config", "custom-mig-config", "gpupilot-mig-parted-config"], ["get"]),
+        # every ConfigMap of the namespace: the mig-parted files, the MIG Manager's per-node profile
+        # lists and apply's in-flight record (for --dry-run)
+        (*cm, None, ["get"]),
     ]
     cm_role = by[("Role", "gpupilot-rightsizer-apply")]
     assert cm_role["metadata"]["namespace"] == "gpu-operator"
@@ -285,6 +287,7 @@ def test_rightsizer_rbac_covers_what_apply_does() -> None:
     ] == [
         (*cm, ["gpupilot-mig-parted-config"], ["get", "update", "patch"]),
         (*cm, None, ["create"]),  # create cannot be limited by name
+        (*cm, ["gpupilot-rightsizer-in-flight"], ["get", "update"]),  # where nodes cannot write
     ]
     leases = [r for r in cm_role["rules"] if r["resources"] == ["leases"]]
     assert {v for r in leases for v in r["verbs"]} == {"get", "create", "update"}

@@ -49,6 +49,7 @@ from adapter.serving.keda import externalscaler_pb2 as pb
 from adapter.serving.keda import externalscaler_pb2_grpc as pb_grpc
 from adapter.serving.keda.scaler import Reading, Scaler
 from adapter.serving.selfmetrics import RequestStats
+from gpupilot_common import loops, yamlsafe
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -78,7 +79,7 @@ def status_code(exc: AdapterError) -> grpc.StatusCode:
 
 def _read_file(path: Path, flag: str) -> bytes:
     try:
-        return path.read_bytes()
+        return yamlsafe.read_bytes(path)  # a regular file only
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot read: {exc.strerror or exc}") from None
 
@@ -129,6 +130,8 @@ class _TlsFiles:
     def __init__(self, settings: ScalerSettings, on_result: Callable[[bool], None] | None = None) -> None:
         assert settings.tls_cert_file is not None and settings.tls_key_file is not None
         self._on_result = on_result
+        self.on_failure: Callable[[BaseException], None] | None = None
+        """Told of a reload failure nobody foresaw (the adapter counts it as a loop failure)."""
         self._files = [
             (settings.tls_cert_file, "--external-scaler-tls-cert-file"),
             (settings.tls_key_file, "--external-scaler-tls-key-file"),
@@ -171,6 +174,15 @@ class _TlsFiles:
                 exc,
             )
             self._result(False)
+            return None
+        except Exception as exc:  # unforeseen: a handshake must not fail on it; counted
+            log.error(
+                "%s; keeping the previous ones",
+                loops.failure_line("external scaler: reloading the serving certificate and client CA", exc),
+            )
+            self._result(False)
+            if self.on_failure is not None:
+                self.on_failure(exc)
             return None
         log.info("external scaler: serving certificate and client CA reloaded")
         self._result(True)
@@ -326,6 +338,7 @@ class ScalerServer:
         poll_interval: float,
         first_wait: float = 5.0,
         on_tls_reload: Callable[[bool], None] | None = None,
+        on_tls_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.settings = settings
         self._scaler = scaler
@@ -334,6 +347,8 @@ class ScalerServer:
         self._first_wait = first_wait
         """Seconds a call waits for a first evaluation (``--prometheus-timeout``)."""
         self._tls = _TlsFiles(settings, on_tls_reload) if settings.tls_cert_file is not None else None
+        if self._tls is not None:
+            self._tls.on_failure = on_tls_failure
         self._pool = concurrent.futures.ThreadPoolExecutor(settings.workers, thread_name_prefix="scaler")
         self._stream_pool = concurrent.futures.ThreadPoolExecutor(
             settings.stream_workers, thread_name_prefix="scaler-stream"

@@ -24,7 +24,7 @@ from adapter.clients import membudget
 from adapter.clients.prometheus import PrometheusClient
 from adapter.errors import PrometheusUnavailable
 from adapter.provider.refresh import RefreshingCache
-from devkit.hugeanswer import HugeAnswerServer, answer_size, run_measured
+from devkit.hugeanswer import HugeAnswerServer, answer_labels, answer_size, run_measured
 from gpupilot_common import promanswer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -103,7 +103,7 @@ def test_answers_read_at_once_stay_under_the_budget(ten_thousand: HugeAnswerServ
             t.join(60)
     finally:
         client.close()
-    each = answer_size(10_000) * membudget.PARSE_FACTOR  # ~11 MiB charged per answer
+    each = membudget.parse_cost(answer_size(10_000), 10_000, answer_labels(10_000))  # ~21 MiB per answer
     # the oldest read in flight always finishes; younger ones that do not fit stop and give back
     assert len(got) + len(refused) == 16 and got and set(got) == {10_000}, refused
     for message in refused:
@@ -225,7 +225,7 @@ def test_values_kept_in_memory_hold_the_budget_until_dropped(ten_thousand: HugeA
     cache: RefreshingCache[object] = RefreshingCache(
         interval=10, idle_drop=100, max_age=0, budget=budget, clock=lambda: now[0]
     )
-    size = answer_size(10_000) * membudget.HELD_FACTOR  # ~7.6 MiB
+    size = membudget.held_cost(answer_size(10_000), 10_000, answer_labels(10_000))  # ~13 MiB
     try:
         value = cache.get("a", functools.partial(client.query, "a"), wait=30).value
         assert len(value) == 10_000  # type: ignore[arg-type]
@@ -258,7 +258,7 @@ def test_values_kept_in_memory_hold_the_budget_until_dropped(ten_thousand: HugeA
 def test_a_value_over_the_half_values_may_hold_is_served_not_kept(
     ten_thousand: HugeAnswerServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    budget = membudget.MemoryBudget(14 * MiB)  # values may hold 7 MiB: less than one answer's 7.6
+    budget = membudget.MemoryBudget(24 * MiB)  # values may hold 12 MiB: less than one answer's 13.2
     client = PrometheusClient(ten_thousand.url, timeout=30, budget=budget)
     cache: RefreshingCache[object] = RefreshingCache(interval=10, idle_drop=100, max_age=0, budget=budget)
     try:
@@ -270,4 +270,53 @@ def test_a_value_over_the_half_values_may_hold_is_served_not_kept(
         cache.stop()
         client.close()
     lines = [r.getMessage() for r in caplog.records if "not kept in memory" in r.getMessage()]
-    assert len(lines) == 1 and "--memory-budget 14 MiB" in lines[0]
+    assert len(lines) == 1 and "--memory-budget 24 MiB" in lines[0]
+
+
+COMPACT_SCRIPT = """
+import sys, threading
+from adapter.clients import membudget
+from adapter.clients.prometheus import PrometheusClient
+from gpupilot_common.promanswer import AnswerLimits
+budget = membudget.MemoryBudget(int(sys.argv[2]) << 20)
+limits = AnswerLimits(max_bytes=64 << 20, max_series=int(sys.argv[4]))
+client = PrometheusClient(sys.argv[1], timeout=60, budget=budget, limits=limits)
+outcomes = []
+def ask(i):
+    try:
+        client.query(f"q{i}")
+        outcomes.append("ok")
+    except Exception as exc:
+        outcomes.append(type(exc).__name__)
+threads = [threading.Thread(target=ask, args=(i,)) for i in range(int(sys.argv[3]))]
+for t in threads: t.start()
+for t in threads: t.join()
+client.close()
+print(sorted(set(outcomes)), budget.peak >> 20, file=sys.stderr)
+"""
+CHART_LIMIT = 192 * MiB
+"""The chart's memory limit for the adapter (values.yaml adapter.resources.limits.memory): the
+default budget is half of it."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("series", "readers"), [(40_000, 20), (200_000, 1)])
+def test_compact_answers_keep_the_process_under_the_charts_limit(series: int, readers: int) -> None:
+    """Compact answers (two short labels a series) take about 14x their bytes once parsed, not 6x:
+    charged 6x, twenty 2.6 MB answers read at once took the process past the chart's 192 MiB, and
+    one 13.6 MiB answer was admitted to a 96 MiB budget and took 310 MiB. Charged what they cost,
+    the readers that fit go through, the others are refused in one line, and the process stays
+    under the limit."""
+    with HugeAnswerServer(series, shape="compact") as server:
+        run = run_measured(
+            [sys.executable, "-c", COMPACT_SCRIPT, server.url, "96", str(readers), "250000"],
+            cwd=REPO,
+            limit=120,
+        )
+    assert run.code == 0, run.stderr
+    outcomes, peak_charge = run.stderr.strip().rsplit(" ", 1)
+    if series == 200_000:
+        assert outcomes == "['PrometheusUnavailable']"  # alone more than the whole budget
+    else:
+        assert "'ok'" in outcomes and int(peak_charge) <= 96, run.stderr
+    assert run.peak_rss < CHART_LIMIT, f"peaked at {run.peak_rss / MiB:.0f} MiB"

@@ -198,3 +198,26 @@ def test_our_config_refusing_go_placeholders_points_at_convert_config(tmp_path: 
     path.write_text("metrics:\n  - name: x\n    series: x\n    query: sum(<<.Series>>{<<.LabelMatchers>>})\n")
     with pytest.raises(ConfigError, match="convert-config"):
         load_config(path)
+
+
+@pytest.mark.parametrize(("levels", "width"), [(9, 9), (12, 6)])
+def test_an_alias_bomb_is_refused_by_the_bounded_reader(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], levels: int, width: int
+) -> None:
+    """A few hundred bytes of nested aliases (464 bytes took 4-7 s and 410 MB, 510 bytes 69 s and
+    3.1 GB, ending in tracebacks): one line naming the file and the limit, at once."""
+    import resource  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from tests.common.test_yamlsafe import alias_bomb  # noqa: PLC0415
+
+    path = tmp_path / "adapter.yaml"
+    path.write_text("rules:\n- seriesQuery: up\n" + alias_bomb(levels, width))
+    assert len(path.read_bytes()) < 600
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    assert main(["convert-config", str(path)]) == 2
+    assert time.monotonic() - started < 5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert str(path) in line and "aliases expand to more than" in line and "Traceback" not in line

@@ -27,10 +27,12 @@ class FlakyNames:
 
 def test_a_refresh_that_raises_anything_leaves_the_thread_refreshing(caplog) -> None:
     names = FlakyNames()
+    failures: list[BaseException] = []
     discovery = Discovery(
         prometheus=names,  # type: ignore[arg-type]
         config=lambda: AdapterConfig(source="test", metrics=(), external=()),
         interval=0.05,
+        on_failure=failures.append,
     )
     discovery.start()
     try:
@@ -41,4 +43,6 @@ def test_a_refresh_that_raises_anything_leaves_the_thread_refreshing(caplog) -> 
         assert discovery.listing.refreshed > 0.0
     finally:
         discovery.stop()
-    assert "discovery: refresh failed" in caplog.text
+    assert [type(f) for f in failures] == [RuntimeError]  # counted once
+    (line,) = [r.getMessage() for r in caplog.records if "discovery refresh" in r.getMessage()]
+    assert "RuntimeError: Connection closed." in line and "Traceback" not in caplog.text

@@ -3,6 +3,7 @@ at once and then back off; BOOKMARKs keep a quiet watch resumable; RBAC from dep
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.parse
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from adapter.clients.kube import KubeClient, PodRecord
+from tests.support.common.rawhttp import FakeApi, chunked
 from tests.support.kubedouble import KubeDouble
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy"
@@ -153,3 +155,75 @@ def test_the_adapter_service_account_can_list_and_watch_pods(watcher_of, tmp_pat
             w.close()
         denied = [a for a in kube.actions() if a.verb == "review" and not a.detail.get("allowed")]
         assert denied == []
+
+
+def watches(kube: KubeDouble) -> int:
+    return sum(1 for method, path in kube.api.request_log if method == "GET" and "watch=" in path)
+
+
+@pytest.mark.slow
+def test_a_watch_the_server_ends_at_once_is_not_reopened_at_once(tmp_path: Path) -> None:
+    """An API server that ends every watch at once without an event: reopened after a growing pause
+    (0.5 s doubling, jittered), not as fast as the client can ask."""
+    pod_list = json.dumps({"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": []}).encode()
+    api = FakeApi(lambda path: chunked(b"") if "watch=" in path else chunked(pod_list))
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": api.url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    client = KubeClient(kubeconfig=str(kubeconfig))
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=client.watch_pods,
+        kwargs={"on_reset": lambda pods: None, "on_event": lambda kind, pod: None, "stop": stop},
+        daemon=True,
+    )
+    thread.start()
+    try:
+        time.sleep(3.0)
+        seen = api.count("watch=")
+        assert 2 <= seen <= 8, seen  # thousands in 3 s without the pause
+        assert thread.is_alive()
+    finally:
+        stop.set()
+        thread.join(35)
+        api.close()
+        client.close()
+
+
+def test_an_unforeseen_failure_of_the_pod_watch_is_counted_and_survived() -> None:
+    """watch_pods raising what it does not handle (a pod it cannot read, a bug): one line, counted,
+    the index kept, and the watch started again."""
+    from adapter.provider.podsource import KubernetesPodSource  # noqa: PLC0415
+
+    class Flaky:
+        def __init__(self) -> None:
+            self.calls = 0
+            self.again = threading.Event()
+
+        def watch_pods(self, *, on_reset, on_event, stop) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                on_reset([PodRecord("ns", "a", {}, "Running", True, False)])
+                raise KeyError("metadata")
+            self.again.set()
+            stop.wait()
+
+    flaky = Flaky()
+    failures: list[BaseException] = []
+    source = KubernetesPodSource(flaky, on_failure=failures.append)  # type: ignore[arg-type]
+    try:
+        assert flaky.again.wait(5.0)
+        assert [type(f) for f in failures] == [KeyError]
+        assert source.namespace_size("ns") == 1  # the index is kept
+    finally:
+        source.close()

@@ -232,3 +232,31 @@ def test_past_max_keys_a_new_query_is_answered_but_not_kept() -> None:
         assert c.get(key, functools.partial(load, key), wait=1).value == len(calls)
     assert set(c._slots) == {"a", "b"}
     assert calls == ["a", "b", "c", "c"]  # "c" is evaluated per request, never refreshed
+
+
+def test_the_refresher_thread_survives_an_exception_nobody_foresaw(caplog: pytest.LogCaptureFixture) -> None:
+    """refresh_due raising (here a ZeroDivisionError): one line, counted, and the thread goes on
+    starting the refreshes that are due."""
+    failures: list[BaseException] = []
+    cache: RefreshingCache[int] = RefreshingCache(
+        interval=0.05, idle_drop=60, max_age=60, on_failure=failures.append
+    )
+    real, ticks = cache.refresh_due, {"n": 0}
+    ran = threading.Event()
+
+    def flaky() -> int:
+        ticks["n"] += 1
+        if ticks["n"] == 1:
+            raise ZeroDivisionError("a clock that went backwards")
+        ran.set()
+        return real()
+
+    cache.refresh_due = flaky  # type: ignore[method-assign]
+    cache.start()
+    try:
+        assert ran.wait(5.0)
+    finally:
+        cache.stop()
+    assert [type(f) for f in failures] == [ZeroDivisionError]
+    (line,) = [r.getMessage() for r in caplog.records if "ZeroDivisionError" in r.getMessage()]
+    assert line.startswith("refresher: ZeroDivisionError") and "\n" not in line

@@ -212,3 +212,41 @@ def test_authorisation_verdicts_are_cached_per_user_and_request_for_their_ttl() 
     now[0] += 10.5  # past the TTL: asked again
     authz.authorize(hpa, info)
     assert len(kube.reviews) == 4
+
+
+@pytest.mark.parametrize(
+    ("header", "key"),
+    [
+        ("X-Remote-Extra-Authentication.kubernetes.io%2fpod-name", "authentication.kubernetes.io/pod-name"),
+        ("X-Remote-Extra-Authentication.Kubernetes.IO%2Fpod-uid", "authentication.kubernetes.io/pod-uid"),
+        ("X-Remote-Extra-Example.com%2fa%20b", "example.com/a b"),
+        ("X-Remote-Extra-A+b", "a+b"),  # PathUnescape: + is not a space
+        ("X-Remote-Extra-Bad%zzkey", "bad%zzkey"),  # a malformed escape: kept as it came
+        ("X-Remote-Extra-Scopes", "scopes"),
+    ],
+)
+def test_extra_keys_are_percent_decoded_and_lower_cased_as_kube_apiserver_does(
+    pki: Pki, header: str, key: str
+) -> None:
+    """The front proxy escapes what a header name cannot hold; the key the SubjectAccessReview carries
+    is the decoded one (kube-apiserver's headerrequest unescapeExtraKey), so an authorizer matching
+    authentication.kubernetes.io/pod-name sees it."""
+    front_proxy = x509.load_pem_x509_certificate(pki.front_proxy.cert.read_bytes())
+    rh = RequestHeaderSettings(
+        ca_certs=(pki.front_proxy_ca.cert,), allowed_names=frozenset({"front-proxy-client"})
+    )
+    user = Authenticator(requestheader=rh).authenticate(
+        peer_cert=front_proxy, headers={"X-Remote-User": ["hpa"], header: ["v1", "v2"]}
+    )
+    assert user.extra == {key: ("v1", "v2")}
+    seen: list[dict[str, object]] = []
+
+    class Reviews:
+        def subject_access_review(self, **review: object) -> tuple[bool, str]:
+            seen.append(review)
+            return True, ""
+
+    info = RequestInfo("/apis/custom.metrics.k8s.io/v1beta2/namespaces/ml/pods/*/gpu", True, resource="pods")
+    Authorizer(mode="subjectaccessreview", kube=Reviews(), ttl=0).authorize(user, info)  # type: ignore[arg-type]
+    (review,) = seen
+    assert {k: tuple(v) for k, v in review["extra"].items()} == {key: ("v1", "v2")}  # type: ignore[attr-defined]

@@ -439,3 +439,30 @@ def test_messages_over_64_kib_are_refused(stub: pb_grpc.ExternalScalerStub) -> N
     big = ref(metric="gpu_utilization_sum", targetValue="1", labelSelector="pod in (" + "a," * 40_000 + "b)")
     err = rpc_error(lambda: stub.IsActive(big, timeout=10))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_a_scaler_tls_reload_that_raises_anything_keeps_the_previous_pair(
+    pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """gRPC asks before each handshake: a reload failing in a way nobody foresaw (here a
+    UnicodeDecodeError) must not fail the handshake: one line, counted, the previous pair kept."""
+    from adapter.serving.keda.grpcserver import _TlsFiles  # noqa: PLC0415
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(pki.server.cert.read_bytes())
+    key.write_bytes(pki.server.key.read_bytes())
+    results: list[bool] = []
+    failures: list[BaseException] = []
+    tls = _TlsFiles(
+        ScalerSettings(host="127.0.0.1", port=0, tls_cert_file=cert, tls_key_file=key), results.append
+    )
+    tls.on_failure = failures.append
+
+    def odd() -> object:
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    tls._configuration = odd  # type: ignore[method-assign]
+    cert.write_bytes(pki.server.cert.read_bytes() + b"\n")
+    assert tls.fetch() is None
+    assert results == [False] and [type(f) for f in failures] == [UnicodeDecodeError]
+    assert any("UnicodeDecodeError" in r.getMessage() and "\n" not in r.getMessage() for r in caplog.records)

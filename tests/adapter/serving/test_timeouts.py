@@ -4,8 +4,6 @@ negative, NaN and infinite values with one line."""
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,45 +15,14 @@ from adapter.cli import main
 from adapter.clients.kube import KubeClient
 from adapter.clients.prometheus import PrometheusClient
 from adapter.errors import KubernetesUnavailable, PrometheusUnavailable
+from tests.support.common.trickle import trickling
 
 
 @pytest.fixture
 def trickling_server() -> Iterator[str]:
     """Answers every connection with a valid HTTP head, one byte every 0.2 s (never finishing in time)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    stop = threading.Event()
-    body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
-    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(body),
-        body,
-    )
-
-    def serve(conn: socket.socket) -> None:
-        with conn:
-            conn.recv(65536)
-            for byte in answer:
-                if stop.is_set():
-                    return
-                try:
-                    conn.sendall(bytes([byte]))
-                except OSError:
-                    return
-                time.sleep(0.2)
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    listener.close()
+    with trickling() as url:
+        yield url
 
 
 @pytest.mark.slow

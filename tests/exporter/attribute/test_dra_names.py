@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from devkit.cluster.draslices import MigDevice, mig_name, resource_slice
 from exporter.attribute import kubeapi
 from exporter.attribute.podresources import dra
 from exporter.attribute.podresources.client import PodResourcesClient
@@ -17,7 +18,6 @@ from exporter.collect.collector import Collector
 from exporter.expose import exposition
 from exporter.settings import CollectorSettings
 from exporter.snapshot import GpuSnapshot, NodeSnapshot
-from tests.support.dra_slices import MigDevice, mig_name, resource_slice
 from tests.support.exporter import fakes
 from tests.support.exporter.kubelet_double import claim, container, pod
 from tests.support.kubedouble import KubeDouble

@@ -114,3 +114,53 @@ def test_pod_uids_are_read_from_cgroup_paths():
     assert procs.pod_uid_from_cgroup(systemd) == UID_A
     assert procs.pod_uid_from_cgroup(f"12:memory:/kubepods/burstable/pod{UID_B}/{'d' * 64}\n") == UID_B
     assert procs.pod_uid_from_cgroup("0::/system.slice/nvidia-mps.service\n") == ""
+
+
+def test_a_pod_holding_two_replicas_of_a_gpu_counts_its_figure_once(kubelet, tmp_path):
+    """A container given two replicas of one GPU: its 40,000 MiB and 30 % split over its two replica
+    series, so the GPU's per-pod series add up to the device's own figures (they summed to 84,000 MiB
+    against 44,000)."""
+    gpu = fakes.whole_gpu(0, values={"DCGM_FI_DEV_GPU_UTIL": 40.0, "DCGM_FI_DEV_FB_USED": 44_000.0})
+    gpu = dataclasses.replace(
+        gpu,
+        processes=(
+            ProcessUsage(201, memory_bytes=40_000 * MIB, sm_util=30.0),
+            ProcessUsage(202, memory_bytes=4_000 * MIB, sm_util=10.0),
+        ),
+    )
+    uuid = gpu.info.uuid
+    kubelet.set_pods(
+        [
+            pod("chat", "chat-0", [container("server", gpu=[f"{uuid}::0", f"{uuid}::3"])]),
+            pod("chat", "chat-1", [container("server", gpu=[f"{uuid}::1"])]),
+        ]
+    )
+    client = PodResourcesClient(kubelet.socket_path, timeout=2.0)
+    c = Collector(
+        fakes.FakeBackend(NodeSnapshot(taken_at=1.0, gpus=(gpu,))),
+        hostname="node-a",
+        settings=CollectorSettings(interval=1.0),
+        layout=SeriesLayout(virtual_gpus=True),
+        allocations=client.allocations,
+        process_owners=fake_host(tmp_path).owners,
+    )
+    try:
+        assert c.collect_once()
+        text = c.page.body(openmetrics=False, gzip=False, now=time.monotonic()).decode()
+    finally:
+        c.stop()
+        client.close()
+
+    def per_pod(name: str) -> dict[tuple[str, str], float]:
+        out = {}
+        for ln in lines(text, name):
+            if "pod=" in ln:
+                key = (ln.split('pod="')[1].split('"')[0], ln.split('vgpu="')[1].split('"')[0])
+                out[key] = float(ln.rsplit(" ", 1)[1])
+        return out
+
+    fb = per_pod("DCGM_FI_DEV_FB_USED")
+    assert fb == {("chat-0", "0"): 20_000.0, ("chat-0", "3"): 20_000.0, ("chat-1", "1"): 4_000.0}
+    assert sum(fb.values()) == 44_000.0  # the device's own figure
+    util = per_pod("DCGM_FI_DEV_GPU_UTIL")
+    assert util[("chat-0", "0")] == util[("chat-0", "3")] == 15.0 and sum(util.values()) <= 40.0

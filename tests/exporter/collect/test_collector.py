@@ -330,3 +330,37 @@ def test_a_slow_collection_is_one_warning_per_slow_spell(caplog: pytest.LogCaptu
         ),
         ("INFO", "collection back under 50% of its interval (1.00s)"),
     ]
+
+
+def test_the_collection_loop_survives_an_exception_nobody_foresaw(caplog):
+    """A failure outside what collect_once handles (here a KeyError from inside it) is one line, a
+    count in gpupilot_exporter_loop_failures_total{loop="collector"}, the last page kept; the loop
+    carries on and collects again."""
+    c = Collector(
+        fakes.FakeBackend(NodeSnapshot(taken_at=1.0, gpus=(fakes.whole_gpu(0),))),
+        hostname="n",
+        settings=CollectorSettings(interval=0.05, backoff_initial=0.05),
+    )
+    assert c.collect_once()
+    good = c.page
+    real, calls, done = c.collect_once, {"n": 0}, threading.Event()
+
+    def flaky() -> bool:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyError("a field nobody expected")
+        done.set()
+        return real()
+
+    c.collect_once = flaky  # type: ignore[method-assign]
+    c.start()
+    try:
+        assert done.wait(5.0)
+        time.sleep(0.1)
+    finally:
+        c.stop()
+    assert c.loop_failures.get("collector") == 1
+    assert calls["n"] >= 2 and c.page is not good  # collected again after the failure
+    assert b'gpupilot_exporter_loop_failures_total{loop="collector"} 1' in c.page.text
+    lines = [r.getMessage() for r in caplog.records if "KeyError" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0]

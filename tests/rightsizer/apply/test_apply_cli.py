@@ -197,3 +197,27 @@ def test_help_explains_every_flag(capsys):
         "--repoint-cluster-policy",
     ):
         assert flag in text
+
+
+@pytest.mark.slow
+def test_an_alias_bomb_in_the_mig_parted_configmap_is_one_line(setup, capsys):
+    """A few hundred bytes of nested aliases in the ConfigMap the ClusterPolicy names (they ran
+    `apply --dry-run` for 64 s, to 1.3 GiB, and printed a 34 MB script): refused by the bounded
+    reader in one line naming the ConfigMap, quickly and without growing."""
+    import resource  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from tests.common.test_yamlsafe import alias_bomb  # noqa: PLC0415
+
+    kube, _, args, _ = setup
+    name = kube.cluster_policy()["spec"]["migManager"]["config"]["name"]
+    kube.add_configmap(name, data={"config.yaml": alias_bomb()})
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    code = main([*args, "--dry-run"])
+    took = time.monotonic() - started
+    out, err = capsys.readouterr()
+    assert code != 0 and took < 10 and not out.strip()
+    (line,) = [ln for ln in err.splitlines() if ln.strip()]
+    assert f"ConfigMap gpu-operator/{name}" in line and "aliases expand to more than" in line, line
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB

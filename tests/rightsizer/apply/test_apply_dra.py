@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
+from devkit.cluster.draslices import MigDevice, resource_slice
 from rightsizer.apply import draplugin
 from rightsizer.plan.management import DRA_LABEL
-from tests.support.dra_slices import MigDevice, resource_slice
 from tests.support.kubedouble import KubeDouble
 from tests.support.kubedouble.dradriver import SLICES
 from tests.support.rightsizer.apply_support import GOOD, Change, make_plan, run_apply, seed_node

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from devkit.cluster.draslices import MigDevice, resource_slice
 from devkit.prometheus import PrometheusServer, backfill_openmetrics
 from rightsizer.analysis.types import PodKey
 from rightsizer.cli import main
 from rightsizer.plan import dra, management
 from rightsizer.plan.model import load_plan
-from tests.support.dra_slices import MigDevice, resource_slice
 from tests.support.kubedouble import KubeDouble
 from tests.support.rightsizer.dra_history import DAYS, H100, write_history
 

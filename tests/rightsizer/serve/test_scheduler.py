@@ -32,6 +32,7 @@ from tests.support.common.httpclients import get, oversized_header_status, slow_
 from tests.support.rightsizer.serve_support import (
     BERLIN,
     FakeJobs,
+    ManualScheduler,
     config,
     earlier_report,
     start,
@@ -455,3 +456,56 @@ def test_a_damaged_ledger_is_set_aside_not_overwritten(
     ledger.save(entries)
     assert (tmp_path / "ledger.json.damaged").read_text().startswith('{"2026-11-30": ["gpu-a"]')
     assert FileLedger(path).load().days == {"2026-12-01": ["gpu-b"]}
+
+
+def test_a_node_a_dead_run_finished_is_recorded_when_its_hand_over_is_cleared():
+    """A replica killed between two nodes never reported the first: the run that clears its hand-over
+    records that node as disrupted on the day the cluster shows and tried by the dead run's plan, so the
+    ledger agrees with the cluster; a handed-over node never cordoned is only cleared."""
+    from rightsizer.serve.ledger import Entries  # noqa: PLC0415
+
+    entries = Entries(started={"plan-a": ["gpu-1", "gpu-2", "gpu-3"]})
+    cleared = entries.clear_settled({"gpu-2"}, disrupted={"gpu-1", "gpu-2"}, day="2026-12-07")
+    assert cleared == {"gpu-1", "gpu-3"}
+    assert entries.started == {"plan-a": ["gpu-2"]}  # still in flight: the next apply settles it
+    assert entries.day("2026-12-07") == {"gpu-1"}
+    assert entries.tried_in("plan-a") == {"gpu-1"}  # gpu-3 was never started: a later round may
+
+
+@pytest.mark.slow
+def test_health_turns_not_ok_while_a_job_is_stuck_past_its_deadline(tmp_path, scheduler_clock):
+    """A plan run that does not end (a hang nobody foresaw) turns /health into 503 "stuck" once it
+    passes its deadline, naming the job; when the run ends, /health is ok again."""
+    import threading  # noqa: PLC0415
+
+    release = threading.Event()
+    entered = threading.Event()
+
+    class HangingJobs(FakeJobs):
+        def make_plan(self, *, end, job):
+            entered.set()
+            release.wait(30)
+            return super().make_plan(end=end, job=job)
+
+    jobs = HangingJobs()
+    jobs.clock = scheduler_clock
+    service = Service(config(tmp_path), jobs=jobs, clock=scheduler_clock, job_deadlines={"plan": 0.3})
+    sched = ManualScheduler(timezone=service.config.timezone)
+    server = http_server(service, sched, "127.0.0.1", 0).start()
+    runner = threading.Thread(target=service._scheduled("plan", service.run_plan), daemon=True)
+    try:
+        runner.start()
+        assert entered.wait(5)
+        assert get(server.port, "/health")[0] == 200  # running, within its deadline
+        time.sleep(0.5)
+        status, body = get(server.port, "/health")
+        health = json.loads(body)
+        assert status == 503 and health["status"] == "stuck", health
+        assert health["stuck"]["plan"]["deadline_s"] == 0.3 and health["stuck"]["plan"]["running_s"] >= 0.3
+        release.set()
+        runner.join(10)
+        status, body = get(server.port, "/health")
+        assert status == 200 and json.loads(body)["status"] == "ok"
+    finally:
+        release.set()
+        server.close()

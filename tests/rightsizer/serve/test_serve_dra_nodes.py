@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from devkit.cluster.draslices import MigDevice, resource_slice
 from rightsizer.commands.serve import LiveJobs
 from rightsizer.plan.management import DRA_DYNAMIC
-from tests.support.dra_slices import MigDevice, resource_slice
 from tests.support.kubedouble import KubeDouble
 from tests.support.rightsizer.serve_support import config
 

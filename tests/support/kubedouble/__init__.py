@@ -87,8 +87,9 @@ Inspection: ``kube.node(name)``, ``kube.labels(name)``, ``kube.annotations(name)
 Manager steps), ``kube.mig_manager.log`` / ``.states(node)``, ``kube.wait_for(pred)``, ``kube.snapshot()``.
 """
 
+from devkit.cluster.migconfig import default_mig_configs
 from tests.support.kubedouble.double import ADMIN_TOKEN, ADMIN_USER, KubeDouble
-from tests.support.kubedouble.migmanager import IN_USE, MigManagerSettings, MigRecord, default_mig_configs
+from tests.support.kubedouble.migmanager import IN_USE, MigManagerSettings, MigRecord
 from tests.support.kubedouble.store import Action
 
 __all__ = [

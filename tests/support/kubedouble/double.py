@@ -13,8 +13,10 @@ from typing import Any
 import yaml
 from kubernetes import client
 
+from devkit.cluster import deviceplugin
+from devkit.cluster.migconfig import node_resources
 from mig_geometry.catalogue import find_model
-from tests.support.kubedouble import admission, deviceplugin
+from tests.support.kubedouble import admission
 from tests.support.kubedouble.daemonsets import DAEMONSETS, DaemonSetController
 from tests.support.kubedouble.disruption import DisruptionController, ReplicaSetController
 from tests.support.kubedouble.dradriver import DraDriver
@@ -26,7 +28,6 @@ from tests.support.kubedouble.migmanager import (
     MigManager,
     MigManagerSettings,
     default_configmap,
-    node_resources,
 )
 from tests.support.kubedouble.rbac import load_rbac_rules
 from tests.support.kubedouble.scheduler import PLACED_BY_RULE, Scheduler

@@ -12,10 +12,11 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
+from devkit.cluster import deviceplugin
+from devkit.cluster.draslices import MigDevice, resource_slice
+from devkit.cluster.migconfig import gpu_model_of
 from mig_geometry.placement import place
-from tests.support.dra_slices import MigDevice, resource_slice
-from tests.support.kubedouble import deviceplugin
-from tests.support.kubedouble.migmanager import MigManager, gpu_model_of
+from tests.support.kubedouble.migmanager import MigManager
 from tests.support.kubedouble.store import Store
 
 SLICES = "resource.k8s.io/resourceslices"

@@ -191,8 +191,6 @@ class Api:
         self._timers: list[threading.Timer] = []
         self.admission: list[admission.Bound] = []
         """ValidatingAdmissionPolicies with their Deny bindings (``KubeDouble.load_admission_policies``)."""
-        self.aggregated: dict[str, Any] = {}
-        """``/apis/GROUP/VERSION`` → an extension server (:class:`tests.support.kubedouble.aggregator.Backend`)."""
 
     # -- faults --------------------------------------------------------------------------------
     def take_fault(self, method: str, path: str) -> Fault | None:
@@ -452,24 +450,6 @@ def make_handler(api: Api) -> type[BaseHTTPRequestHandler]:
                     return
                 if parsed.path in ("/healthz", "/readyz", "/livez"):
                     self._send(200, {"status": "ok"})
-                    return
-                backend = next(
-                    (
-                        b
-                        for p, b in api.aggregated.items()
-                        if parsed.path == p or parsed.path.startswith(p + "/")
-                    ),
-                    None,
-                )
-                if backend is not None:  # the aggregation layer (aggregator.py)
-                    user, groups = self._user()
-                    headers = {k: v for k, v in self.headers.items()}
-                    code, data, ctype = backend.forward(method, self.path, user, groups, self._raw, headers)
-                    self.send_response(code)
-                    self.send_header("Content-Type", ctype)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
                     return
                 found = discovery(parsed.path) if method == "GET" else None
                 if found is not None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import kubernetes
 import pytest
 
+from devkit.cluster.deviceplugin import advertised
 from tests.support.kubedouble import KubeDouble, fromplan
-from tests.support.kubedouble.deviceplugin import advertised
 
 MIG1, MIG3 = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"
 

@@ -23,6 +23,7 @@ from typing import Any
 from devkit.prometheus import PrometheusServer, backfill_openmetrics
 from rightsizer.apply import protocol as proto
 from rightsizer.apply.applier import Applier
+from rightsizer.apply.record import mig_nodes
 from rightsizer.clients.kube import Kube, PermanentKubeError
 from rightsizer.clients.prometheus import PrometheusClient
 from rightsizer.commands.serve import apply_settings
@@ -210,7 +211,7 @@ class Replica:
         raise AssertionError("no report job configured")
 
     def node_marks(self, *, settings: Any) -> list[proto.NodeView]:
-        return [proto.view(n) for n in self.kube.list_nodes(label_selector=proto.CONFIG_LABEL)]
+        return mig_nodes(self.kube, apply_settings(settings).namespace)  # type: ignore[arg-type]
 
     def apply(self, plan: Any, *, settings: Any, nodes: Any, stop: Any) -> Any:
         self.applied.append(list(nodes))

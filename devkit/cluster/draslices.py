@@ -4,8 +4,10 @@ From ../shared/reference/dra-keda.md: one pool per node (the node name); whole G
 MIG devices ``gpu-<minor>-mig-<giProfileId>-<start>-<size>`` (v25.3.0-v25.8.1) or
 ``gpu-<minor>-mig-<profile without dots>-<giProfileId>-<start>`` (v25.12.0, v0.4.0). Static MIG
 devices carry ``uuid`` (the MIG UUID), ``parentUUID`` and ``profile``; DynamicMIG devices carry no
-``uuid`` and consume counters of their GPU's shared counter set. ``resource.k8s.io/v1`` puts a
-device's attributes on the device, ``v1beta1`` under ``basic``.
+``uuid`` and consume counters of their GPU's shared counter set, which the pool publishes in a slice
+of its own (kube-apiserver v1.37 refuses a slice holding both ``sharedCounters`` and ``devices``:
+:func:`counter_slice`). ``resource.k8s.io/v1`` puts a device's attributes on the device, ``v1beta1``
+under ``basic``.
 """
 
 from __future__ import annotations
@@ -93,16 +95,37 @@ def resource_slice(
     spec: dict[str, Any] = {
         "driver": DRIVER,
         "nodeName": node,
-        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+        "pool": {"name": node, "generation": 1, "resourceSliceCount": 2 if counters else 1},
         "devices": devices,
     }
-    if counters:
-        spec["sharedCounters"] = counters
     return {
         "apiVersion": f"resource.k8s.io/{api_version}",
         "kind": "ResourceSlice",
         "metadata": {"name": f"{node}-{DRIVER}-x7k2p"},
         "spec": spec,
+    }
+
+
+def counter_slice(node: str, *, minors: Sequence[int], api_version: str = "v1") -> dict[str, Any]:
+    """The pool's other slice when it has DynamicMIG devices: each GPU's shared counter set (what
+    its MIG devices consume), and no device."""
+    counters = [
+        {
+            "name": f"gpu-{minor}-counter-set",
+            "counters": {"multiprocessors": {"value": "132"}, "memory": {"value": "80Gi"}},
+        }
+        for minor in sorted(minors)
+    ]
+    return {
+        "apiVersion": f"resource.k8s.io/{api_version}",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}-counters"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 2},
+            "sharedCounters": counters,
+        },
     }
 
 
