@@ -247,7 +247,9 @@ def _report(rr: Section) -> ReportJob:
         if not isinstance(item, str) or not item:
             raise rr.doc.fail((*rr.path, "hpa_recommendations", i), "must be a file or folder path")
         if problem := name_problem(Path(item)):
-            raise rr.doc.fail((*rr.path, "hpa_recommendations", i), f"{item!r} {problem}; give a path without it")
+            raise rr.doc.fail(
+                (*rr.path, "hpa_recommendations", i), f"{item!r} {problem}; give a path without it"
+            )
         hpas.append(Path(item))
     return ReportJob(
         _schedule(rr, "schedule"),
