@@ -1,5 +1,5 @@
 """``gpupilot-adapter``: ``serve`` (the custom/external metrics API server), ``explain-hpa`` and
-``replay-hpa``, ``check-apiservices`` (before installing: does another adapter own the metrics APIs?),
+``replay-hpa``, ``recommend-hpa``, ``check-apiservices`` (before installing: does another adapter own the metrics APIs?),
 ``convert-config``.
 
 Each subcommand lives in :mod:`adapter.commands` (one module each, with ``add_arguments`` and ``run``);
@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from adapter.commands import check_apiservices, convert_config, explain_hpa, replay_hpa, serve
+from adapter.commands import check_apiservices, convert_config, explain_hpa, recommend_hpa, replay_hpa, serve
 from adapter.errors import AdapterError, ConfigError
 from gpupilot_common import logs
 from gpupilot_common.cli import OneLineParser, add_version
@@ -57,6 +57,14 @@ COMMANDS: dict[str, Command] = {
         "Run the HPA controller's decision over past metric values and show replicas over time.",
         replay_hpa.add_arguments,
         replay_hpa.run,
+    ),
+    "recommend-hpa": Command(
+        "the HPA targets and behaviour that spend the fewest GPU-hours while a service bound holds",
+        "Recover the offered load and a per-replica capacity model from history, replay candidate "
+        "configurations with the HPA controller's decision, and recommend the cheapest that holds the bound "
+        "on held-out days. Exit 0 with a recommendation, 1 when nothing meets the bound, 2 on bad input.",
+        recommend_hpa.add_arguments,
+        recommend_hpa.run,
     ),
 }
 

@@ -23,6 +23,7 @@ AREAS = (
     "inventory",
     "answers",
     "scale",
+    "recommend",
 )
 HERE = Path(__file__).resolve().parent
 

@@ -27,7 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The project's own top-level packages (pyproject.toml's [tool.importlinter] root_packages).
-PACKAGES = ("exporter", "simulator", "adapter", "rightsizer", "mig_geometry", "gpupilot_common", "devkit")
+PACKAGES = (
+    "exporter",
+    "simulator",
+    "adapter",
+    "rightsizer",
+    "mig_geometry",
+    "hpa_controller",
+    "gpupilot_common",
+    "devkit",
+)
 
 
 @dataclass(frozen=True)

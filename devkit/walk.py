@@ -73,6 +73,8 @@ EXPORTER = "gpupilot-exporter"
 ADAPTER = "gpupilot-adapter"
 RIGHTSIZER = "gpupilot-rightsizer"
 HPA = ("-f", "{work}/examples/hpa-llm-inference.yaml")
+CHAT_HPA = ("-f", "{work}/examples/hpa-chat-inference.yaml")
+CHAT_BOUND = ("--bound", 'inference_queue_wait_seconds{{quantile="0.95"}} <= 2')
 SIM = ("--backend", "sim", "--scenario", SCENARIO)
 
 
@@ -191,6 +193,27 @@ ADAPTER_CALLS = (
         ),
         says="wrote {work}/replay.png",
         prometheus=True,
+    ),
+    Call(
+        (
+            ADAPTER,
+            "recommend-hpa",
+            *CHAT_HPA,
+            "--prometheus-url",
+            "{prom}",
+            *CHAT_BOUND,
+            "--since",
+            "1d",
+            "--held-out",
+            "1d",
+        ),
+        code=2,
+        error=f"{ADAPTER} recommend-hpa: --since 1d is not longer than --held-out 1d",
+    ),
+    Call(
+        (ADAPTER, "recommend-hpa", *CHAT_HPA, "--prometheus-url", "{closed}", *CHAT_BOUND),
+        code=1,
+        error=f"{ADAPTER} recommend-hpa: {UNREACHABLE}",
     ),
     Call((ADAPTER, "convert-config", "{work}/prometheus-adapter.yaml"), says="name: gpu_utilization"),
     Call((ADAPTER, "convert-config", "{work}/missing.yaml"), code=2, error=f"{ADAPTER} convert-config:"),

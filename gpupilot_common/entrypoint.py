@@ -19,7 +19,16 @@ from collections.abc import Sequence
 from gpupilot_common.cli import package_version
 
 OWN_PACKAGES = frozenset(
-    {"exporter", "simulator", "adapter", "rightsizer", "mig_geometry", "gpupilot_common", "devkit"}
+    {
+        "exporter",
+        "simulator",
+        "adapter",
+        "rightsizer",
+        "mig_geometry",
+        "hpa_controller",
+        "gpupilot_common",
+        "devkit",
+    }
 )
 """Modules of this distribution: one of them missing is a broken install or a bug, not an extra."""
 MISSING_EXTRA_EXIT = 2

@@ -37,7 +37,7 @@ from exporter.contract.layout import SeriesLayout
 from exporter.errors import ConfigError
 from exporter.expose.exposition import LabelPairs, device_families
 from gpupilot_common.timefmt import format_time
-from simulator import cluster
+from simulator import cluster, service_series
 from simulator.backend import SimBackend
 from simulator.model import Scenario
 from simulator.patterns import Array
@@ -192,7 +192,8 @@ class Backfiller:
                 yield runs
                 runs, samples = {}, 0
                 self._fmt = _Formatter()
-        for s in self.cluster_series:
+        dynamic = service_series.window_series(self.scenario, float(ts[0]), float(ts[-1]))
+        for s in self.cluster_series + dynamic:
             i0, i1 = 0, len(ts)
             if s.alive != (-math.inf, math.inf):  # a pod's series: only while it lives
                 i0, i1 = (int(i) for i in np.searchsorted(ts, s.alive, side="left"))
@@ -289,10 +290,22 @@ def write_window(out: IO[str], runs: dict[str, _Run], ts: Array) -> int:
             if isinstance(src, float):
                 head = prefix + repr(src)
                 out.write("".join([head + s for s in stamps[i0:i1]]))
-            else:
-                vals = src[i0:i1].tolist()
+                samples += i1 - i0
+                continue
+            part = src[i0:i1]
+            finite = np.isfinite(part)
+            if finite.all():
+                vals = part.tolist()
                 out.write("".join([prefix + repr(v) + s for v, s in zip(vals, stamps[i0:i1], strict=True)]))
-            samples += i1 - i0
+                samples += i1 - i0
+            else:  # a series absent part of the window (an autoscaled service's pod): no sample there
+                kept = [
+                    (v, s)
+                    for v, s, ok in zip(part.tolist(), stamps[i0:i1], finite.tolist(), strict=True)
+                    if ok
+                ]
+                out.write("".join([prefix + repr(v) + s for v, s in kept]))
+                samples += len(kept)
     return samples
 
 

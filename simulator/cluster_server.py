@@ -8,13 +8,14 @@ serves any render function the same way (tests and the devkit use it for simulat
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Self
 
 from exporter.expose import render
 from gpupilot_common.httpserve import TEXT, HTTPServer, Limits, Reply
-from simulator import cluster
+from simulator import cluster, service, service_series
 from simulator.model import Scenario
 
 HEALTH_PATHS = frozenset({"/health", "/ready", "/-/healthy"})
@@ -75,7 +76,24 @@ class ClusterServer(SeriesServer):
         self.scenario = scenario
         self.clock = clock
         self.series = cluster.series(scenario)
+        # an autoscaled service's week is a few seconds of the controller's decisions: run it before
+        # serving, and the next week's in the background as this one ends, never on a scrape
+        service_series.warm(scenario, clock())
+        self._warming: threading.Thread | None = None
         super().__init__(self._families_text, host=host, port=port, limits=limits)
 
+    def _warm_ahead(self, now: float) -> None:
+        if not self.scenario.services or (self._warming is not None and self._warming.is_alive()):
+            return
+        if service.week_start(now + 3600.0) == service.week_start(now):
+            return
+        self._warming = threading.Thread(
+            target=service_series.warm, args=(self.scenario, now), name="sim-week-ahead", daemon=True
+        )
+        self._warming.start()
+
     def _families_text(self) -> str:
-        return render.render_text(cluster.families(self.scenario, self.clock(), all_series=self.series))
+        now = self.clock()
+        self._warm_ahead(now)
+        pods = service_series.window_series(self.scenario, now, now)  # autoscaled services' pods come and go
+        return render.render_text(cluster.families(self.scenario, now, all_series=self.series + pods))

@@ -82,3 +82,9 @@ def claim_suffix(seed: int, namespace: str, pod: str, sequence: int) -> str:
 
 def pod_uid(seed: int, namespace: str, pod: str) -> str:
     return _uuid_text(_digest(seed, "uid", namespace, pod))
+
+
+def service_pod_name(seed: int, namespace: str, deployment: str, week: int, sequence: int) -> str:
+    """An autoscaled service's ``sequence``-th pod of a week's run: ``<deployment>-<hash>-<suffix>``."""
+    rs = replicaset_name(seed, namespace, deployment)
+    return f"{rs}-{_suffix(_digest(seed, 'svc', namespace, deployment, week, sequence), 5)}"

@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 
 from exporter.errors import ScenarioError
+from hpa_controller.decide import HpaModel
 from mig_geometry.catalogue import GpuModel, Profile
 from simulator.patterns import Pattern
 
@@ -178,6 +179,52 @@ class PendingPod:
 
 
 @dataclass(frozen=True)
+class Load:
+    """A service's offered requests per second: a cosine day on weekdays, scaled on weekends, with
+    bursts at seed-chosen times and relative noise."""
+
+    base: float
+    """Weekday trough, requests/s."""
+    peak: float
+    """Weekday daily peak, requests/s, at ``peak_hour`` UTC."""
+    peak_hour: float = 15.0
+    weekend: float = 0.6
+    """Saturday's and Sunday's load as a share of a weekday's at the same hour."""
+    bursts_per_day: int = 0
+    burst_duration: float = 900.0
+    """Seconds at the burst's height, between two ramps of :data:`simulator.service.BURST_RAMP_S`."""
+    burst_height: float = 0.0
+    """Extra load during a burst, as a share of the load at that moment (0.8: ×1.8)."""
+    noise: float = 0.0
+    """Relative noise, ± uniform, per 15-second step."""
+
+
+@dataclass(frozen=True)
+class Service:
+    """An inference Deployment autoscaled by its HPA every 15 s (the controller's own decision,
+    :func:`hpa_controller.decide.decide`), serving :class:`Load` with a per-replica capacity."""
+
+    namespace: str
+    deployment: str
+    container: str
+    labels: tuple[tuple[str, str], ...]
+    """Pod labels, sorted (the service is hashable: its runs are cached by it)."""
+    node: str
+    """The ``node`` label of its pods (kube_pod_info); its pods hold no simulated device."""
+    startup: float
+    """Seconds from a pod's creation to Ready (image pull, model load): no metrics, no service before."""
+    load: Load
+    capacity: float
+    """Requests/s one ready replica serves at saturation."""
+    max_queue: float
+    """Waiting requests per ready replica beyond which new ones are rejected."""
+    slots: int
+    """Requests one replica runs at once (its batch); it queues as an M/M/c server with c = slots."""
+    hpa_name: str
+    hpa: HpaModel
+
+
+@dataclass(frozen=True)
 class Scenario:
     path: str
     seed: int
@@ -188,6 +235,8 @@ class Scenario:
     faults: tuple[Fault, ...]
     pending: tuple[PendingPod, ...] = ()
     """Pods waiting for GPUs no node offers (published as Pending with their requests)."""
+    services: tuple[Service, ...] = ()
+    """Autoscaled inference services (:mod:`simulator.service`)."""
 
     @cached_property
     def pods(self) -> tuple[Pod, ...]:

@@ -45,6 +45,7 @@ from simulator.scenario_parse import (
     parse_pattern,
     parse_pending,
 )
+from simulator.service_parse import parse_services
 
 MAX_SCENARIO_BYTES = 256 * 2**20
 """Largest scenario read: a fleet written out takes about 300 bytes a pod (100,000 pods: ~30 MB)."""
@@ -61,7 +62,7 @@ def loads(text: str, *, name: str = "<scenario>") -> Scenario:
     return _build(doc)
 
 
-_TOP = ("seed", "epoch", "nodes", "workloads", "hpas", "faults", "pending", "description")
+_TOP = ("seed", "epoch", "nodes", "workloads", "hpas", "faults", "pending", "services", "description")
 _NODE = ("name", "labels", "gpus", "driver_version", "dra")
 _GPU = ("model", "count", "mig", "driver_version", "time_slicing")
 _WORKLOAD = (
@@ -108,7 +109,8 @@ def _build(doc: checked.Document) -> Scenario:
     hpas = parse_hpas(top, deployments=deployments)
     faults = parse_faults(top, nodes=by_name, mig=_mig)
     pending = parse_pending(top, running=running, epoch=epoch)
-    return Scenario(doc.source, seed, epoch, tuple(nodes), workloads, hpas, faults, pending)
+    services = parse_services(top, taken=deployments)
+    return Scenario(doc.source, seed, epoch, tuple(nodes), workloads, hpas, faults, pending, services)
 
 
 def _node(n: Section, seed: int) -> Node:

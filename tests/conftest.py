@@ -233,6 +233,7 @@ LONGEST_FIRST = (
     "tests/rightsizer/commands/test_multicluster.py",
     "tests/rightsizer/apply/test_apply_faults.py",
     "tests/rightsizer/commands/test_plan_cli.py",
+    "tests/adapter/hpa/recommend/test_cli.py",
     "tests/rightsizer/apply/test_apply_workloads.py",
     "tests/rightsizer/report/test_report.py",
     "tests/deploy/test_helm_install.py",

@@ -39,7 +39,7 @@ import ssl
 import threading
 import time
 import urllib.parse
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -273,11 +273,18 @@ class PrometheusClient:
         raise failure
 
     def query_range(
-        self, promql: str, *, start: float, end: float, step: float, purpose: str = "history"
+        self,
+        promql: str,
+        *,
+        start: float,
+        end: float,
+        step: float,
+        purpose: str = "history",
+        non_finite: list[tuple[Mapping[str, str], float, float]] | None = None,
     ) -> list[RangeSeries]:
         """Evaluate a range query (POST); ranges longer than 10,000 steps go in several requests
         (Prometheus refuses more than 11,000 points per series), each with its own deadline.
-        NaN/inf points are dropped."""
+        NaN/inf points are dropped; ``non_finite`` collects them (labels, time, value) when given."""
         merged: dict[tuple[tuple[str, str], ...], RangeSeries] = {}
         chunk = step * 10_000
         t = start
@@ -307,7 +314,10 @@ class PrometheusClient:
             for item in got:
                 key = tuple(sorted(item.labels.items()))
                 series = merged.setdefault(key, RangeSeries(item.labels, []))
+                before = len(series.points)
                 series.points.extend(p for p in item.points if math.isfinite(p[1]))
+                if non_finite is not None and len(series.points) - before < len(item.points):
+                    non_finite.extend((item.labels, t, v) for t, v in item.points if not math.isfinite(v))
             t = stop + step
         return list(merged.values())
 

@@ -11,13 +11,13 @@ from adapter.clients.kube import KubeClient
 from adapter.commands import options
 from adapter.config.mapping import load_config
 from adapter.errors import ConfigError
-from adapter.hpa import decide as hpa
 from adapter.hpa import explain, replay, timeline
 from adapter.hpa import spec as hpaspec
 from adapter.hpa import state as hpastate
 from adapter.provider.podsource import KubernetesPodSource, PodSource, PrometheusPodSource
 from adapter.provider.values import MetricValues
 from gpupilot_common import numbers, output
+from hpa_controller import decide as hpa
 
 OUTPUT_SCHEMA = """
 ## Output with `-o json` / `-o yaml`

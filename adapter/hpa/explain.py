@@ -2,7 +2,7 @@
 
 Values come through :class:`adapter.provider.values.MetricValues` — the code path the server answers the
 HPA with — or from a ``--state`` file (:mod:`adapter.hpa.state`); the decision is
-:func:`adapter.hpa.decide.decide`. The output says where each input came from (pods, values, history).
+:func:`hpa_controller.decide.decide`. The output says where each input came from (pods, values, history).
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from adapter.clients.kube import KubeClient
 from adapter.clients.prometheus import PrometheusClient
 from adapter.config import resources
 from adapter.errors import AdapterError
-from adapter.hpa import decide as hpa
 from adapter.hpa import replay
-from adapter.hpa.calc import PodState
 from adapter.hpa.spec import HpaSpec, MetricSource
 from adapter.provider import resourcemetrics
 from adapter.provider.podsource import Pod
@@ -26,6 +24,8 @@ from gpupilot_common.table import Column, terminal_width
 from gpupilot_common.table import render as render_table
 from gpupilot_common.text import plural
 from gpupilot_common.timefmt import format_duration, format_time
+from hpa_controller import decide as hpa
+from hpa_controller.calc import PodState
 
 
 @dataclass

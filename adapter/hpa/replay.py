@@ -1,14 +1,21 @@
-"""``replay-hpa``: the decision function (:func:`adapter.hpa.decide.decide`) run over a past time range, with
+"""``replay-hpa``: the decision function (:func:`hpa_controller.decide.decide`) run over a past time range, with
 the HPA as written or with other targets, and what it would have cost.
 
-Load model when the replayed replica count differs from the recorded one: a Pods or Resource metric
-is taken as a per-pod average of a total load, so each replayed pod sees
-``mean(recorded per-pod values) × recorded replicas ÷ replayed replicas``; Object and External values
-are totals and stay as recorded (AverageValue targets divide them by the replayed count). Limits:
-new pods are ready at once (no start-up or image pull time), load splits evenly, and metrics that do
-not scale inversely with replicas (latency, queue time, utilisation capped at 100 %) are only
-approximated; a replay shows the controller's arithmetic on the recorded demand, not a simulation of
-the application.
+The replay is one loop (:func:`replay`), shared with ``recommend-hpa``: every step, the pods that are
+Ready (created at least ``startup`` seconds before) get values from a **load model**, the controller
+decides, and pods are created (ready after ``startup``) or removed (the newest first, as the
+ReplicaSet controller removes unready pods before ready ones). Pods not yet Ready publish no value:
+the controller counts them as it counts pods without a metric.
+
+``replay-hpa``'s load model (:class:`Proportional`), when the replayed replica count differs from the
+recorded one: a Pods or Resource metric is taken as a per-pod average of a total load, so each
+replayed pod sees ``mean(recorded per-pod values) × recorded replicas ÷ replayed replicas``; Object
+and External values are totals and stay as recorded (AverageValue targets divide them by the
+replayed count). Limits: new pods are ready at once (no start-up or image pull time), load splits
+evenly, and metrics that do not scale inversely with replicas (latency, queue time, utilisation
+capped at 100 %) are only approximated; a replay shows the controller's arithmetic on the recorded
+demand, not a simulation of the application. ``recommend-hpa`` replaces it with a model of demand and
+per-replica capacity fitted from the history (:mod:`adapter.hpa.recommend`).
 """
 
 from __future__ import annotations
@@ -18,13 +25,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Protocol
 
-from adapter.hpa import decide as hpa
-from adapter.hpa.calc import PodState
 from adapter.hpa.spec import HpaSpec
 from adapter.hpa.timeline import Timeline, scale_events
 from gpupilot_common.table import Column, render
 from gpupilot_common.timefmt import format_time
+from hpa_controller import decide as hpa
+from hpa_controller.calc import PodState
 
 
 @dataclass
@@ -35,6 +43,10 @@ class ReplayStep:
     recommended: int
     above_target: bool
     """Some metric's replayed per-pod value (or total) was above target + tolerance after scaling."""
+    ready: int = 0
+    """Pods Ready during the step (the others were starting)."""
+    broken: float = 0.0
+    """Share of the step the load model expects a service bound broken (recommend-hpa), 0-1."""
 
 
 @dataclass
@@ -99,45 +111,96 @@ def _names(replicas: int) -> tuple[str, ...]:
     return names
 
 
+class LoadModel(Protocol):
+    """What the replayed pods publish: called once per step, in order (a model may keep state)."""
+
+    def observe(
+        self, i: int, *, replicas: int, ready: Sequence[str]
+    ) -> tuple[list[hpa.Observation], bool, float]:
+        """Step ``i`` with ``replicas`` pods of which ``ready`` (names) are Ready: one observation per
+        metric of the model, whether a metric is above its target, and the share of the step a
+        service bound is broken (0 when the model has none)."""
+        ...
+
+
+class Proportional:
+    """``replay-hpa``'s load model: the recorded per-pod mean × recorded replicas ÷ Ready replicas."""
+
+    def __init__(self, model: hpa.HpaModel, timeline: Timeline, requests: Mapping[str, int] | None) -> None:
+        self.model, self.timeline, self.requests = model, timeline, requests
+        self.tol_up = model.tolerances().up
+
+    def observe(
+        self, i: int, *, replicas: int, ready: Sequence[str]
+    ) -> tuple[list[hpa.Observation], bool, float]:
+        recorded = self.timeline.recorded[i]
+        scaled = [rescale(o, recorded=recorded, replicas=len(ready)) for o in self.timeline.observations[i]]
+        observations = [_named(o, ready) for o, _ in scaled]
+        above = _above(
+            self.model,
+            [o for o, _ in scaled],
+            [m for _, m in scaled],
+            replicas=replicas,
+            tol_up=self.tol_up,
+            requests=self.requests,
+        )
+        return observations, above, 0.0
+
+
+def _named(obs: hpa.Observation, ready: Sequence[str]) -> hpa.Observation:
+    """A rescaled per-pod observation carries the first Ready pods' names: give it the Ready pods'."""
+    if obs.per_pod is None or obs.error:
+        return obs
+    value = next(iter(obs.per_pod.values()), 0.0)
+    return replace(obs, per_pod=dict.fromkeys(ready, value))
+
+
 def replay(
     model: hpa.HpaModel,
     timeline: Timeline,
     *,
     label: str,
     requests: Mapping[str, int] | None = None,
+    startup: float = 0.0,
+    load: LoadModel | None = None,
 ) -> ReplayResult:
     """Run the controller every step from the first recorded size, as it is: recorded replicas
     outside [min, max] (a what-if with other bounds) are clamped by the first step's decision, which
     records that scale event as the controller does (``reconcileAutoscaler`` → ``storeScaleEvent``),
     so it limits the next policy period. ``requests`` (milli-units per resource) gives replayed pods
-    a request for Resource Utilization targets."""
+    a request for Resource Utilization targets. ``startup``: seconds from a pod's creation to Ready
+    (the pods of the first step are Ready). ``load``: what the pods publish (default
+    :class:`Proportional`)."""
     result = ReplayResult(label)
-    replicas = next((r for r in timeline.recorded if r is not None), model.min_replicas)
+    load = load or Proportional(model, timeline, requests)
+    first = next((r for r in timeline.recorded if r is not None), model.min_replicas)
+    start = timeline.times[0] if timeline.times else 0.0
+    created = [start - startup] * first
+    """Creation time of each replayed pod, oldest first: pod k is named ``replay-k``."""
     history = hpa.History(started=False)
-    tol = model.tolerances()
-    for at, recorded, observations in zip(
-        timeline.times, timeline.recorded, timeline.observations, strict=False
-    ):
-        scaled = [rescale(o, recorded=recorded, replicas=replicas) for o in observations]
-        pods = [PodState(name, requests=dict(requests or {})) for name in _names(replicas)]
+    for i, (at, recorded) in enumerate(zip(timeline.times, timeline.recorded, strict=False)):
+        names = _names(len(created))
+        ready = sum(1 for c in created if at - c >= startup - 1e-6)  # oldest first: a prefix is Ready
+        observations, above, broken = load.observe(i, replicas=len(created), ready=names[:ready])
+        pods = [
+            PodState(name, ready=k < ready, requests=dict(requests or {})) for k, name in enumerate(names)
+        ]
         decision = hpa.decide(
             model,
-            spec_replicas=replicas,
+            spec_replicas=len(created),
             pods=pods,
-            observations=[o for o, _ in scaled],
+            observations=observations,
             history=history,
             now=at,
         )
-        above = _above(
-            model,
-            [o for o, _ in scaled],
-            [m for _, m in scaled],
-            replicas=replicas,
-            tol_up=tol.up,
-            requests=requests,
+        result.steps.append(
+            ReplayStep(at, recorded, decision.final, decision.recommended, above, ready=ready, broken=broken)
         )
-        result.steps.append(ReplayStep(at, recorded, decision.final, decision.recommended, above))
-        replicas, history = decision.final, decision.history
+        history = decision.history
+        if decision.final > len(created):
+            created += [at] * (decision.final - len(created))
+        else:  # the newest first: unready pods, then the most recently ready
+            del created[decision.final :]
     return result
 
 

@@ -1,4 +1,4 @@
-"""An ``autoscaling/v2`` HorizontalPodAutoscaler file → :class:`adapter.hpa.decide.HpaModel` plus what the
+"""An ``autoscaling/v2`` HorizontalPodAutoscaler file → :class:`hpa_controller.decide.HpaModel` plus what the
 adapter needs to fetch its metrics. Bad input is one ``ConfigError`` line naming the file and field.
 
 Defaulting follows the API server: ``minReplicas`` 1; ``behavior`` left out stays absent (the
@@ -18,10 +18,10 @@ import yaml
 from adapter.config import resources
 from adapter.config.resources import Resource
 from adapter.errors import ConfigError
-from adapter.hpa import decide as hpa
 from adapter.provider.selectors import Selector, from_label_selector
 from adapter.quantity import parse_quantity
 from gpupilot_common import yamlsafe
+from hpa_controller import decide as hpa
 
 _TARGET_FIELD = {"AverageValue": "averageValue", "Value": "value", "Utilization": "averageUtilization"}
 _SOURCE_FIELD = {

@@ -38,11 +38,11 @@ from typing import Any
 import yaml
 
 from adapter.errors import ConfigError
-from adapter.hpa import decide as hpa
-from adapter.hpa.calc import PodState
 from adapter.hpa.spec import HpaSpec
 from adapter.quantity import parse_quantity, to_milli
 from gpupilot_common import timefmt, yamlsafe
+from hpa_controller import decide as hpa
+from hpa_controller.calc import PodState
 
 _TOP = {"now", "currentReplicas", "statusReplicas", "pods", "metrics", "history"}
 _POD = {"name", "phase", "ready", "startTime", "readySince", "deleting", "requests"}

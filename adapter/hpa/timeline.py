@@ -1,7 +1,7 @@
 """An HPA's inputs over a past time range, from Prometheus range queries of the same PromQL the
 adapter serves (so the history is what the HPA would have read), aligned on one step grid.
 
-Per step: an :class:`adapter.hpa.decide.Observation` per metric and the replica count the cluster recorded
+Per step: an :class:`hpa_controller.decide.Observation` per metric and the replica count the cluster recorded
 (kube-state-metrics ``kube_deployment_spec_replicas`` / ``kube_statefulset_replicas``, else the
 HPA's ``status_current_replicas``, else the number of pods with a value). The pods are those whose
 labels match the target's selector at any time in the range (``kube_pod_labels``).
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from adapter.clients.prometheus import PrometheusClient, RangeSeries
 from adapter.config import resources
 from adapter.errors import AdapterError
-from adapter.hpa import decide as hpa
 from adapter.hpa.spec import HpaSpec, MetricSource
 from adapter.provider import resourcemetrics
 from adapter.provider.selectors import Selector, promql_escape
 from adapter.provider.values import MetricValues
+from hpa_controller import decide as hpa
 
 MAX_STEPS = 200_000
 """A replay longer than this many steps is refused (7 d at 15 s is 40,320)."""
@@ -76,7 +76,10 @@ def fetch(
     start: float,
     end: float,
     step: float,
+    non_finite: list[tuple[Mapping[str, str], float, float]] | None = None,
 ) -> Timeline:
+    """The HPA's metrics and recorded replicas at every step; ``non_finite`` collects NaN/Inf
+    samples the answers held (dropped from the timeline)."""
     if step <= 0 or end <= start:
         raise AdapterError("the replay range must be positive (--since, --step)")
     count = int((end - start) // step) + 1
@@ -101,6 +104,7 @@ def fetch(
                 end=end,
                 step=step,
                 count=count,
+                non_finite=non_finite,
             )
         except AdapterError as exc:
             obs = [hpa.Observation(error=str(exc))] * count
@@ -127,6 +131,7 @@ def _metric_history(
     end: float,
     step: float,
     count: int,
+    non_finite: list[tuple[Mapping[str, str], float, float]] | None = None,
 ) -> list[hpa.Observation]:
     m = source.spec
     if m.kind == "Pods":
@@ -137,7 +142,9 @@ def _metric_history(
             name="*",
             metric_selector=source.metric_selector,
         )
-        grid = _grid(prometheus.query_range(query, start=start, end=end, step=step), start, step)
+        grid = _grid(
+            prometheus.query_range(query, start=start, end=end, step=step, non_finite=non_finite), start, step
+        )
         by_pod = {labels.get(label, ""): points for labels, points in grid if labels.get(label, "") in wanted}
         return [
             hpa.Observation(per_pod={p: pts[i] for p, pts in by_pod.items() if i in pts})
@@ -153,7 +160,9 @@ def _metric_history(
             name=source.object_name,
             metric_selector=source.metric_selector,
         )
-        grid = _grid(prometheus.query_range(query, start=start, end=end, step=step), start, step)
+        grid = _grid(
+            prometheus.query_range(query, start=start, end=end, step=step, non_finite=non_finite), start, step
+        )
         points = grid[0][1] if grid else {}
         return [
             hpa.Observation(values=(points[i],)) if i in points else hpa.Observation(error="no value")
@@ -163,7 +172,9 @@ def _metric_history(
         _, query = values.external_query(
             metric=m.name, namespace=spec.namespace, selector=source.metric_selector
         )
-        grid = _grid(prometheus.query_range(query, start=start, end=end, step=step), start, step)
+        grid = _grid(
+            prometheus.query_range(query, start=start, end=end, step=step, non_finite=non_finite), start, step
+        )
         out = []
         for i in range(count):
             vals = tuple(pts[i] for _, pts in grid if i in pts)
@@ -171,7 +182,11 @@ def _metric_history(
         return out
     usage = _grid(
         prometheus.query_range(
-            resourcemetrics.usage_query(m.name, spec.namespace, m.container), start=start, end=end, step=step
+            resourcemetrics.usage_query(m.name, spec.namespace, m.container),
+            start=start,
+            end=end,
+            step=step,
+            non_finite=non_finite,
         ),
         start,
         step,

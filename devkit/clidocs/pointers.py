@@ -13,7 +13,15 @@ from pathlib import Path
 from devkit.clidocs import commands
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("adapter", "exporter", "rightsizer", "simulator", "gpupilot_common", "mig_geometry")
+PACKAGES = (
+    "adapter",
+    "exporter",
+    "rightsizer",
+    "simulator",
+    "gpupilot_common",
+    "mig_geometry",
+    "hpa_controller",
+)
 DOC_LINK = re.compile(r"docs/([A-Za-z0-9_/-]+\.md)(?:#([A-Za-z0-9_-]+))?")
 README_SECTION = re.compile(r"README(?:\.md)?[,:] '([^']+)'")
 PROMISE = "schema on the command's reference page"

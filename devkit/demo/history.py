@@ -71,6 +71,15 @@ def reusable(settings: DemoSettings, wanted: Stamp) -> Stamp | None:
     return old if same and fresh and (settings.history_dir / "data").is_dir() else None
 
 
+def history_end(settings: DemoSettings) -> float:
+    """The last backfilled sample of the history in ``settings.history_dir`` (0 when none is stamped)."""
+    try:
+        built = float(json.loads((settings.history_dir / STAMP).read_text())["built_at"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return 0.0
+    return float(int(built) - LIVE_GAP_SECONDS)
+
+
 def ensure_history(settings: DemoSettings, *, log: Path) -> tuple[Path, str]:
     """The TSDB directory to start Prometheus on, and a line saying where it came from."""
     now = time.time()

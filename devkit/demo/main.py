@@ -19,7 +19,7 @@ from devkit.process import LoopbackServer
 from devkit.victoriametrics import VictoriaMetricsServer
 
 SETUP_STEPS = 7
-SECTION_STEPS = 7
+SECTION_STEPS = 8
 MARKER = "GPUPILOT_DEMO_DIR"
 
 
@@ -128,7 +128,9 @@ def _history(
     """Prometheus: the TSDB directory (built or reused); VictoriaMetrics: the store, started with the
     history imported (its data directory is returned for the note)."""
     if settings.backend != "victoriametrics":
-        return history.ensure_history(settings, log=settings.logs / "backfill.log")
+        found = history.ensure_history(settings, log=settings.logs / "backfill.log")
+        ends.history_end = history.history_end(settings)
+        return found
     store, how = vmstore.start_with_history(settings, ends)
     servers.append(store)
     return store.data_dir, how
@@ -164,6 +166,10 @@ def show_sections(
         sections.explain_hpa(con, settings, ends)
     with con.step("replay-hpa: the same HPA over the history, as written and with a 60 % GPU target"):
         sections.replay_hpa(con, settings, ends)
+    with con.step(
+        "recommend-hpa: the chat-inference HPA's cheapest targets and behaviour that hold its wait bound"
+    ):
+        sections.recommend_hpa(con, settings, ends)
     with con.step("The raw custom.metrics.k8s.io answer, through kubectl"):
         sections.raw_custom_metrics(con, ends, kubeconfig)
     con.section("3. Rightsizing")

@@ -76,6 +76,59 @@ def replay_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> Path:
     return chart
 
 
+RECOMMEND_HPA_FILE = "examples/hpa-chat-inference.yaml"
+RECOMMEND_BOUND = 'inference_queue_wait_seconds{quantile="0.95"} <= 2'
+RECOMMEND_BUDGET = "2%"
+
+
+def recommend_window(settings: DemoSettings) -> tuple[str, str] | None:
+    """(--since, --held-out) for the history the demo has: a week with two days held out, or the
+    whole days available with one held out; None below three days."""
+    days = int(settings.days)
+    if days >= 7:
+        return "7d", "2d"
+    if days >= 3:
+        return f"{days}d", "1d"
+    return None
+
+
+def recommend_hpa(con: Console, settings: DemoSettings, ends: Endpoints) -> None:
+    """recommend-hpa on the demo's autoscaled inference service (chat-inference)."""
+    if not ends.prometheus:
+        raise StepFailed("Prometheus is not running")
+    window = recommend_window(settings)
+    if window is None:
+        con.line(
+            f"  recommend-hpa learns from at least 3 days (the demo has {settings.days:g}; DEMO_DAYS=7 shows it)"
+        )
+        return
+    since, held = window
+    # the backfilled days end minutes before live scraping starts: recommend on those days
+    until = ends.history_end - ends.history_end % 15 if ends.history_end else 0.0
+    args = [
+        "recommend-hpa",
+        "-f",
+        str(settings.root / RECOMMEND_HPA_FILE),
+        "--prometheus-url",
+        ends.prometheus,
+        "--bound",
+        RECOMMEND_BOUND,
+        "--bound-budget",
+        RECOMMEND_BUDGET,
+        "--since",
+        since,
+        "--held-out",
+        held,
+        *(["--until", f"{until:.0f}"] if until else []),
+    ]
+    # exit 1 (nothing meets the bound) is an answer too, said on stderr
+    res = commands.run("gpupilot-adapter", args, root=settings.root, timeout=600, ok_codes=(0, 1))
+    con.line(f"$ {res.shown}")
+    _indent(con, res.stdout, limit=80)
+    if res.code == 1:
+        con.line(f"  {res.stderr.strip().splitlines()[-1]}")
+
+
 def raw_custom_metrics(con: Console, ends: Endpoints, kubeconfig: Path) -> None:
     if not ends.adapter:
         raise StepFailed("the adapter is not running (see the set-up steps above)")

@@ -30,6 +30,8 @@ class Endpoints:
     rules: str = ""
     """Where rules are evaluated: Prometheus itself, or vmalert."""
     adapter: str = ""
+    history_end: float = 0.0
+    """The last backfilled sample (Unix seconds); live scrapes start minutes later."""
 
 
 def scenario_nodes(path: Path) -> list[str]:

@@ -48,6 +48,7 @@ def start_with_history(
     server = vm.VictoriaMetricsServer(base / "data", log_file=settings.logs / "victoria-metrics.log")
     end = float(int(time.time()) - history.LIVE_GAP_SECONDS)
     start = end - settings.days * 86400
+    ends.history_end = end
     begun = time.monotonic()
     try:
         server.start(timeout=120)

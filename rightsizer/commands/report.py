@@ -15,6 +15,7 @@ from rightsizer.plan.model import PlanError, load_plan
 from rightsizer.plan.pipeline import NoInventoryError, UnknownClusterError
 from rightsizer.plan.settings import PlanSettings
 from rightsizer.report import build as report
+from rightsizer.report.hpas import HpaRecommendationError
 
 _window = argtypes.bounded(timefmt.parse_duration, low=3600, high=366 * 86400.0, show=timefmt.format_duration)
 _price = argtypes.real(low=0, high=1e6)
@@ -91,6 +92,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="per-query HTTP timeout in seconds (default 60)",
     )
+    parser.add_argument(
+        "--hpa-recommendation",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a 'gpupilot-adapter recommend-hpa -o json' answer, or a folder of them (*.json): one line each "
+        "in the report's autoscaling section (repeatable)",
+    )
     plan_cmd.add_cluster_arguments(parser, what="report")
     plan_cmd.add_query_arguments(parser)
     parser.add_argument(
@@ -131,7 +141,11 @@ def run(args: argparse.Namespace) -> int:
                 plan=plan,
                 progress=plan_cmd.progress_printer(args, tty_only=True),
                 previous=args.previous,
+                hpa_recommendations=args.hpa_recommendation,
             )
+    except HpaRecommendationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except (PlanError, PrometheusError, NoInventoryError, UnknownClusterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

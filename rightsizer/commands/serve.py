@@ -102,7 +102,13 @@ class LiveJobs:
         settings = (self.config.plan or PlanJob()).plan_settings(window_s=job.window_s)
         with PrometheusClient(self.config.prometheus_url, auth=self.config.prometheus_auth) as client:
             written = report.generate(
-                client, out=out_dir, end=end, settings=settings, price=job.price_per_gpu_hour, plan=plan
+                client,
+                out=out_dir,
+                end=end,
+                settings=settings,
+                price=job.price_per_gpu_hour,
+                plan=plan,
+                hpa_recommendations=job.hpa_recommendations,
             )
         return written.html
 

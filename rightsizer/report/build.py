@@ -4,7 +4,7 @@ Markdown file and the PNGs themselves."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,8 +19,10 @@ from rightsizer.plan.pipeline import make_plan
 from rightsizer.plan.settings import PlanSettings
 from rightsizer.report import charts, namespaces, sections, weekly
 from rightsizer.report import data as report_data
+from rightsizer.report import hpas as report_hpas
 from rightsizer.report import render as report_render
 from rightsizer.report.data import Heatmap, ReportData
+from rightsizer.report.hpas import HpaLine
 from rightsizer.report.model import Change, ClusterSummary, IdleSlice, Report, Summary, Unallocated
 
 HOURS_PER_WEEK = 168.0
@@ -173,7 +175,7 @@ def _cluster_lines(plan: Plan, price: float | None) -> tuple[ClusterSummary, ...
     )
 
 
-def build_report(data: ReportData) -> Report:
+def build_report(data: ReportData, *, hpas: tuple[HpaLine, ...] = ()) -> Report:
     price = data.price_per_gpu_hour
     data = replace(data, heatmap=with_every_node(data.heatmap, data.plan))
     changes = tuple(_change(n, price) for n in data.plan.changed_nodes)
@@ -242,6 +244,7 @@ def build_report(data: ReportData) -> Report:
         idle_pods_total=len(pods),
         namespaces=namespaces.lines(per_namespace),
         namespaces_csv=namespaces.csv_text(per_namespace),
+        hpas=hpas,
     )
 
 
@@ -297,11 +300,14 @@ def generate(
     plan: Plan | None,
     progress: Callable[[str], None] = lambda _m: None,
     previous: Path | None = None,
+    hpa_recommendations: Sequence[Path] = (),
 ) -> Written:
     """Collect, build and write one report (``report`` runs it once, ``serve`` every week); without
     ``plan`` it plans through the same pipeline and ``settings`` as ``plan``. ``previous``: an
     earlier report's folder, whose figures the week-over-week section compares with (default: the
-    newest dated folder before ``out`` beside it, as ``serve`` writes them)."""
+    newest dated folder before ``out`` beside it, as ``serve`` writes them). ``hpa_recommendations``:
+    recommend-hpa's JSON answers (files or folders of them), one line each in the autoscaling section."""
+    hpas = report_hpas.load(hpa_recommendations)  # read first: a bad file stops the run before any query
     if plan is None:
         plan = make_plan(client, end=end, settings=settings, progress=progress)
     elif settings.cluster is not None:
@@ -322,4 +328,4 @@ def generate(
         before = (previous.name, found) if found is not None else None
     else:
         before = weekly.previous(out.parent, out)
-    return write_report(replace(build_report(data), previous=before), out)
+    return write_report(replace(build_report(data, hpas=hpas), previous=before), out)

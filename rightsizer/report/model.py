@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rightsizer.report.data import ReportData
+from rightsizer.report.hpas import HpaLine
 from rightsizer.report.namespaces import NamespaceUse
 
 
@@ -107,3 +108,5 @@ class Report:
     previous: tuple[str, Any] | None = None
     """The newest earlier report's folder name and figures (:class:`rightsizer.report.weekly.Figures`),
     for the week-over-week section; None: nothing to compare."""
+    hpas: tuple[HpaLine, ...] = ()
+    """recommend-hpa's answers the report was given (``--hpa-recommendation``), one per HPA."""

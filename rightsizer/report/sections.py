@@ -356,6 +356,59 @@ def _week_over_week(r: Report) -> Section:
     )
 
 
+def _hpas(r: Report) -> list[Section]:
+    """recommend-hpa's answers, one row per HPA (only when the report was given some)."""
+    if not r.hpas:
+        return []
+    rows = []
+    for h in r.hpas:
+        minutes = ", ".join(
+            f"{day} {m:g} min" for day, m in zip(h.held_out_days, h.bound_minutes, strict=False)
+        )
+        if h.recommended_gpu_hours is None:
+            hours = f"{h.current_gpu_hours:.1f} → none met the bound"
+        else:
+            hours = f"{h.current_gpu_hours:.1f} → {h.recommended_gpu_hours:.1f} ({-(h.saving_percent or 0.0):+.1f} %)"
+        trust = f"{h.model_error_percent:+.1f} %" + ("" if h.trusted else " (too large: not to be trusted)")
+        rows.append((h.hpa, h.bound, hours, h.changes, minutes, trust))
+    best = max(
+        (h for h in r.hpas if h.saving_percent is not None and h.trusted),
+        key=lambda h: h.saving_percent or 0.0,
+        default=None,
+    )
+    lead = (
+        "What `gpupilot-adapter recommend-hpa` found for each HPA it was run on: the targets and behaviour that "
+        "spend the fewest GPU-hours while the HPA's service bound holds, searched on the first days of its window "
+        "and checked on the last ones (held out), replaying the HPA controller's decisions on the demand "
+        "recovered from history."
+    )
+    if best is not None and (best.saving_percent or 0.0) > 0:
+        days = len(best.held_out_days)
+        lead += (
+            f" `{best.hpa}` could spend {best.saving_percent:.0f} % fewer GPU-hours ({best.changes}); its bound "
+            f"({best.bound}) held on {'both' if days == 2 else f'all {days}'} held-out days."
+        )
+    return [
+        Section(
+            "autoscaling",
+            "Autoscaling: HPA recommendations",
+            lead,
+            table=Table(
+                (
+                    "HPA",
+                    "bound",
+                    "GPU-hours on the held-out days: now → recommended",
+                    "what changes",
+                    "bound broken (recommended)",
+                    "model error (training days)",
+                ),
+                tuple(rows),
+            ),
+            notes=("Each line is what recommend-hpa wrote with `-o json`; re-run it to refresh a line.",),
+        )
+    ]
+
+
 def document(r: Report) -> Document:
     d, s, plan = r.data, r.summary, r.data.plan
     notes = (
@@ -371,6 +424,7 @@ def document(r: Report) -> Document:
         *_clusters(r),
         _changes(r),
         _week_over_week(r),
+        *_hpas(r),
         _namespaces(r),
         Section(
             "trend",

@@ -13,6 +13,7 @@ Example (``examples/rightsizer-serve.yaml``)::
              retention: {count: 26, max_age: 365d},   # dated report folders kept
              push: {webhook_url_file: /etc/gpupilot-report-webhook/url, format: slack,
                     link: https://gpu-reports.example/report/, copy_to: /mnt/report-archive}}
+    # report.hpa_recommendations: [/var/lib/gpupilot/hpa]   # recommend-hpa -o json answers (files or folders)
     plan: {every: 6h, window: 7d}   # also max_nodes, headroom (0.2), idle_threshold (0.05), min_busy (15m)
     auto_apply:
       enabled: false
@@ -75,6 +76,9 @@ class ReportJob:
     """Dated report folders kept after each report (default: all)."""
     push: ReportPush | None = None
     """Where each new report is announced or copied (:mod:`rightsizer.serve.push`); None: nowhere."""
+    hpa_recommendations: tuple[Path, ...] = ()
+    """recommend-hpa answers (files, or folders of ``*.json``) for the report's autoscaling section,
+    read at each report (a CronJob or a pipeline refreshes them)."""
 
 
 @dataclass(frozen=True)
@@ -260,7 +264,9 @@ def _timezone(r: Section) -> ZoneInfo:
 
 
 def _report(rr: Section) -> ReportJob:
-    rr.keys(("schedule", "window", "price_per_gpu_hour", "out_dir", "retention", "push"))
+    rr.keys(
+        ("schedule", "window", "price_per_gpu_hour", "out_dir", "retention", "push", "hpa_recommendations")
+    )
     price = rr.number("price_per_gpu_hour", None)
     out = rr.optional_text("out_dir")
     keep = Retention()
@@ -272,6 +278,15 @@ def _report(rr: Section) -> ReportJob:
             if max_age < 86400:
                 raise kr.fail("max_age", "must be at least 1d (report folders are dated by day)")
         keep = Retention(count=kr.integer("count", None, minimum=1), max_age_s=max_age)
+    hpas = []
+    for i, item in enumerate(rr.sequence("hpa_recommendations")):
+        if not isinstance(item, str) or not item:
+            raise rr.doc.fail((*rr.path, "hpa_recommendations", i), "must be a file or folder path")
+        if problem := name_problem(Path(item)):
+            raise rr.doc.fail(
+                (*rr.path, "hpa_recommendations", i), f"{item!r} {problem}; give a path without it"
+            )
+        hpas.append(Path(item))
     return ReportJob(
         _schedule(rr, "schedule"),
         rr.duration("window", 7 * 86400.0),
@@ -279,6 +294,7 @@ def _report(rr: Section) -> ReportJob:
         _directory(rr, "out_dir", out) if out else None,
         keep,
         _push(pr) if (pr := rr.section("push")) is not None else None,
+        tuple(hpas),
     )
 
 

@@ -14,12 +14,21 @@ import pytest
 from devkit import image_contents
 
 ROOT = Path(__file__).resolve().parents[2]
-OWN = {"exporter", "simulator", "adapter", "rightsizer", "mig_geometry", "gpupilot_common", "devkit"}
-SHARED = {"gpupilot_common", "mig_geometry"}
+OWN = {
+    "exporter",
+    "simulator",
+    "adapter",
+    "rightsizer",
+    "mig_geometry",
+    "hpa_controller",
+    "gpupilot_common",
+    "devkit",
+}
+SHARED = {"gpupilot_common", "mig_geometry", "hpa_controller"}
 
 
 def third_party_imports(package: Path) -> set[str]:
-    """Top-level third-party imports of ``package``, and of the shared modules (gpupilot_common,
+    """Top-level third-party imports of ``package``, and of the shared modules (gpupilot_common, hpa_controller,
     mig_geometry) it reaches, in every form: ``from gpupilot_common.x import y``,
     ``from gpupilot_common import x``, ``import gpupilot_common.x``, and those modules' own imports."""
     found: set[str] = set()

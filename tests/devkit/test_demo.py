@@ -91,6 +91,8 @@ def test_autoscaling_section_explains_the_example_hpa_and_shows_the_raw_api(one_
     assert replayed, text
     assert re.search(r"GPU-hours\s+[\d.]+\s+[\d.]+\s+[\d.]+", text)
     assert (one_shot.work / "replay-hpa.png").read_bytes()[:4] == b"\x89PNG"
+    # one day of history: recommend-hpa needs three (make demo-check runs it on the default fortnight)
+    assert "recommend-hpa learns from at least 3 days" in text
     assert "kubectl get --raw '/apis/custom.metrics.k8s.io/v1beta2/namespaces/ai-serving/pods/*/" in text
     assert '"kind": "MetricValueList"' in text
     values = re.search(r"values: (.+)", text)

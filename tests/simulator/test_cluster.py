@@ -111,7 +111,11 @@ def test_server_serves_the_series_at_its_clock(demo: Scenario) -> None:
         server.close()
     assert "# TYPE kube_pod_labels gauge" in body
     q = next(v for lab, v in _by_name(demo, T)["inference_queue_depth"])
-    lines = [ln for ln in body.splitlines() if ln.startswith("inference_queue_depth{")]
+    lines = [
+        ln
+        for ln in body.splitlines()
+        if ln.startswith("inference_queue_depth{") and 'pod="llm-inference-' in ln
+    ]
     assert len(lines) == 3 and float(lines[0].rsplit(" ", 1)[1]) == q
 
 

@@ -13,11 +13,11 @@ import requests
 
 from adapter.cli import main
 from adapter.commands import replay_hpa
-from adapter.hpa import decide as hpa
 from adapter.hpa import replay
 from adapter.hpa import spec as hpaspec
 from adapter.hpa.timeline import Timeline
 from devkit.clidocs import pointers
+from hpa_controller import decide as hpa
 from tests.adapter.conftest import PromEnv
 
 SEED_HPA = Path(__file__).resolve().parents[3] / "examples" / "hpa-llm-inference.yaml"

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from devkit.prometheus import free_port
 from rightsizer.cli import main
-from rightsizer.serve.config import ServeConfigError, parse
+from rightsizer.serve.config import ServeConfigError, load, parse
 
 BASE: dict[str, Any] = {
     "prometheus_url": "http://127.0.0.1:9090",
@@ -41,6 +41,7 @@ FIELDS: tuple[tuple[str, ...], ...] = (
     ("report", "window"),
     ("report", "price_per_gpu_hour"),
     ("report", "out_dir"),
+    ("report", "hpa_recommendations"),
     ("plan",),
     ("plan", "every"),
     ("plan", "window"),
@@ -203,3 +204,19 @@ def test_check_takes_a_leader_election_namespace_that_is_a_dns_label(
 ) -> None:
     path = write(tmp_path, leader_election={"namespace": "gpu-pilot-0", "lease_duration": "15s"})
     assert main(["serve", "--config", str(path), "--check", "--offline"]) == 0
+
+
+def test_the_report_job_takes_folders_of_hpa_recommendations(tmp_path: Path) -> None:
+    path = tmp_path / "serve.yaml"
+    doc = yaml.safe_load(yaml.safe_dump(BASE))
+    doc["report"]["hpa_recommendations"] = [str(tmp_path / "hpa"), str(tmp_path / "one.json")]
+    path.write_text(yaml.safe_dump(doc))
+    config = load(path)
+    assert config.report is not None
+    assert config.report.hpa_recommendations == (tmp_path / "hpa", tmp_path / "one.json")
+    doc["report"]["hpa_recommendations"] = [7]
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(
+        ServeConfigError, match=r"report\.hpa_recommendations\[0\]: must be a file or folder path"
+    ):
+        load(path)

@@ -7,7 +7,7 @@
 1. The controller's memory starts with the current size (``recordInitialRecommendation``).
 2. Before any metric: current 0 with ``minReplicas`` ≠ 0 → autoscaling off; current > max → max;
    current < min → min.
-3. Each metric → a proposal (:mod:`adapter.hpa.calc`); the largest wins; a failed metric blocks the
+3. Each metric → a proposal (:mod:`hpa_controller.calc`); the largest wins; a failed metric blocks the
    whole decision when all failed or when the others would scale down.
 4. Without ``behavior`` (it stays nil through API defaulting): stabilise to the highest
    recommendation of the last 300 s, limit a scale-up to max(2 × current, 4), clamp to min/max.
@@ -23,9 +23,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from adapter.hpa import calc as hpa_calc
-from adapter.hpa.calc import MetricUnavailable, PodState, Proposal, Tolerances
-from adapter.quantity import target_milli, to_milli
+from hpa_controller import calc as hpa_calc
+from hpa_controller.calc import MetricUnavailable, PodState, Proposal, Tolerances
+from hpa_controller.milli import target_milli, to_milli
 
 __all__ = ["MetricUnavailable", "PodState", "Proposal", "Tolerances"]
 

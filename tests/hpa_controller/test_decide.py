@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapter.hpa import decide as hpa
-from adapter.hpa.calc import PodState
-from adapter.hpa.decide import (
+from hpa_controller import decide as hpa
+from hpa_controller.calc import PodState
+from hpa_controller.decide import (
     Behavior,
     History,
     HpaModel,

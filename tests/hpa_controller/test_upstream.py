@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from adapter.hpa import calc as hpa_calc
-from adapter.hpa import decide as hpa
-from adapter.hpa.calc import PodState, Tolerances
-from adapter.hpa.decide import (
+from hpa_controller import calc as hpa_calc
+from hpa_controller import decide as hpa
+from hpa_controller.calc import PodState, Tolerances
+from hpa_controller.decide import (
     Behavior,
     History,
     HpaModel,
