@@ -129,3 +129,40 @@ def test_bad_input_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     last = err[-1]
     assert message in last, err
+
+
+def test_an_hpa_whose_metrics_ignore_replicas_is_one_line(
+    prom_url: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    external = HPA.read_text().replace(
+        """    - type: Pods
+      pods:
+        metric:
+          name: inference_queue_depth
+        target:
+          type: AverageValue
+          averageValue: "3"
+    - type: Pods
+      pods:
+        metric:
+          name: inference_kv_cache_usage_ratio
+        target:
+          type: AverageValue
+          averageValue: 700m
+""",
+        """    - type: External
+      external:
+        metric:
+          name: inference_queue_depth_total
+        target:
+          type: AverageValue
+          averageValue: "3"
+""",
+    )
+    path = tmp_path / "hpa.yaml"
+    path.write_text(external)
+    args = _run(prom_url)
+    args[args.index(str(HPA))] = str(path)
+    assert main(args) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "every metric of the HPA is Object or External: none responds to the replica count" in last

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from adapter.errors import ConfigError
-from adapter.hpa.recommend import bound, capacity, demand, history, search
+from adapter.hpa.recommend import bound, capacity, demand, history, output, search
+from hpa_controller import decide as hpa
 
 
 @pytest.mark.parametrize(
@@ -155,3 +156,12 @@ def test_the_last_days_are_held_out() -> None:
     days = search.split(times, held_out=2)
     assert len(days.steps) == 7 and list(days.held_out) == [False] * 5 + [True] * 2
     assert days.steps.sum() == len(times) and days.index[0] == 0 and days.index[-1] == 6
+
+
+def test_a_utilization_target_comes_with_its_average_value_equivalent() -> None:
+    model = hpa.HpaModel(1, 5, (hpa.MetricSpec("Resource", "cpu", "Utilization", 70.0),))
+    notes = output.utilization_notes(None, model, {"cpu": 4000})  # type: ignore[arg-type]
+    assert notes == [
+        "cpu Utilization 70 % moves with the pods' requests (now 4): the same point as an AverageValue target is 2800m"
+    ]
+    assert output.utilization_notes(None, hpa.HpaModel(1, 5, ()), {}) == []  # type: ignore[arg-type]
