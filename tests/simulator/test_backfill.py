@@ -264,7 +264,9 @@ def test_memory_follows_the_batch_not_the_series(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(backfill, "_start_promtool", lambda *a: _DoneProcess())
     end = EPOCH + 18 * 3600 - 600  # one window
     peaks, sizes = [], []
-    for run, copies in enumerate((8, 8, 32)):  # four times the series, the same batch (the first run warms caches)
+    for run, copies in enumerate(
+        (8, 8, 32)
+    ):  # four times the series, the same batch (the first run warms caches)
         s = _fleet_of(copies)
         settings = backfill.BackfillSettings(
             start=EPOCH,
