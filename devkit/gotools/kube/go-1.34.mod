@@ -190,7 +190,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-// Generated from k8s.io/kubernetes v1.34.4's own go.mod (its v0.0.0 staging requirements): devkit/gobuild.py
+// k8s.io/kubernetes v1.34.4's staging modules as published at v0.34.4: python -m devkit.gopin kube k8s.io/kubernetes@v1.34.4 --staging --modfile go-1.34.mod
 replace (
 	k8s.io/api => k8s.io/api v0.34.4
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.34.4

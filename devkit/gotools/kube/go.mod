@@ -186,7 +186,7 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-// Generated from k8s.io/kubernetes v1.37.2's own go.mod (its v0.0.0 staging requirements): devkit/gotools.py
+// k8s.io/kubernetes v1.37.2's staging modules as published at v0.37.2: python -m devkit.gopin kube k8s.io/kubernetes@v1.37.2 --staging
 replace (
 	k8s.io/api => k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.2
