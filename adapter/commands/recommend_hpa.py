@@ -26,7 +26,7 @@ from gpupilot_common import output as outfmt
 OUTPUT_SCHEMA = """
 ## Output with `-o json` / `-o yaml`
 
-One document on stdout (progress on stderr; exit codes as with the table). Figures are replica-hours
+One document on stdout (progress on stderr when it is a terminal; exit codes as with the table). Figures are replica-hours
 and GPU-hours (× `--gpus-per-pod`) of the replay engine, per part of the window:
 
 | key | type | what |

@@ -222,7 +222,12 @@ def recommended_model(candidate: Candidate) -> hpa.HpaModel:
 
 
 def progress_to_stderr(prefix: str) -> Callable[[str], None]:
+    """Progress lines on stderr when it is a terminal; none otherwise, so a script or a CronJob
+    reading stderr sees only the one line of a failure."""
+    shown = sys.stderr.isatty()
+
     def say(text: str) -> None:
-        print(f"{prefix}: {text}…", file=sys.stderr, flush=True)
+        if shown:
+            print(f"{prefix}: {text}…", file=sys.stderr, flush=True)
 
     return say
