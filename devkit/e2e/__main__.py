@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from devkit import gobuild, process, prometheus
+from devkit.cluster.kubeclient import KubeError
 from devkit.e2e import certmanager, checks, cluster, render
 from devkit.e2e.pod import ARCHIVES, PodError, PodRun, archive
 from devkit.e2e.render import ROOT, Obj, Rendering, Workload
@@ -36,6 +37,7 @@ ERRORS = (
     render.RenderError,
     certmanager.CertManagerError,
     cluster.InstallError,
+    KubeError,
     OSError,
     ValueError,
 )
@@ -345,7 +347,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["chart", *render.CHART_VARIANTS, *render.OVERLAYS],
         help="one rendering (repeatable)",
     )
-    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, files) and print it")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the work folder (logs, files) and print it (kept anyway when a check fails)",
+    )
     parser.add_argument(
         "--kubernetes",
         choices=sorted(RELEASES),
@@ -424,8 +430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             server.stop()
         process.stop_process(sim)
         process.stop_process(apps)
-        if args.keep:
-            print(f"work folder kept: {work}")
+        failed = any(not r.ok for r in run.results)
+        if args.keep or failed:  # a failure's logs stay where the summary says
+            print(f"work folder kept: {work} (the services' and the control plane's logs)")
         else:
             shutil.rmtree(work, ignore_errors=True)
     return summary(run)

@@ -25,6 +25,8 @@ CHART_SETTINGS = (
 # The overlays with the same optional serving paths (kustomize components).
 OVERLAY_COMPONENTS = ("adapter/external", "adapter/keda")
 SA_CA = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+SERVICE_CA = "/var/run/secrets/kubernetes.io/serviceaccount/service-ca.crt"
+"""OpenShift's service CA, which only OpenShift mounts beside the token: the cluster CA stands in."""
 # More installs users make, each: (values files, --set lines). "chart-openshift": the file OpenShift
 # users start from, its Prometheus being the e2e's (plain HTTP: the pod's token is sent, the cluster CA
 # stands in for the service CA, which only OpenShift mounts; no SecurityContextConstraints kind here).
@@ -197,10 +199,15 @@ def overlay(name: str, prometheus_url: str, work: Path) -> Rendering:
     args = rendering.workload("adapter", "Deployment").container["args"]
     (old,) = [a.split("=", 1)[1] for a in args if a.startswith("--prometheus-url=")]
     text = yaml.safe_dump_all(objs, sort_keys=False).replace(old, prometheus_url)
-    rendering.objects = [d for d in yaml.safe_load_all(text) if d]
     rendering.notes.append(
         f"kubectl kustomize + components {', '.join(OVERLAY_COMPONENTS)}; Prometheus URL {old} -> {prometheus_url}"
     )
+    if SERVICE_CA in text:
+        text = text.replace(SERVICE_CA, SA_CA)
+        rendering.notes.append(
+            "OpenShift's service CA file -> the cluster CA (only OpenShift mounts the former)"
+        )
+    rendering.objects = [d for d in yaml.safe_load_all(text) if d]
     return rendering
 
 
