@@ -26,17 +26,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# The project's own top-level packages (pyproject.toml's [tool.importlinter] root_packages).
-PACKAGES = (
-    "exporter",
-    "simulator",
-    "adapter",
-    "rightsizer",
-    "mig_geometry",
-    "hpa_controller",
-    "gpupilot_common",
-    "devkit",
-)
+from gpupilot_common.entrypoint import OWN_PACKAGES
+
+# The project's own top-level packages (pyproject.toml's [tool.importlinter] root_packages; the
+# entry points' list, which a test keeps equal to it).
+PACKAGES = tuple(sorted(OWN_PACKAGES))
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,10 @@ from pathlib import Path
 import pytest
 
 from devkit import image_contents
+from gpupilot_common.entrypoint import OWN_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
-OWN = {
-    "exporter",
-    "simulator",
-    "adapter",
-    "rightsizer",
-    "mig_geometry",
-    "hpa_controller",
-    "gpupilot_common",
-    "devkit",
-}
+OWN = OWN_PACKAGES
 SHARED = {"gpupilot_common", "mig_geometry", "hpa_controller"}
 
 

@@ -114,3 +114,12 @@ def test_a_missing_package_folder_is_one_line(tmp_path: Path, capsys: pytest.Cap
         capsys.readouterr().err
         == f"error: {tmp_path / 'nowhere'}: no such package folder (run from the repository root)\n"
     )
+
+
+def test_the_packages_are_import_linters_root_packages() -> None:
+    """The entry points' list of the project's own packages (what the cycle check scans) is
+    pyproject.toml's [tool.importlinter] root_packages."""
+    import tomllib  # noqa: PLC0415
+
+    doc = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert set(cycles.PACKAGES) == set(doc["tool"]["importlinter"]["root_packages"])
