@@ -61,7 +61,7 @@ from rightsizer.analysis.types import (
     PodKey,
     Workload,
 )
-from rightsizer.clients.chunks import QueryLimits, fleet_groups, samples_per_hour, scoped
+from rightsizer.clients.chunks import QueryLimits, by_pod_name, fleet_groups, samples_per_hour, scoped
 from rightsizer.clients.prometheus import PrometheusClient, Sample
 
 log = logging.getLogger(__name__)
@@ -595,12 +595,13 @@ def owners(
     ``kube_pod_labels``."""
     span = f"{max(1, round(end - start))}s"
     out: dict[tuple[str, PodKey], str] = {}
-    for s in client.instant(f"last_over_time(kube_pod_labels[{span}])", end):
+    # One series per pod: a fleet's pods may be more than one answer may hold, so asked in parts then.
+    for s in by_pod_name(client, lambda m: f"last_over_time(kube_pod_labels{{{m}}}[{span}])", end):
         app = s.labels.get("label_app_kubernetes_io_name") or s.labels.get("label_app")
         if app:
             ns = s.labels.get("namespace", "")
             out[s.labels.get(cluster_label, ""), PodKey(ns, s.labels.get("pod", ""))] = f"{ns}/app/{app}"
-    for s in client.instant(f"last_over_time(kube_pod_owner[{span}])", end):
+    for s in by_pod_name(client, lambda m: f"last_over_time(kube_pod_owner{{{m}}}[{span}])", end):
         ns, kind, name = (
             s.labels.get("namespace", ""),
             s.labels.get("owner_kind", ""),

@@ -11,16 +11,20 @@ for exactly those nodes, and the answers of disjoint node sets put together are 
 and query length, each well below the engines' defaults) and :func:`scoped` adds a
 ``Hostname=~"a|b|…"`` matcher to every selector of a query. A fleet that fits in one group is queried
 exactly as before (no matcher at all).
+
+Queries with one series per pod (``kube_pod_owner``, ``kube_pod_labels``) have no node label to cut
+by: :func:`by_pod_name` asks them whole and, when the answer is over the client's series or byte
+limit, in parts by the last characters of the pods' names.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rightsizer.clients.prometheus import PrometheusClient
+from rightsizer.clients.prometheus import PrometheusAnswerTooLarge, PrometheusClient, Sample
 
 # the series the rightsizer reads that carry a Hostname label
 SCOPED_METRICS = (
@@ -170,3 +174,32 @@ def samples_per_hour(client: PrometheusClient, nodes: Sequence[str] | None, at: 
     # 3599 s: the same count whether the engine's range is open (Prometheus 3) or closed (2.x) at its start
     probe = client.instant(f"max(count_over_time({selector}[3599s]))", at)
     return max((s.value for s in probe if math.isfinite(s.value)), default=0.0)
+
+
+# Every character a pod name may end in falls in exactly one class: answers split by them add up to
+# the whole answer, each holding about a seventh of the pods (names end in a random suffix).
+_LAST_CHAR = ("[0-4]", "[5-9]", "[a-f]", "[g-l]", "[m-r]", "[s-z]", "[^0-9a-z]")
+_MAX_SPLITS = 2
+"""Two levels: 49 parts, each about 1/49 of the pods (a fleet's pods over 49 times the series limit
+is refused in one line naming the limit to raise)."""
+
+
+def by_pod_name(
+    client: PrometheusClient, query: Callable[[str], str], at: float, *, _suffix: str = "", _depth: int = 0
+) -> list[Sample]:
+    """``query(matcher)`` at ``at``, asked in parts when its answer is over the client's series or byte
+    limit: the pods are split by the last characters of their names (``pod=~".*[0-4]"`` …), each part
+    asked alone and split again if needed. ``matcher`` is ``""`` for the whole answer, else one label
+    matcher to put in the selector's braces."""
+    selector = f'pod=~".*{_suffix}"' if _suffix else ""
+    try:
+        return client.instant(query(selector), at)
+    except PrometheusAnswerTooLarge:
+        if _depth >= _MAX_SPLITS:
+            raise
+    out: list[Sample] = []
+    for cls in _LAST_CHAR:
+        out += by_pod_name(client, query, at, _suffix=cls + _suffix, _depth=_depth + 1)
+    if _suffix:  # a name as long as the suffix is not matched by ".*<class><suffix>"
+        out += client.instant(query(f'pod=~"{_suffix}"'), at)
+    return out

@@ -51,6 +51,11 @@ class PrometheusDenied(PrometheusQueryError):
     """HTTP 401 or 403: the tenant or the credentials are not accepted."""
 
 
+class PrometheusAnswerTooLarge(PrometheusQueryError):
+    """The answer holds more series or bytes than ``--max-answer-series``/``--max-answer-bytes``
+    allow; a caller that can ask in parts does (:func:`rightsizer.clients.chunks.by_pod_name`)."""
+
+
 class PrometheusAuthError(InputError):
     """A tenant, credential or TLS setting or file cannot be used (named in the message)."""
 
@@ -296,6 +301,8 @@ def _ours(exc: promanswer.PrometheusFailure) -> PrometheusError:
     """The shared reader's failure in the rightsizer's tree: temporary ones are unavailability."""
     if isinstance(exc, promanswer.PrometheusDenied):
         return PrometheusDenied(str(exc))
+    if isinstance(exc, promanswer.PrometheusAnswerTooLarge):
+        return PrometheusAnswerTooLarge(str(exc))
     return (PrometheusUnavailable if exc.temporary else PrometheusQueryError)(str(exc))
 
 
