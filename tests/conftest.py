@@ -252,6 +252,9 @@ def _group(item: pytest.Item) -> str:
     return str(marker.args[0]) if marker is not None and marker.args else ""
 
 
+_KUBE_TESTS = Path(__file__).resolve().parent / "kube"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for ``pytest -n N --dist loadgroup`` (``make test``): a module's tests stay on one
@@ -264,8 +267,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if histories & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.prometheus)
-        if "real_cluster" in getattr(item, "fixturenames", ()):
-            # one control plane per run, on one worker (tests/kube/conftest.py)
+        if "real_cluster" in getattr(item, "fixturenames", ()) or _KUBE_TESTS in item.path.parents:
+            # one control plane per run, on one worker (tests/kube/conftest.py); a module of tests/kube
+            # with a control plane of its own is a kube test too
             item.add_marker(pytest.mark.kube)
             item.add_marker(pytest.mark.xdist_group("kube"))
         if item.get_closest_marker("xdist_group"):
