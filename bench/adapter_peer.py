@@ -241,13 +241,18 @@ def _serial(name: str, count: int, target: _FileTarget) -> Result:
     return result
 
 
-def run(*, seconds: float = 20.0, workdir: Path | None = None) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="gpupilot-bench-peer-")) if workdir is None else workdir
+def in_workdir(prefix: str, workdir: Path | None, body: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """``body`` in ``workdir``, or in a scratch folder (``prefix``) removed after it."""
+    root = Path(tempfile.mkdtemp(prefix=prefix)) if workdir is None else workdir
     try:
-        return _run(root, seconds)
+        return body(root)
     finally:
         if workdir is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def run(*, seconds: float = 20.0, workdir: Path | None = None) -> dict[str, Any]:
+    return in_workdir("gpupilot-bench-peer-", workdir, lambda root: _run(root, seconds))
 
 
 def _run(root: Path, seconds: float) -> dict[str, Any]:
@@ -437,8 +442,16 @@ def render(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.adapter_peer", description=__doc__.splitlines()[0])
+def peer_main(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    doc: str,
+    run: Callable[..., dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """The command line of a peer benchmark: ``run(seconds=, workdir=)``, its table, its JSON."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each scenario (default 20)")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     parser.add_argument("--keep", type=Path, help="work in this folder and keep it (logs, certificates)")
@@ -450,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return peer_main(argv, prog="python -m bench.adapter_peer", doc=__doc__ or "", run=run, render=render)
 
 
 if __name__ == "__main__":

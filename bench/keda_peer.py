@@ -23,13 +23,10 @@ every 5 s throughout. Run: ``python -m bench.keda_peer [--seconds 20]`` (``make 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import shutil
 import ssl
 import sys
-import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -38,7 +35,7 @@ from typing import Any
 import psutil
 
 from bench.adapter import Result, memory_mib, open_loop, prometheus_queries
-from bench.adapter_peer import _cpu, _FileTarget, _serial, _started
+from bench.adapter_peer import _cpu, _FileTarget, _serial, _started, in_workdir, peer_main
 from devkit import gobuild
 from devkit.cluster import ControlPlane
 from devkit.cluster.keda import Keda
@@ -118,12 +115,7 @@ def _wait(what: str, check: Any, timeout: float = 180.0) -> Any:
 
 
 def run(*, seconds: float = 20.0, workdir: Path | None = None) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="gpupilot-bench-keda-")) if workdir is None else workdir
-    try:
-        return _run(root, seconds)
-    finally:
-        if workdir is None:
-            shutil.rmtree(root, ignore_errors=True)
+    return in_workdir("gpupilot-bench-keda-", workdir, lambda root: _run(root, seconds))
 
 
 def _run(root: Path, seconds: float) -> dict[str, Any]:
@@ -280,18 +272,7 @@ def render(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.keda_peer", description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=20.0, help="duration of each scenario (default 20)")
-    parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
-    parser.add_argument("--keep", type=Path, help="work in this folder and keep it (logs, certificates)")
-    args = parser.parse_args(argv)
-    if args.keep:
-        args.keep.mkdir(parents=True, exist_ok=True)
-    res = run(seconds=args.seconds, workdir=args.keep)
-    print(render(res))
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=2))
-    return 0
+    return peer_main(argv, prog="python -m bench.keda_peer", doc=__doc__ or "", run=run, render=render)
 
 
 if __name__ == "__main__":

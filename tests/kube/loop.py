@@ -27,6 +27,7 @@ from devkit.process import free_port, stop_process
 from devkit.prometheus import PrometheusServer, ScrapeJob
 from simulator import scenario as scenario_mod
 from simulator.values import NodeModel
+from tests.kube import world
 from tests.kube.conftest import REPO, RealCluster
 
 SYNC_S = 5.0
@@ -173,6 +174,22 @@ class Loop:
         fleet_start, fleet_end = self.burst
         self.clock.offset = fleet_start - LEAD_S - time.time()
         return fleet_start - self.clock.offset, fleet_end - self.clock.offset
+
+    def out_and_back(self, recorder: Recorder, namespace: str, *, logs: str) -> tuple[float, float]:
+        """Start the burst, wait until the Deployment runs 3 replicas in it and 1 again after it
+        (``logs``: where a timeout's message sends the reader); the burst's (start, end) in real time."""
+        burst_start, burst_end = self.start_burst()
+        world.wait(
+            lambda: recorder.at(time.time()) == 3,
+            what=f"scale-out to 3 in the burst (metric {metric_now(self.prometheus, namespace)}; {logs})",
+            timeout=burst_start - time.time() + DURATION_S,
+        )
+        world.wait(
+            lambda: recorder.at(time.time()) == 1,
+            what="scale-in to 1 after the burst",
+            timeout=burst_end - time.time() + 120,
+        )
+        return burst_start, burst_end
 
 
 @contextlib.contextmanager

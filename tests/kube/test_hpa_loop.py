@@ -20,7 +20,7 @@ import yaml
 
 from tests.kube import world
 from tests.kube.conftest import REPO, RealCluster
-from tests.kube.loop import DURATION_S, METRIC, SYNC_S, TARGET, Loop, Recorder, metric_now, running_loop
+from tests.kube.loop import METRIC, SYNC_S, TARGET, Loop, Recorder, running_loop
 
 
 @pytest.fixture
@@ -80,16 +80,8 @@ def test_the_hpa_controller_scales_on_the_fleets_gpu_metric_and_replay_hpa_agree
         )
         world.wait(lambda: _status_ok(real_cluster, namespace), what="the HPA reading its metric", timeout=60)
         # the loop is up: the fleet's burst LEAD_S from now (real time)
-        burst_start, burst_end = loop.start_burst()
-        world.wait(
-            lambda: recorder.at(time.time()) == 3,
-            what=f"scale-out to 3 in the burst (metric {metric_now(loop.prometheus, namespace)}; adapter log {loop.work / 'adapter.log'})",
-            timeout=burst_start - time.time() + DURATION_S,
-        )
-        world.wait(
-            lambda: recorder.at(time.time()) == 1,
-            what="scale-in to 1 after the burst",
-            timeout=burst_end - time.time() + 120,
+        burst_start, burst_end = loop.out_and_back(
+            recorder, namespace, logs=f"adapter log {loop.work / 'adapter.log'}"
         )
         time.sleep(2 * SYNC_S)
     finally:

@@ -8,7 +8,6 @@ metrics server, which asks the operator, which asks the adapter."""
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 from devkit.cluster.keda import Keda
 from tests.kube import world
 from tests.kube.conftest import RealCluster
-from tests.kube.loop import DURATION_S, METRIC, TARGET, Loop, Recorder, metric_now, running_loop
+from tests.kube.loop import METRIC, TARGET, Loop, Recorder, running_loop
 
 
 @pytest.fixture
@@ -109,17 +108,7 @@ def test_keda_scales_on_the_external_scaler_over_mutual_tls(
                 what="KEDA's HPA reading the scaler",
                 timeout=120,
             )
-            burst_start, burst_end = loop.start_burst()
-            world.wait(
-                lambda: recorder.at(time.time()) == 3,
-                what=f"scale-out to 3 in the burst (metric {metric_now(loop.prometheus, namespace)}; logs in {loop.work})",
-                timeout=burst_start - time.time() + DURATION_S,
-            )
-            world.wait(
-                lambda: recorder.at(time.time()) == 1,
-                what="scale-in to 1 after the burst",
-                timeout=burst_end - time.time() + 120,
-            )
+            burst_start, burst_end = loop.out_and_back(recorder, namespace, logs=f"logs in {loop.work}")
         finally:
             recorder.stop()
     changes = recorder.changes()
