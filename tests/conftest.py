@@ -267,9 +267,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if histories & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.prometheus)
-        if "real_cluster" in getattr(item, "fixturenames", ()) or _KUBE_TESTS in item.path.parents:
-            # one control plane per run, on one worker (tests/kube/conftest.py); a module of tests/kube
-            # with a control plane of its own is a kube test too
+        if _KUBE_TESTS in item.path.parents:
+            # every test of tests/kube (its conftest's real_cluster fixture is seen there only): one
+            # control plane per run, on one worker; a module with a control plane of its own too
             item.add_marker(pytest.mark.kube)
             item.add_marker(pytest.mark.xdist_group("kube"))
         if item.get_closest_marker("xdist_group"):
